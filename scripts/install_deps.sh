@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# install_deps.sh: installs bt's build and run-time dependencies from Debian's packages.
+# Idempotent and quiet when everything is already installed. Needs root (or sudo).
+#   bash scripts/install_deps.sh           build + test dependencies
+#   bash scripts/install_deps.sh --python  also python3-torch/numpy/pil (fixture generators
+#                                          and side-by-side benchmarks; never needed to test)
+set -euo pipefail
+
+packages=(build-essential meson ninja-build pkg-config python3
+          libopenblas-dev libdnnl-dev libjpeg62-turbo-dev libcjson-dev
+          libopenmpi-dev openmpi-bin valgrind)
+if [ "${1:-}" = "--python" ]; then
+    packages+=(python3-torch python3-numpy python3-pil python3-regex)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

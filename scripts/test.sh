@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# test.sh: the test command of the README. On a fresh Debian 12 machine it installs the
+# dependencies, builds bt (release and ASan/UBSan), runs the default test suite, runs the
+# bad-input suite again under the sanitizers, and ends with 'N passed, N failed, N skipped'.
+# Exit status is non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+status=0
+meson setup build --buildtype=release >/dev/null 2>&1 || meson setup --reconfigure build >/dev/null
+ninja -C build >build-log.txt 2>&1 || { cat build-log.txt; echo "0 passed, 1 failed"; exit 1; }
+meson test -C build --no-suite slow --print-errorlogs --num-processes 2 || status=1
+
+logs=(build/meson-logs/testlog.json)
+# The malformed-input tests again under AddressSanitizer + UBSan (style.md 9).
+if [ "${BT_SKIP_SANITIZE:-0}" != 1 ]; then
+    meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debug \
+        >/dev/null 2>&1 || meson setup --reconfigure build-asan >/dev/null
+    ninja -C build-asan >build-asan-log.txt 2>&1 || { cat build-asan-log.txt; status=1; }
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        meson test -C build-asan --suite badinput --print-errorlogs --num-processes 2 || status=1
+    logs+=(build-asan/meson-logs/testlog.json)
+fi
+rm -f build-log.txt build-asan-log.txt
+
+python3 scripts/test_summary.py "${logs[@]}" || status=1
+exit $status

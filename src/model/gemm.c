@@ -1,0 +1,1 @@
+/* gemm.c: placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* gemm_onednn.c: placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* gemm_openblas.c: placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* gemm_ref.c: placeholder until implemented. */

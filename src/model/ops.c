@@ -1,0 +1,1 @@
+/* ops.c: placeholder until implemented. */

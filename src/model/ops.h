@@ -1,0 +1,155 @@
+/* ops.h: the numerical kernels of a transformer, each a forward/backward pair (fp32).
+ *
+ * Dimension letters used in the shape comments:
+ *   N  rows (tokens, usually B*T)      C   channels (features) of a row
+ *   OC output channels of a Linear     V   classes (vocabulary) of a cross entropy
+ *   B  batch   Tq/Tk query/key length  NH  heads   D  head size (C = NH*D)
+ *
+ * Conventions (style.md 3):
+ *   - outputs first, then inputs, then sizes; `const` on inputs; shapes asserted on entry.
+ *   - forward ASSIGNS its outputs (out may alias x only where the comment says so).
+ *   - backward ACCUMULATES (+=) into every gradient it writes, activation gradients
+ *     included, so streams that merge (residuals, bridges, shared weights) need no special
+ *     case; callers zero gradient buffers once per step. A NULL gradient pointer skips it.
+ *
+ * Dispatch: each public function calls through a kernel table that kernels_init() fills with
+ * the plain reference (ops_ref.h) first and then overrides with the fast (OpenMP, vectorized)
+ * versions. BT_KERNELS=ref in the environment, or ops_use_reference(1), keeps the reference.
+ * Tests pit every fast kernel against its reference (tests/test_ops_fast.c) and every
+ * reference backward against central finite differences in double (tests/test_ops_grad.c).
+ *
+ * Deliberately not here: the GEMM itself (gemm.h), model wiring (towers in src/model/*.c). */
+#ifndef BT_OPS_H
+#define BT_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "gemm.h"
+
+/* Fills the kernel table (idempotent; called implicitly on first use). Honors BT_KERNELS. */
+void kernels_init(void);
+/* 1: route every public kernel to its reference version; 0: fastest available. */
+void ops_use_reference(int on);
+
+/* --- dropout --------------------------------------------------------------------------
+ * keep(i) is a pure function of (seed, i) (a counter-based hash), so the backward
+ * regenerates the mask instead of storing it, and results do not depend on thread count.
+ * p == 0 or a NULL bt_dropout* means identity. */
+typedef struct bt_dropout {
+    float p;       /* drop probability in [0, 1) */
+    uint64_t seed; /* one seed per op call site and step */
+} bt_dropout;
+
+int dropout_keep(const bt_dropout *d, uint64_t i);
+/* out (N) = keep(i) ? x/(1-p) : 0.  out may alias x. */
+void dropout_forward(float *out, const float *x, size_t n, const bt_dropout *d);
+/* dx (N) += keep(i) ? dout/(1-p) : 0 */
+void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *d);
+
+/* --- Linear (torch layout) ------------------------------------------------------------
+ * out (N, OC) = x (N, C) · wᵀ + b, w (OC, C), b (OC) or NULL.
+ * w_bf16: optional bf16 copy of w, used as the GEMM operand when compute is BF16. */
+void linear_forward(float *out, const float *x, const float *w, const bt_bf16 *w_bf16,
+                    const float *b, size_t n, size_t c, size_t oc, gemm_compute compute);
+/* dx (N, C) += dout · w;  dw (OC, C) += doutᵀ · x;  db (OC) += Σ_rows dout. */
+void linear_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                     const float *w, const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
+                     gemm_compute compute);
+
+/* --- LayerNorm over the last dimension (biased variance) --------------------------------
+ * out (N, C) = (x - mean) * rstd * w + b;  saves mean (N), rstd (N) = 1/sqrt(var + eps).
+ * out may alias x. */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
+                       const float *b, size_t n, size_t c, float eps);
+/* dx, dw, db += ...;  x is the forward input (not aliased with out when backward is used). */
+void layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                        const float *w, const float *mean, const float *rstd, size_t n,
+                        size_t c);
+
+/* --- pointwise activations (out may alias x) --------------------------------------------
+ * gelu: exact erf GELU, 0.5 x (1 + erf(x/√2)) (text, cross layers, MLM transform).
+ * quick_gelu: x · sigmoid(1.702 x) (CLIP ViT MLP).   tanh: poolers. */
+void gelu_forward(float *out, const float *x, size_t n);
+void gelu_backward(float *dx, const float *dout, const float *x, size_t n);
+void quick_gelu_forward(float *out, const float *x, size_t n);
+void quick_gelu_backward(float *dx, const float *dout, const float *x, size_t n);
+void tanh_forward(float *out, const float *x, size_t n);
+/* Uses the forward OUTPUT y: dx += dout (1 - y²). */
+void tanh_backward(float *dx, const float *dout, const float *y, size_t n);
+
+/* --- softmax over rows ------------------------------------------------------------------
+ * out (N, C) = softmax(x) row-wise (max-subtracted). out may alias x. */
+void softmax_forward(float *out, const float *x, size_t n, size_t c);
+/* Uses the forward OUTPUT y: dx += y ⊙ (dout - Σ_j dout_j y_j). */
+void softmax_backward(float *dx, const float *dout, const float *y, size_t n, size_t c);
+
+/* --- multi-head attention, heads packed in the channel dimension -------------------------
+ * Head h of a row owns columns h*D .. h*D+D-1 of q, k, v and out. Row r of batch item b of
+ * q is at q + (b*Tq + r)*ldq (likewise k, v with Tk, and out with Tq), so q, k, v may be
+ * slices of a packed (N, 3C) qkv buffer (ld = 3C).
+ *
+ *   S = q_h k_hᵀ / √D + key_bias[b]   (key_bias (B, Tk) additive, or NULL)
+ *   P = softmax(S)                     saved in probs (B, NH, Tq, Tk), before dropout
+ *   out_h = dropout(P) v_h             (dropout element index = flat index into probs)
+ *
+ * Computed per (batch, head) block: only probs is kept for the backward. */
+typedef struct attention_dims {
+    size_t B, Tq, Tk, NH, D;
+    size_t ldq, ldk, ldv, ldo;
+} attention_dims;
+
+void attention_forward(float *out, float *probs, const float *q, const float *k,
+                       const float *v, const float *key_bias, const attention_dims *d,
+                       const bt_dropout *drop, gemm_compute compute);
+/* dq, dk, dv += ... (same layouts and strides as q, k, v). */
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs,
+                        const float *q, const float *k, const float *v,
+                        const attention_dims *d, const bt_dropout *drop,
+                        gemm_compute compute);
+/* key_bias (N) = mask ? 0 : -FLT_MAX  (HF's extended attention mask: (1 - m) * finfo.min). */
+void attention_key_bias_from_mask(float *key_bias, const int32_t *mask, size_t n);
+
+/* --- embedding gather / scatter-add ------------------------------------------------------
+ * out (N, C) = table[ids[i]], table (rows, C); ids outside [0, rows) are a BT_ASSERT. */
+void embedding_forward(float *out, const int32_t *ids, const float *table, size_t n, size_t c,
+                       size_t rows);
+/* dtable[ids[i]] += dout[i], skipping ids[i] == padding_idx (-1: none). Deterministic. */
+void embedding_backward(float *dtable, const float *dout, const int32_t *ids, size_t n,
+                        size_t c, size_t rows, int32_t padding_idx);
+
+/* --- bias add and residual add -----------------------------------------------------------
+ * out (N, C) = x + bias (C) broadcast over rows; out may alias x. */
+void bias_add_forward(float *out, const float *x, const float *bias, size_t n, size_t c);
+/* dx += dout;  dbias += Σ_rows dout. */
+void bias_add_backward(float *dx, float *dbias, const float *dout, size_t n, size_t c);
+/* out (N) = a + b; out may alias a or b. */
+void residual_forward(float *out, const float *a, const float *b, size_t n);
+/* da += dout;  db += dout. */
+void residual_backward(float *da, float *db, const float *dout, size_t n);
+
+/* --- cross entropy with ignore index ------------------------------------------------------
+ * Row i of logits (N, V) has target targets[i]; rows with targets[i] == ignore_index are
+ * skipped. Returns the mean of -log softmax(logits_i)[target_i] over valid rows (0 if
+ * none; *n_valid receives their count if non-NULL). probs (N, V) receives the softmax of
+ * every valid row (the backward reads it). Targets outside [0, V) that are not
+ * ignore_index are a BT_ASSERT. */
+float cross_entropy_forward(float *probs, const float *logits, const int32_t *targets,
+                            size_t n, size_t v, int32_t ignore_index, size_t *n_valid);
+/* dlogits += dloss * (probs - onehot(target)) / n_valid on valid rows. */
+void cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                            size_t n, size_t v, int32_t ignore_index, float dloss);
+
+/* --- L2 normalize rows (torch F.normalize, eps 1e-12) -------------------------------------
+ * out (N, C) = x / max(‖x‖₂, 1e-12);  saves norm (N) = ‖x‖₂. */
+void l2_normalize_forward(float *out, float *norm, const float *x, size_t n, size_t c);
+/* Uses out and norm: dx += (dout - out (out·dout)) / ‖x‖ where ‖x‖ > eps, else dout/eps. */
+void l2_normalize_backward(float *dx, const float *dout, const float *out, const float *norm,
+                           size_t n, size_t c);
+
+/* --- fp32 <-> bf16 (round to nearest even; vectorized with run-time dispatch) -------------- */
+void bf16_from_f32(bt_bf16 *out, const float *in, size_t n);
+void f32_from_bf16(float *out, const bt_bf16 *in, size_t n);
+
+#endif

@@ -1,0 +1,1 @@
+/* ops_ref.c: placeholder until implemented. */

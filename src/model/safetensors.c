@@ -1,0 +1,1 @@
+/* safetensors.c: placeholder until implemented. */

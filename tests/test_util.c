@@ -1,0 +1,192 @@
+/* test_util.c: see test_util.h. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int tu_passed, tu_failed, tu_case, tu_skipped;
+static char tu_skip_reason[256];
+static char tu_tmp[512];
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void tu_rng_seed(tu_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t tu_rng_next(tu_rng *r) { /* xoshiro256** */
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double tu_rng_uniform(tu_rng *r, double lo, double hi) {
+    double u = (double)(tu_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return lo + (hi - lo) * u;
+}
+
+double tu_rng_normal(tu_rng *r) {
+    double u1 = tu_rng_uniform(r, 1e-300, 1.0), u2 = tu_rng_uniform(r, 0.0, 1.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void tu_fill_uniform_f32(tu_rng *r, float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)tu_rng_uniform(r, lo, hi);
+}
+
+void tu_fill_uniform_f64(tu_rng *r, double *x, size_t n, double lo, double hi) {
+    for (size_t i = 0; i < n; i++) x[i] = tu_rng_uniform(r, lo, hi);
+}
+
+static void tu_record(int ok, const char *line) {
+    tu_case++;
+    if (ok) {
+        tu_passed++;
+        printf("ok %d - %s\n", tu_case, line);
+    } else {
+        tu_failed++;
+        printf("not ok %d - %s\n", tu_case, line);
+    }
+    fflush(stdout);
+}
+
+int tu_check(int ok, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    tu_record(ok, line);
+    return ok;
+}
+
+double tu_worst_ratio_f32(const float *got, const float *want, size_t n, double atol,
+                          double rtol, size_t *worst) {
+    double worst_ratio = 0.0;
+    size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = got[i], b = want[i];
+        double tol = atol + rtol * fabs(b);
+        double ratio = fabs(a - b) / (tol > 0 ? tol : 1e-300);
+        if (isnan(a) != isnan(b) || isinf(a) != isinf(b) || isnan(ratio)) ratio = INFINITY;
+        if (isnan(a) && isnan(b)) ratio = 0.0;
+        if (ratio > worst_ratio || (i == 0)) {
+            if (ratio > worst_ratio) worst_ratio = ratio;
+            if (ratio >= worst_ratio) wi = i;
+        }
+    }
+    if (worst) *worst = wi;
+    return worst_ratio;
+}
+
+int tu_check_close_f32(const char *name, const float *got, const float *want, size_t n,
+                       double atol, double rtol) {
+    size_t wi = 0;
+    double ratio = tu_worst_ratio_f32(got, want, n, atol, rtol, &wi);
+    int ok = ratio <= 1.0;
+    if (n == 0) return tu_check(1, "%s (empty)", name);
+    return tu_check(ok, "%s: n=%zu worst[%zu] got=%.9g want=%.9g |diff|=%.3g (atol=%.1e rtol=%.1e, ratio %.3g)",
+                    name, n, wi, (double)got[wi], (double)want[wi],
+                    fabs((double)got[wi] - (double)want[wi]), atol, rtol, ratio);
+}
+
+int tu_check_close_f64(const char *name, const double *got, const double *want, size_t n,
+                       double atol, double rtol) {
+    double worst_ratio = 0.0;
+    size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double tol = atol + rtol * fabs(want[i]);
+        double ratio = fabs(got[i] - want[i]) / (tol > 0 ? tol : 1e-300);
+        if (isnan(ratio)) ratio = INFINITY;
+        if (ratio > worst_ratio) {
+            worst_ratio = ratio;
+            wi = i;
+        }
+    }
+    if (n == 0) return tu_check(1, "%s (empty)", name);
+    return tu_check(worst_ratio <= 1.0,
+                    "%s: n=%zu worst[%zu] got=%.12g want=%.12g (atol=%.1e rtol=%.1e, ratio %.3g)",
+                    name, n, wi, got[wi], want[wi], atol, rtol, worst_ratio);
+}
+
+int tu_check_bytes_equal(const char *name, const void *got, const void *want, size_t bytes) {
+    const unsigned char *a = got, *b = want;
+    for (size_t i = 0; i < bytes; i++)
+        if (a[i] != b[i]) return tu_check(0, "%s: first difference at byte %zu of %zu", name, i, bytes);
+    return tu_check(1, "%s: %zu bytes identical", name, bytes);
+}
+
+float tu_sentinel_f32(void) {
+    uint32_t u = 0x7fc0beefu;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void tu_fill_sentinel_f32(float *x, size_t n) {
+    float s = tu_sentinel_f32();
+    for (size_t i = 0; i < n; i++) x[i] = s;
+}
+
+void tu_skip(const char *reason) {
+    tu_skipped = 1;
+    snprintf(tu_skip_reason, sizeof tu_skip_reason, "%s", reason);
+}
+
+static void tu_remove_tree(const char *path) {
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", path);
+}
+
+int tu_finish(void) {
+    if (tu_skipped && tu_case == 0) {
+        printf("SKIP: %s\n", tu_skip_reason);
+        return 77;
+    }
+    printf("%d passed, %d failed\n", tu_passed, tu_failed);
+    if (tu_failed == 0 && tu_tmp[0]) tu_remove_tree(tu_tmp);
+    if (tu_case == 0) {
+        printf("no test case ran\n");
+        return 1;
+    }
+    return tu_failed ? 1 : 0;
+}
+
+const char *tu_fixture_path(const char *relative) {
+    static char path[1024];
+    const char *root = getenv("BT_FIXTURES");
+    if (!root) root = BT_SOURCE_FIXTURES;
+    snprintf(path, sizeof path, "%s/%s", root, relative);
+    return path;
+}
+
+const char *tu_tmpdir(void) {
+    if (!tu_tmp[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(tu_tmp, sizeof tu_tmp, "%s/bt-test-XXXXXX", base ? base : "/tmp");
+        if (!mkdtemp(tu_tmp)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+    }
+    return tu_tmp;
+}
