@@ -1,18 +1,35 @@
 /* safetensors.h: strict reader and atomic writer of the safetensors format.
  *
- * Format: 8-byte little-endian header length H, then H bytes of JSON
+ * Format: 8-byte little-endian header length H, then H bytes of UTF-8 JSON
  * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
- *  "__metadata__": {"k": "v"}}, then the data section; offsets are relative to it.
+ *  "__metadata__": {"k": "v"}}, optionally padded with spaces, then the data section;
+ * offsets are relative to it.
  *
- * Reading memory-maps the file (no second copy); every header is validated before any
- * tensor is handed out: header length beyond the file, header not JSON or not an object,
- * unknown dtype, shape/offset disagreement (numel*size != end-begin), offsets out of range,
- * overlapping ranges, truncated data. Every error message names the file and the tensor.
+ * Reading memory-maps the file read-only (no second copy); every header is validated before
+ * any tensor is handed out: file shorter than 8 bytes, header length beyond the file or
+ * above 100 MB, header not UTF-8 JSON or not an object, an entry that is not an object of
+ * exactly dtype/shape/data_offsets, negative or non-integer numbers, more than
+ * SAFETENSORS_MAX_DIMS dims, unknown dtype, shape/offset disagreement
+ * (numel*size != end-begin), offsets past the data section (truncated data), overlapping
+ * ranges, duplicate names, "__metadata__" not an object of strings. Accepted as the format
+ * allows: space padding after the JSON, bytes after the last tensor, gaps between tensors,
+ * tensor data at any alignment, 0-d scalars (shape [], numel 1) and zero-size tensors.
+ * Errors: BT_ERR_IO (cannot open/stat/map, not a regular file; with strerror),
+ * BT_ERR_FORMAT (malformed content), BT_ERR_UNSUPPORTED (a dtype the format defines but bt
+ * does not represent, e.g. F8_E4M3), BT_ERR_NOMEM. Every message reads
+ * "<path>: tensor '<name>': <what is wrong>; expected <what>" (file-level problems omit the
+ * tensor part).
  *
- * Writing: F32, BF16, I64 and I32 tensors (F32 sources may be converted to BF16 on write),
- * to a temp file in the same directory, fsync, rename: a crash never leaves a half-written
- * file under the final name and never destroys the previous one.
+ * Writing: F32, BF16, I64 and I32 tensors (F32 sources may be converted to BF16 on write,
+ * rounding to nearest even with bt_bf16_from_f32), compact JSON header built with cJSON
+ * ("__metadata__" first, then entries in the given order), data contiguous in entry order,
+ * header padded with spaces so the data section starts 8-aligned. Written to
+ * "<path>.tmp.<pid>" in the same directory, fflush + fsync, rename, fsync of the directory:
+ * a crash never leaves a half-written file under the final name and never destroys the
+ * previous one; on any error the temp file is removed. A path that is a symlink is
+ * replaced by a regular file (rename semantics).
  *
+ * Host byte order must be little-endian (checked at compile time).
  * Deliberately not here: which tensors a model expects (src/model/params.h does that). */
 #ifndef BT_SAFETENSORS_H
 #define BT_SAFETENSORS_H
@@ -30,9 +47,10 @@ typedef struct safetensors_tensor {
     bt_dtype dtype;
     int ndim;
     int64_t shape[SAFETENSORS_MAX_DIMS];
-    size_t numel;
+    size_t numel;             /* product of shape; 1 for a 0-d scalar */
     size_t begin, end;        /* byte offsets inside the data section */
-    const uint8_t *data;      /* points into the mapping */
+    const uint8_t *data;      /* points into the mapping (valid until close); may be
+                               * unaligned in files from other writers */
 } safetensors_tensor;
 
 typedef struct safetensors_file {
@@ -41,22 +59,27 @@ typedef struct safetensors_file {
     size_t map_size;
     safetensors_tensor *tensors; /* in header order */
     size_t n_tensors;
-    char *metadata_json;         /* "__metadata__" object as JSON text, or NULL */
+    char *metadata_json;         /* "__metadata__" object as compact JSON text (keys in file
+                                  * order), or NULL when the file has none */
 } safetensors_file;
 
-/* Opens, maps and validates. On error *f is left closed (safe to call _close). */
+/* Opens, maps and validates. On error *f is left closed (all zero; safe to call _close). */
 bt_status safetensors_open(safetensors_file *f, const char *path);
+/* Unmaps and frees; leaves *f zeroed, so closing twice is harmless. */
 void safetensors_close(safetensors_file *f);
 
-/* The tensor named `name`, or NULL. */
+/* The tensor named `name`, or NULL. Linear search (headers hold a few hundred names). */
 const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name);
 
-/* Copies a floating tensor (F32, BF16 or F16) into dst as fp32. Errors (naming file and
- * tensor): not a floating dtype; numel != dst_numel. */
+/* Copies a floating tensor (F32, BF16 or F16) into dst as fp32 (exact for all three).
+ * Errors (naming file and tensor): BT_ERR_UNSUPPORTED for any other dtype (F64 included);
+ * BT_ERR_SHAPE when numel != dst_numel. */
 bt_status safetensors_read_f32(const safetensors_file *f, const safetensors_tensor *t,
                                float *dst, size_t dst_numel);
-/* Copies an integer tensor (I64, I32, I16, I8, U8 or BOOL) into dst as int32. Errors: not
- * an integer dtype; numel != dst_numel; a value outside int32. */
+/* Copies an integer tensor (I64, I32, I16, I8, U8 or BOOL) into dst as int32. Errors:
+ * BT_ERR_UNSUPPORTED for a non-integer dtype or an I64 value outside int32 (the message
+ * gives the element and value); BT_ERR_SHAPE when numel != dst_numel; BT_ERR_FORMAT for a
+ * BOOL byte other than 0 or 1. */
 bt_status safetensors_read_i32(const safetensors_file *f, const safetensors_tensor *t,
                                int32_t *dst, size_t dst_numel);
 
@@ -70,8 +93,17 @@ typedef struct safetensors_entry {
 } safetensors_entry;
 
 /* Writes entries in the given order (names must be unique), with an optional
- * "__metadata__" of string pairs (metadata_kv: key0, value0, key1, value1, ..., NULL).
- * Atomic: temp file + fsync + rename (+ fsync of the directory). */
+ * "__metadata__" of string pairs (metadata_kv: key0, value0, key1, value1, ..., NULL; NULL
+ * or an empty list for none). Atomic: temp file + fsync + rename (+ fsync of the
+ * directory). Refused before anything is written (BT_ERR_ARG, naming the path and tensor):
+ * empty, non-UTF-8, duplicate or reserved ("__metadata__") names; a dtype other than F32,
+ * BF16, I64, I32; src_dtype != dtype except F32 -> BF16; ndim outside 0..8; a negative dim;
+ * NULL data for a non-empty tensor; an odd metadata list or duplicate metadata keys.
+ * I/O failures (create, write, fsync, rename) return BT_ERR_IO and leave the previous file
+ * intact. An entry's data may point into an open safetensors_file, even one mapping `path`
+ * itself (rename leaves the mapped old file alone); rewriting a file bt wrote, entries and
+ * metadata in file order, gives a byte-identical file. Not safe for two threads of one
+ * process writing the same path at once (they would share the temp name). */
 bt_status safetensors_write(const char *path, const safetensors_entry *entries, size_t n,
                             const char *const *metadata_kv);
 

@@ -1,0 +1,452 @@
+/* test_safetensors_bad.c: malformed safetensors input and failing writes (style.md 9).
+ *
+ * Every malformed file is made here from a valid one written by safetensors_write: its
+ * bytes truncated or overwritten, or its JSON header edited (one substring replaced, the
+ * length field recomputed). Each case checks the status AND that the message names the
+ * file and the tensor or the specific problem, and that the failed open left the struct
+ * closed. Writer cases check that a failed write (refused entry, missing directory, disk
+ * full midway via RLIMIT_FSIZE, rename onto a directory) leaves the previous file
+ * byte-identical and no temp file behind. Runs under ASan/UBSan in scripts/test.sh. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "safetensors.h"
+#include "test_util.h"
+
+static const char *dir;
+static uint8_t *base; /* the valid file */
+static size_t base_len;
+static size_t base_hlen;     /* its header length field */
+static char base_json[1024]; /* its header JSON without the padding */
+
+static void spill(const char *path, const void *p, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp || (n && fwrite(p, 1, n, fp) != n) || fclose(fp) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+static uint8_t *slurp(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(fp);
+    *len = (size_t)n;
+    return buf;
+}
+
+static const char *case_path(const char *label) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, label);
+    return path;
+}
+
+/* Opens path, expects status `want` and a message holding the path and s1, s2 (if set). */
+static void expect_open_fail(const char *label, const char *path, bt_status want, const char *s1,
+                             const char *s2) {
+    safetensors_file f;
+    memset(&f, 0xab, sizeof f); /* open must reset whatever was there */
+    bt_error_clear();
+    bt_status st = safetensors_open(&f, path);
+    const char *msg = bt_error_message();
+    int ok = st == want && strstr(msg, path) && (!s1 || strstr(msg, s1)) &&
+             (!s2 || strstr(msg, s2)) && f.map == NULL && f.tensors == NULL && f.n_tensors == 0 &&
+             f.path == NULL && f.metadata_json == NULL;
+    tu_check(ok, "%s: %s (want %s, '%s', '%s'): %s", label, bt_status_name(st),
+             bt_status_name(want), s1 ? s1 : "", s2 ? s2 : "", msg);
+    safetensors_close(&f); /* safe on a closed struct */
+}
+
+/* Writes 8-byte length + header (unpadded) + data. */
+static void write_with_header(const char *path, const char *header, const uint8_t *data,
+                              size_t ndata) {
+    size_t h = strlen(header);
+    uint8_t *buf = malloc(8 + h + ndata + 1);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)((uint64_t)h >> (8 * i));
+    memcpy(buf + 8, header, h);
+    if (ndata) memcpy(buf + 8 + h, data, ndata);
+    spill(path, buf, 8 + h + ndata);
+    free(buf);
+}
+
+/* The base file with `find` replaced by `repl` in its header (first occurrence). */
+static void header_case(const char *label, const char *find, const char *repl, bt_status want,
+                        const char *s1, const char *s2) {
+    char json[2048];
+    const char *at = strstr(base_json, find);
+    if (!tu_check(at != NULL, "%s: base header contains '%s'", label, find)) return;
+    snprintf(json, sizeof json, "%.*s%s%s", (int)(at - base_json), base_json, repl,
+             at + strlen(find));
+    const char *path = case_path(label);
+    write_with_header(path, json, base + 8 + base_hlen, base_len - 8 - base_hlen);
+    expect_open_fail(label, path, want, s1, s2);
+}
+
+/* The base file's first n bytes. */
+static void truncated_case(const char *label, size_t n, bt_status want, const char *s1,
+                           const char *s2) {
+    const char *path = case_path(label);
+    spill(path, base, n);
+    expect_open_fail(label, path, want, s1, s2);
+}
+
+static int count_temp_files(void) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d) return -1;
+    for (struct dirent *de; (de = readdir(d));)
+        if (strstr(de->d_name, ".tmp.")) n++;
+    closedir(d);
+    return n;
+}
+
+static void make_base(void) {
+    float alpha[6] = {0, 1, 2, 3, 4, 5};
+    int64_t beta[4] = {10, -20, 30, -40};
+    safetensors_entry e[] = {
+        {"alpha", BT_DTYPE_F32, BT_DTYPE_F32, 2, {2, 3}, alpha},
+        {"beta", BT_DTYPE_I64, BT_DTYPE_I64, 1, {4}, beta},
+    };
+    const char *meta[] = {"format", "pt", NULL};
+    const char *path = case_path("base");
+    bt_status st = safetensors_write(path, e, 2, meta);
+    base = st == BT_OK ? slurp(path, &base_len) : NULL;
+    if (!base || base_len < 8) {
+        printf("cannot build the base file: %s\n", bt_error_message());
+        exit(1);
+    }
+    for (int i = 7; i >= 0; i--)
+        base_hlen = (base_hlen << 8) | base[i];
+    size_t j = base_hlen;
+    while (j > 0 && base[8 + j - 1] == ' ')
+        j--;
+    snprintf(base_json, sizeof base_json, "%.*s", (int)j, (const char *)base + 8);
+    safetensors_file f;
+    st = safetensors_open(&f, path);
+    tu_check(st == BT_OK && f.n_tensors == 2, "the unmodified base file opens: %s",
+             st == BT_OK ? base_json : bt_error_message());
+    safetensors_close(&f);
+}
+
+static void test_truncated_and_corrupt_bytes(void) {
+    size_t data0 = 8 + base_hlen;
+    truncated_case("empty", 0, BT_ERR_FORMAT, "0 bytes", "too short");
+    truncated_case("trunc_len", 4, BT_ERR_FORMAT, "4 bytes", "too short");
+    truncated_case("trunc_at_header", 8, BT_ERR_FORMAT, "header length", "exceeds");
+    truncated_case("trunc_in_header", 8 + base_hlen / 2, BT_ERR_FORMAT, "header length", "exceeds");
+    truncated_case("trunc_no_data", data0, BT_ERR_FORMAT, "tensor 'alpha'",
+                   "24 bytes expected after the header, 0 present");
+    truncated_case("trunc_in_alpha", data0 + 10, BT_ERR_FORMAT, "tensor 'alpha'", "10 present");
+    truncated_case("trunc_in_beta", base_len - 1, BT_ERR_FORMAT, "tensor 'beta'",
+                   "56 bytes expected after the header, 55 present");
+
+    uint8_t *v = malloc(base_len);
+    const char *path = case_path("len_huge");
+    memcpy(v, base, base_len);
+    memset(v, 0xff, 8);
+    spill(path, v, base_len);
+    expect_open_fail("len_huge", path, BT_ERR_FORMAT, "header length 18446744073709551615",
+                     "exceeds");
+
+    path = case_path("len_zero");
+    memcpy(v, base, base_len);
+    memset(v, 0, 8);
+    spill(path, v, base_len);
+    expect_open_fail("len_zero", path, BT_ERR_FORMAT, "header length 0", NULL);
+
+    path = case_path("header_garbage");
+    memcpy(v, base, base_len);
+    memset(v + 8, 'x', base_hlen);
+    spill(path, v, base_len);
+    expect_open_fail("header_garbage", path, BT_ERR_FORMAT, "not valid JSON", NULL);
+
+    path = case_path("header_not_utf8");
+    memcpy(v, base, base_len);
+    v[8 + 3] = 0xff; /* inside "__metadata__" */
+    spill(path, v, base_len);
+    expect_open_fail("header_not_utf8", path, BT_ERR_FORMAT, "UTF-8", "byte 3");
+
+    path = case_path("header_nul");
+    memcpy(v, base, base_len);
+    v[8 + 5] = 0x00;
+    spill(path, v, base_len);
+    expect_open_fail("header_nul", path, BT_ERR_FORMAT, "0x00", "byte 5");
+
+    path = case_path("header_utf8_cut");
+    memcpy(v, base, base_len);
+    v[8 + base_hlen - 1] = 0xc3; /* a 2-byte sequence cut off by the header end */
+    spill(path, v, base_len);
+    expect_open_fail("header_utf8_cut", path, BT_ERR_FORMAT, "UTF-8", NULL);
+    free(v);
+
+    /* A header length above the 100 MB cap on a (sparse) file long enough to hold it. */
+    path = case_path("len_absurd");
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    uint8_t len8[8];
+    uint64_t big = 150000000;
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)(big >> (8 * i));
+    int made = fd >= 0 && write(fd, len8, 8) == 8 && ftruncate(fd, 8 + 160000000) == 0;
+    if (fd >= 0) close(fd);
+    if (tu_check(made, "sparse 160 MB file for the header cap"))
+        expect_open_fail("len_absurd", path, BT_ERR_FORMAT, "absurdly large", "100000000");
+    unlink(path); /* do not leave 160 MB of apparent size behind on failure */
+
+    expect_open_fail("missing_file", case_path("does_not_exist"), BT_ERR_IO, "cannot open",
+                     strerror(ENOENT));
+    expect_open_fail("directory", dir, BT_ERR_IO, "is a directory", "regular");
+}
+
+static void test_bad_headers(void) {
+    const char *path = case_path("json_array");
+    write_with_header(path, "[1,2,3]", NULL, 0);
+    expect_open_fail("json_array", path, BT_ERR_FORMAT, "JSON array", "expected a JSON object");
+    path = case_path("json_string");
+    write_with_header(path, "\"alpha\"    ", NULL, 0);
+    expect_open_fail("json_string", path, BT_ERR_FORMAT, "JSON string", NULL);
+    path = case_path("json_trailing");
+    char json[2048];
+    snprintf(json, sizeof json, "%s  x", base_json);
+    write_with_header(path, json, base + 8 + base_hlen, base_len - 8 - base_hlen);
+    expect_open_fail("json_trailing", path, BT_ERR_FORMAT, "after the JSON header", "0x78");
+    path = case_path("json_unclosed");
+    snprintf(json, sizeof json, "%.*s", (int)strlen(base_json) - 1, base_json);
+    write_with_header(path, json, base + 8 + base_hlen, base_len - 8 - base_hlen);
+    expect_open_fail("json_unclosed", path, BT_ERR_FORMAT, "not valid JSON", NULL);
+
+    header_case("dtype_q4", "\"dtype\":\"F32\"", "\"dtype\":\"Q4\"", BT_ERR_FORMAT,
+                "tensor 'alpha': unknown dtype \"Q4\"", "F32, BF16, F16");
+    header_case("dtype_f8", "\"dtype\":\"F32\"", "\"dtype\":\"F8_E4M3\"", BT_ERR_UNSUPPORTED,
+                "tensor 'alpha'", "F8_E4M3");
+    header_case("dtype_number", "\"F32\"", "32", BT_ERR_FORMAT, "tensor 'alpha'",
+                "dtype is a JSON number");
+    header_case("dtype_missing", "\"dtype\":\"F32\",", "", BT_ERR_FORMAT, "tensor 'alpha'",
+                "no \"dtype\"");
+    header_case("shape_mismatch", "[2,3]", "[2,4]", BT_ERR_FORMAT, "tensor 'alpha'",
+                "span 24 bytes but shape [2, 4] of F32 needs 32");
+    header_case("shape_negative", "[2,3]", "[-2,3]", BT_ERR_FORMAT, "tensor 'alpha'",
+                "dimension 0 is -2");
+    header_case("shape_fraction", "[2,3]", "[2,1.5]", BT_ERR_FORMAT, "tensor 'alpha'",
+                "dimension 1 is 1.5");
+    header_case("shape_string", "[2,3]", "\"2x3\"", BT_ERR_FORMAT, "tensor 'alpha'",
+                "shape is a JSON string");
+    header_case("shape_too_many_dims", "[2,3]", "[1,1,1,1,1,1,1,2,3]", BT_ERR_FORMAT,
+                "tensor 'alpha'", "9 dimensions");
+    header_case("shape_missing", "\"shape\":[2,3],", "", BT_ERR_FORMAT, "tensor 'alpha'",
+                "no \"shape\"");
+    header_case("shape_overflow", "[2,3]", "[4294967296,4294967296,4294967296]", BT_ERR_FORMAT,
+                "tensor 'alpha'", "overflows");
+    header_case("offsets_missing", ",\"data_offsets\":[0,24]", "", BT_ERR_FORMAT, "tensor 'alpha'",
+                "no \"data_offsets\"");
+    header_case("offsets_three", "[0,24]", "[0,24,48]", BT_ERR_FORMAT, "tensor 'alpha'",
+                "wrong length");
+    header_case("offsets_negative", "[0,24]", "[-8,16]", BT_ERR_FORMAT, "tensor 'alpha'",
+                "data_offsets[0] is -8");
+    header_case("offsets_reversed", "[24,56]", "[56,24]", BT_ERR_FORMAT, "tensor 'beta'",
+                "ends before it begins");
+    header_case("offsets_out_of_range", "\"shape\":[4],\"data_offsets\":[24,56]",
+                "\"shape\":[124],\"data_offsets\":[24,1016]", BT_ERR_FORMAT, "tensor 'beta'",
+                "1016 bytes expected after the header, 56 present");
+    header_case("offsets_overlap", "[24,56]", "[16,48]", BT_ERR_FORMAT,
+                "tensor 'beta': data_offsets [16, 48] overlap", "tensor 'alpha' [0, 24]");
+    header_case("entry_not_object", "{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}",
+                "5", BT_ERR_FORMAT, "tensor 'alpha'", "entry is a JSON number");
+    header_case("entry_unknown_key", "\"dtype\":\"F32\"", "\"dtype\":\"F32\",\"offsets\":[0,24]",
+                BT_ERR_FORMAT, "tensor 'alpha'", "unknown key \"offsets\"");
+    header_case("entry_duplicate_key", "\"dtype\":\"F32\"", "\"dtype\":\"F32\",\"dtype\":\"F32\"",
+                BT_ERR_FORMAT, "tensor 'alpha'", "\"dtype\" appears twice");
+    header_case("duplicate_name", "\"beta\":", "\"alpha\":", BT_ERR_FORMAT, "tensor 'alpha'",
+                "appears twice");
+    header_case("metadata_number", "{\"format\":\"pt\"}", "{\"format\":1}", BT_ERR_FORMAT,
+                "\"__metadata__\" key \"format\"", "expected a string");
+    header_case("metadata_not_object", "{\"format\":\"pt\"}", "\"pt\"", BT_ERR_FORMAT,
+                "\"__metadata__\" is a JSON string", "expected an object of strings");
+    header_case("metadata_twice", "{\"format\":\"pt\"}", "{\"format\":\"pt\"},\"__metadata__\":{}",
+                BT_ERR_FORMAT, "\"__metadata__\" appears 2 times", NULL);
+}
+
+static void test_read_errors(void) {
+    const char *path = case_path("base");
+    safetensors_file f;
+    if (!tu_check(safetensors_open(&f, path) == BT_OK, "open base")) return;
+    float got[8];
+    int32_t gi[8];
+    const safetensors_tensor *alpha = safetensors_find(&f, "alpha");
+    const safetensors_tensor *beta = safetensors_find(&f, "beta");
+    bt_status st = safetensors_read_f32(&f, beta, got, 4);
+    const char *msg = bt_error_message();
+    tu_check(st == BT_ERR_UNSUPPORTED && strstr(msg, path) && strstr(msg, "tensor 'beta'") &&
+                 strstr(msg, "I64"),
+             "read_f32 on an I64 tensor: %s", msg);
+    st = safetensors_read_f32(&f, alpha, got, 5);
+    msg = bt_error_message();
+    tu_check(st == BT_ERR_SHAPE && strstr(msg, path) && strstr(msg, "tensor 'alpha'") &&
+                 strstr(msg, "has 6 elements (shape [2, 3]); expected 5"),
+             "read_f32 with the wrong dst_numel: %s", msg);
+    st = safetensors_read_i32(&f, alpha, gi, 6);
+    msg = bt_error_message();
+    tu_check(st == BT_ERR_UNSUPPORTED && strstr(msg, path) && strstr(msg, "tensor 'alpha'"),
+             "read_i32 on an F32 tensor: %s", msg);
+    st = safetensors_read_i32(&f, beta, gi, 3);
+    msg = bt_error_message();
+    tu_check(st == BT_ERR_SHAPE && strstr(msg, "tensor 'beta'") && strstr(msg, "expected 3"),
+             "read_i32 with the wrong dst_numel: %s", msg);
+    safetensors_close(&f);
+
+    /* int64 outside int32, BOOL byte other than 0/1 */
+    int64_t wide[3] = {1, (int64_t)1 << 40, 2};
+    safetensors_entry e = {"wide", BT_DTYPE_I64, BT_DTYPE_I64, 1, {3}, wide};
+    path = case_path("wide");
+    if (tu_check(safetensors_write(path, &e, 1, NULL) == BT_OK &&
+                     safetensors_open(&f, path) == BT_OK,
+                 "write/open wide")) {
+        st = safetensors_read_i32(&f, &f.tensors[0], gi, 3);
+        msg = bt_error_message();
+        tu_check(st == BT_ERR_UNSUPPORTED && strstr(msg, "tensor 'wide'") &&
+                     strstr(msg, "element 1 is 1099511627776"),
+                 "read_i32 of an int64 outside int32: %s", msg);
+        safetensors_close(&f);
+    }
+    path = case_path("bool_bad");
+    const uint8_t bools[2] = {1, 2};
+    write_with_header(path, "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}",
+                      bools, 2);
+    if (tu_check(safetensors_open(&f, path) == BT_OK, "open bool_bad")) {
+        st = safetensors_read_i32(&f, &f.tensors[0], gi, 2);
+        msg = bt_error_message();
+        tu_check(st == BT_ERR_FORMAT && strstr(msg, "tensor 'm'") && strstr(msg, "0x02"),
+                 "BOOL byte 2 refused: %s", msg);
+        safetensors_close(&f);
+    }
+}
+
+/* A write that must fail: check the status, the message, that `keep` (a previous file) is
+ * unchanged and that no temp file was left. */
+static void expect_write_fail(const char *label, const char *path, const safetensors_entry *e,
+                              size_t n, const char *const *kv, bt_status want, const char *s1,
+                              const char *keep, const uint8_t *keep_bytes, size_t keep_len) {
+    bt_error_clear();
+    bt_status st = safetensors_write(path, e, n, kv);
+    const char *msg = bt_error_message();
+    int ok = st == want && strstr(msg, path) && (!s1 || strstr(msg, s1));
+    tu_check(ok, "%s: %s (want %s, '%s'): %s", label, bt_status_name(st), bt_status_name(want),
+             s1 ? s1 : "", msg);
+    if (keep) {
+        size_t len = 0;
+        uint8_t *now = slurp(keep, &len);
+        tu_check(now && len == keep_len && memcmp(now, keep_bytes, len) == 0,
+                 "%s: previous file %s unchanged", label, keep);
+        free(now);
+    }
+    tu_check(count_temp_files() == 0, "%s: no temp file left in %s", label, dir);
+}
+
+static void test_write_errors(void) {
+    float a[4] = {1, 2, 3, 4};
+    safetensors_entry good = {"good", BT_DTYPE_F32, BT_DTYPE_F32, 1, {4}, a};
+    const char *path = case_path("atomic");
+    if (!tu_check(safetensors_write(path, &good, 1, NULL) == BT_OK, "write file A")) return;
+    size_t len = 0;
+    uint8_t *orig = slurp(path, &len);
+
+    safetensors_entry bad[2] = {good, {"bad", BT_DTYPE_F16, BT_DTYPE_F16, 1, {4}, a}};
+    expect_write_fail("write_f16", path, bad, 2, NULL, BT_ERR_ARG, "tensor 'bad': dtype F16", path,
+                      orig, len);
+    bad[1].dtype = bad[1].src_dtype = (bt_dtype)99;
+    expect_write_fail("write_enum", path, bad, 2, NULL, BT_ERR_ARG, "dtype invalid", path, orig,
+                      len);
+    bad[1] = (safetensors_entry){"bad", BT_DTYPE_F32, BT_DTYPE_I64, 1, {4}, a};
+    expect_write_fail("write_convert", path, bad, 2, NULL, BT_ERR_ARG, "cannot convert I64", path,
+                      orig, len);
+    bad[1] = good;
+    expect_write_fail("write_duplicate", path, bad, 2, NULL, BT_ERR_ARG,
+                      "tensor 'good': name given twice", path, orig, len);
+    bad[1] = (safetensors_entry){"neg", BT_DTYPE_F32, BT_DTYPE_F32, 1, {-4}, a};
+    expect_write_fail("write_negative_dim", path, bad, 2, NULL, BT_ERR_ARG, "tensor 'neg'", path,
+                      orig, len);
+    bad[1] = (safetensors_entry){"__metadata__", BT_DTYPE_F32, BT_DTYPE_F32, 1, {4}, a};
+    expect_write_fail("write_reserved", path, bad, 2, NULL, BT_ERR_ARG, "reserved", path, orig,
+                      len);
+    bad[1] = (safetensors_entry){"null", BT_DTYPE_F32, BT_DTYPE_F32, 1, {4}, NULL};
+    expect_write_fail("write_null_data", path, bad, 2, NULL, BT_ERR_ARG, "tensor 'null'", path,
+                      orig, len);
+    const char *odd[] = {"format", NULL};
+    expect_write_fail("write_odd_metadata", path, &good, 1, odd, BT_ERR_ARG,
+                      "metadata key \"format\" has no value", path, orig, len);
+    const char *dupkv[] = {"k", "1", "k", "2", NULL};
+    expect_write_fail("write_dup_metadata", path, &good, 1, dupkv, BT_ERR_ARG,
+                      "metadata key \"k\" given twice", path, orig, len);
+
+    char missing[512];
+    snprintf(missing, sizeof missing, "%s/no_such_dir/x.safetensors", dir);
+    expect_write_fail("write_missing_dir", missing, &good, 1, NULL, BT_ERR_IO, strerror(ENOENT),
+                      path, orig, len);
+
+    /* Rename onto a directory fails after the temp file was fully written. */
+    char adir[512];
+    snprintf(adir, sizeof adir, "%s/adir", dir);
+    mkdir(adir, 0755);
+    expect_write_fail("write_onto_directory", adir, &good, 1, NULL, BT_ERR_IO, "cannot rename",
+                      NULL, NULL, 0);
+    struct stat sb;
+    tu_check(stat(adir, &sb) == 0 && S_ISDIR(sb.st_mode), "directory still there");
+
+    /* Disk full midway: the file size limit stops the data after the header is written. */
+    enum { BIG = 64 * 1024 };
+    float *big = calloc(BIG, sizeof *big);
+    safetensors_entry e_big = {"big", BT_DTYPE_F32, BT_DTYPE_F32, 1, {BIG}, big};
+    struct rlimit old;
+    getrlimit(RLIMIT_FSIZE, &old);
+    struct rlimit lim = old;
+    lim.rlim_cur = 16 * 1024;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    int limited = setrlimit(RLIMIT_FSIZE, &lim) == 0;
+    if (tu_check(limited, "set RLIMIT_FSIZE to 16 KiB")) {
+        bt_error_clear();
+        bt_status st = safetensors_write(path, &e_big, 1, NULL);
+        setrlimit(RLIMIT_FSIZE, &old);
+        const char *msg = bt_error_message();
+        tu_check(st == BT_ERR_IO && strstr(msg, path) && strstr(msg, strerror(EFBIG)) &&
+                     strstr(msg, "unchanged"),
+                 "write failing midway (file size limit): %s", msg);
+        size_t now_len = 0;
+        uint8_t *now = slurp(path, &now_len);
+        tu_check(now && now_len == len && memcmp(now, orig, len) == 0,
+                 "previous file unchanged after the midway failure");
+        free(now);
+        tu_check(count_temp_files() == 0, "no temp file left after the midway failure");
+    }
+    signal(SIGXFSZ, prev);
+    /* The same write succeeds without the limit (the failure was the limit, nothing else). */
+    tu_check(safetensors_write(path, &e_big, 1, NULL) == BT_OK, "unlimited write succeeds");
+    free(big);
+    free(orig);
+}
+
+int main(void) {
+    dir = tu_tmpdir();
+    make_base();
+    test_truncated_and_corrupt_bytes();
+    test_bad_headers();
+    test_read_errors();
+    test_write_errors();
+    free(base);
+    return tu_finish();
+}
