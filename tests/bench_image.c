@@ -1,0 +1,198 @@
+/* bench_image.c: images/s (one thread) of JPEG decode + BridgeTower preprocessing.
+ *
+ * Input: a 1000x800 photo-like picture (gradients, hard-edged blocks, Gaussian noise; made
+ * here, deterministic) encoded in memory by libjpeg at quality 75, 4:2:0 (the common camera /
+ * web setting). Rows:
+ *   decode only                   full-size decode to RGB
+ *   decode (DCT 3/8) only         libjpeg DCT-domain downscaling to the smallest scale not
+ *                                 below the 288 resize target (375x300 here)
+ *   decode + preprocess           full decode, Pillow-exact resize to 352x288, crop 288,
+ *                                 normalize to fp32 (3, 288, 288): the HF-identical path
+ *   decode (DCT) + preprocess     the loader's fast path (use_dct_scaling)
+ *   preprocess only               resize + crop + normalize of an already decoded image
+ * and the same at 294 (large model). Each number is the best of BENCH_ROUNDS timed rounds of
+ * ~0.25 s (the machine is shared; best-of filters other people's load). images/s per core is
+ * computed from the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), which time-slicing by other
+ * processes does not inflate; on an idle machine wall and CPU time agree.
+ *
+ * The reference implementation (PIL + numpy, the HF processor's path) is timed on the same
+ * bytes by: build/tests/bench_image --write-jpeg /tmp/b.jpg &&
+ *           /usr/bin/python3 scripts/gen_image_fixtures.py --bench /tmp/b.jpg
+ * Run: meson test -C build --benchmark --suite bench (or build/tests/bench_image).
+ * Deliberately not here: correctness (test_image.c), multi-threaded loader throughput. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jpeglib.h>
+
+#include "data/image.h"
+#include "test_util.h"
+
+enum { BENCH_ROUNDS = 5 };
+
+static double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void synth_picture(uint8_t *rgb, int w, int h, uint64_t seed) {
+    tu_rng r;
+    tu_rng_seed(&r, seed);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            double v[3] = {128 + 100 * sin(x / 37.0 + y / 53.0), 40 + 180.0 * x / w * y / h,
+                           128 + 90 * cos(hypot(x - w / 3.0, y - h / 2.0) / 23.0)};
+            if ((x / 97 + y / 61) % 5 == 0) v[0] = 250, v[1] = 30;
+            for (int c = 0; c < 3; c++) {
+                double q = v[c] + 8.0 * tu_rng_normal(&r);
+                rgb[((size_t)y * w + x) * 3 + c] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q + 0.5);
+            }
+        }
+}
+
+static unsigned char *encode_jpeg(const uint8_t *rgb, int w, int h, int quality,
+                                  unsigned long *size) {
+    struct jpeg_compress_struct ci;
+    struct jpeg_error_mgr err;
+    unsigned char *buf = NULL;
+    *size = 0;
+    ci.err = jpeg_std_error(&err);
+    jpeg_create_compress(&ci);
+    jpeg_mem_dest(&ci, &buf, size);
+    ci.image_width = (JDIMENSION)w;
+    ci.image_height = (JDIMENSION)h;
+    ci.input_components = 3;
+    ci.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, quality, TRUE);
+    jpeg_start_compress(&ci, TRUE);
+    while (ci.next_scanline < ci.image_height) {
+        JSAMPROW row = (JSAMPROW)(rgb + (size_t)ci.next_scanline * (size_t)w * 3);
+        jpeg_write_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    return buf;
+}
+
+typedef enum { OP_DECODE, OP_DECODE_DCT, OP_PIPELINE, OP_PIPELINE_DCT, OP_PREPROCESS } bench_op;
+
+typedef struct bench_ctx {
+    const unsigned char *jpg;
+    unsigned long n;
+    const image_u8 *decoded;
+    image_preprocess_config cfg, cfg_dct;
+    float *out;
+} bench_ctx;
+
+static void run_once(const bench_ctx *c, bench_op op) {
+    image_u8 img;
+    bt_status st = BT_OK;
+    switch (op) {
+    case OP_DECODE:
+    case OP_PIPELINE:
+        st = image_decode_jpeg(&img, c->jpg, c->n, "bench", 0, 0);
+        break;
+    case OP_DECODE_DCT:
+    case OP_PIPELINE_DCT:
+        st = image_decode_jpeg_for(&img, c->jpg, c->n, "bench", &c->cfg_dct);
+        break;
+    case OP_PREPROCESS:
+        image_preprocess(c->out, c->decoded, &c->cfg);
+        return;
+    }
+    if (st != BT_OK) {
+        fprintf(stderr, "bench: %s\n", bt_error_message());
+        exit(1);
+    }
+    if (op == OP_PIPELINE) image_preprocess(c->out, &img, &c->cfg);
+    if (op == OP_PIPELINE_DCT) image_preprocess(c->out, &img, &c->cfg_dct);
+    image_u8_free(&img);
+}
+
+/* Best-of-rounds seconds per image: wall clock and this thread's CPU time. */
+static void time_op(const bench_ctx *c, bench_op op, double *wall, double *cpu) {
+    run_once(c, op); /* warm-up */
+    *wall = *cpu = INFINITY;
+    for (int r = 0; r < BENCH_ROUNDS; r++) {
+        int iters = 0;
+        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), t;
+        do {
+            run_once(c, op);
+            iters++;
+            t = clock_s(CLOCK_MONOTONIC);
+        } while (t - t0 < 0.25);
+        double cw = (clock_s(CLOCK_THREAD_CPUTIME_ID) - c0) / iters, tw = (t - t0) / iters;
+        if (tw < *wall) *wall = tw;
+        if (cw < *cpu) *cpu = cw;
+    }
+}
+
+int main(int argc, char **argv) {
+    const int w = 1000, h = 800;
+    uint8_t *rgb = malloc((size_t)w * h * 3);
+    synth_picture(rgb, w, h, 11);
+    bench_ctx c;
+    memset(&c, 0, sizeof c);
+    c.jpg = encode_jpeg(rgb, w, h, 75, &c.n);
+    if (argc == 3 && !strcmp(argv[1], "--write-jpeg")) {
+        /* The same bytes for scripts/gen_image_fixtures.py --bench PATH. */
+        FILE *f = fopen(argv[2], "wb");
+        if (!f || fwrite(c.jpg, 1, c.n, f) != c.n || fclose(f) != 0) {
+            perror(argv[2]);
+            return 1;
+        }
+        printf("wrote %s (%lu bytes)\n", argv[2], c.n);
+        return 0;
+    }
+    image_u8 decoded;
+    if (image_decode_jpeg(&decoded, c.jpg, c.n, "bench", 0, 0) != BT_OK) {
+        fprintf(stderr, "bench: %s\n", bt_error_message());
+        return 1;
+    }
+    c.decoded = &decoded;
+    printf("JPEG %dx%d, quality 75, 4:2:0, %lu bytes; one thread, best of %d rounds\n", w, h,
+           c.n, BENCH_ROUNDS);
+    printf("| shortest edge | step | wall ms/image | CPU ms/image | images/s per core |\n"
+           "|---|---|---:|---:|---:|\n");
+    const int sizes[2] = {288, 294};
+    for (int i = 0; i < 2; i++) {
+        image_preprocess_config_default(&c.cfg, sizes[i]);
+        c.cfg_dct = c.cfg;
+        c.cfg_dct.use_dct_scaling = 1;
+        c.out = malloc(3 * (size_t)c.cfg.crop_size * c.cfg.crop_size * sizeof(float));
+        image_u8 probe;
+        image_decode_jpeg_for(&probe, c.jpg, c.n, "bench", &c.cfg_dct);
+        int tw, th;
+        image_resize_target(&tw, &th, w, h, &c.cfg);
+        char dct_name[64], pipe_name[96];
+        snprintf(dct_name, sizeof dct_name, "decode (DCT %d/8 -> %dx%d) only", probe.scale_num,
+                 probe.w, probe.h);
+        snprintf(pipe_name, sizeof pipe_name, "decode (DCT %d/8) + preprocess", probe.scale_num);
+        image_u8_free(&probe);
+        struct { const char *name; bench_op op; } rows[] = {
+            {"decode only (full size)", OP_DECODE},
+            {dct_name, OP_DECODE_DCT},
+            {"decode + preprocess (HF-exact)", OP_PIPELINE},
+            {pipe_name, OP_PIPELINE_DCT},
+            {"preprocess only (resize + crop + normalize)", OP_PREPROCESS},
+        };
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            if (i == 1 && (rows[r].op == OP_DECODE || rows[r].op == OP_DECODE_DCT)) continue;
+            double wall, cpu;
+            time_op(&c, rows[r].op, &wall, &cpu);
+            printf("| %d (resize to %dx%d) | %s | %.2f | %.2f | %.1f |\n", sizes[i], tw, th,
+                   rows[r].name, wall * 1e3, cpu * 1e3, 1.0 / cpu);
+            fflush(stdout);
+        }
+        free(c.out);
+    }
+    image_u8_free(&decoded);
+    free((void *)c.jpg);
+    free(rgb);
+    return 0;
+}
