@@ -1,0 +1,489 @@
+/* bt_data.c: the bt-data command, dataset tools around src/data.
+ *
+ *   bt-data check --data MANIFEST [--model DIR] [--image-key K] [--caption-key K]
+ *                 [--max-length N]
+ *       reads every record, decodes every image, tokenizes every caption (with --model),
+ *       and reports counts, every problem as file:line, image size and caption length
+ *       distributions, and duplicates (same image, same caption).
+ *   bt-data tokenize --model DIR [--pair] [--max-length N [--pad]] [--mask]
+ *       one JSON array of token ids per stdin line (--pair: two tab-separated texts;
+ *       --mask: {"input_ids": [...], "attention_mask": [...]} objects instead).
+ *   bt-data preprocess --model DIR --image FILE --output OUT.safetensors [--dtype f32|bf16]
+ *                      [--dct-scaling]
+ *       writes pixel_values (1, 3, R, R) exactly as a loader batch row holds it.
+ *   bt-data synth --out DIR [--train N] [--val N] [--test N] [--seed S] [--size PX]
+ *   bt-data synth --captions N [--seed S]
+ *       generates the synthetic dataset (synth.h), or prints N training captions (the corpus
+ *       the committed configs/synthetic tokenizer was trained on).
+ *
+ * Exit status: 0 ok, 1 problems found or an error (the message names the file and line),
+ * 2 usage error.
+ *
+ * Deliberately not here: rewriting or repairing manifests, downloading datasets. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/image.h"
+#include "data/manifest.h"
+#include "data/synth.h"
+#include "data/tokenizer.h"
+#include "safetensors.h"
+
+enum { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_USAGE = 2 };
+
+static const char usage_text[] =
+    "usage:\n"
+    "  bt-data check --data MANIFEST [--model DIR] [--image-key K] [--caption-key K]\n"
+    "                [--max-length N]\n"
+    "  bt-data tokenize --model DIR [--pair] [--max-length N [--pad]] [--mask]\n"
+    "  bt-data preprocess --model DIR --image FILE --output OUT.safetensors\n"
+    "                     [--dtype f32|bf16] [--dct-scaling]\n"
+    "  bt-data synth --out DIR [--train N] [--val N] [--test N] [--seed S] [--size PX]\n"
+    "  bt-data synth --captions N [--seed S]\n";
+
+static int usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "bt-data: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", usage_text);
+    return EXIT_USAGE;
+}
+
+static int fail(void) {
+    fprintf(stderr, "bt-data: error: %s\n", bt_error_message());
+    return EXIT_PROBLEMS;
+}
+
+/* Parses a non-negative integer option value; -1 on a malformed one. */
+static long long parse_count(const char *s) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end || errno || v < 0) return -1;
+    return v;
+}
+
+typedef struct args {
+    const char *data, *model, *image_key, *caption_key, *image, *output, *out, *dtype;
+    long long max_length, train, val, test, seed, size, captions;
+    int pair, pad, mask, dct;
+} args;
+
+typedef enum { OPT_STR, OPT_NUM, OPT_FLAG } opt_kind;
+
+/* Every option of every command: one table, one parser. */
+static const struct opt_spec {
+    const char *name;
+    opt_kind kind;
+    size_t offset;
+} opt_specs[] = {
+    {"--data", OPT_STR, offsetof(args, data)},
+    {"--model", OPT_STR, offsetof(args, model)},
+    {"--image-key", OPT_STR, offsetof(args, image_key)},
+    {"--caption-key", OPT_STR, offsetof(args, caption_key)},
+    {"--image", OPT_STR, offsetof(args, image)},
+    {"--output", OPT_STR, offsetof(args, output)},
+    {"--out", OPT_STR, offsetof(args, out)},
+    {"--dtype", OPT_STR, offsetof(args, dtype)},
+    {"--max-length", OPT_NUM, offsetof(args, max_length)},
+    {"--train", OPT_NUM, offsetof(args, train)},
+    {"--val", OPT_NUM, offsetof(args, val)},
+    {"--test", OPT_NUM, offsetof(args, test)},
+    {"--seed", OPT_NUM, offsetof(args, seed)},
+    {"--size", OPT_NUM, offsetof(args, size)},
+    {"--captions", OPT_NUM, offsetof(args, captions)},
+    {"--pair", OPT_FLAG, offsetof(args, pair)},
+    {"--pad", OPT_FLAG, offsetof(args, pad)},
+    {"--mask", OPT_FLAG, offsetof(args, mask)},
+    {"--dct-scaling", OPT_FLAG, offsetof(args, dct)},
+};
+
+/* Returns EXIT_OK or EXIT_USAGE. */
+static int parse_args(args *a, int argc, char **argv) {
+    memset(a, 0, sizeof *a);
+    a->max_length = a->captions = -1;
+    a->train = 1000, a->val = 200, a->test = 200, a->seed = 0, a->size = 64;
+    for (int i = 2; i < argc; i++) {
+        const struct opt_spec *spec = NULL;
+        for (size_t k = 0; k < sizeof opt_specs / sizeof opt_specs[0] && !spec; k++)
+            if (!strcmp(argv[i], opt_specs[k].name)) spec = &opt_specs[k];
+        if (!spec) return usage("unknown option '%s'", argv[i]);
+        char *field = (char *)a + spec->offset;
+        if (spec->kind == OPT_FLAG) {
+            *(int *)field = 1;
+            continue;
+        }
+        if (i + 1 >= argc) return usage("option '%s' needs a value", spec->name);
+        const char *v = argv[++i];
+        if (spec->kind == OPT_STR) {
+            *(const char **)field = v;
+        } else if ((*(long long *)field = parse_count(v)) < 0) {
+            return usage("option '%s' needs a non-negative integer", spec->name);
+        }
+    }
+    return EXIT_OK;
+}
+
+/* ---- check ------------------------------------------------------------------------------- */
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static void print_distribution(const char *what, int *v, size_t n, int histogram) {
+    if (n == 0) return;
+    qsort(v, n, sizeof *v, cmp_int);
+    printf("%s: min %d, median %d, p95 %d, max %d\n", what, v[0], v[n / 2],
+           v[(size_t)((double)(n - 1) * 0.95)], v[n - 1]);
+    if (!histogram || v[0] == v[n - 1]) return;
+    /* Ten equal-width bins over [min, max], bars scaled to the fullest bin. */
+    int lo = v[0], hi = v[n - 1];
+    size_t bins[10] = {0}, most = 0;
+    for (size_t i = 0; i < n; i++) {
+        int b = (int)((int64_t)(v[i] - lo) * 10 / (hi - lo + 1));
+        bins[b]++;
+    }
+    for (int b = 0; b < 10; b++)
+        most = bins[b] > most ? bins[b] : most;
+    for (int b = 0; b < 10; b++) {
+        int from = lo + (int)((int64_t)b * (hi - lo + 1) / 10);
+        int to = lo + (int)((int64_t)(b + 1) * (hi - lo + 1) / 10) - 1;
+        if (to < from) continue;
+        int bar = (int)(bins[b] * 40 / (most ? most : 1));
+        printf("  %5d-%-5d %8zu %.*s\n", from, to, bins[b], bar,
+               "########################################");
+    }
+}
+
+static const manifest *sort_m;
+static int cmp_by_image(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int c = strcmp(manifest_image(sort_m, x), manifest_image(sort_m, y));
+    return c ? c : (x > y) - (x < y);
+}
+static int cmp_by_caption(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int c = strcmp(manifest_caption(sort_m, x), manifest_caption(sort_m, y));
+    return c ? c : (x > y) - (x < y);
+}
+
+/* Groups records with equal keys; prints the count and a few examples. Returns the number
+ * of records that repeat an earlier one. */
+static size_t report_duplicates(const manifest *m, size_t *order,
+                                int (*cmp)(const void *, const void *), const char *what,
+                                const char *(*key)(const manifest *, size_t)) {
+    sort_m = m;
+    qsort(order, m->n, sizeof *order, cmp);
+    size_t repeats = 0, groups = 0, shown = 0;
+    for (size_t i = 1; i < m->n; i++) {
+        if (strcmp(key(m, order[i]), key(m, order[i - 1])) != 0) continue;
+        repeats++;
+        if (i == 1 || strcmp(key(m, order[i - 1]), key(m, order[i - 2])) != 0) groups++;
+        if (shown < 3) {
+            printf("  %s:%d repeats the %s of line %d\n", m->path, m->records[order[i]].line, what,
+                   m->records[order[i - 1]].line);
+            shown++;
+        }
+    }
+    size_t distinct = m->n - repeats;
+    printf("distinct %ss: %zu of %zu records (%zu records repeat one of %zu %ss)\n", what, distinct,
+           m->n, repeats, groups, what);
+    return repeats;
+}
+
+static const char *key_image(const manifest *m, size_t i) {
+    return manifest_image(m, i);
+}
+static const char *key_caption(const manifest *m, size_t i) {
+    return manifest_caption(m, i);
+}
+
+static int cmd_check(const args *a) {
+    if (!a->data) return usage("check needs --data MANIFEST%s", "");
+    manifest_options mo = manifest_options_default();
+    mo.on_error = MANIFEST_ON_ERROR_SKIP;
+    if (a->image_key) mo.image_key = a->image_key;
+    if (a->caption_key) mo.caption_key = a->caption_key;
+
+    tokenizer tok;
+    memset(&tok, 0, sizeof tok);
+    if (a->model && tokenizer_load(&tok, a->model) != BT_OK) return fail();
+
+    manifest m;
+    bt_status st = manifest_load(&m, a->data, &mo);
+    size_t problems = m.n_skipped;
+    for (size_t i = 0; i < m.n_skipped; i++)
+        printf("problem: %s\n", m.problems[i]);
+    if (st != BT_OK) {
+        fprintf(stderr, "bt-data: error: %s\n", bt_error_message());
+        manifest_free(&m);
+        tokenizer_free(&tok);
+        return EXIT_PROBLEMS;
+    }
+    printf("manifest: %s: %zu records from %zu lines, %zu lines skipped\n", m.path, m.n, m.n_lines,
+           m.n_skipped);
+
+    /* Decode each distinct image once, in path order (records sorted by image). */
+    size_t *order = malloc(m.n * sizeof *order);
+    int *widths = malloc(m.n * sizeof *widths), *heights = malloc(m.n * sizeof *heights);
+    BT_ASSERT(order && widths && heights);
+    for (size_t i = 0; i < m.n; i++)
+        order[i] = i;
+    sort_m = &m;
+    qsort(order, m.n, sizeof *order, cmp_by_image);
+    size_t n_images = 0, bad_images = 0;
+    for (size_t g = 0; g < m.n;) {
+        size_t end = g + 1;
+        while (end < m.n && !strcmp(manifest_image(&m, order[end]), manifest_image(&m, order[g])))
+            end++;
+        /* The group's first record in file order names the problem. */
+        size_t first = order[g];
+        for (size_t i = g; i < end; i++)
+            first = order[i] < first ? order[i] : first;
+        image_u8 im;
+        memset(&im, 0, sizeof im);
+        if (image_load_file(&im, manifest_image(&m, first), NULL) != BT_OK) {
+            printf("problem: %s:%d: %s", m.path, m.records[first].line, bt_error_message());
+            if (end - g > 1) printf(" (and %zu more records with this image)", end - g - 1);
+            printf("\n");
+            bad_images++;
+            problems += end - g;
+        } else {
+            widths[n_images] = im.w;
+            heights[n_images] = im.h;
+            n_images++;
+        }
+        image_u8_free(&im);
+        g = end;
+    }
+    printf("images: %zu decoded, %zu failed\n", n_images, bad_images);
+    print_distribution("image width (px)", widths, n_images, 0);
+    print_distribution("image height (px)", heights, n_images, 0);
+
+    /* Caption lengths: characters always, tokens (with <s> and </s>) given a tokenizer. */
+    int *chars = malloc(m.n * sizeof *chars), *tokens = malloc(m.n * sizeof *tokens);
+    BT_ASSERT(chars && tokens);
+    size_t over = 0, with_choices = 0;
+    for (size_t i = 0; i < m.n; i++) {
+        const char *c = manifest_caption(&m, i);
+        size_t len = strlen(c);
+        chars[i] = len > INT_MAX ? INT_MAX : (int)len;
+        with_choices += manifest_has_choices(&m, i);
+        if (!a->model) continue;
+        size_t n = 0;
+        st = tokenizer_encode(&tok, c, len, NULL, 0, &n);
+        if (st != BT_OK && st != BT_ERR_ARG) { /* BT_ERR_ARG: cap 0 too small, n is set */
+            printf("problem: %s:%d: caption: %s\n", m.path, m.records[i].line, bt_error_message());
+            problems++;
+            n = 0;
+        }
+        tokens[i] = n + 2 > INT_MAX ? INT_MAX : (int)(n + 2);
+        if (a->max_length > 0 && (long long)n + 2 > a->max_length) over++;
+        for (int k = 0; k < MANIFEST_N_CHOICES && manifest_has_choices(&m, i); k++) {
+            const char *ch = manifest_choice(&m, i, k);
+            st = tokenizer_encode(&tok, ch, strlen(ch), NULL, 0, &n);
+            if (st != BT_OK && st != BT_ERR_ARG) {
+                printf("problem: %s:%d: caption choice %d: %s\n", m.path, m.records[i].line, k,
+                       bt_error_message());
+                problems++;
+            }
+        }
+    }
+    printf("matching-task records (caption_choices): %zu\n", with_choices);
+    print_distribution("caption length (bytes)", chars, m.n, !a->model);
+    if (a->model) {
+        print_distribution("caption length (tokens, with <s> </s>)", tokens, m.n, 1);
+        if (a->max_length > 0)
+            printf("captions longer than --max-length %lld (truncated in training): %zu\n",
+                   a->max_length, over);
+    }
+
+    report_duplicates(&m, order, cmp_by_image, "image", key_image);
+    report_duplicates(&m, order, cmp_by_caption, "caption", key_caption);
+    printf("check: %zu records, %zu problems\n", m.n, problems);
+
+    free(order);
+    free(widths);
+    free(heights);
+    free(chars);
+    free(tokens);
+    manifest_free(&m);
+    tokenizer_free(&tok);
+    return problems ? EXIT_PROBLEMS : EXIT_OK;
+}
+
+/* ---- tokenize ---------------------------------------------------------------------------- */
+
+static void print_ids(const int32_t *v, size_t n) {
+    putchar('[');
+    for (size_t i = 0; i < n; i++)
+        printf(i ? ", %d" : "%d", v[i]);
+    putchar(']');
+}
+
+static int cmd_tokenize(const args *a) {
+    if (!a->model) return usage("tokenize needs --model DIR%s", "");
+    if (a->pad && a->max_length < 0) return usage("--pad needs --max-length N%s", "");
+    if (a->max_length >= 0 && a->max_length < (a->pair ? 4 : 2))
+        return usage("--max-length must be at least %s", a->pair ? "4 with --pair" : "2");
+    tokenizer tok;
+    if (tokenizer_load(&tok, a->model) != BT_OK) return fail();
+    char *line = NULL;
+    size_t cap = 0, line_no = 0;
+    ssize_t len;
+    int status = EXIT_OK;
+    int32_t *ids = NULL, *mask = NULL;
+    size_t ids_cap = 0;
+    while ((len = getline(&line, &cap, stdin)) >= 0) {
+        line_no++;
+        size_t n = (size_t)len;
+        if (n && line[n - 1] == '\n') n--;
+        if (n && line[n - 1] == '\r') n--;
+        const char *b = NULL;
+        size_t an = n, bn = 0;
+        if (a->pair) {
+            char *tab = memchr(line, '\t', n);
+            if (!tab) {
+                fprintf(stderr, "bt-data: stdin:%zu: --pair needs two tab-separated texts\n",
+                        line_no);
+                status = EXIT_PROBLEMS;
+                printf("null\n");
+                continue;
+            }
+            an = (size_t)(tab - line);
+            b = tab + 1;
+            bn = n - an - 1;
+        }
+        /* Without --max-length nothing is truncated: size the buffers to the full text. */
+        size_t na = 0, nb = 0;
+        tokenizer_encode(&tok, line, an, NULL, 0, &na);
+        if (a->pair) tokenizer_encode(&tok, b, bn, NULL, 0, &nb);
+        size_t full = na + nb + (a->pair ? 4 : 2);
+        size_t max_len = a->max_length >= 0 ? (size_t)a->max_length : full;
+        size_t need = max_len > full ? max_len : full;
+        if (need > ids_cap) {
+            ids_cap = need;
+            ids = realloc(ids, ids_cap * sizeof *ids);
+            mask = realloc(mask, ids_cap * sizeof *mask);
+            BT_ASSERT(ids && mask);
+        }
+        size_t out_n = 0;
+        bt_status st = a->pair ? tokenizer_encode_pair(&tok, line, an, b, bn, max_len, 1, a->pad,
+                                                       ids, mask, &out_n)
+                               : tokenizer_encode_single(&tok, line, an, max_len, 1, a->pad, ids,
+                                                         mask, &out_n);
+        if (st != BT_OK) {
+            fprintf(stderr, "bt-data: stdin:%zu: %s\n", line_no, bt_error_message());
+            status = EXIT_PROBLEMS;
+            printf("null\n");
+            continue;
+        }
+        if (a->mask) {
+            printf("{\"input_ids\": ");
+            print_ids(ids, out_n);
+            printf(", \"attention_mask\": ");
+            print_ids(mask, out_n);
+            printf("}\n");
+        } else {
+            print_ids(ids, out_n);
+            putchar('\n');
+        }
+    }
+    free(line);
+    free(ids);
+    free(mask);
+    tokenizer_free(&tok);
+    return status;
+}
+
+/* ---- preprocess -------------------------------------------------------------------------- */
+
+static int cmd_preprocess(const args *a) {
+    if (!a->model || !a->image || !a->output)
+        return usage("preprocess needs --model DIR --image FILE --output OUT.safetensors%s", "");
+    int bf16 = 0;
+    if (a->dtype) {
+        if (!strcmp(a->dtype, "bf16"))
+            bf16 = 1;
+        else if (strcmp(a->dtype, "f32"))
+            return usage("--dtype '%s': expected f32 or bf16", a->dtype);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/preprocessor_config.json", a->model);
+    image_preprocess_config cfg;
+    if (image_preprocess_config_from_json(&cfg, path) != BT_OK) return fail();
+    cfg.use_dct_scaling = a->dct;
+    image_u8 im;
+    memset(&im, 0, sizeof im);
+    if (image_load_file(&im, a->image, &cfg) != BT_OK) return fail();
+    size_t R = (size_t)cfg.crop_size, numel = 3 * R * R;
+    void *px = bt_alloc(numel * (bf16 ? 2 : 4));
+    if (bf16)
+        image_preprocess_bf16(px, &im, &cfg);
+    else
+        image_preprocess(px, &im, &cfg);
+    safetensors_entry e = {
+        .name = "pixel_values",
+        .dtype = bf16 ? BT_DTYPE_BF16 : BT_DTYPE_F32,
+        .src_dtype = bf16 ? BT_DTYPE_BF16 : BT_DTYPE_F32,
+        .ndim = 4,
+        .shape = {1, 3, (int64_t)R, (int64_t)R},
+        .data = px,
+    };
+    const char *meta[] = {"source", a->image, "generator", "bt-data preprocess", NULL};
+    bt_status st = safetensors_write(a->output, &e, 1, meta);
+    int w = im.orig_w, h = im.orig_h;
+    bt_free(px);
+    image_u8_free(&im);
+    if (st != BT_OK) return fail();
+    printf("%s: pixel_values (1, 3, %zu, %zu) %s from %s (%dx%d)\n", a->output, R, R,
+           bf16 ? "BF16" : "F32", a->image, w, h);
+    return EXIT_OK;
+}
+
+/* ---- synth ------------------------------------------------------------------------------- */
+
+static int cmd_synth(const args *a) {
+    if (a->captions >= 0) {
+        for (long long i = 0; i < a->captions; i++) {
+            synth_scene sc;
+            char cap[SYNTH_CAPTION_MAX];
+            synth_scene_sample(&sc, (uint64_t)a->seed, SYNTH_SPLIT_TRAIN, i);
+            synth_scene_caption(&sc, cap, sizeof cap);
+            puts(cap);
+        }
+        return EXIT_OK;
+    }
+    if (!a->out) return usage("synth needs --out DIR (or --captions N)%s", "");
+    synth_options o = {
+        .out_dir = a->out,
+        .n = {a->train, a->val, a->test},
+        .seed = (uint64_t)a->seed,
+        .size = a->size > 4096 ? 4097 : (int)a->size,
+    };
+    if (synth_generate(&o) != BT_OK) return fail();
+    printf("%s: %lld train, %lld val, %lld test records, %lldx%lld px, seed %lld\n", a->out,
+           a->train, a->val, a->test, a->size, a->size, a->seed);
+    return EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(usage_text, argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : EXIT_OK;
+    }
+    args a;
+    if (parse_args(&a, argc, argv) != EXIT_OK) return EXIT_USAGE;
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "check")) return cmd_check(&a);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&a);
+    if (!strcmp(cmd, "preprocess")) return cmd_preprocess(&a);
+    if (!strcmp(cmd, "synth")) return cmd_synth(&a);
+    return usage("unknown command '%s'", cmd);
+}

@@ -1,0 +1,310 @@
+/* test_bt_data.c: the bt-data command, run as a program (its path is argv[1], passed by
+ * meson), checked on exit codes and outputs.
+ *
+ * Expected outputs come from the library called in-process (tokenizer_encode_single/_pair,
+ * image_preprocess(_bf16), synth_scene_caption, manifest_load), never from bt-data itself:
+ * the test checks that the command line tool prints and writes exactly what the library
+ * computes, and that usage errors exit 2, problems exit 1, success exits 0. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "data/image.h"
+#include "data/manifest.h"
+#include "data/synth.h"
+#include "data/tokenizer.h"
+#include "safetensors.h"
+#include "test_util.h"
+
+static const char *exe;
+static char dir[1024], model[1200];
+static char out_text[1 << 16], err_text[1 << 14];
+
+static void read_into(const char *path, char *buf, size_t cap) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Runs "exe ARGS" (ARGS is shell text) with stdout/stderr captured; returns the exit code
+ * (-1 when it did not exit normally, e.g. a crash). */
+static int run(const char *stdin_path, const char *fmt, ...) {
+    char args[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s < '%s' > '%s/stdout.txt' 2> '%s/stderr.txt'", exe, args,
+             stdin_path ? stdin_path : "/dev/null", dir, dir);
+    int status = system(cmd);
+    char p[1100];
+    snprintf(p, sizeof p, "%s/stdout.txt", dir);
+    read_into(p, out_text, sizeof out_text);
+    snprintf(p, sizeof p, "%s/stderr.txt", dir);
+    read_into(p, err_text, sizeof err_text);
+    if (status == -1 || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+}
+
+static int files_equal(const char *a, const char *b) {
+    static char x[1 << 16], y[1 << 16];
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int eq = fa && fb;
+    while (eq) {
+        size_t na = fread(x, 1, sizeof x, fa), nb = fread(y, 1, sizeof y, fb);
+        eq = na == nb && memcmp(x, y, na) == 0;
+        if (na == 0 || na < sizeof x) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return eq;
+}
+
+static void test_usage(void) {
+    tu_check(run(NULL, "") == 2 && strstr(err_text, "usage:"), "no command: exit 2 with usage");
+    tu_check(run(NULL, "--help") == 0 && strstr(out_text, "bt-data check"), "--help: exit 0");
+    tu_check(run(NULL, "frobnicate") == 2 && strstr(err_text, "unknown command 'frobnicate'"),
+             "unknown command: exit 2");
+    tu_check(run(NULL, "check") == 2 && strstr(err_text, "--data"), "check without --data: exit 2");
+    tu_check(run(NULL, "synth --out x --train lots") == 2 &&
+                 strstr(err_text, "'--train' needs a non-negative integer"),
+             "non-numeric --train: exit 2");
+    tu_check(run(NULL, "check --data") == 2 && strstr(err_text, "needs a value"),
+             "option without value: exit 2");
+    tu_check(run(NULL, "tokenize --model x --bogus") == 2 && strstr(err_text, "'--bogus'"),
+             "unknown option: exit 2");
+}
+
+static void test_synth(void) {
+    int a = run(NULL, "synth --out '%s/d1' --train 7 --val 3 --test 2 --seed 9 --size 48", dir);
+    int b = run(NULL, "synth --out '%s/d2' --train 7 --val 3 --test 2 --seed 9 --size 48", dir);
+    int c = run(NULL, "synth --out '%s/d3' --train 7 --val 3 --test 2 --seed 10 --size 48", dir);
+    tu_check(a == 0 && b == 0 && c == 0, "synth: exit 0 three times (%d %d %d)", a, b, c);
+    const char *files[] = {"train.jsonl",
+                           "val.jsonl",
+                           "test.jsonl",
+                           "images/train/000006.jpg",
+                           "images/val/000002.jpg",
+                           "images/test/000001.jpg"};
+    int same = 1, differ = 0;
+    for (int i = 0; i < 6; i++) {
+        char p1[1300], p2[1300], p3[1300];
+        snprintf(p1, sizeof p1, "%s/d1/%s", dir, files[i]);
+        snprintf(p2, sizeof p2, "%s/d2/%s", dir, files[i]);
+        snprintf(p3, sizeof p3, "%s/d3/%s", dir, files[i]);
+        same &= files_equal(p1, p2);
+        differ += !files_equal(p1, p3);
+    }
+    tu_check(same, "synth: same seed, byte-identical manifests and JPEGs");
+    tu_check(differ == 6, "synth: another seed changes every file (%d of 6)", differ);
+
+    manifest m;
+    char p[1300];
+    snprintf(p, sizeof p, "%s/d1/val.jsonl", dir);
+    int ok = manifest_load(&m, p, NULL) == BT_OK && m.n == 3;
+    for (size_t i = 0; ok && i < m.n; i++) {
+        synth_scene sc;
+        char cap[SYNTH_CAPTION_MAX];
+        synth_scene_sample(&sc, 9, SYNTH_SPLIT_VAL, (int64_t)i);
+        synth_scene_caption(&sc, cap, sizeof cap);
+        ok = !strcmp(manifest_caption(&m, i), cap) && manifest_has_choices(&m, i);
+    }
+    manifest_free(&m);
+    tu_check(ok, "synth: val.jsonl holds the generator's captions and the choices");
+
+    /* --captions prints the training captions of the seed, one per line. */
+    char want[4 * SYNTH_CAPTION_MAX] = "";
+    for (int i = 0; i < 4; i++) {
+        synth_scene sc;
+        char cap[SYNTH_CAPTION_MAX];
+        synth_scene_sample(&sc, 21, SYNTH_SPLIT_TRAIN, i);
+        synth_scene_caption(&sc, cap, sizeof cap);
+        strcat(want, cap);
+        strcat(want, "\n");
+    }
+    tu_check(run(NULL, "synth --captions 4 --seed 21") == 0 && !strcmp(out_text, want),
+             "synth --captions 4: the generator's first 4 training captions");
+    tu_check(run(NULL, "synth --out '%s/d1/train.jsonl/x'", dir) == 1 &&
+                 strstr(err_text, "train.jsonl/x"),
+             "synth into an impossible directory: exit 1 naming it: %s", err_text);
+}
+
+static void test_check(void) {
+    int rc = run(NULL, "check --data '%s/d1/val.jsonl' --model '%s' --max-length 40", dir, model);
+    tu_check(rc == 0 && strstr(out_text, "check: 3 records, 0 problems") &&
+                 strstr(out_text, "matching-task records (caption_choices): 3") &&
+                 strstr(out_text, "image width (px): min 48, median 48, p95 48, max 48") &&
+                 strstr(out_text, "caption length (tokens, with <s> </s>)"),
+             "check on a good split: exit 0 with counts and distributions");
+
+    /* A manifest with a malformed line, a missing image and a repeated record. */
+    char p[1300];
+    snprintf(p, sizeof p, "%s/d1/bad.jsonl", dir);
+    FILE *f = fopen(p, "wb");
+    BT_ASSERT(f);
+    fprintf(f, "{\"image\": \"images/train/000000.jpg\", \"caption\": \"a red circle\"}\n"
+               "{\"image\": \"images/train/000001.jpg\", \"caption\": }\n"
+               "{\"image\": \"images/missing.jpg\", \"caption\": \"gone\"}\n"
+               "{\"image\": \"images/train/000000.jpg\", \"caption\": \"a red circle\"}\n");
+    fclose(f);
+    rc = run(NULL, "check --data '%s'", p);
+    char want2[1400], want3[2600];
+    snprintf(want2, sizeof want2, "%s:2: malformed JSON", p);
+    snprintf(want3, sizeof want3, "%s:3: %s/d1/images/missing.jpg", p, dir);
+    tu_check(rc == 1, "check with problems: exit 1 (got %d)", rc);
+    tu_check(strstr(out_text, want2) && strstr(out_text, want3),
+             "check names the malformed line 2 and the missing image of line 3");
+    tu_check(strstr(out_text, "distinct images: 2 of 3 records") &&
+                 strstr(out_text, "distinct captions: 2 of 3 records") &&
+                 strstr(out_text, ":4 repeats the image of line 1") &&
+                 strstr(out_text, "check: 3 records, 2 problems"),
+             "check reports duplicates (line 4 repeats line 1) and counts 2 problems");
+    if (rc != 1) printf("# stdout:\n%s# stderr:\n%s", out_text, err_text);
+
+    rc = run(NULL, "check --data '%s/nothing.jsonl'", dir);
+    tu_check(rc == 1 && strstr(err_text, "nothing.jsonl: cannot open manifest"),
+             "check on a missing manifest: exit 1 naming it");
+}
+
+/* The JSON array the library gives for ids. */
+static void ids_json(char *buf, size_t cap, const int32_t *ids, size_t n) {
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)snprintf(buf + k, cap - k, i ? ", %d" : "%d", ids[i]);
+    snprintf(buf + k, cap - k, "]\n");
+}
+
+static void test_tokenize(void) {
+    tokenizer tok;
+    if (!tu_check(tokenizer_load(&tok, model) == BT_OK, "tokenizer %s loads", model)) return;
+    const char *lines[] = {
+        "a large red circle on the left and a small blue square at the top right on a grey "
+        "background",
+        "words the synthetic vocabulary never saw: Zebra, 42 \xC3\xA9t\xC3\xA9!", ""};
+    char in[1100];
+    snprintf(in, sizeof in, "%s/lines.txt", dir);
+    FILE *f = fopen(in, "wb");
+    BT_ASSERT(f);
+    for (int i = 0; i < 3; i++)
+        fprintf(f, "%s\n", lines[i]);
+    fclose(f);
+
+    char want[8192] = "", one[2048];
+    int32_t ids[256], mask[256];
+    size_t n;
+    for (int i = 0; i < 3; i++) {
+        BT_ASSERT(tokenizer_encode_single(&tok, lines[i], strlen(lines[i]), 256, 0, 0, ids, mask,
+                                          &n) == BT_OK);
+        ids_json(one, sizeof one, ids, n);
+        strcat(want, one);
+    }
+    int rc = run(in, "tokenize --model '%s'", model);
+    tu_check(rc == 0 && !strcmp(out_text, want),
+             "tokenize: one JSON array per line, equal to tokenizer_encode_single");
+    if (strcmp(out_text, want)) printf("# got:\n%s# want:\n%s", out_text, want);
+
+    /* --max-length 8 --pad --mask: truncated and padded like the loader does. */
+    want[0] = '\0';
+    for (int i = 0; i < 3; i++) {
+        BT_ASSERT(tokenizer_encode_single(&tok, lines[i], strlen(lines[i]), 8, 1, 1, ids, mask,
+                                          &n) == BT_OK);
+        char a[512], b[512];
+        ids_json(a, sizeof a, ids, n);
+        ids_json(b, sizeof b, mask, n);
+        a[strlen(a) - 1] = b[strlen(b) - 1] = '\0';
+        snprintf(one, sizeof one, "{\"input_ids\": %s, \"attention_mask\": %s}\n", a, b);
+        strcat(want, one);
+    }
+    rc = run(in, "tokenize --model '%s' --max-length 8 --pad --mask", model);
+    tu_check(rc == 0 && !strcmp(out_text, want),
+             "tokenize --max-length 8 --pad --mask: truncated, padded, with the mask");
+
+    /* --pair: tab-separated; a line without a tab is an error naming stdin:line. */
+    snprintf(in, sizeof in, "%s/pairs.txt", dir);
+    f = fopen(in, "wb");
+    BT_ASSERT(f);
+    fprintf(f, "a red star\ton a pink background\nno tab here\n");
+    fclose(f);
+    BT_ASSERT(tokenizer_encode_pair(&tok, "a red star", 10, "on a pink background", 20, 256, 0, 0,
+                                    ids, mask, &n) == BT_OK);
+    ids_json(want, sizeof want, ids, n);
+    strcat(want, "null\n");
+    rc = run(in, "tokenize --model '%s' --pair", model);
+    tu_check(rc == 1 && !strcmp(out_text, want) && strstr(err_text, "stdin:2:"),
+             "tokenize --pair: the pair encoding, then null and exit 1 for a line without tab");
+    tokenizer_free(&tok);
+
+    rc = run(in, "tokenize --model '%s/nowhere'", dir);
+    tu_check(rc == 1 && strstr(err_text, "nowhere"), "tokenize with a missing model: exit 1");
+}
+
+static void test_preprocess(void) {
+    char img_path[1300], out[1300], cfg_path[1300];
+    snprintf(img_path, sizeof img_path, "%s/d1/images/train/000003.jpg", dir);
+    snprintf(cfg_path, sizeof cfg_path, "%s/preprocessor_config.json", model);
+    image_preprocess_config cfg;
+    BT_ASSERT(image_preprocess_config_from_json(&cfg, cfg_path) == BT_OK);
+    image_u8 im;
+    BT_ASSERT(image_load_file(&im, img_path, &cfg) == BT_OK);
+    size_t R = (size_t)cfg.crop_size, numel = 3 * R * R;
+    float *want = malloc(numel * 4), *got = malloc(numel * 4);
+    bt_bf16 *want16 = malloc(numel * 2);
+    image_preprocess(want, &im, &cfg);
+    image_preprocess_bf16(want16, &im, &cfg);
+    image_u8_free(&im);
+
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        snprintf(out, sizeof out, "%s/pixels_%d.safetensors", dir, bf16);
+        int rc = run(NULL, "preprocess --model '%s' --image '%s' --output '%s' --dtype %s", model,
+                     img_path, out, bf16 ? "bf16" : "f32");
+        safetensors_file sf;
+        int ok = rc == 0 && safetensors_open(&sf, out) == BT_OK;
+        if (!ok) {
+            tu_check(0, "preprocess %s: exit %d: %s", bf16 ? "bf16" : "f32", rc, err_text);
+            continue;
+        }
+        const safetensors_tensor *t = safetensors_find(&sf, "pixel_values");
+        ok = t && t->ndim == 4 && t->shape[0] == 1 && t->shape[1] == 3 &&
+             t->shape[2] == (int64_t)R && t->shape[3] == (int64_t)R &&
+             t->dtype == (bf16 ? BT_DTYPE_BF16 : BT_DTYPE_F32);
+        if (ok && bf16) ok = memcmp(t->data, want16, numel * 2) == 0;
+        if (ok && !bf16) ok = memcmp(t->data, want, numel * 4) == 0;
+        tu_check(ok,
+                 "preprocess --dtype %s: pixel_values (1, 3, %zu, %zu) equal to "
+                 "image_preprocess%s (bitwise)",
+                 bf16 ? "bf16" : "f32", R, R, bf16 ? "_bf16" : "");
+        safetensors_close(&sf);
+    }
+    int rc =
+        run(NULL, "preprocess --model '%s' --image '%s/none.jpg' --output '%s'", model, dir, out);
+    tu_check(rc == 1 && strstr(err_text, "none.jpg"),
+             "preprocess of a missing image: exit 1 naming it");
+    rc = run(NULL, "preprocess --model '%s' --image '%s' --output '%s' --dtype f16", model,
+             img_path, out);
+    tu_check(rc == 2, "preprocess --dtype f16: exit 2");
+    free(want);
+    free(got);
+    free(want16);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_bt_data PATH/TO/bt-data\n");
+        return 2;
+    }
+    exe = argv[1];
+    snprintf(dir, sizeof dir, "%s", tu_tmpdir());
+    const char *configs = getenv("BT_CONFIGS");
+    snprintf(model, sizeof model, "%s/synthetic", configs ? configs : "configs");
+    test_usage();
+    test_synth();
+    test_check();
+    test_tokenize();
+    test_preprocess();
+    return tu_finish();
+}

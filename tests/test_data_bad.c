@@ -1,0 +1,368 @@
+/* test_data_bad.c: malformed manifests and bad records, under both error policies.
+ *
+ * Manifest: one file with 14 kinds of bad line between good ones. Under STOP each bad line
+ * (after a good line 1) gives an error naming "file:2:" and the key or the JSON column; under
+ * SKIP the whole file loads, keeping the good records and reporting every bad line with its
+ * number, in order. Also: missing file, a directory, an empty file, a file of only bad lines.
+ *
+ * Loader: records whose image is missing, random bytes, a truncated JPEG, a PNG and an empty
+ * file. STOP delivers the batches before the first bad record, then returns the error naming
+ * the manifest line and the image, and keeps returning it. SKIP replaces each bad record by
+ * the next valid record in dataset order (expected replacements worked out from the file
+ * layout below), counts every replacement, reports each bad record once, delivers the same
+ * bytes with 1 and 3 workers. All records bad is an error, not a hang. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data/loader.h"
+#include "data/synth.h"
+#include "test_util.h"
+
+static char dir[1024];
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    BT_ASSERT(f);
+    if (n) BT_ASSERT(fwrite(data, 1, n, f) == n);
+    fclose(f);
+}
+
+static void write_text(const char *path, const char *text) {
+    write_bytes(path, text, strlen(text));
+}
+
+/* ---- manifest ---------------------------------------------------------------------------- */
+
+typedef struct bad_line {
+    const char *text;
+    size_t len;      /* 0: strlen(text) */
+    const char *msg; /* expected message after "file:LINE: " */
+} bad_line;
+
+static const char good_line[] = "{\"image\": \"a.jpg\", \"caption\": \"fine\"}";
+
+static const bad_line bad_lines[] = {
+    {"{\"image\": \"a.jpg\", \"caption\": \"x\"", 0, "malformed JSON at column"},
+    {"{\"caption\": \"no image\"}", 0, "key 'image' missing"},
+    {"{\"image\": 5, \"caption\": \"x\"}", 0, "key 'image' must be a string"},
+    {"{\"image\": \"a.jpg\", \"caption\": [\"x\"]}", 0, "key 'caption' must be a string"},
+    {"{\"image\": \"a.jpg\"}", 0, "key 'caption' missing"},
+    {"{\"image\": \"a.jpg\", \"caption\": \"x\", \"caption_choices\": [\"a\", \"b\", \"c\", "
+     "\"d\"], \"label\": 0}",
+     0, "'caption_choices' has 4 entries, expected 5"},
+    {"{\"image\": \"a.jpg\", \"caption\": \"x\", \"caption_choices\": [\"a\", \"b\", 3, \"d\", "
+     "\"e\"]}",
+     0, "'caption_choices'[2] must be a string"},
+    {"{\"image\": \"a.jpg\", \"caption\": \"x\", \"caption_choices\": [\"a\", \"b\", \"c\", "
+     "\"d\", \"e\"], \"label\": 5}",
+     0, "key 'label' is 5, expected 0..4"},
+    {"{\"image\": \"a.jpg\", \"caption\": \"x\", \"caption_choices\": [\"a\", \"b\", \"c\", "
+     "\"d\", \"e\"], \"label\": 1.5}",
+     0, "key 'label' must be an integer 0..4"},
+    {"{\"image\": \"a.jpg\", \"caption\": \"x\", \"label\": 1}", 0,
+     "key 'label' given without 'caption_choices'"},
+    {"[1, 2, 3]", 0, "record must be a JSON object"},
+    {"{\"image\": \"a.jpg\", \"caption\": \"bad \xff byte\"}", 0,
+     "key 'caption' is not valid UTF-8"},
+    {"{\"image\": \"a.jpg\", \"caption\": \"x\", \"id\": 1.5}", 0,
+     "key 'id' must be a string or an integer"},
+    {"{\"image\": \"a.jpg\", \"caption\": \"x\"} trailing", 0, "malformed JSON at column 36"},
+    {"{\"image\": \"a.jpg\", \"caption\": \"x\"}\0", 36, "line contains a NUL byte"},
+    {"{\"image\": \"\", \"caption\": \"x\"}", 0, "key 'image' is empty"},
+};
+enum { N_BAD = sizeof bad_lines / sizeof bad_lines[0] };
+
+static size_t line_len(const bad_line *b) {
+    return b->len ? b->len : strlen(b->text);
+}
+
+static void test_manifest_stop(void) {
+    char path[1100], want[1400];
+    snprintf(path, sizeof path, "%s/one.jsonl", dir);
+    for (int i = 0; i < N_BAD; i++) {
+        FILE *f = fopen(path, "wb");
+        BT_ASSERT(f);
+        fprintf(f, "%s\n", good_line);
+        fwrite(bad_lines[i].text, 1, line_len(&bad_lines[i]), f);
+        fprintf(f, "\n%s\n", good_line);
+        fclose(f);
+        manifest m;
+        bt_status st = manifest_load(&m, path, NULL);
+        snprintf(want, sizeof want, "%s:2: %s", path, bad_lines[i].msg);
+        tu_check(st != BT_OK && strstr(bt_error_message(), want) != NULL,
+                 "stop: bad line %d -> \"%s\"", i, bt_error_message());
+        manifest_free(&m);
+    }
+}
+
+static void test_manifest_skip(void) {
+    char path[1100], want[1400];
+    snprintf(path, sizeof path, "%s/mixed.jsonl", dir);
+    FILE *f = fopen(path, "wb");
+    BT_ASSERT(f);
+    /* good, bad_0, good, bad_1, good, ... : bad line i sits on line 2*i + 2. */
+    for (int i = 0; i < N_BAD; i++) {
+        fprintf(f, "%s\n", good_line);
+        fwrite(bad_lines[i].text, 1, line_len(&bad_lines[i]), f);
+        fputc('\n', f);
+    }
+    fprintf(f, "%s\n", good_line);
+    fclose(f);
+    manifest_options o = manifest_options_default();
+    o.on_error = MANIFEST_ON_ERROR_SKIP;
+    manifest m;
+    bt_status st = manifest_load(&m, path, &o);
+    tu_check(st == BT_OK && m.n == N_BAD + 1 && m.n_skipped == N_BAD,
+             "skip: %d good records kept, %d bad lines skipped (got %zu, %zu)", N_BAD + 1, N_BAD,
+             m.n, m.n_skipped);
+    int ok = m.n_skipped == N_BAD;
+    for (int i = 0; ok && i < N_BAD; i++) {
+        snprintf(want, sizeof want, "%s:%d: %s", path, 2 * i + 2, bad_lines[i].msg);
+        ok = strstr(m.problems[i], want) != NULL;
+        if (!ok) printf("# problem %d: %s (wanted %s)\n", i, m.problems[i], want);
+    }
+    tu_check(ok, "skip: every skipped line reported with its file:line and key, in order");
+    int lines_ok = m.n == N_BAD + 1;
+    for (size_t i = 0; lines_ok && i < m.n; i++)
+        lines_ok = m.records[i].line == (int)(2 * i + 1);
+    tu_check(lines_ok, "skip: kept records remember their own line numbers");
+    manifest_free(&m);
+
+    /* Only bad lines: an error under SKIP too, with the first problem in the message. */
+    snprintf(path, sizeof path, "%s/allbad.jsonl", dir);
+    write_text(path, "{\"caption\": \"x\"}\n\n[1]\n");
+    st = manifest_load(&m, path, &o);
+    snprintf(want, sizeof want, "%s:1: key 'image' missing", path);
+    tu_check(st == BT_ERR_MISSING && strstr(bt_error_message(), "no valid record") &&
+                 strstr(bt_error_message(), want) && m.n_skipped == 2,
+             "only bad lines: %s", bt_error_message());
+    manifest_free(&m);
+}
+
+static void test_manifest_files(void) {
+    char path[1100];
+    manifest m;
+    snprintf(path, sizeof path, "%s/nonexistent.jsonl", dir);
+    bt_status st = manifest_load(&m, path, NULL);
+    tu_check(st == BT_ERR_IO && strstr(bt_error_message(), path) &&
+                 strstr(bt_error_message(), "No such file"),
+             "missing manifest: %s", bt_error_message());
+    manifest_free(&m);
+
+    snprintf(path, sizeof path, "%s/empty.jsonl", dir);
+    write_text(path, "\n  \n");
+    st = manifest_load(&m, path, NULL);
+    tu_check(st == BT_ERR_MISSING && strstr(bt_error_message(), "no records"),
+             "manifest of blank lines: %s", bt_error_message());
+    manifest_free(&m);
+
+    st = manifest_load(&m, dir, NULL);
+    tu_check(st == BT_ERR_IO && strstr(bt_error_message(), "is a directory"),
+             "a directory as manifest: %s", bt_error_message());
+    manifest_free(&m);
+
+    /* Deeply nested JSON (cJSON's nesting limit) is an error, not a stack overflow. */
+    snprintf(path, sizeof path, "%s/deep.jsonl", dir);
+    FILE *f = fopen(path, "wb");
+    BT_ASSERT(f);
+    fputs("{\"image\": \"a.jpg\", \"caption\": \"x\", \"extra\": ", f);
+    for (int i = 0; i < 5000; i++)
+        fputc('[', f);
+    for (int i = 0; i < 5000; i++)
+        fputc(']', f);
+    fputs("}\n", f);
+    fclose(f);
+    st = manifest_load(&m, path, NULL);
+    tu_check(st == BT_ERR_FORMAT && strstr(bt_error_message(), ":1: malformed JSON"),
+             "5000-deep nesting: %s", bt_error_message());
+    manifest_free(&m);
+}
+
+/* ---- loader ------------------------------------------------------------------------------ */
+
+/* Record layout of the loader's manifest (index: image). Bad ones: 5 missing, 7 random
+ * bytes, 8 truncated JPEG, 10 PNG, 11 empty. Next valid in dataset order: 5->6, 7->9, 8->9,
+ * 10->12, 11->12. */
+enum { N_REC = 14 };
+static const int is_bad[N_REC] = {0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 1, 1, 0, 0};
+static const int replacement[N_REC] = {0, 1, 2, 3, 4, 6, 6, 9, 9, 9, 12, 12, 12, 13};
+
+static void make_loader_data(char *manifest_path, size_t cap) {
+    char out[1100], path[1300];
+    snprintf(out, sizeof out, "%s/synth", dir);
+    synth_options so = {.out_dir = out, .n = {N_REC, 0, 0}, .seed = 3, .size = 32};
+    BT_ASSERT(synth_generate(&so) == BT_OK);
+
+    /* Corrupt variants of the files of the bad records. */
+    snprintf(path, sizeof path, "%s/images/train/%06d.jpg", out, 5);
+    BT_ASSERT(remove(path) == 0);
+    unsigned char junk[600];
+    for (int i = 0; i < 600; i++)
+        junk[i] = (unsigned char)(i * 131 + 7);
+    snprintf(path, sizeof path, "%s/images/train/%06d.jpg", out, 7);
+    write_bytes(path, junk, sizeof junk);
+    snprintf(path, sizeof path, "%s/images/train/%06d.jpg", out, 8);
+    FILE *f = fopen(path, "rb");
+    BT_ASSERT(f);
+    unsigned char jpg[65536];
+    size_t n = fread(jpg, 1, sizeof jpg, f);
+    fclose(f);
+    write_bytes(path, jpg, n * 2 / 5);
+    static const unsigned char png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n',
+                                        0,    0,   0,   13,  'I',  'H',  'D',  'R'};
+    snprintf(path, sizeof path, "%s/images/train/%06d.jpg", out, 10);
+    write_bytes(path, png, sizeof png);
+    snprintf(path, sizeof path, "%s/images/train/%06d.jpg", out, 11);
+    write_bytes(path, "", 0);
+    snprintf(manifest_path, cap, "%s/train.jsonl", out);
+}
+
+static loader_options opts(manifest_error_policy p, int workers) {
+    loader_options o = loader_options_default();
+    o.batch_size = 4;
+    o.max_length = 24;
+    o.shuffle = 0; /* dataset order: the layout above decides which batch fails */
+    o.max_epochs = 2;
+    o.num_workers = workers;
+    o.on_error = p;
+    return o;
+}
+
+static void collect(const char *msg, void *ctx) {
+    char *all = ctx;
+    strncat(all, msg, 8191 - strlen(all));
+    strncat(all, "\n", 8191 - strlen(all));
+}
+
+static void test_loader_policies(const manifest *m, const tokenizer *tok,
+                                 const image_preprocess_config *img) {
+    char want[1400];
+    /* STOP */
+    loader_options o = opts(MANIFEST_ON_ERROR_STOP, 3);
+    loader *l;
+    BT_ASSERT(loader_init(&l, m, tok, img, &o) == BT_OK);
+    loader_batch *b;
+    bt_status st0 = loader_next(l, &b);
+    int first_ok = st0 == BT_OK && b && b->size == 4 && b->record[3] == 3;
+    if (b) loader_release(l, b);
+    bt_status st1 = loader_next(l, &b);
+    char msg1[2048];
+    snprintf(msg1, sizeof msg1, "%s", bt_error_message());
+    snprintf(want, sizeof want, "%s:6: %s/synth/images/train/000005.jpg", m->path, dir);
+    tu_check(first_ok, "stop: batch 0 (records 0-3, all good) is delivered");
+    tu_check(st1 == BT_ERR_IO && b == NULL && strstr(msg1, want),
+             "stop: batch 1 fails naming line 6 and the missing image: %s", msg1);
+    bt_status st2 = loader_next(l, &b);
+    tu_check(st2 == st1 && b == NULL && strcmp(bt_error_message(), msg1) == 0,
+             "stop: the error is returned again on the next call");
+    loader_free(l);
+
+    /* STOP: each kind of bad file names its line and the path. Start at the batch holding
+     * it (a cursor), so the failing record is the first bad one the loader meets. */
+    const int kinds[4] = {7, 8, 10, 11};
+    for (int k = 0; k < 4; k++) {
+        o = opts(MANIFEST_ON_ERROR_STOP, 2);
+        o.batch_size = 1;
+        o.start.position = kinds[k];
+        BT_ASSERT(loader_init(&l, m, tok, img, &o) == BT_OK);
+        bt_status st = loader_next(l, &b);
+        snprintf(want, sizeof want, "%s:%d: %s/synth/images/train/%06d.jpg", m->path, kinds[k] + 1,
+                 dir, kinds[k]);
+        tu_check(st != BT_OK && !b && strstr(bt_error_message(), want), "stop: record %d: %s",
+                 kinds[k], bt_error_message());
+        loader_free(l);
+    }
+
+    /* SKIP, 1 worker and 3 workers, 2 epochs. */
+    for (int workers = 1; workers <= 3; workers += 2) {
+        o = opts(MANIFEST_ON_ERROR_SKIP, workers);
+        BT_ASSERT(loader_init(&l, m, tok, img, &o) == BT_OK);
+        int ok = 1, batches = 0;
+        bt_status st;
+        char problems[8192] = "";
+        size_t drained_epoch0 = 0, drained_epoch1 = 0;
+        while ((st = loader_next(l, &b)) == BT_OK && b) {
+            for (int i = 0; i < b->size; i++) {
+                int64_t s = b->sampled[i];
+                ok &= b->record[i] == replacement[s];
+                ok &= !is_bad[b->record[i]];
+            }
+            batches++;
+            loader_release(l, b);
+            if (batches == 4) drained_epoch0 = loader_drain_problems(l, collect, problems);
+        }
+        drained_epoch1 = loader_drain_problems(l, collect, problems);
+        loader_stats s;
+        loader_get_stats(l, &s);
+        loader_free(l);
+        tu_check(st == BT_OK && batches == 8 && ok,
+                 "skip (%d workers): 8 batches, every bad record replaced by the next valid "
+                 "one in dataset order",
+                 workers);
+        tu_check(s.replaced == 10 && s.bad_records == 5,
+                 "skip (%d workers): 10 replacements over 2 epochs, 5 distinct bad records "
+                 "(got %lld, %lld)",
+                 workers, (long long)s.replaced, (long long)s.bad_records);
+        int named = drained_epoch0 + drained_epoch1 == 5;
+        for (int r = 0; r < N_REC; r++) {
+            if (!is_bad[r]) continue;
+            snprintf(want, sizeof want, "%s:%d: %s/synth/images/train/%06d.jpg", m->path, r + 1,
+                     dir, r);
+            named &= strstr(problems, want) != NULL;
+        }
+        tu_check(named,
+                 "skip (%d workers): each bad record reported once with file:line "
+                 "and path (%zu + %zu reports)",
+                 workers, drained_epoch0, drained_epoch1);
+        if (!named) printf("# problems:\n%s", problems);
+    }
+}
+
+static void test_loader_all_bad(const tokenizer *tok, const image_preprocess_config *img) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/allmissing.jsonl", dir);
+    write_text(path, "{\"image\": \"no1.jpg\", \"caption\": \"a\"}\n"
+                     "{\"image\": \"no2.jpg\", \"caption\": \"b\"}\n"
+                     "{\"image\": \"no3.jpg\", \"caption\": \"c\"}\n");
+    manifest m;
+    BT_ASSERT(manifest_load(&m, path, NULL) == BT_OK);
+    loader_options o = opts(MANIFEST_ON_ERROR_SKIP, 2);
+    loader *l;
+    BT_ASSERT(loader_init(&l, &m, tok, img, &o) == BT_OK);
+    loader_batch *b;
+    bt_status st = loader_next(l, &b);
+    tu_check(st == BT_ERR_MISSING && !b && strstr(bt_error_message(), "no valid record") &&
+                 strstr(bt_error_message(), path),
+             "skip with every image missing: %s", bt_error_message());
+    loader_free(l);
+    manifest_free(&m);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "%s", tu_tmpdir());
+    test_manifest_stop();
+    test_manifest_skip();
+    test_manifest_files();
+
+    char mpath[1300], model[1200];
+    make_loader_data(mpath, sizeof mpath);
+    manifest m;
+    BT_ASSERT(manifest_load(&m, mpath, NULL) == BT_OK);
+    const char *configs = getenv("BT_CONFIGS");
+    snprintf(model, sizeof model, "%s/synthetic", configs ? configs : "configs");
+    tokenizer tok;
+    bt_status st = tokenizer_load(&tok, model);
+    if (!tu_check(st == BT_OK, "tokenizer %s: %s", model, st ? bt_error_message() : "ok")) {
+        manifest_free(&m);
+        return tu_finish();
+    }
+    image_preprocess_config img;
+    image_preprocess_config_default(&img, 32);
+    test_loader_policies(&m, &tok, &img);
+    test_loader_all_bad(&tok, &img);
+    manifest_free(&m);
+    tokenizer_free(&tok);
+    return tu_finish();
+}
