@@ -25,7 +25,19 @@ bt_status bt_fail_context(bt_status code, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(previous, bt_msg, sizeof previous);
-    snprintf(bt_msg, sizeof bt_msg, "%s: %s", prefix, previous);
+    /* prefix + ": " + previous, cut at the buffer's end (messages are for people). */
+    size_t n = strlen(prefix);
+    if (n > sizeof bt_msg - 1) n = sizeof bt_msg - 1;
+    memcpy(bt_msg, prefix, n);
+    size_t room = sizeof bt_msg - 1 - n;
+    size_t sep = room < 2 ? room : 2;
+    memcpy(bt_msg + n, ": ", sep);
+    n += sep;
+    room -= sep;
+    size_t m = strlen(previous);
+    if (m > room) m = room;
+    memcpy(bt_msg + n, previous, m);
+    bt_msg[n + m] = '\0';
     return code;
 }
 

@@ -4,14 +4,23 @@
  * Expected outputs come from the library called in-process (tokenizer_encode_single/_pair,
  * image_preprocess(_bf16), synth_scene_caption, manifest_load), never from bt-data itself:
  * the test checks that the command line tool prints and writes exactly what the library
- * computes, and that usage errors exit 2, problems exit 1, success exits 0. */
+ * computes, and that usage errors exit 2, problems exit 1, success exits 0.
+ * `batch` is compared with loader_next of an in-process loader with the trainer's options
+ * (loader_options_default + batch size, seed, max_length), walked from the start of the
+ * stream up to batch K (the command seeks there with a cursor instead): tensors bitwise,
+ * record ids and indices in the metadata; also the synthetic demo model's consistency
+ * (configs/synthetic-model: vocab_size = the tokenizer's, image_size = the processor's
+ * crop, T from max_text_len). */
+#include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
+#include "config.h"
 #include "data/image.h"
+#include "data/loader.h"
 #include "data/manifest.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
@@ -292,6 +301,167 @@ static void test_preprocess(void) {
     free(want16);
 }
 
+/* Runs `bt-data batch` for batch K of d1/train.jsonl and compares the file with the K-th
+ * batch loader_next delivers (0-based) under the same options. */
+static void check_batch(const char *model_dir, int B, int64_t K, uint64_t seed, int T,
+                        const char *extra) {
+    char out[1300], mpath[1300], pp[1400];
+    snprintf(out, sizeof out, "%s/batch_%d_%lld.safetensors", dir, B, (long long)K);
+    snprintf(mpath, sizeof mpath, "%s/d1/train.jsonl", dir);
+    int rc = run(NULL, "batch --data '%s' --model '%s' --batch-size %d --index %lld --seed %llu %s "
+                       "--output '%s'",
+                 mpath, model_dir, B, (long long)K, (unsigned long long)seed, extra, out);
+    if (!tu_check(rc == 0, "batch --batch-size %d --index %lld: exit 0 (%d) %s", B, (long long)K,
+                  rc, err_text))
+        return;
+
+    /* Reference: the loader, in-process, from the start of the stream. */
+    manifest m;
+    tokenizer tok;
+    image_preprocess_config img;
+    snprintf(pp, sizeof pp, "%s/preprocessor_config.json", model_dir);
+    BT_ASSERT(manifest_load(&m, mpath, NULL) == BT_OK);
+    BT_ASSERT(tokenizer_load(&tok, model_dir) == BT_OK);
+    BT_ASSERT(image_preprocess_config_from_json(&img, pp) == BT_OK);
+    loader_options lo = loader_options_default();
+    lo.batch_size = B;
+    lo.seed = seed;
+    lo.max_length = T;
+    loader *l;
+    BT_ASSERT(loader_init(&l, &m, &tok, &img, &lo) == BT_OK);
+    loader_batch *b = NULL;
+    for (int64_t k = 0; k <= K; k++) {
+        if (b) loader_release(l, b);
+        BT_ASSERT(loader_next(l, &b) == BT_OK && b);
+    }
+
+    safetensors_file f;
+    int ok = safetensors_open(&f, out) == BT_OK;
+    const safetensors_tensor *ids = ok ? safetensors_find(&f, "input_ids") : NULL;
+    const safetensors_tensor *mask = ok ? safetensors_find(&f, "attention_mask") : NULL;
+    const safetensors_tensor *px = ok ? safetensors_find(&f, "pixel_values") : NULL;
+    const safetensors_tensor *lab = ok ? safetensors_find(&f, "labels") : NULL;
+    const int64_t n = b->size, R = img.crop_size;
+    ok = ok && ids && mask && px && lab && f.n_tensors == 4;
+    ok = ok && ids->dtype == BT_DTYPE_I64 && ids->ndim == 2 && ids->shape[0] == n &&
+         ids->shape[1] == T && mask->dtype == BT_DTYPE_I64 && mask->ndim == 2 &&
+         mask->shape[0] == n && mask->shape[1] == T && px->dtype == BT_DTYPE_F32 &&
+         px->ndim == 4 && px->shape[0] == n && px->shape[1] == 3 && px->shape[2] == R &&
+         px->shape[3] == R && lab->dtype == BT_DTYPE_I64 && lab->ndim == 1 && lab->shape[0] == n;
+    tu_check(ok, "batch %lld: input_ids, attention_mask (%lld, %d) I64, pixel_values (%lld, 3, "
+                 "%lld, %lld) F32, labels (%lld) I64; B = the batch's %d valid rows",
+             (long long)K, (long long)n, T, (long long)n, (long long)R, (long long)R,
+             (long long)n, b->size);
+    if (ok) {
+        int same_ids = 1, ones = 1;
+        for (int64_t i = 0; i < n * T; i++) {
+            int64_t v, w;
+            memcpy(&v, ids->data + 8 * i, 8);
+            memcpy(&w, mask->data + 8 * i, 8);
+            same_ids &= v == b->input_ids[i] && w == b->attention_mask[i];
+        }
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v;
+            memcpy(&v, lab->data + 8 * i, 8);
+            ones &= v == 1;
+        }
+        tu_check(same_ids, "batch %lld: input_ids and attention_mask equal loader_next's",
+                 (long long)K);
+        tu_check(memcmp(px->data, b->pixel_values, (size_t)(n * 3 * R * R) * 4) == 0,
+                 "batch %lld: pixel_values bitwise equal loader_next's", (long long)K);
+        tu_check(ones, "batch %lld: labels all 1 (matching pairs)", (long long)K);
+
+        cJSON *meta = f.metadata_json ? cJSON_Parse(f.metadata_json) : NULL;
+        const cJSON *j_ids = cJSON_GetObjectItemCaseSensitive(meta, "ids");
+        const cJSON *j_rec = cJSON_GetObjectItemCaseSensitive(meta, "records");
+        const cJSON *j_epoch = cJSON_GetObjectItemCaseSensitive(meta, "epoch");
+        const cJSON *j_index = cJSON_GetObjectItemCaseSensitive(meta, "index");
+        cJSON *ids_arr = cJSON_IsString(j_ids) ? cJSON_Parse(j_ids->valuestring) : NULL;
+        cJSON *rec_arr = cJSON_IsString(j_rec) ? cJSON_Parse(j_rec->valuestring) : NULL;
+        int meta_ok = ids_arr && rec_arr && cJSON_GetArraySize(ids_arr) == n &&
+                      cJSON_GetArraySize(rec_arr) == n && cJSON_IsString(j_epoch) &&
+                      atoll(j_epoch->valuestring) == b->epoch && cJSON_IsString(j_index) &&
+                      atoll(j_index->valuestring) == b->index;
+        for (int64_t i = 0; meta_ok && i < n; i++) {
+            const cJSON *a = cJSON_GetArrayItem(ids_arr, (int)i);
+            const cJSON *r = cJSON_GetArrayItem(rec_arr, (int)i);
+            meta_ok = cJSON_IsString(a) && b->ids[i] && !strcmp(a->valuestring, b->ids[i]) &&
+                      cJSON_IsNumber(r) && (int64_t)r->valuedouble == b->record[i];
+        }
+        tu_check(meta_ok, "batch %lld (epoch %lld, batch %lld): metadata ids, records, epoch and "
+                          "index equal the loader's",
+                 (long long)K, (long long)b->epoch, (long long)b->index);
+        cJSON_Delete(ids_arr);
+        cJSON_Delete(rec_arr);
+        cJSON_Delete(meta);
+    }
+    safetensors_close(&f);
+    loader_release(l, b);
+    loader_free(l);
+    manifest_free(&m);
+    tokenizer_free(&tok);
+}
+
+static void test_batch(void) {
+    /* d1/train.jsonl has 7 records: batches of 3, 3 and 1 per epoch. */
+    check_batch(model, 3, 0, 5, 24, "--max-length 24");
+    check_batch(model, 3, 2, 5, 24, "--max-length 24"); /* the partial last batch */
+    check_batch(model, 3, 4, 5, 24, "--max-length 24"); /* epoch 1, batch 1 */
+
+    /* The demo model: T from its max_text_len, images from its processor. */
+    char demo[1300], cfg_path[1400];
+    const char *configs = getenv("BT_CONFIGS");
+    snprintf(demo, sizeof demo, "%s/synthetic-model", configs ? configs : "configs");
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", demo);
+    bt_model_config c;
+    tokenizer tok;
+    image_preprocess_config img;
+    char pp[1400];
+    snprintf(pp, sizeof pp, "%s/preprocessor_config.json", demo);
+    int ok = bt_model_config_load(&c, cfg_path) == BT_OK && tokenizer_load(&tok, demo) == BT_OK &&
+             image_preprocess_config_from_json(&img, pp) == BT_OK;
+    if (tu_check(ok, "configs/synthetic-model: config, tokenizer and processor load")) {
+        tu_check(c.vocab_size == tok.vocab_size && c.pad_token_id == tok.pad_id &&
+                     c.image_size == img.crop_size &&
+                     c.max_position_embeddings - c.pad_token_id - 1 >= 32,
+                 "configs/synthetic-model: vocab_size %d = tokenizer's %d, pad %d = %d, "
+                 "image_size %d = crop %d, positions for T = 32",
+                 c.vocab_size, tok.vocab_size, c.pad_token_id, tok.pad_id, c.image_size,
+                 img.crop_size);
+        tokenizer_free(&tok);
+    }
+    check_batch(demo, 4, 1, 0, 32, "");
+
+    char mpath[1300], out[1300];
+    snprintf(mpath, sizeof mpath, "%s/d1/train.jsonl", dir);
+    snprintf(out, sizeof out, "%s/bad_batch.safetensors", dir);
+    tu_check(run(NULL, "batch --data '%s' --model '%s' --output '%s'", mpath, model, out) == 2 &&
+                 strstr(err_text, "--batch-size"),
+             "batch without --batch-size: exit 2");
+    tu_check(run(NULL, "batch --data '%s' --model '%s' --batch-size 2 --output '%s'", mpath, model,
+                 out) == 2 &&
+                 strstr(err_text, "--max-length"),
+             "batch for a model directory without config.json and no --max-length: exit 2");
+    tu_check(run(NULL, "batch --data '%s' --model '%s' --batch-size 2 --max-length 50 --output '%s'",
+                 mpath, demo, out) == 1 &&
+                 strstr(err_text, "at most 38 tokens"),
+             "batch with --max-length beyond the model's position table: exit 1: %s", err_text);
+    /* A model whose config wants 32 px images next to a 64 px processor. */
+    char mixed[1300];
+    snprintf(mixed, sizeof mixed, "%s/mixed", dir);
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && cp '%s'/vocab.json '%s'/merges.txt '%s'/preprocessor_config.json "
+             "'%s' && cp '%s/../tiny/config.json' '%s'",
+             mixed, demo, demo, demo, mixed, demo, mixed);
+    BT_ASSERT(system(cmd) == 0);
+    tu_check(run(NULL, "batch --data '%s' --model '%s' --batch-size 2 --output '%s'", mpath, mixed,
+                 out) == 1 &&
+                 strstr(err_text, "vision_config.image_size 32"),
+             "batch with a processor (64 px) that disagrees with config.json (32 px): exit 1: %s",
+             err_text);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_bt_data PATH/TO/bt-data\n");
@@ -306,5 +476,6 @@ int main(int argc, char **argv) {
     test_check();
     test_tokenize();
     test_preprocess();
+    test_batch();
     return tu_finish();
 }

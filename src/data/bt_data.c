@@ -15,11 +15,21 @@
  *   bt-data synth --captions N [--seed S]
  *       generates the synthetic dataset (synth.h), or prints N training captions (the corpus
  *       the committed configs/synthetic tokenizer was trained on).
+ *   bt-data batch --data MANIFEST --model DIR --batch-size N [--index K] [--seed S]
+ *                 [--max-length T] [--dtype f32|bf16] [--dct-scaling] --output OUT.safetensors
+ *       assembles batch K of the stream the loader (loader.h) delivers to the trainer (shuffle
+ *       from S, one rank, partial last batch kept; K counts across epochs, seq = epoch *
+ *       batches_per_epoch + k) and writes it under Hugging Face's forward-argument names:
+ *       input_ids, attention_mask (B, T) I64, pixel_values (B, 3, R, R), labels (B) I64 of
+ *       ones (every pair is a matching pair: ITM's positive label), with the record ids and
+ *       indices as metadata; B is the batch's valid rows. T: --max-length, else config.json's
+ *       max_text_len, else max_position_embeddings - pad_token_id - 1. bt-forward reads it.
  *
  * Exit status: 0 ok, 1 problems found or an error (the message names the file and line),
  * 2 usage error.
  *
- * Deliberately not here: rewriting or repairing manifests, downloading datasets. */
+ * Deliberately not here: rewriting or repairing manifests, downloading datasets, negatives
+ * for ITM or MLM masking in `batch` (the trainer builds those). */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -28,8 +38,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "config.h"
 #include "data/image.h"
+#include "data/loader.h"
 #include "data/manifest.h"
+#include "data/sampler.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
 #include "safetensors.h"
@@ -44,7 +59,10 @@ static const char usage_text[] =
     "  bt-data preprocess --model DIR --image FILE --output OUT.safetensors\n"
     "                     [--dtype f32|bf16] [--dct-scaling]\n"
     "  bt-data synth --out DIR [--train N] [--val N] [--test N] [--seed S] [--size PX]\n"
-    "  bt-data synth --captions N [--seed S]\n";
+    "  bt-data synth --captions N [--seed S]\n"
+    "  bt-data batch --data MANIFEST --model DIR --batch-size N [--index K] [--seed S]\n"
+    "                [--max-length T] [--dtype f32|bf16] [--dct-scaling]\n"
+    "                --output OUT.safetensors\n";
 
 static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "bt-data: ");
@@ -70,7 +88,7 @@ static long long parse_count(const char *s) {
 
 typedef struct args {
     const char *data, *model, *image_key, *caption_key, *image, *output, *out, *dtype;
-    long long max_length, train, val, test, seed, size, captions;
+    long long max_length, train, val, test, seed, size, captions, batch_size, index;
     int pair, pad, mask, dct;
 } args;
 
@@ -97,6 +115,8 @@ static const struct opt_spec {
     {"--seed", OPT_NUM, offsetof(args, seed)},
     {"--size", OPT_NUM, offsetof(args, size)},
     {"--captions", OPT_NUM, offsetof(args, captions)},
+    {"--batch-size", OPT_NUM, offsetof(args, batch_size)},
+    {"--index", OPT_NUM, offsetof(args, index)},
     {"--pair", OPT_FLAG, offsetof(args, pair)},
     {"--pad", OPT_FLAG, offsetof(args, pad)},
     {"--mask", OPT_FLAG, offsetof(args, mask)},
@@ -106,7 +126,7 @@ static const struct opt_spec {
 /* Returns EXIT_OK or EXIT_USAGE. */
 static int parse_args(args *a, int argc, char **argv) {
     memset(a, 0, sizeof *a);
-    a->max_length = a->captions = -1;
+    a->max_length = a->captions = a->batch_size = -1;
     a->train = 1000, a->val = 200, a->test = 200, a->seed = 0, a->size = 64;
     for (int i = 2; i < argc; i++) {
         const struct opt_spec *spec = NULL;
@@ -473,6 +493,244 @@ static int cmd_synth(const args *a) {
     return EXIT_OK;
 }
 
+/* ---- batch ------------------------------------------------------------------------------- */
+
+/* The model directory's config.json, if it has one: the text length the model takes by
+ * default (max_text_len, a BridgeTower checkpoint key bt's config reader skips, else the
+ * position table's capacity) and its limits. *has_config = 0 when there is no config.json. */
+typedef struct model_text_info {
+    int has_config;
+    int default_length; /* max_text_len or max_pos - pad - 1 */
+    int max_length;     /* max_position_embeddings - pad_token_id - 1 */
+    int image_size;     /* vision_config.image_size */
+    char path[4200];
+} model_text_info;
+
+static bt_status read_model_info(model_text_info *mi, const char *model_dir) {
+    memset(mi, 0, sizeof *mi);
+    snprintf(mi->path, sizeof mi->path, "%s/config.json", model_dir);
+    FILE *f = fopen(mi->path, "rb");
+    if (!f) return errno == ENOENT ? BT_OK : bt_fail(BT_ERR_IO, "%s: cannot open: %s", mi->path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *text = malloc(cap);
+    BT_ASSERT(text);
+    for (size_t got; (got = fread(text + n, 1, cap - 1 - n, f)) > 0;) {
+        n += got;
+        if (n == cap - 1) {
+            text = realloc(text, cap *= 2);
+            BT_ASSERT(text);
+        }
+    }
+    fclose(f);
+    text[n] = '\0';
+    bt_model_config c;
+    bt_status st = bt_model_config_parse(&c, text, mi->path);
+    if (st == BT_OK) {
+        mi->has_config = 1;
+        mi->max_length = c.max_position_embeddings - c.pad_token_id - 1;
+        mi->default_length = mi->max_length;
+        mi->image_size = c.image_size;
+        cJSON *j = cJSON_Parse(text);
+        const cJSON *mt = j ? cJSON_GetObjectItemCaseSensitive(j, "max_text_len") : NULL;
+        if (mt && (!cJSON_IsNumber(mt) || mt->valuedouble != (double)(int)mt->valuedouble ||
+                   mt->valuedouble < 2 || mt->valuedouble > mi->max_length))
+            st = bt_fail(BT_ERR_CONFIG,
+                         "%s: key 'max_text_len' must be an integer in [2, %d] "
+                         "(max_position_embeddings %d - pad_token_id %d - 1)",
+                         mi->path, mi->max_length, c.max_position_embeddings, c.pad_token_id);
+        else if (mt)
+            mi->default_length = (int)mt->valuedouble;
+        cJSON_Delete(j);
+    }
+    free(text);
+    return st;
+}
+
+/* Compact JSON text of `item` (malloc'd, caller frees); deletes item. */
+static char *json_take(cJSON *item) {
+    char *t = cJSON_PrintUnformatted(item);
+    BT_ASSERT(t);
+    cJSON_Delete(item);
+    return t;
+}
+
+static int cmd_batch(const args *a) {
+    if (!a->data || !a->model || !a->output || a->batch_size < 0)
+        return usage("batch needs --data MANIFEST --model DIR --batch-size N "
+                     "--output OUT.safetensors%s",
+                     "");
+    if (a->batch_size < 1 || a->batch_size > 65536)
+        return usage("--batch-size must be in [1, 65536]%s", "");
+    int bf16 = 0;
+    if (a->dtype) {
+        if (!strcmp(a->dtype, "bf16"))
+            bf16 = 1;
+        else if (strcmp(a->dtype, "f32"))
+            return usage("--dtype '%s': expected f32 or bf16", a->dtype);
+    }
+    if (a->max_length >= 0 && (a->max_length < 2 || a->max_length > 65536))
+        return usage("--max-length must be in [2, 65536]%s", "");
+
+    /* Text length and image size: the run's, checked against the model when it has a
+     * config.json (bt-forward would refuse the batch later, less clearly). */
+    model_text_info mi;
+    if (read_model_info(&mi, a->model) != BT_OK) return fail();
+    int T;
+    if (a->max_length >= 0) {
+        T = (int)a->max_length;
+        if (mi.has_config && T > mi.max_length) {
+            fprintf(stderr,
+                    "bt-data: error: --max-length %d exceeds what the model at %s takes: at most "
+                    "%d tokens (max_position_embeddings - pad_token_id - 1)\n",
+                    T, mi.path, mi.max_length);
+            return EXIT_PROBLEMS;
+        }
+    } else if (mi.has_config) {
+        T = mi.default_length;
+    } else {
+        return usage("batch: %s/config.json is absent; give the text length with --max-length T",
+                     a->model);
+    }
+    char pp_path[4200];
+    snprintf(pp_path, sizeof pp_path, "%s/preprocessor_config.json", a->model);
+    image_preprocess_config img;
+    if (image_preprocess_config_from_json(&img, pp_path) != BT_OK) return fail();
+    img.use_dct_scaling = a->dct;
+    if (mi.has_config && img.crop_size != mi.image_size) {
+        fprintf(stderr,
+                "bt-data: error: %s gives %dx%d images but %s has vision_config.image_size %d; "
+                "they must agree\n",
+                pp_path, img.crop_size, img.crop_size, mi.path, mi.image_size);
+        return EXIT_PROBLEMS;
+    }
+
+    tokenizer tok;
+    if (tokenizer_load(&tok, a->model) != BT_OK) return fail();
+    manifest_options mo = manifest_options_default();
+    if (a->image_key) mo.image_key = a->image_key;
+    if (a->caption_key) mo.caption_key = a->caption_key;
+    manifest m;
+    if (manifest_load(&m, a->data, &mo) != BT_OK) {
+        tokenizer_free(&tok);
+        return fail();
+    }
+
+    /* The trainer's loader options for a single process; prefetch 1 so the one worker
+     * decodes only the batch asked for. */
+    loader_options lo = loader_options_default();
+    lo.prefetch = 1;
+    lo.seed = (uint64_t)a->seed;
+    lo.batch_size = (int)a->batch_size;
+    lo.max_length = T;
+    lo.pixel_dtype = bf16 ? BT_DTYPE_BF16 : BT_DTYPE_F32;
+    lo.with_choices = 0;
+    /* Batch K of the stream: epoch K / nb, batch K % nb, nb from the same sampler settings
+     * the loader uses; the loader starts there (a cursor on a batch boundary). */
+    sampler smp;
+    sampler_options so = {.seed = lo.seed,
+                          .rank = lo.rank,
+                          .world_size = lo.world_size,
+                          .batch_size = lo.batch_size,
+                          .shuffle = lo.shuffle,
+                          .drop_last = lo.drop_last,
+                          .drop_last_batch = lo.drop_last_batch};
+    bt_status st = sampler_init(&smp, (int64_t)m.n, &so);
+    int64_t nb = smp.num_batches;
+    sampler_free(&smp);
+    loader *l = NULL;
+    loader_batch *b = NULL;
+    if (st == BT_OK) {
+        int64_t K = a->index > 0 ? a->index : 0;
+        lo.start.epoch = K / nb;
+        lo.start.position = (K % nb) * lo.batch_size;
+        lo.max_epochs = lo.start.epoch + 1;
+        st = loader_init(&l, &m, &tok, &img, &lo);
+    }
+    if (st == BT_OK) st = loader_next(l, &b);
+    if (st == BT_OK && !b) st = bt_fail(BT_ERR_MISSING, "%s: no batch delivered", a->data);
+    if (st != BT_OK) {
+        int rc = fail();
+        loader_free(l);
+        manifest_free(&m);
+        tokenizer_free(&tok);
+        return rc;
+    }
+
+    /* Only the valid rows: a partial last batch is written as a smaller batch. */
+    const int64_t B = b->size, R = b->image_size;
+    int64_t *ids64 = malloc((size_t)(B * T) * sizeof *ids64);
+    int64_t *mask64 = malloc((size_t)(B * T) * sizeof *mask64);
+    int64_t *labels = malloc((size_t)B * sizeof *labels);
+    BT_ASSERT(ids64 && mask64 && labels);
+    for (int64_t i = 0; i < B * T; i++) {
+        ids64[i] = b->input_ids[i];
+        mask64[i] = b->attention_mask[i];
+    }
+    for (int64_t i = 0; i < B; i++)
+        labels[i] = 1;
+    const bt_dtype px_dtype = bf16 ? BT_DTYPE_BF16 : BT_DTYPE_F32;
+    safetensors_entry e[4] = {
+        {"input_ids", BT_DTYPE_I64, BT_DTYPE_I64, 2, {B, T}, ids64},
+        {"attention_mask", BT_DTYPE_I64, BT_DTYPE_I64, 2, {B, T}, mask64},
+        {"pixel_values", px_dtype, px_dtype, 4, {B, 3, R, R}, b->pixel_values},
+        {"labels", BT_DTYPE_I64, BT_DTYPE_I64, 1, {B}, labels},
+    };
+    cJSON *j_ids = cJSON_CreateArray(), *j_rec = cJSON_CreateArray(), *j_smp = cJSON_CreateArray();
+    BT_ASSERT(j_ids && j_rec && j_smp);
+    for (int64_t i = 0; i < B; i++) {
+        cJSON_AddItemToArray(j_ids, b->ids[i] ? cJSON_CreateString(b->ids[i]) : cJSON_CreateNull());
+        cJSON_AddItemToArray(j_rec, cJSON_CreateNumber((double)b->record[i]));
+        cJSON_AddItemToArray(j_smp, cJSON_CreateNumber((double)b->sampled[i]));
+    }
+    char *s_ids = json_take(j_ids), *s_rec = json_take(j_rec), *s_smp = json_take(j_smp);
+    char s_seq[32], s_epoch[32], s_index[32], s_seed[32], s_nb[32], s_T[16];
+    snprintf(s_seq, sizeof s_seq, "%" PRId64, b->seq);
+    snprintf(s_epoch, sizeof s_epoch, "%" PRId64, b->epoch);
+    snprintf(s_index, sizeof s_index, "%" PRId64, b->index);
+    snprintf(s_seed, sizeof s_seed, "%llu", (unsigned long long)a->seed);
+    snprintf(s_nb, sizeof s_nb, "%" PRId64, nb);
+    snprintf(s_T, sizeof s_T, "%d", T);
+    const char *meta[] = {"format", "pt", "generator", "bt-data batch", "manifest", m.path,
+                          "seq", s_seq, "epoch", s_epoch, "index", s_index,
+                          "batches_per_epoch", s_nb, "seed", s_seed, "max_length", s_T,
+                          "ids", s_ids, "records", s_rec, "sampled", s_smp, NULL};
+    st = safetensors_write(a->output, e, 4, meta);
+    int rc = EXIT_OK;
+    if (st != BT_OK) {
+        rc = fail();
+    } else {
+        printf("%s: batch %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 " of %" PRId64
+               ", shuffle seed %llu) of %s: %" PRId64 " records\n",
+               a->output, b->seq, b->epoch, b->index, nb, (unsigned long long)a->seed, m.path, B);
+        printf("  input_ids, attention_mask (%" PRId64 ", %d) I64; pixel_values (%" PRId64
+               ", 3, %" PRId64 ", %" PRId64 ") %s; labels (%" PRId64 ") I64, all 1\n",
+               B, T, B, R, R, bf16 ? "BF16" : "F32", B);
+        int64_t real = 0;
+        for (int64_t i = 0; i < B * T; i++)
+            real += b->attention_mask[i];
+        printf("  tokens: %.1f of %d per row are text (the rest <pad>, mask 0)\n",
+               (double)real / (double)B, T);
+        const int64_t r0 = b->record[0];
+        printf("  row 0: %s, line %d: \"%s\"\n", b->ids[0] ? b->ids[0] : "(no id)",
+               m.records[r0].line, manifest_caption(&m, (size_t)r0));
+        printf("         input_ids[0] = [");
+        for (int k = 0; k < T; k++)
+            printf(k ? ", %d" : "%d", b->input_ids[k]);
+        printf("]\n");
+    }
+    free(s_ids);
+    free(s_rec);
+    free(s_smp);
+    free(ids64);
+    free(mask64);
+    free(labels);
+    loader_release(l, b);
+    loader_free(l);
+    manifest_free(&m);
+    tokenizer_free(&tok);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(usage_text, argc < 2 ? stderr : stdout);
@@ -485,5 +743,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&a);
     if (!strcmp(cmd, "preprocess")) return cmd_preprocess(&a);
     if (!strcmp(cmd, "synth")) return cmd_synth(&a);
+    if (!strcmp(cmd, "batch")) return cmd_batch(&a);
     return usage("unknown command '%s'", cmd);
 }

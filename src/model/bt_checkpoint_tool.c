@@ -4,11 +4,15 @@
  *
  *   bt-checkpoint --model DIR [--heads auto|none|itc,itm,mlm] [--strict] [--seed N]
  *                 [--save OUT [--dtype f32|bf16]]
+ *   bt-checkpoint --model DIR --init [--heads ...] [--seed N] [--save OUT [--dtype ...]]
  *
  * Uses: checking a checkpoint before a long run; giving a backbone-only checkpoint a head
  * initialized by HF's rules (--heads itm --save OUT); BF16 copies; the HF-compatibility
  * check of docs/checkpoints.md (bt-saved directories are loaded into transformers' classes,
- * HF-saved ones are read here).
+ * HF-saved ones are read here); with --init, a fresh model from a config.json alone (every
+ * tensor by HF's init rules, bt_checkpoint_init; --heads auto then means all three heads,
+ * as there is no file to take them from), saved as a complete HF model directory (e.g. the
+ * demo's model from configs/synthetic-model).
  * Exit status: 0 ok, 1 load/save error (message on stderr), 2 usage error.
  *
  * Deliberately not here: pickle conversion (scripts/convert_checkpoint.py), running the
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
 
@@ -23,12 +28,16 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: bt-checkpoint --model DIR [--heads auto|none|itc,itm,mlm] [--strict]\n"
             "                     [--seed N] [--save OUT [--dtype f32|bf16]]\n"
+            "       bt-checkpoint --model DIR --init [--heads H] [--seed N] [--save OUT ...]\n"
             "  --model DIR   Hugging Face BridgeTower model directory (config.json +\n"
             "                model.safetensors)\n"
             "  --heads H     heads to build: auto (those in the file, default), none, or a\n"
             "                comma list; requested heads absent from the file are initialized\n"
             "                by HF's init rules (from --seed, default 0)\n"
             "  --strict      unexpected keys are an error\n"
+            "  --init        do not read DIR/model.safetensors: initialize every tensor by\n"
+            "                HF's init rules from --seed (DIR needs only config.json);\n"
+            "                --heads auto then builds itc, itm and mlm\n"
             "  --save OUT    write the loaded model to OUT (config.json, model.safetensors,\n"
             "                tokenizer/preprocessor files of DIR); atomic\n"
             "  --dtype D     f32 (default) or bf16 for --save\n");
@@ -66,6 +75,7 @@ static void heads_str(char *out, size_t cap, unsigned m) {
 
 int main(int argc, char **argv) {
     const char *model = NULL, *save = NULL;
+    int init = 0;
     bt_checkpoint_load_options lo;
     bt_checkpoint_load_options_default(&lo);
     bt_checkpoint_save_options so;
@@ -78,6 +88,9 @@ int main(int argc, char **argv) {
             return 0;
         } else if (strcmp(a, "--strict") == 0) {
             lo.unknown_keys_are_errors = 1;
+            continue;
+        } else if (strcmp(a, "--init") == 0) {
+            init = 1;
             continue;
         }
         if (!v) {
@@ -129,10 +142,28 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    if (init && lo.unknown_keys_are_errors) {
+        fprintf(stderr, "bt-checkpoint: --strict checks a weights file; --init reads none\n");
+        return 2;
+    }
+
     bt_checkpoint_weights w;
     bt_checkpoint_report r;
-    bt_status s = bt_checkpoint_load(&w, model, &lo, &r);
-    bt_checkpoint_report_print(&r, stderr, "bt-checkpoint");
+    bt_checkpoint_report_init(&r);
+    bt_status s;
+    if (init) {
+        unsigned heads = lo.heads == BT_CHECKPOINT_HEADS_AUTO ? BT_HEADS_ALL : lo.heads;
+        s = bt_checkpoint_init(&w, model, heads, lo.init_seed);
+        r.heads_built = heads & BT_HEADS_ALL;
+        char wpath[4096];
+        struct stat sb;
+        snprintf(wpath, sizeof wpath, "%s/model.safetensors", model);
+        if (s == BT_OK && stat(wpath, &sb) == 0)
+            fprintf(stderr, "bt-checkpoint: notice: %s is not read (--init)\n", wpath);
+    } else {
+        s = bt_checkpoint_load(&w, model, &lo, &r);
+        bt_checkpoint_report_print(&r, stderr, "bt-checkpoint");
+    }
     if (s != BT_OK) {
         fprintf(stderr, "bt-checkpoint: error: %s\n", bt_error_message());
         bt_checkpoint_report_free(&r);
@@ -147,10 +178,15 @@ int main(int argc, char **argv) {
            model, c->text_layers, c->text_hidden, c->vocab_size, c->text_heads,
            c->text_intermediate, c->vision_layers, c->vision_hidden, c->patch_size, c->image_size,
            c->cross_layers, c->hidden, bt_link_type_name(c->link_tower_type));
-    printf("%s: heads in file: %s; built: %s; %zu tensors (%zu parameters) loaded, %zu "
-           "initialized heads, %zu ignored, %zu unexpected, %zu legacy buffers skipped\n",
-           model, hf, hb, r.n_loaded, w.table.n_params, r.initialized.n, r.ignored.n,
-           r.unexpected.n, r.n_skipped_buffers);
+    if (init)
+        printf("%s: initialized by HF's init rules from seed %llu (no weights file read); heads "
+               "built: %s; %zu tensors (%zu parameters)\n",
+               model, (unsigned long long)lo.init_seed, hb, w.table.n_tensors, w.table.n_params);
+    else
+        printf("%s: heads in file: %s; built: %s; %zu tensors (%zu parameters) loaded, %zu "
+               "initialized heads, %zu ignored, %zu unexpected, %zu legacy buffers skipped\n",
+               model, hf, hb, r.n_loaded, w.table.n_params, r.initialized.n, r.ignored.n,
+               r.unexpected.n, r.n_skipped_buffers);
     int rc = 0;
     if (save) {
         so.base_config_json = w.config_json;

@@ -18,14 +18,20 @@
  * model built (backbone + the head): the gradient of `loss`.
  * The head is built from the checkpoint; a head absent from it is initialized by HF's init
  * rules (seed 0) with a notice. Dropout is off (eval mode).
+ * Stdout: one summary line for people (head, batch B x T, loss, forward and backward wall
+ * time, the global L2 norm of the parameter gradients, precision, threads), then the
+ * "wrote" line. The times include the first call's one-off costs (activation arena
+ * allocation, GEMM primitive creation): a rough figure, not a benchmark.
  * Exit status: 0 ok; 1 bad model / inputs / I/O (message on stderr naming the file and
  * tensor); 2 usage error.
  *
  * Deliberately not here: tokenization and image preprocessing (inputs are tensors),
  * hidden_states / attentions outputs, training (bt-train). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -284,6 +290,9 @@ static bt_status read_inputs(fwd_inputs *in, const char *path, const bt_model_co
                     head == HEAD_ITM ? "(B) 0/1" : "(B, T) token ids or -100");
         goto done;
     }
+    /* Other tensors (a fixture file also holds the reference outputs): one notice naming
+     * the first few and the count, not a line per tensor. */
+    size_t n_other = 0;
     for (size_t i = 0; i < f.n_tensors; i++) {
         const char *nm = f.tensors[i].name;
         static const char *const known[] = {"input_ids", "attention_mask", "pixel_values",
@@ -292,12 +301,14 @@ static bt_status read_inputs(fwd_inputs *in, const char *path, const bt_model_co
         int k = 0;
         while (known[k] && strcmp(known[k], nm) != 0)
             k++;
-        if (!known[k])
-            fprintf(stderr,
-                    "bt-forward: notice: %s: tensor '%s' is not a forward argument; "
-                    "ignored\n",
-                    path, nm);
+        if (known[k]) continue;
+        if (n_other < 3)
+            fprintf(stderr, "%s'%s'",
+                    n_other ? ", " : "bt-forward: notice: not forward arguments, ignored: ", nm);
+        n_other++;
     }
+    if (n_other > 3) fprintf(stderr, " (and %zu more)", n_other - 3);
+    if (n_other) fprintf(stderr, " in %s\n", path);
 done:
     safetensors_close(&f);
     if (s != BT_OK) inputs_free(in);
@@ -305,6 +316,24 @@ done:
 }
 
 /* --- outputs ------------------------------------------------------------------------------ */
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* sqrt(sum of squares) of every parameter gradient, accumulated in double. */
+static double grad_norm(const bt_model *m) {
+    double ss = 0.0;
+    for (size_t i = 0; i < m->table.n_tensors; i++) {
+        const bt_param_tensor *x = &m->table.tensors[i];
+        const float *g = m->grads + x->offset;
+        for (size_t k = 0; k < x->numel; k++)
+            ss += (double)g[k] * (double)g[k];
+    }
+    return sqrt(ss);
+}
 
 typedef struct out_list {
     safetensors_entry e[16];
@@ -381,7 +410,9 @@ int main(int argc, char **argv) {
                       .pixel_values = in.pixels,
                       .itm_labels = a.head == HEAD_ITM ? in.labels : NULL,
                       .mlm_labels = a.head == HEAD_MLM ? in.labels : NULL};
+    double t0 = now_seconds();
     s = bt_forward(&m, &batch);
+    double t_forward = now_seconds() - t0, t_backward = 0.0;
     if (s != BT_OK) {
         fprintf(stderr, "bt-forward: error: %s: %s\n", a.inputs, bt_error_message());
         inputs_free(&in);
@@ -442,7 +473,9 @@ int main(int argc, char **argv) {
                              .itm = a.head == HEAD_ITM ? 1.0f : 0.0f,
                              .mlm = a.head == HEAD_MLM ? 1.0f : 0.0f};
         bt_zero_grad(&m);
+        t0 = now_seconds();
         bt_backward(&m, &w);
+        t_backward = now_seconds() - t0;
         const bt_param_table *t = &m.table;
         entries = calloc(o.n + t->n_tensors, sizeof *entries);
         grad_names = calloc(t->n_tensors, sizeof *grad_names);
@@ -462,6 +495,21 @@ int main(int argc, char **argv) {
                 e->shape[k] = x->shape[k];
             e->data = m.grads + x->offset;
         }
+    }
+    {
+        static const char *const head_names[] = {"none", "itc", "itm", "mlm"};
+        int threads = 1;
+#ifdef _OPENMP
+        threads = omp_get_max_threads();
+#endif
+        printf("bt-forward: head %s, batch %zu x %zu tokens", head_names[a.head], B, T);
+        if (has_loss) printf(", loss %.6f", (double)loss);
+        printf(", forward %.3f s", t_forward);
+        if (a.backward)
+            printf(", backward %.3f s, |grad| %.4e (%zu parameters)", t_backward, grad_norm(&m),
+                   m.table.n_params);
+        printf(", %s, %d thread%s\n", a.precision == BT_PRECISION_BF16 ? "bf16" : "fp32", threads,
+               threads == 1 ? "" : "s");
     }
     static const char *const meta[] = {"format", "pt", "generator", "bt-forward", NULL};
     s = safetensors_write(a.output, entries, n_out, meta);

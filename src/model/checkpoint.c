@@ -480,6 +480,33 @@ bt_status bt_checkpoint_load(bt_checkpoint_weights *w, const char *dir,
     return s;
 }
 
+bt_status bt_checkpoint_init(bt_checkpoint_weights *w, const char *dir, unsigned heads,
+                             uint64_t seed) {
+    memset(w, 0, sizeof *w);
+    int kind = path_kind(dir);
+    if (kind == 0)
+        return bt_fail(BT_ERR_IO, "%s: model directory not found: %s", dir, strerror(errno));
+    if (kind != 2)
+        return bt_fail(BT_ERR_IO, "%s: not a directory; expected a directory holding config.json",
+                       dir);
+    char *path = ck_join(dir, "config.json");
+    bt_status s;
+    if (path_kind(path) == 0)
+        s = bt_fail(BT_ERR_IO, "%s: missing config.json (HF field names; see configs/)", dir);
+    else
+        s = read_text(path, &w->config_json);
+    if (s == BT_OK) s = bt_model_config_parse(&w->cfg, w->config_json, path);
+    free(path);
+    if (s != BT_OK) {
+        bt_checkpoint_weights_free(w);
+        return s;
+    }
+    bt_param_table_init(&w->table, &w->cfg, heads & BT_HEADS_ALL);
+    w->params = bt_calloc(w->table.numel * sizeof *w->params);
+    bt_params_init(&w->table, w->params, seed);
+    return BT_OK;
+}
+
 /* --- config.json writer -------------------------------------------------------------------- */
 
 /* Replaces obj[key] with item (or adds it). */

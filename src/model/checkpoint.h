@@ -126,6 +126,14 @@ bt_status bt_checkpoint_load(bt_checkpoint_weights *w, const char *dir,
                              const bt_checkpoint_load_options *o, bt_checkpoint_report *r);
 void bt_checkpoint_weights_free(bt_checkpoint_weights *w);
 
+/* A fresh model from a directory's config.json alone (model.safetensors is not read, and
+ * need not exist): table for `heads` (BT_HEADS_* mask), every tensor initialized by HF's
+ * init rules from `seed` (bt_params_init), config_json kept for bt_checkpoint_save. Errors
+ * (naming the path): no such directory, no config.json, a malformed or unsupported config.
+ * On error *w is zeroed (safe to free). */
+bt_status bt_checkpoint_init(bt_checkpoint_weights *w, const char *dir, unsigned heads,
+                             uint64_t seed);
+
 typedef struct bt_checkpoint_save_options {
     bt_dtype dtype;               /* BT_DTYPE_F32 (default) or BT_DTYPE_BF16 (rounded RNE) */
     const char *base_config_json; /* config.json text whose other keys are kept, or NULL */

@@ -1,1 +1,282 @@
-/* gemm.c: placeholder until implemented. */
+/* gemm.c: the GEMM front end: backend selection (BT_GEMM), argument checks, the cases every
+ * backend shares (empty products, k == 0), the batch loop for backends without native
+ * batching (REF, OPENBLAS), per-thread scratch buffers, and the CPU ISA queries.
+ *
+ * Deliberately not here: any arithmetic beyond the trivial k == 0 case (gemm_ref.c,
+ * gemm_openblas.c, gemm_onednn.c do the products), oneDNN objects (gemm_onednn.c). */
+#include "gemm.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bt_config.h"
+
+/* -1 = not selected yet; otherwise a gemm_backend. Atomic because gemm() may run on many
+ * threads while main() selects (selection is meant for program start, see gemm.h). */
+static _Atomic int gemm_current = -1;
+static pthread_once_t gemm_lazy_once = PTHREAD_ONCE_INIT;
+
+static const char *const gemm_names[GEMM_BACKEND_COUNT] = {"ref", "openblas", "onednn"};
+
+const char *gemm_backend_name(gemm_backend b) {
+    if ((int)b < 0 || b >= GEMM_BACKEND_COUNT) return "unknown";
+    return gemm_names[b];
+}
+
+bt_status gemm_backend_from_name(const char *name, gemm_backend *out) {
+    if (name) {
+        for (int i = 0; i < GEMM_BACKEND_COUNT; i++) {
+            if (strcmp(name, gemm_names[i]) == 0) {
+                *out = (gemm_backend)i;
+                return BT_OK;
+            }
+        }
+    }
+    return bt_fail(BT_ERR_ARG, "GEMM backend '%s' is unknown; expected one of: ref, openblas, onednn",
+                   name ? name : "(null)");
+}
+
+int gemm_backend_available(gemm_backend b) {
+    switch (b) {
+    case GEMM_BACKEND_REF:
+    case GEMM_BACKEND_OPENBLAS:
+        return 1;
+    case GEMM_BACKEND_ONEDNN:
+        return gemm_onednn_built();
+    default:
+        return 0;
+    }
+}
+
+bt_status gemm_set_backend(gemm_backend b) {
+    if ((int)b < 0 || b >= GEMM_BACKEND_COUNT)
+        return bt_fail(BT_ERR_ARG, "GEMM backend %d is out of range", (int)b);
+    if (!gemm_backend_available(b))
+        return bt_fail(BT_ERR_UNSUPPORTED,
+                       "GEMM backend '%s' is not built into this binary (oneDNN was not found "
+                       "at configure time; install libdnnl-dev and re-run meson setup)",
+                       gemm_backend_name(b));
+    atomic_store(&gemm_current, (int)b);
+    return BT_OK;
+}
+
+static gemm_backend gemm_default_backend(void) {
+    return gemm_backend_available(GEMM_BACKEND_ONEDNN) ? GEMM_BACKEND_ONEDNN
+                                                       : GEMM_BACKEND_OPENBLAS;
+}
+
+bt_status gemm_init_from_env(void) {
+    const char *v = getenv("BT_GEMM");
+    if (!v || !*v) {
+        atomic_store(&gemm_current, (int)gemm_default_backend());
+        return BT_OK;
+    }
+    gemm_backend b;
+    bt_status s = gemm_backend_from_name(v, &b);
+    if (s != BT_OK) return bt_fail_context(s, "environment variable BT_GEMM");
+    s = gemm_set_backend(b);
+    if (s != BT_OK) return bt_fail_context(s, "environment variable BT_GEMM=%s", v);
+    return BT_OK;
+}
+
+/* First gemm() without an explicit selection: honor BT_GEMM, but a bad value cannot be
+ * returned from gemm(), so it is printed and the default is used (main() should call
+ * gemm_init_from_env() itself to turn it into an error). */
+static void gemm_lazy_init(void) {
+    if (atomic_load(&gemm_current) >= 0) return;
+    if (gemm_init_from_env() != BT_OK) {
+        fprintf(stderr, "bt: warning: %s; using GEMM backend '%s'\n", bt_error_message(),
+                gemm_backend_name(gemm_default_backend()));
+        int expected = -1;
+        atomic_compare_exchange_strong(&gemm_current, &expected, (int)gemm_default_backend());
+    }
+}
+
+gemm_backend gemm_get_backend(void) {
+    if (atomic_load(&gemm_current) < 0) pthread_once(&gemm_lazy_once, gemm_lazy_init);
+    return (gemm_backend)atomic_load(&gemm_current);
+}
+
+/* --- CPU ISA -------------------------------------------------------------------------- */
+
+/* dnnl_cpu_isa_t values of oneDNN 2.6 (dnnl_types.h); each ISA's bits contain the bits of
+ * the ISAs it extends, except avx2_vnni (not an avx512 superset). Listed best first. */
+static const struct {
+    unsigned bits;
+    const char *name;
+} gemm_isa_table[] = {
+    {0x3e7u, "avx512_core_amx"}, {0xe7u, "avx512_core_bf16"}, {0x67u, "avx512_core_vnni"},
+    {0x27u, "avx512_core"},      {0x407u, "avx2_vnni"},       {0x7u, "avx2"},
+    {0x3u, "avx"},               {0x1u, "sse41"},
+};
+#define GEMM_ISA_AVX512_CORE_BF16 0xe7u
+
+int gemm_cpu_has_bf16(void) {
+    if (gemm_onednn_built()) {
+        unsigned isa = gemm_onednn_cpu_isa();
+        return (isa & GEMM_ISA_AVX512_CORE_BF16) == GEMM_ISA_AVX512_CORE_BF16;
+    }
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+const char *gemm_cpu_isa_name(void) {
+    if (!gemm_onednn_built()) return "unknown (oneDNN not built)";
+    unsigned isa = gemm_onednn_cpu_isa();
+    for (size_t i = 0; i < sizeof gemm_isa_table / sizeof gemm_isa_table[0]; i++)
+        if ((isa & gemm_isa_table[i].bits) == gemm_isa_table[i].bits) return gemm_isa_table[i].name;
+    return "generic";
+}
+
+/* --- per-thread scratch --------------------------------------------------------------- */
+
+/* Each thread owns one gemm_scratch_set (created on first use, listed globally so that
+ * gemm_release() can free all of them). A release bumps the generation; a thread whose
+ * cached pointer belongs to an older generation drops it without touching it (the memory
+ * is already freed) and makes a new set. */
+typedef struct gemm_scratch_set {
+    void *buf[GEMM_SCRATCH_SLOTS];
+    size_t cap[GEMM_SCRATCH_SLOTS];
+    struct gemm_scratch_set *next;
+} gemm_scratch_set;
+
+static pthread_mutex_t gemm_scratch_mutex = PTHREAD_MUTEX_INITIALIZER;
+static gemm_scratch_set *gemm_scratch_all;
+static _Atomic unsigned gemm_scratch_generation = 1;
+static _Thread_local gemm_scratch_set *gemm_scratch_mine;
+static _Thread_local unsigned gemm_scratch_mine_generation;
+
+void *gemm_thread_scratch(int slot, size_t bytes) {
+    BT_ASSERT(slot >= 0 && slot < GEMM_SCRATCH_SLOTS);
+    unsigned gen = atomic_load(&gemm_scratch_generation);
+    if (!gemm_scratch_mine || gemm_scratch_mine_generation != gen) {
+        gemm_scratch_set *s = bt_calloc(sizeof *s);
+        pthread_mutex_lock(&gemm_scratch_mutex);
+        s->next = gemm_scratch_all;
+        gemm_scratch_all = s;
+        pthread_mutex_unlock(&gemm_scratch_mutex);
+        gemm_scratch_mine = s;
+        gemm_scratch_mine_generation = gen;
+    }
+    gemm_scratch_set *s = gemm_scratch_mine;
+    if (bytes == 0) bytes = 1;
+    if (s->cap[slot] < bytes) {
+        bt_free(s->buf[slot]);
+        /* grow by 1/4 extra so a sequence of slightly larger shapes does not reallocate
+         * every call */
+        size_t cap = bytes + bytes / 4;
+        s->buf[slot] = bt_alloc(cap);
+        s->cap[slot] = cap;
+    }
+    return s->buf[slot];
+}
+
+static void gemm_scratch_release(void) {
+    pthread_mutex_lock(&gemm_scratch_mutex);
+    gemm_scratch_set *s = gemm_scratch_all;
+    while (s) {
+        gemm_scratch_set *next = s->next;
+        for (int i = 0; i < GEMM_SCRATCH_SLOTS; i++) bt_free(s->buf[i]);
+        bt_free(s);
+        s = next;
+    }
+    gemm_scratch_all = NULL;
+    atomic_fetch_add(&gemm_scratch_generation, 1u);
+    pthread_mutex_unlock(&gemm_scratch_mutex);
+}
+
+void gemm_release(void) {
+    gemm_onednn_release();
+    gemm_scratch_release();
+}
+
+/* --- dispatch ------------------------------------------------------------------------- */
+
+static void gemm_check_args(const gemm_args *g) {
+    BT_ASSERT(g != NULL);
+    BT_ASSERT(g->trans_a == 0 || g->trans_a == 1);
+    BT_ASSERT(g->trans_b == 0 || g->trans_b == 1);
+    BT_ASSERTF(g->a_type == BT_DTYPE_F32 || g->a_type == BT_DTYPE_BF16,
+               "gemm: a_type must be F32 or BF16, got %s", bt_dtype_name(g->a_type));
+    BT_ASSERTF(g->b_type == BT_DTYPE_F32 || g->b_type == BT_DTYPE_BF16,
+               "gemm: b_type must be F32 or BF16, got %s", bt_dtype_name(g->b_type));
+    BT_ASSERT(g->compute == GEMM_COMPUTE_F32 || g->compute == GEMM_COMPUTE_BF16);
+    BT_ASSERTF(g->compute == GEMM_COMPUTE_BF16 ||
+                   (g->a_type == BT_DTYPE_F32 && g->b_type == BT_DTYPE_F32),
+               "gemm: GEMM_COMPUTE_F32 requires F32 operands (a %s, b %s)",
+               bt_dtype_name(g->a_type), bt_dtype_name(g->b_type));
+    size_t a_cols = g->trans_a ? g->m : g->k; /* columns of A as stored */
+    size_t b_cols = g->trans_b ? g->k : g->n;
+    BT_ASSERTF(g->lda >= a_cols, "gemm: lda %zu < %zu", g->lda, a_cols);
+    BT_ASSERTF(g->ldb >= b_cols, "gemm: ldb %zu < %zu", g->ldb, b_cols);
+    BT_ASSERTF(g->ldc >= g->n, "gemm: ldc %zu < n %zu", g->ldc, g->n);
+    if (g->m > 0 && g->n > 0) {
+        BT_ASSERT(g->c != NULL);
+        if (g->k > 0) BT_ASSERT(g->a != NULL && g->b != NULL);
+    }
+    if (g->batch > 1) BT_ASSERTF(g->stride_c != 0, "gemm: batch %zu with stride_c 0", g->batch);
+}
+
+/* C = beta*C + bias for k == 0 or alpha == 0 (alpha*AB is an empty sum or not wanted; A and B
+ * are not read); beta == 0 does not read C. */
+static void gemm_k0(const gemm_args *g) {
+    for (size_t bi = 0; bi < g->batch; bi++) {
+        float *c = g->c + bi * g->stride_c;
+        for (size_t i = 0; i < g->m; i++) {
+            for (size_t j = 0; j < g->n; j++) {
+                float v = g->beta != 0.0f ? g->beta * c[i * g->ldc + j] : 0.0f;
+                c[i * g->ldc + j] = v + (g->bias ? g->bias[j] : 0.0f);
+            }
+        }
+    }
+}
+
+/* Runs one product per batch item through `run` (backends without native batching). */
+static void gemm_batch_loop(const gemm_args *g, void (*run)(const gemm_args *)) {
+    size_t ea = bt_dtype_size(g->a_type), eb = bt_dtype_size(g->b_type);
+    gemm_args one = *g;
+    one.batch = 1;
+    for (size_t bi = 0; bi < g->batch; bi++) {
+        one.a = (const char *)g->a + bi * g->stride_a * ea;
+        one.b = (const char *)g->b + bi * g->stride_b * eb;
+        one.c = g->c + bi * g->stride_c;
+        run(&one);
+    }
+}
+
+void gemm_with(gemm_backend backend, const gemm_args *g) {
+    gemm_check_args(g);
+    BT_ASSERTF(gemm_backend_available(backend), "gemm: backend '%s' is not built",
+               gemm_backend_name(backend));
+    gemm_args r = *g;
+    if (r.batch == 0) r.batch = 1;
+    if (r.m == 0 || r.n == 0) return;
+    if (r.k == 0 || r.alpha == 0.0f) {
+        gemm_k0(&r);
+        return;
+    }
+    switch (backend) {
+    case GEMM_BACKEND_REF:
+        gemm_batch_loop(&r, gemm_ref_run);
+        break;
+    case GEMM_BACKEND_OPENBLAS:
+        gemm_batch_loop(&r, gemm_openblas_run);
+        break;
+    case GEMM_BACKEND_ONEDNN:
+        gemm_onednn_run(&r);
+        break;
+    default:
+        BT_ASSERTF(0, "gemm: backend %d out of range", (int)backend);
+    }
+}
+
+void gemm(const gemm_args *g) {
+    gemm_with(gemm_get_backend(), g);
+}

@@ -18,7 +18,29 @@
  * Backends (chosen at run time): REF (plain loops, the oracle tests use), OPENBLAS (fp32
  * sgemm; bf16 compute rounds operands into scratch, then sgemm), ONEDNN (fp32 and bf16 matmul
  * primitives, cached per shape so the hot loop creates nothing). Where the CPU has no native
- * bf16 instructions oneDNN still runs bf16 (emulated, slower): the engine never refuses.
+ * bf16 instructions bf16 still runs, with the same results: on AVX-512 CPUs oneDNN emulates
+ * it; below (AVX2) gemm_onednn.c feeds the bf16-rounded operands, widened to fp32, to an fp32
+ * primitive. The engine never refuses. Speed: docs/benchmarks.md "GEMM" (on the reference
+ * 2-core VM bf16 is NOT faster than fp32: its vdpbf16ps runs at half the fp32 FMA rate).
+ *
+ * Edge cases: m == 0 or n == 0 is a no-op; k == 0 or alpha == 0 gives C = beta*C + bias
+ * without reading A or B (the BLAS convention, so NaN in an unused A cannot leak). With batch > 1,
+ * stride_c must be non-zero (products may not write the same C); A and B may broadcast.
+ *
+ * Threading (see docs/benchmarks.md "GEMM" for measurements):
+ *   - RECOMMENDED: call gemm() from one thread, outside OpenMP parallel regions, with the
+ *     largest product you can form (batch the per-head products via `batch`). oneDNN (built
+ *     with OpenMP in Debian) and OpenBLAS (pthreads build, its own thread pool) then use every
+ *     core on that one product.
+ *   - ALLOWED: calling gemm() concurrently, e.g. from inside `#pragma omp parallel` (attention
+ *     per (batch, head) block). Every backend is correct there: the oneDNN primitive cache is
+ *     guarded by a mutex, streams, memory objects, scratchpads and bf16 conversion buffers are
+ *     per thread. ONEDNN then runs each call on the calling thread only (oneDNN sees
+ *     omp_in_parallel(); primitives are cached separately for that context). OPENBLAS has no
+ *     such switch: each call inside a parallel region still fans out to OpenBLAS' own threads,
+ *     oversubscribing the cores, so prefer ONEDNN (the default) for that pattern.
+ *   - Backend selection (gemm_set_backend/gemm_init_from_env) is meant for program start; it
+ *     is atomic but does not wait for calls in flight.
  *
  * Deliberately not here: fused activations (kernels in ops.h do that work), int8. */
 #ifndef BT_GEMM_H
@@ -60,7 +82,10 @@ typedef struct gemm_args {
 
 /* Reads BT_GEMM (ref | openblas | onednn) if set, else picks the fastest available backend
  * (oneDNN when built, else OpenBLAS). Returns an error naming the value if BT_GEMM is not a
- * backend name or names one not built. Safe to call more than once. */
+ * backend name or names one not built (the current backend is then left unchanged). Safe to
+ * call more than once. main() should call it so a bad BT_GEMM is reported as an error; a
+ * gemm() call before any selection runs this once and, on a bad value, prints the message to
+ * stderr and uses the default backend. */
 bt_status gemm_init_from_env(void);
 
 /* Backend by name ("ref", "openblas", "onednn"); error naming the value otherwise. */
@@ -82,7 +107,33 @@ void gemm(const gemm_args *g);
 void gemm_with(gemm_backend backend, const gemm_args *g);
 
 /* Releases cached oneDNN primitives and scratch (tests and tools call it before exit so
- * valgrind sees no leak). */
+ * valgrind sees no leak). Must not run concurrently with gemm() calls; gemm() may be called
+ * again afterwards (everything is re-created lazily). */
 void gemm_release(void);
+
+/* --- for tests and benchmarks --------------------------------------------------------- */
+
+/* Number of oneDNN primitives in the cache (0 when oneDNN is not built). A repeated call of
+ * the same shape must not grow it. */
+size_t gemm_onednn_cache_size(void);
+/* oneDNN's implementation name for the primitive that runs g (e.g. "brg:avx512_core_bf16"),
+ * creating and caching it if needed; "n/a" when oneDNN is not built. The string lives until
+ * gemm_release(). */
+const char *gemm_onednn_impl_name(const gemm_args *g);
+
+/* --- internal: backend entry points (gemm_ref.c, gemm_openblas.c, gemm_onednn.c) --------
+ * Called by gemm_with() after it validated g, resolved batch 0 to 1 and handled the empty
+ * and k == 0 cases; not for use outside src/model/gemm*.c. */
+void gemm_ref_run(const gemm_args *g);
+void gemm_openblas_run(const gemm_args *g);
+int gemm_onednn_built(void);
+void gemm_onednn_run(const gemm_args *g);
+void gemm_onednn_release(void);
+/* oneDNN's effective CPU ISA as dnnl_cpu_isa_t bits (0 when oneDNN is not built). */
+unsigned gemm_onednn_cpu_isa(void);
+/* A buffer of at least `bytes` owned by the calling thread, one per slot, kept (and grown)
+ * across calls and freed by gemm_release(). Contents are undefined on return. */
+enum { GEMM_SCRATCH_A, GEMM_SCRATCH_B, GEMM_SCRATCH_BIAS, GEMM_SCRATCH_DNNL, GEMM_SCRATCH_SLOTS };
+void *gemm_thread_scratch(int slot, size_t bytes);
 
 #endif

@@ -1,1 +1,523 @@
-/* gemm_onednn.c: placeholder until implemented. */
+/* gemm_onednn.c: the oneDNN backend (C API of oneDNN 2.6): fp32 and bf16 matmul primitives.
+ *
+ * Mapping of gemm_args onto one matmul primitive:
+ *   - every tensor is 3-D (batch, rows, cols) described by strides, so transposes, leading
+ *     dimensions and batch strides need no copies: op(A) is (ba, m, k) with strides
+ *     (stride_a, lda, 1) or, transposed, (stride_a, 1, lda); likewise B; C is (batch, m, n)
+ *     with (stride_c, ldc, 1). A stride of 0 becomes a batch dimension of 1, which the
+ *     matmul broadcasts.
+ *   - alpha is the output scale, beta a sum post-op (none when beta == 0, so C is not read),
+ *     the bias the matmul bias argument, shape (1, 1, n). oneDNN 2.6 applies the output
+ *     scale to the bias too (dst = alpha*(AB + bias) + beta*C, measured by tests/test_gemm.c),
+ *     so with alpha != 1 the primitive gets bias/alpha (per-thread scratch, n divisions; the
+ *     two extra roundings stay inside the fp32 error bound). A binary-add post-op would be
+ *     the exact alternative, but oneDNN 2.6 reads the wrong bias element with it when the
+ *     batch items of C have gaps (stride_c > m*ldc): tried, and the test caught it.
+ *     gemm.c never passes alpha == 0 here.
+ *   - bf16: src and weights bf16, dst and bias fp32. fp32 operands under GEMM_COMPUTE_BF16
+ *     are rounded into per-thread bf16 scratch (bt_bf16_from_f32, round to nearest even).
+ *     oneDNN's fpmath_mode=bf16 is not used: it only PERMITS down-conversion, so the rounding
+ *     would depend on which implementation oneDNN picks. Where oneDNN has no bf16 matmul for
+ *     the ISA (e.g. DNNL_MAX_CPU_ISA=AVX2), the operands are instead widened to fp32 (after
+ *     the same bf16 rounding) and an fp32 primitive runs: same semantics, no bf16 speed.
+ *
+ * Primitive cache: keyed by every field that changes the primitive (shape, transposes, lds,
+ * strides, operand types, compute, bias presence, alpha, beta, and the thread context:
+ * oneDNN plans a primitive created inside an OpenMP parallel region for one thread). A
+ * mutex guards it; primitives are created under the mutex (the first call of a shape pays
+ * the JIT cost, later calls create nothing).
+ *
+ * Per thread (created on the thread's first call, freed by gemm_release): a stream, and for
+ * each cached primitive the memory objects it runs with (re-pointed with
+ * dnnl_memory_set_data_handle each call) and a user-mode scratchpad. User scratchpad mode is
+ * what makes concurrent execution of one primitive from several threads legal (oneDNN's
+ * library mode shares one scratchpad and forbids primitives from migrating across threads).
+ *
+ * Deliberately not here: post-op fusions beyond bias/beta (kernels in ops.h do those), int8,
+ * oneDNN's own primitive cache (ours is keyed by gemm_args, cheaper than hashing oneDNN
+ * descriptors). */
+#include "bt_config.h"
+#include "gemm.h"
+
+#if BT_HAVE_ONEDNN
+
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#if BT_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+#define DN_CHECK(call)                                                                     \
+    do {                                                                                   \
+        dnnl_status_t dn_st_ = (call);                                                     \
+        BT_ASSERTF(dn_st_ == dnnl_success, "oneDNN: %s returned status %d", #call,         \
+                   (int)dn_st_);                                                           \
+    } while (0)
+
+/* Every field that changes the primitive; all int64 so the struct has no padding and can be
+ * compared and hashed as bytes. Fields that do not apply are 0 (batch strides of a single
+ * product). */
+typedef struct dn_key {
+    int64_t m, n, k, batch;
+    int64_t trans_a, trans_b, lda, ldb, ldc;
+    int64_t stride_a, stride_b, stride_c;
+    int64_t a_type, b_type, compute, has_bias;
+    int64_t alpha_bits, beta_bits;
+    int64_t nthr; /* threads oneDNN plans for: 1 inside a parallel region */
+} dn_key;
+
+enum { DN_SRC, DN_WEI, DN_DST, DN_BIAS, DN_SCRATCH, DN_MEMS };
+
+/* How an operand reaches the primitive: as given (strided), or packed dense into per-thread
+ * scratch as bf16 (rounded) or fp32 (widened/rounded). */
+typedef enum { DN_PASS, DN_PACK_BF16, DN_PACK_F32 } dn_pack;
+
+typedef struct dn_entry {
+    dn_key key;
+    uint64_t hash;
+    unsigned id; /* unique per generation; selects the per-thread slot */
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t md[DN_MEMS];
+    size_t scratch_bytes;
+    dn_pack pack_a, pack_b;
+    int bias_scaled; /* the primitive gets bias/alpha (alpha != 1, see the top comment) */
+    char impl[96];
+    struct dn_entry *next;
+} dn_entry;
+
+/* ids are sequential, so the first DN_THREAD_SLOTS primitives never share a slot */
+enum { DN_BUCKETS = 256, DN_THREAD_SLOTS = 256 };
+
+typedef struct dn_slot {
+    const dn_entry *e;
+    dnnl_memory_t mem[DN_MEMS];
+} dn_slot;
+
+typedef struct dn_thread {
+    dnnl_stream_t stream;
+    dn_slot slots[DN_THREAD_SLOTS];
+    struct dn_thread *next;
+} dn_thread;
+
+static pthread_mutex_t dn_mutex = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_engine_t dn_engine;
+static dn_entry *dn_table[DN_BUCKETS];
+static size_t dn_count;
+static unsigned dn_next_id;
+static dn_thread *dn_threads;
+static _Atomic unsigned dn_generation = 1;
+static _Thread_local dn_thread *dn_mine;
+static _Thread_local unsigned dn_mine_generation;
+
+int gemm_onednn_built(void) {
+    return 1;
+}
+
+unsigned gemm_onednn_cpu_isa(void) {
+    return (unsigned)dnnl_get_effective_cpu_isa();
+}
+
+size_t gemm_onednn_cache_size(void) {
+    pthread_mutex_lock(&dn_mutex);
+    size_t n = dn_count;
+    pthread_mutex_unlock(&dn_mutex);
+    return n;
+}
+
+static uint32_t dn_float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static int dn_threads_now(void) {
+#if BT_HAVE_OPENMP
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static void dn_make_key(dn_key *key, const gemm_args *g) {
+    memset(key, 0, sizeof *key);
+    key->m = (int64_t)g->m;
+    key->n = (int64_t)g->n;
+    key->k = (int64_t)g->k;
+    key->batch = (int64_t)g->batch;
+    key->trans_a = g->trans_a;
+    key->trans_b = g->trans_b;
+    key->lda = (int64_t)g->lda;
+    key->ldb = (int64_t)g->ldb;
+    key->ldc = (int64_t)g->ldc;
+    if (g->batch > 1) {
+        key->stride_a = (int64_t)g->stride_a;
+        key->stride_b = (int64_t)g->stride_b;
+        key->stride_c = (int64_t)g->stride_c;
+    }
+    key->a_type = g->a_type;
+    key->b_type = g->b_type;
+    key->compute = g->compute;
+    key->has_bias = g->bias != NULL;
+    key->alpha_bits = dn_float_bits(g->alpha);
+    key->beta_bits = dn_float_bits(g->beta);
+    key->nthr = dn_threads_now();
+}
+
+static uint64_t dn_hash(const dn_key *key) {
+    const unsigned char *p = (const unsigned char *)key;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < sizeof *key; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* --- operand geometry --------------------------------------------------------------- */
+
+/* One operand as stored: batch items (1 = broadcast), each (rows, cols) with row stride ld
+ * and item stride stride. */
+typedef struct dn_operand {
+    int64_t items, rows, cols, ld, stride;
+} dn_operand;
+
+static dn_operand dn_operand_a(const dn_key *k) {
+    dn_operand o;
+    o.items = (k->batch > 1 && k->stride_a != 0) ? k->batch : 1;
+    o.rows = k->trans_a ? k->k : k->m;
+    o.cols = k->trans_a ? k->m : k->k;
+    o.ld = k->lda;
+    o.stride = o.items > 1 ? k->stride_a : o.rows * o.ld;
+    return o;
+}
+
+static dn_operand dn_operand_b(const dn_key *k) {
+    dn_operand o;
+    o.items = (k->batch > 1 && k->stride_b != 0) ? k->batch : 1;
+    o.rows = k->trans_b ? k->n : k->k;
+    o.cols = k->trans_b ? k->k : k->n;
+    o.ld = k->ldb;
+    o.stride = o.items > 1 ? k->stride_b : o.rows * o.ld;
+    return o;
+}
+
+/* Memory desc of an operand, logical dims (items, r, c) = op(X); packed operands are dense. */
+static void dn_operand_md(dnnl_memory_desc_t *md, dn_operand o, int trans, dn_pack pack,
+                          dnnl_data_type_t dt) {
+    if (pack != DN_PASS) {
+        o.ld = o.cols;
+        o.stride = o.rows * o.cols;
+    }
+    dnnl_dims_t dims, strides;
+    dims[0] = o.items;
+    strides[0] = o.stride;
+    if (trans) { /* stored (rows, cols) is the transpose of the logical matrix */
+        dims[1] = o.cols;
+        dims[2] = o.rows;
+        strides[1] = 1;
+        strides[2] = o.ld;
+    } else {
+        dims[1] = o.rows;
+        dims[2] = o.cols;
+        strides[1] = o.ld;
+        strides[2] = 1;
+    }
+    DN_CHECK(dnnl_memory_desc_init_by_strides(md, 3, dims, dt, strides));
+}
+
+/* Creates the primitive for `pa`/`pb`; returns the oneDNN status (unimplemented when no
+ * implementation exists for this combination). */
+static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb) {
+    const dn_key *k = &e->key;
+    dn_operand oa = dn_operand_a(k), ob = dn_operand_b(k);
+    dnnl_data_type_t ta = (pa == DN_PACK_F32 || (pa == DN_PASS && k->a_type == BT_DTYPE_F32))
+                              ? dnnl_f32
+                              : dnnl_bf16;
+    dnnl_data_type_t tb = (pb == DN_PACK_F32 || (pb == DN_PASS && k->b_type == BT_DTYPE_F32))
+                              ? dnnl_f32
+                              : dnnl_bf16;
+    dn_operand_md(&e->md[DN_SRC], oa, (int)k->trans_a, pa, ta);
+    dn_operand_md(&e->md[DN_WEI], ob, (int)k->trans_b, pb, tb);
+    {
+        dnnl_dims_t dims = {k->batch, k->m, k->n};
+        dnnl_dims_t strides = {k->batch > 1 ? k->stride_c : k->m * k->ldc, k->ldc, 1};
+        DN_CHECK(dnnl_memory_desc_init_by_strides(&e->md[DN_DST], 3, dims, dnnl_f32, strides));
+    }
+    memset(&e->md[DN_BIAS], 0, sizeof e->md[DN_BIAS]);
+    if (k->has_bias) {
+        dnnl_dims_t dims = {1, 1, k->n};
+        dnnl_dims_t strides = {k->n, k->n, 1};
+        DN_CHECK(dnnl_memory_desc_init_by_strides(&e->md[DN_BIAS], 3, dims, dnnl_f32, strides));
+    }
+    float alpha, beta;
+    uint32_t ab = (uint32_t)k->alpha_bits, bb = (uint32_t)k->beta_bits;
+    memcpy(&alpha, &ab, 4);
+    memcpy(&beta, &bb, 4);
+    e->bias_scaled = k->has_bias && alpha != 1.0f;
+    dnnl_matmul_desc_t desc;
+    DN_CHECK(dnnl_matmul_desc_init(&desc, &e->md[DN_SRC], &e->md[DN_WEI],
+                                   k->has_bias ? &e->md[DN_BIAS] : NULL, &e->md[DN_DST]));
+
+    dnnl_primitive_attr_t attr;
+    DN_CHECK(dnnl_primitive_attr_create(&attr));
+    DN_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    if (alpha != 1.0f) DN_CHECK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
+    if (beta != 0.0f) {
+        dnnl_post_ops_t po;
+        DN_CHECK(dnnl_post_ops_create(&po));
+        DN_CHECK(dnnl_post_ops_append_sum(po, beta));
+        DN_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+        DN_CHECK(dnnl_post_ops_destroy(po));
+    }
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, dn_engine, NULL);
+    DN_CHECK(dnnl_primitive_attr_destroy(attr));
+    if (st != dnnl_success) return st;
+
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    memset(&e->md[DN_SCRATCH], 0, sizeof e->md[DN_SCRATCH]);
+    e->scratch_bytes = 0;
+    if (smd) {
+        e->md[DN_SCRATCH] = *smd;
+        e->scratch_bytes = dnnl_memory_desc_get_size(smd);
+    }
+    const char *impl = NULL;
+    DN_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+    snprintf(e->impl, sizeof e->impl, "%s%s", impl ? impl : "?",
+             (pa == DN_PACK_F32 || pb == DN_PACK_F32) ? " (bf16 emulated: f32 primitive)" : "");
+    st = dnnl_primitive_create(&e->prim, pd);
+    DN_CHECK(dnnl_primitive_desc_destroy(pd));
+    e->pack_a = pa;
+    e->pack_b = pb;
+    return st;
+}
+
+static void dn_create(dn_entry *e) {
+    const dn_key *k = &e->key;
+    if (k->compute == GEMM_COMPUTE_F32) {
+        DN_CHECK(dn_try_create(e, DN_PASS, DN_PASS));
+        return;
+    }
+    /* bf16: fp32 operands are rounded into bf16 scratch; bf16 operands pass as they are */
+    dn_pack pa = k->a_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
+    dn_pack pb = k->b_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
+    dnnl_status_t st = dn_try_create(e, pa, pb);
+    if (st == dnnl_unimplemented) {
+        /* no bf16 matmul on this ISA: same bf16-rounded operands, widened to fp32 */
+        st = dn_try_create(e, DN_PACK_F32, DN_PACK_F32);
+    }
+    DN_CHECK(st);
+}
+
+/* Finds or creates the cache entry for g. */
+static const dn_entry *dn_lookup(const gemm_args *g) {
+    dn_key key;
+    dn_make_key(&key, g);
+    uint64_t h = dn_hash(&key);
+    pthread_mutex_lock(&dn_mutex);
+    if (!dn_engine) DN_CHECK(dnnl_engine_create(&dn_engine, dnnl_cpu, 0));
+    dn_entry *e = dn_table[h % DN_BUCKETS];
+    while (e && !(e->hash == h && memcmp(&e->key, &key, sizeof key) == 0)) e = e->next;
+    if (!e) {
+        e = bt_calloc(sizeof *e);
+        e->key = key;
+        e->hash = h;
+        e->id = dn_next_id++;
+        dn_create(e);
+        e->next = dn_table[h % DN_BUCKETS];
+        dn_table[h % DN_BUCKETS] = e;
+        dn_count++;
+    }
+    pthread_mutex_unlock(&dn_mutex);
+    return e;
+}
+
+const char *gemm_onednn_impl_name(const gemm_args *g) {
+    gemm_args r = *g;
+    if (r.batch == 0) r.batch = 1;
+    return dn_lookup(&r)->impl;
+}
+
+/* --- per-thread state --------------------------------------------------------------- */
+
+static dn_thread *dn_thread_state(void) {
+    unsigned gen = atomic_load(&dn_generation);
+    if (dn_mine && dn_mine_generation == gen) return dn_mine;
+    dn_thread *t = bt_calloc(sizeof *t);
+    pthread_mutex_lock(&dn_mutex);
+    /* dn_lookup() ran before, so the engine exists */
+    DN_CHECK(dnnl_stream_create(&t->stream, dn_engine, dnnl_stream_default_flags));
+    t->next = dn_threads;
+    dn_threads = t;
+    pthread_mutex_unlock(&dn_mutex);
+    dn_mine = t;
+    dn_mine_generation = gen;
+    return t;
+}
+
+static void dn_slot_clear(dn_slot *s) {
+    for (int i = 0; i < DN_MEMS; i++) {
+        if (s->mem[i]) DN_CHECK(dnnl_memory_destroy(s->mem[i]));
+        s->mem[i] = NULL;
+    }
+    s->e = NULL;
+}
+
+/* The calling thread's memory objects for entry e (created on first use). */
+static dn_slot *dn_thread_slot(dn_thread *t, const dn_entry *e) {
+    dn_slot *s = &t->slots[e->id % DN_THREAD_SLOTS];
+    if (s->e == e) return s;
+    dn_slot_clear(s);
+    for (int i = 0; i < DN_MEMS; i++) {
+        if (i == DN_BIAS && !e->key.has_bias) continue;
+        if (i == DN_SCRATCH && e->scratch_bytes == 0) continue;
+        DN_CHECK(dnnl_memory_create(&s->mem[i], &e->md[i], dn_engine, DNNL_MEMORY_NONE));
+    }
+    s->e = e;
+    return s;
+}
+
+/* --- packing ------------------------------------------------------------------------ */
+
+/* Copies operand o (strided, of type t) dense into dst as bf16 (pack == DN_PACK_BF16) or
+ * fp32 (DN_PACK_F32), rounding fp32 values to bf16 on the way in both cases (the pack only
+ * happens under GEMM_COMPUTE_BF16). */
+static void dn_pack_operand(void *dst, const void *src, bt_dtype t, dn_operand o, dn_pack pack) {
+    long long nrows = (long long)(o.items * o.rows);
+    int par = o.items * o.rows * o.cols >= (1 << 16);
+#if BT_HAVE_OPENMP
+    par = par && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (par)
+#endif
+    for (long long r = 0; r < nrows; r++) {
+        size_t item = (size_t)(r / o.rows), row = (size_t)(r % o.rows);
+        size_t src_off = item * (size_t)o.stride + row * (size_t)o.ld;
+        size_t dst_off = (size_t)r * (size_t)o.cols;
+        size_t cols = (size_t)o.cols;
+        if (pack == DN_PACK_BF16) {
+            bt_bf16 *d = (bt_bf16 *)dst + dst_off;
+            /* only fp32 operands are packed to bf16 */
+            const float *s = (const float *)src + src_off;
+            for (size_t j = 0; j < cols; j++) d[j] = bt_bf16_from_f32(s[j]);
+        } else {
+            float *d = (float *)dst + dst_off;
+            if (t == BT_DTYPE_BF16) {
+                const bt_bf16 *s = (const bt_bf16 *)src + src_off;
+                for (size_t j = 0; j < cols; j++) d[j] = bt_f32_from_bf16(s[j]);
+            } else {
+                const float *s = (const float *)src + src_off;
+                for (size_t j = 0; j < cols; j++) d[j] = bt_f32_from_bf16(bt_bf16_from_f32(s[j]));
+            }
+        }
+    }
+    (void)par;
+}
+
+static const void *dn_prepare_operand(const void *src, bt_dtype t, dn_operand o, dn_pack pack,
+                                      int slot) {
+    if (pack == DN_PASS) return src;
+    size_t elem = pack == DN_PACK_BF16 ? sizeof(bt_bf16) : sizeof(float);
+    void *dst = gemm_thread_scratch(slot, (size_t)(o.items * o.rows * o.cols) * elem);
+    dn_pack_operand(dst, src, t, o, pack);
+    return dst;
+}
+
+void gemm_onednn_run(const gemm_args *g) {
+    BT_ASSERT(g->batch >= 1 && g->m > 0 && g->n > 0 && g->k > 0);
+    const dn_entry *e = dn_lookup(g);
+    dn_thread *t = dn_thread_state();
+    dn_slot *s = dn_thread_slot(t, e);
+
+    const void *a = dn_prepare_operand(g->a, g->a_type, dn_operand_a(&e->key), e->pack_a,
+                                       GEMM_SCRATCH_A);
+    const void *b = dn_prepare_operand(g->b, g->b_type, dn_operand_b(&e->key), e->pack_b,
+                                       GEMM_SCRATCH_B);
+    /* oneDNN takes non-const handles; it does not write src, weights or bias */
+    DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_SRC], (void *)a));
+    DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_WEI], (void *)b));
+    DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_DST], g->c));
+    dnnl_exec_arg_t args[DN_MEMS];
+    int nargs = 0;
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, s->mem[DN_SRC]};
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, s->mem[DN_WEI]};
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_DST, s->mem[DN_DST]};
+    if (e->key.has_bias) {
+        const float *bias = g->bias;
+        if (e->bias_scaled) {
+            float *scaled = gemm_thread_scratch(GEMM_SCRATCH_BIAS, g->n * sizeof(float));
+            for (size_t j = 0; j < g->n; j++) scaled[j] = g->bias[j] / g->alpha;
+            bias = scaled;
+        }
+        DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_BIAS], (void *)bias));
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, s->mem[DN_BIAS]};
+    }
+    if (e->scratch_bytes) {
+        void *scratch = gemm_thread_scratch(GEMM_SCRATCH_DNNL, e->scratch_bytes);
+        DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_SCRATCH], scratch));
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, s->mem[DN_SCRATCH]};
+    }
+    DN_CHECK(dnnl_primitive_execute(e->prim, t->stream, nargs, args));
+    DN_CHECK(dnnl_stream_wait(t->stream));
+}
+
+void gemm_onednn_release(void) {
+    pthread_mutex_lock(&dn_mutex);
+    for (dn_thread *t = dn_threads; t;) {
+        dn_thread *next = t->next;
+        for (int i = 0; i < DN_THREAD_SLOTS; i++) dn_slot_clear(&t->slots[i]);
+        DN_CHECK(dnnl_stream_destroy(t->stream));
+        bt_free(t);
+        t = next;
+    }
+    dn_threads = NULL;
+    for (int b = 0; b < DN_BUCKETS; b++) {
+        for (dn_entry *e = dn_table[b]; e;) {
+            dn_entry *next = e->next;
+            DN_CHECK(dnnl_primitive_destroy(e->prim));
+            bt_free(e);
+            e = next;
+        }
+        dn_table[b] = NULL;
+    }
+    dn_count = 0;
+    dn_next_id = 0;
+    if (dn_engine) DN_CHECK(dnnl_engine_destroy(dn_engine));
+    dn_engine = NULL;
+    atomic_fetch_add(&dn_generation, 1u);
+    pthread_mutex_unlock(&dn_mutex);
+}
+
+#else /* !BT_HAVE_ONEDNN */
+
+/* Built without oneDNN: gemm_backend_available(GEMM_BACKEND_ONEDNN) is 0, so gemm_with()
+ * never routes here; these keep the interface linkable and honest. */
+int gemm_onednn_built(void) {
+    return 0;
+}
+
+unsigned gemm_onednn_cpu_isa(void) {
+    return 0;
+}
+
+size_t gemm_onednn_cache_size(void) {
+    return 0;
+}
+
+const char *gemm_onednn_impl_name(const gemm_args *g) {
+    (void)g;
+    return "n/a";
+}
+
+void gemm_onednn_run(const gemm_args *g) {
+    (void)g;
+    BT_ASSERTF(0, "gemm: the oneDNN backend is not built into this binary");
+}
+
+void gemm_onednn_release(void) {}
+
+#endif

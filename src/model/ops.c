@@ -1,1 +1,1541 @@
-/* ops.c: placeholder until implemented. */
+/* ops.c: the kernel table behind ops.h and the fast fp32 kernels it dispatches to.
+ *
+ * Dispatch: a table of function pointers starts as the reference kernels (ops_ref.h) and the
+ * fast versions below override its entries; BT_KERNELS=ref (or ops_use_reference(1)) keeps
+ * the reference table.
+ *
+ * The fast kernels are plain C that gcc vectorizes without -ffast-math:
+ *   - Row and span kernels carry OPS_VEC (target_clones: an AVX-512, an AVX2 and a baseline
+ *     clone chosen at load time), so the build needs no -march flag and still runs anywhere.
+ *   - ISO C (-std=c11) compiles with -ffp-contract=off and gcc never reassociates float sums
+ *     on its own, so reductions (sum, dot, max) use a GNU C vector of OPS_LANES partial
+ *     results folded by a fixed tree (ops_sum & co.). The summation order is therefore fixed
+ *     by this source: every clone and every thread count gives the same bits.
+ *   - exp and erfc are evaluated by branch-free polynomials (ops_exp2part, ops_upper_tail) that
+ *     vectorize; libm's scalar calls would not. Their accuracy is stated where they are.
+ *   - OpenMP parallelizes over rows, fixed-size chunks or column chunks, never over a
+ *     reduction whose grouping would depend on the thread count (column sums use fixed row
+ *     blocks or column ownership). Small problems run on the calling thread (OPS_PAR_MIN).
+ *
+ * Attention runs per (batch, head) block: the block's scores q kᵀ/√D come from one gemm()
+ * straight into its slice of probs (contiguous, Tq x Tk: it serves as the score tile, which
+ * saves a Tq x Tk copy), the rows get + key_bias and are softmaxed in place, dropout is
+ * applied to a per-thread copy (the tile), and a second gemm() forms the value product. The OpenMP loop runs over the B*NH blocks and each gemm()
+ * runs on its calling thread (see ATTENTION THREADING below for the measurement behind it).
+ *
+ * Deliberately not here: the reference kernels (ops_ref.inc), the GEMM itself (gemm*.c),
+ * any fast-math. */
+#include "ops.h"
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "ops_ref.h"
+#include "status.h"
+
+/* --- building blocks -------------------------------------------------------------------- */
+
+/* `#pragma omp ...` that compiles silently when OpenMP is disabled (-Dopenmp=disabled). */
+#ifdef _OPENMP
+#define OPS_OMP(...) _Pragma(#__VA_ARGS__)
+static int ops_thread_num(void) { return omp_get_thread_num(); }
+static int ops_max_threads(void) { return omp_get_max_threads(); }
+#else
+#define OPS_OMP(...)
+static int ops_thread_num(void) { return 0; }
+static int ops_max_threads(void) { return 1; }
+#endif
+
+/* Function multiversioning for the vectorizable kernels (x86-64 gcc; elsewhere one version). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OPS_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define OPS_VEC
+#endif
+#define OPS_INLINE static inline __attribute__((always_inline))
+
+/* Work (elements) below which a kernel stays on the calling thread: an OpenMP fork/join
+ * costs a few microseconds, about what 32K simple elements take on one core. */
+#define OPS_PAR_MIN ((size_t)32768)
+/* Elementwise kernels split their range into chunks of this many elements. */
+#define OPS_CHUNK ((size_t)8192)
+/* Partial sums per reduction (one AVX-512 register of floats). */
+#define OPS_LANES 16
+
+static size_t ops_min(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Reductions. gcc does not vectorize a float sum (or max) without -ffast-math, because
+ * that reorders it; so the reductions below are written with a GNU C vector of OPS_LANES
+ * partial results (gcc lowers it to one zmm, two ymm or four xmm registers per clone), a
+ * scalar tail, and a fixed fold. The order is fixed by this code, so every clone and every
+ * thread count gives the same bits. Vectors never cross a function boundary (the ABI of a
+ * 64-byte vector argument differs between clones). */
+typedef float ops_vf __attribute__((vector_size(OPS_LANES * sizeof(float))));
+typedef int32_t ops_vi __attribute__((vector_size(OPS_LANES * sizeof(int32_t))));
+
+/* lanes 0..15 folded in a fixed tree, then the tail */
+OPS_INLINE float ops_fold(const ops_vf *acc, float tail) {
+    float t[OPS_LANES];
+    memcpy(t, acc, sizeof t);
+    for (int l = 0; l < 8; l++) t[l] += t[l + 8];
+    for (int l = 0; l < 4; l++) t[l] += t[l + 4];
+    for (int l = 0; l < 2; l++) t[l] += t[l + 2];
+    return (t[0] + t[1]) + tail;
+}
+
+#define OPS_LOAD(v, p) memcpy(&(v), (p), sizeof(ops_vf))
+
+OPS_INLINE float ops_sum(const float *x, size_t n) {
+    ops_vf acc = {0}, v;
+    size_t i = 0;
+    for (; i + OPS_LANES <= n; i += OPS_LANES) {
+        OPS_LOAD(v, x + i);
+        acc += v;
+    }
+    float tail = 0.0f;
+    for (; i < n; i++) tail += x[i];
+    return ops_fold(&acc, tail);
+}
+
+OPS_INLINE float ops_dot(const float *a, const float *b, size_t n) {
+    ops_vf acc = {0}, va, vb;
+    size_t i = 0;
+    for (; i + OPS_LANES <= n; i += OPS_LANES) {
+        OPS_LOAD(va, a + i);
+        OPS_LOAD(vb, b + i);
+        acc += va * vb;
+    }
+    float tail = 0.0f;
+    for (; i < n; i++) tail += a[i] * b[i];
+    return ops_fold(&acc, tail);
+}
+
+/* Σ (x - m)² */
+OPS_INLINE float ops_sum_sq_dev(const float *x, float m, size_t n) {
+    ops_vf acc = {0}, v;
+    size_t i = 0;
+    for (; i + OPS_LANES <= n; i += OPS_LANES) {
+        OPS_LOAD(v, x + i);
+        v -= m;
+        acc += v * v;
+    }
+    float tail = 0.0f;
+    for (; i < n; i++) tail += (x[i] - m) * (x[i] - m);
+    return ops_fold(&acc, tail);
+}
+
+/* Largest element (n >= 1). NaN elements lose every comparison, so they are skipped; the
+ * kernels that use it still propagate NaN through the elements themselves. */
+OPS_INLINE float ops_max(const float *x, size_t n) {
+    ops_vf acc = {0}, v;
+    acc += x[0];
+    size_t i = 0;
+    for (; i + OPS_LANES <= n; i += OPS_LANES) {
+        OPS_LOAD(v, x + i);
+        const ops_vi gt = v > acc;
+        acc = (ops_vf)(((ops_vi)v & gt) | ((ops_vi)acc & ~gt));
+    }
+    float t[OPS_LANES], m = x[0];
+    memcpy(t, &acc, sizeof t);
+    for (int l = 0; l < OPS_LANES; l++) m = t[l] > m ? t[l] : m;
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+OPS_INLINE float ops_bits_to_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* exp(hi + lo) in float, branch-free so loops calling it vectorize. x = hi + lo is split as
+ * n ln2 + r with n = round(x/ln2) and r = (hi - n ln2) + lo, |r| <= ln2/2 (ln2 in two
+ * constants, Cody-Waite, so n ln2 and, for large |hi|, hi - n ln2 are exact): a caller that
+ * knows its argument as an exact large part plus a small correction (ops_gauss_split) gets
+ * the full accuracy instead of the rounding error of hi + lo. exp(r) is the degree-7 Taylor
+ * polynomial (truncation r⁸/8! < 5.3e-9 relative); 2ⁿ is applied as two factors
+ * 2^(n/2) 2^(n-n/2), so the result overflows to +Inf and underflows gradually through
+ * subnormals where expf does. Relative error: a few float ulps. NaN stays NaN. */
+OPS_INLINE float ops_exp2part(float hi, float lo) {
+    const float lim_lo = -104.0f, lim_hi = 89.0f; /* e^-104 < min subnormal/2; e^89 > FLT_MAX */
+    const float x = hi + lo;
+    float xc = x < lim_lo ? lim_lo : x;
+    xc = xc > lim_hi ? lim_hi : xc;
+    const int clamped = xc != x; /* also true for NaN (then xc is NaN and so is the result) */
+    const float h = clamped ? xc : hi, l = clamped ? 0.0f : lo;
+    const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    const float nf = (xc * 1.44269504088896341f + shifter) - shifter;
+    const float r = ((h - nf * 0.693359375f) - nf * -2.12194440e-4f) + l;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t n = (int32_t)nf, n1 = n / 2, n2 = n - n1;
+    const float s1 = ops_bits_to_f32((uint32_t)(n1 + 127) << 23);
+    const float s2 = ops_bits_to_f32((uint32_t)(n2 + 127) << 23);
+    const float y = (p * s1) * s2;
+    return x < lim_lo ? 0.0f : y;
+}
+
+OPS_INLINE float ops_exp(float x) { return ops_exp2part(x, 0.0f); }
+
+/* -a²/2 = big - s, split so that every digit of a large a counts: a = ah + al with ah
+ * holding the top 12 significant bits, so ah² (24 bits) and big = -ah²/2 are exact, while
+ * s = ah al + al²/2 is small; ops_exp2part(big, -s) then has no rounding in its argument.
+ * Evaluating exp(-a·a/2) directly would turn the rounding of a·a (relative 6e-8, i.e.
+ * absolute 6e-8 a²) into a relative error of the result of 6e-8 a²: 4e-6 at a = 8. */
+typedef struct ops_gauss {
+    float big, s; /* -a²/2 = big - s, big exact */
+} ops_gauss;
+
+OPS_INLINE ops_gauss ops_gauss_split(float a) {
+    uint32_t u;
+    memcpy(&u, &a, 4);
+    const float ah = ops_bits_to_f32(u & 0xfffff000u), al = a - ah;
+    ops_gauss g = {-0.5f * (ah * ah), ah * al + 0.5f * (al * al)};
+    return g;
+}
+
+/* Φ(-a) = ½ erfc(a/√2) for a >= 0, the upper tail of the standard normal, with relative
+ * error ~ 3e-7: erfc(z) = t exp(-z² + P(t)), t = 1/(1 + z/2), is the Chebyshev fit
+ * published in Numerical Recipes (2nd ed., §6.2, "erfcc"; relative error < 1.2e-7 for
+ * z >= 0), and exp(-z²) = exp(-a²/2) comes from ops_gauss_split. */
+OPS_INLINE float ops_upper_tail(float a, ops_gauss g) {
+    const float t = 1.0f / (1.0f + 0.5f * (a * 0.70710678118654752f));
+    float p = 0.17087277f;
+    p = p * t + -0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t + -1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t + -0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t + -1.26551223f;
+    return 0.5f * t * ops_exp2part(g.big, p - g.s);
+}
+
+/* Φ(x), the standard normal CDF: relatively accurate for x < 0 (where x Φ(x) is tiny) and
+ * 1 - tail for x >= 0. */
+OPS_INLINE float ops_normal_cdf(float x) {
+    const float a = x < 0.0f ? -x : x;
+    const float tail = ops_upper_tail(a, ops_gauss_split(a));
+    return x < 0.0f ? tail : 1.0f - tail;
+}
+
+/* Runs body(lo, len) over [0, n) in chunks of OPS_CHUNK, in parallel when n is large. */
+#define OPS_FOR_CHUNKS(n, lo, len, body)                                                   \
+    do {                                                                                   \
+        const size_t ops_n_ = (n), ops_nch_ = (ops_n_ + OPS_CHUNK - 1) / OPS_CHUNK;        \
+        OPS_OMP(omp parallel for schedule(static) if (ops_n_ >= OPS_PAR_MIN))              \
+        for (size_t ops_c_ = 0; ops_c_ < ops_nch_; ops_c_++) {                             \
+            const size_t lo = ops_c_ * OPS_CHUNK, len = ops_min(OPS_CHUNK, ops_n_ - lo);  \
+            body;                                                                          \
+        }                                                                                  \
+    } while (0)
+
+/* --- dropout ------------------------------------------------------------------------------
+ * keep(i) = h(i) >= p 2^32 with h(i) = fmix32(lo(i) 0x9e3779b9 ^ hi(i) 0x85ebca6b ^ key):
+ * MurmurHash3's 32-bit finalizer over a golden-ratio Weyl sequence, keyed by 32 bits of
+ * splitmix64(seed). A pure function of (seed, i), so the backward regenerates the mask and
+ * every thread agrees; for a fixed seed h is a bijection of the low 32 index bits, so the
+ * drop fraction is p within 2^-32 over a full period. 32-bit lanes (16 per AVX-512 register,
+ * multiplies of 10 cycles latency) cost about a third of a 64-bit splitmix64 per element,
+ * which matters in attention: the mask over B*NH*Tq*Tk probabilities is made in the forward
+ * and again in the backward.
+ * Applied as out = x * m with m = keep ? 1/(1-p) : 0 (torch's form: a dropped NaN or Inf
+ * stays NaN; a dropped negative value gives -0), product in double, rounded once. */
+
+typedef struct ops_drop {
+    int on;          /* p > 0 */
+    uint32_t key;    /* 32 bits of splitmix64(seed) */
+    uint32_t thresh; /* keep when h(i) >= thresh */
+    double scale;    /* 1 / (1 - p) */
+} ops_drop;
+
+OPS_INLINE uint64_t ops_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+OPS_INLINE uint32_t ops_fmix32(uint32_t h) {
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    return h ^ (h >> 16);
+}
+
+OPS_INLINE int ops_keep(const ops_drop *dr, uint64_t i) {
+    const uint32_t lo = (uint32_t)i, hi = (uint32_t)(i >> 32);
+    return ops_fmix32((lo * 0x9e3779b9u) ^ (hi * 0x85ebca6bu) ^ dr->key) >= dr->thresh;
+}
+
+/* The multiplier of element i: 1/(1-p) if kept, else 0. */
+OPS_INLINE double ops_drop_mult(const ops_drop *dr, uint64_t i) {
+    return ops_keep(dr, i) ? dr->scale : 0.0;
+}
+
+static ops_drop ops_drop_make(const bt_dropout *d) {
+    ops_drop dr = {0, 0, 0, 1.0};
+    BT_ASSERTF(!d || (d->p >= 0.0f && d->p < 1.0f), "dropout p = %g outside [0, 1)",
+               d ? (double)d->p : 0.0);
+    if (d && d->p > 0.0f) {
+        const double t = (double)d->p * 4294967296.0;
+        dr.on = 1;
+        dr.key = (uint32_t)ops_mix64(d->seed ^ 0x6a09e667f3bcc909ull);
+        dr.thresh = t < 4294967295.0 ? (uint32_t)t : 4294967295u;
+        dr.scale = 1.0 / (1.0 - (double)d->p);
+    }
+    return dr;
+}
+
+int dropout_keep(const bt_dropout *d, uint64_t i) {
+    const ops_drop dr = ops_drop_make(d);
+    return !dr.on || ops_keep(&dr, i);
+}
+
+/* dst[j] = src[j] * m(base + j) */
+OPS_VEC static void dropout_span(float *dst, const float *src, size_t n, const ops_drop *dr,
+                                 uint64_t base) {
+    const ops_drop r = *dr;
+    for (size_t j = 0; j < n; j++) dst[j] = (float)((double)src[j] * ops_drop_mult(&r, base + j));
+}
+
+/* dx[j] += dout[j] * m(base + j) */
+OPS_VEC static void dropout_span_acc(float *dx, const float *dout, size_t n,
+                                     const ops_drop *dr, uint64_t base) {
+    const ops_drop r = *dr;
+    for (size_t j = 0; j < n; j++)
+        dx[j] = (float)((double)dx[j] + (double)dout[j] * ops_drop_mult(&r, base + j));
+}
+
+static void dropout_forward_fast(float *out, const float *x, size_t n, const bt_dropout *d) {
+    BT_ASSERT(n == 0 || (out && x));
+    const ops_drop dr = ops_drop_make(d);
+    if (!dr.on) {
+        if (out != x) memcpy(out, x, n * sizeof(float));
+        return;
+    }
+    OPS_FOR_CHUNKS(n, lo, len, dropout_span(out + lo, x + lo, len, &dr, lo));
+}
+
+static void dropout_backward_fast(float *dx, const float *dout, size_t n, const bt_dropout *d) {
+    if (!dx) return;
+    BT_ASSERT(n == 0 || dout);
+    const ops_drop dr = ops_drop_make(d);
+    OPS_FOR_CHUNKS(n, lo, len, dropout_span_acc(dx + lo, dout + lo, len, &dr, lo));
+}
+
+/* --- column sums: dst[j] += Σ_i src[i*ld + j] ----------------------------------------------
+ * Each thread owns a range of columns and walks every row in order (double partial sums),
+ * so the result is deterministic and independent of the thread count. */
+#define OPS_COLS 64
+
+OPS_VEC static void colsum_block(float *dst, const float *src, size_t n, size_t ld, size_t j0,
+                                 size_t w) {
+    double acc[OPS_COLS] = {0};
+    for (size_t i = 0; i < n; i++) {
+        const float *row = src + i * ld + j0;
+        for (size_t j = 0; j < w; j++) acc[j] += (double)row[j];
+    }
+    for (size_t j = 0; j < w; j++) dst[j0 + j] = (float)((double)dst[j0 + j] + acc[j]);
+}
+
+static void colsum_accumulate(float *dst, const float *src, size_t n, size_t c) {
+    const size_t nblk = (c + OPS_COLS - 1) / OPS_COLS;
+    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN && nblk > 1))
+    for (size_t blk = 0; blk < nblk; blk++)
+        colsum_block(dst, src, n, c, blk * OPS_COLS, ops_min(OPS_COLS, c - blk * OPS_COLS));
+}
+
+/* --- Linear --------------------------------------------------------------------------------
+ * Both directions are GEMMs (gemm.h); with compute BF16 the weight operand is the caller's
+ * bf16 copy when there is one, else gemm rounds w itself. */
+
+static void linear_forward_fast(float *out, const float *x, const float *w,
+                                const bt_bf16 *w_bf16, const float *b, size_t n, size_t c,
+                                size_t oc, gemm_compute compute) {
+    BT_ASSERT(out && x && w);
+    const int use_bf16_w = compute == GEMM_COMPUTE_BF16 && w_bf16;
+    gemm_args g = {
+        .trans_a = 0, .trans_b = 1, .m = n, .n = oc, .k = c,
+        .a_type = BT_DTYPE_F32, .a = x, .lda = c,
+        .b_type = use_bf16_w ? BT_DTYPE_BF16 : BT_DTYPE_F32,
+        .b = use_bf16_w ? (const void *)w_bf16 : (const void *)w, .ldb = c,
+        .c = out, .ldc = oc, .alpha = 1.0f, .beta = 0.0f, .bias = b, .compute = compute,
+    };
+    gemm(&g);
+}
+
+/* forward: out = x·wᵀ + b  ->  dx += dout·w;  dw += doutᵀ·x;  db += Σ_rows dout */
+static void linear_backward_fast(float *dx, float *dw, float *db, const float *dout,
+                                 const float *x, const float *w, const bt_bf16 *w_bf16,
+                                 size_t n, size_t c, size_t oc, gemm_compute compute) {
+    BT_ASSERT(dout && x && w);
+    const int use_bf16_w = compute == GEMM_COMPUTE_BF16 && w_bf16;
+    if (dx) {
+        gemm_args g = {
+            .trans_a = 0, .trans_b = 0, .m = n, .n = c, .k = oc,
+            .a_type = BT_DTYPE_F32, .a = dout, .lda = oc,
+            .b_type = use_bf16_w ? BT_DTYPE_BF16 : BT_DTYPE_F32,
+            .b = use_bf16_w ? (const void *)w_bf16 : (const void *)w, .ldb = c,
+            .c = dx, .ldc = c, .alpha = 1.0f, .beta = 1.0f, .compute = compute,
+        };
+        gemm(&g);
+    }
+    if (dw) {
+        gemm_args g = {
+            .trans_a = 1, .trans_b = 0, .m = oc, .n = c, .k = n,
+            .a_type = BT_DTYPE_F32, .a = dout, .lda = oc,
+            .b_type = BT_DTYPE_F32, .b = x, .ldb = c,
+            .c = dw, .ldc = c, .alpha = 1.0f, .beta = 1.0f, .compute = compute,
+        };
+        gemm(&g);
+    }
+    if (db) colsum_accumulate(db, dout, n, oc);
+}
+
+/* --- LayerNorm ------------------------------------------------------------------------------ */
+
+OPS_VEC static void layernorm_row(float *out, float *mean, float *rstd, const float *x,
+                                  const float *w, const float *b, size_t c, float eps) {
+    const float m = ops_sum(x, c) / (float)c;
+    const float var = ops_sum_sq_dev(x, m, c) / (float)c; /* two passes: no cancellation */
+    const float r = 1.0f / sqrtf(var + eps);
+    for (size_t j = 0; j < c; j++) out[j] = (x[j] - m) * r * w[j] + b[j];
+    *mean = m;
+    *rstd = r;
+}
+
+static void layernorm_forward_fast(float *out, float *mean, float *rstd, const float *x,
+                                   const float *w, const float *b, size_t n, size_t c,
+                                   float eps) {
+    BT_ASSERT(out && mean && rstd && x && w && b && c > 0);
+    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN))
+    for (size_t i = 0; i < n; i++)
+        layernorm_row(out + i * c, mean + i, rstd + i, x + i * c, w, b, c, eps);
+}
+
+/* Rows of one block: dx (if any) for each row, and the block's partial dw/db (assigned). */
+OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, const float *dout,
+                                            const float *x, const float *w, const float *mean,
+                                            const float *rstd, size_t rows, size_t c) {
+    for (size_t j = 0; j < c; j++) pdw[j] = pdb[j] = 0.0f;
+    for (size_t i = 0; i < rows; i++) {
+        const float *xi = x + i * c, *gi = dout + i * c;
+        const float m = mean[i], r = rstd[i];
+        ops_vf a1 = {0}, a2 = {0}, vx, vg, vw;
+        size_t j = 0;
+        for (; j + OPS_LANES <= c; j += OPS_LANES) { /* Σ g and Σ g xhat, g = dout w */
+            OPS_LOAD(vx, xi + j);
+            OPS_LOAD(vg, gi + j);
+            OPS_LOAD(vw, w + j);
+            vg *= vw;
+            a1 += vg;
+            a2 += vg * ((vx - m) * r);
+        }
+        float t1 = 0.0f, t2 = 0.0f;
+        for (; j < c; j++) {
+            const float xhat = (xi[j] - m) * r, g = gi[j] * w[j];
+            t1 += g;
+            t2 += g * xhat;
+        }
+        const float mg = ops_fold(&a1, t1) / (float)c, mgx = ops_fold(&a2, t2) / (float)c;
+        float *dxi = dx ? dx + i * c : NULL;
+        for (j = 0; j < c; j++) {
+            const float xhat = (xi[j] - m) * r;
+            pdw[j] += gi[j] * xhat;
+            pdb[j] += gi[j];
+        }
+        if (dxi)
+            for (j = 0; j < c; j++) {
+                const float xhat = (xi[j] - m) * r;
+                dxi[j] += r * (gi[j] * w[j] - mg - xhat * mgx);
+            }
+    }
+}
+
+/* Rows per block of partial dw/db: fixed (not per thread), so sums do not depend on the
+ * thread count. */
+#define OPS_LN_ROWS ((size_t)32)
+
+OPS_VEC static void layernorm_reduce_cols(float *dst, const float *part, size_t nblk,
+                                          size_t stride, size_t j0, size_t w) {
+    double acc[OPS_COLS] = {0};
+    for (size_t blk = 0; blk < nblk; blk++)
+        for (size_t j = 0; j < w; j++) acc[j] += (double)part[blk * stride + j0 + j];
+    for (size_t j = 0; j < w; j++) dst[j0 + j] = (float)((double)dst[j0 + j] + acc[j]);
+}
+
+/* forward: out = xhat*w + b, xhat = (x - mean)*rstd. With g = dout*w:
+ *   dx += rstd (g - mean_j g - xhat mean_j(g xhat));  dw += Σ_rows dout*xhat;  db += Σ dout */
+static void layernorm_backward_fast(float *dx, float *dw, float *db, const float *dout,
+                                    const float *x, const float *w, const float *mean,
+                                    const float *rstd, size_t n, size_t c) {
+    BT_ASSERT(dout && x && w && mean && rstd && c > 0);
+    if (n == 0) return;
+    const size_t nblk = (n + OPS_LN_ROWS - 1) / OPS_LN_ROWS;
+    float *part = bt_alloc(nblk * 2 * c * sizeof(float)); /* (nblk, 2, C): dw then db */
+    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN))
+    for (size_t blk = 0; blk < nblk; blk++) {
+        const size_t i0 = blk * OPS_LN_ROWS, rows = ops_min(OPS_LN_ROWS, n - i0);
+        layernorm_backward_rows(dx ? dx + i0 * c : NULL, part + blk * 2 * c,
+                                part + blk * 2 * c + c, dout + i0 * c, x + i0 * c, w,
+                                mean + i0, rstd + i0, rows, c);
+    }
+    const size_t ncb = (c + OPS_COLS - 1) / OPS_COLS;
+    OPS_OMP(omp parallel for schedule(static) if (nblk * c >= OPS_PAR_MIN))
+    for (size_t cb = 0; cb < ncb; cb++) {
+        const size_t j0 = cb * OPS_COLS, wd = ops_min(OPS_COLS, c - j0);
+        if (dw) layernorm_reduce_cols(dw, part, nblk, 2 * c, j0, wd);
+        if (db) layernorm_reduce_cols(db, part + c, nblk, 2 * c, j0, wd);
+    }
+    bt_free(part);
+}
+
+/* --- pointwise activations ------------------------------------------------------------------ */
+
+#define OPS_QUICK_GELU_A 1.702f
+
+OPS_VEC static void gelu_span(float *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = x[i] * ops_normal_cdf(x[i]);
+}
+
+/* forward: out = x Φ(x)  ->  dx += dout (Φ(x) + x φ(x)), φ(x) = e^{-x²/2}/√(2π) */
+OPS_VEC static void gelu_span_backward(float *dx, const float *dout, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i], a = v < 0.0f ? -v : v;
+        const ops_gauss g = ops_gauss_split(a);
+        const float tail = ops_upper_tail(a, g), cdf = v < 0.0f ? tail : 1.0f - tail;
+        const float pdf = ops_exp2part(g.big, -g.s) * 0.39894228040143268f;
+        dx[i] += dout[i] * (cdf + v * pdf);
+    }
+}
+
+/* sigmoid(a x) from e = exp(-|a x|) <= 1, so no overflow in either tail. */
+OPS_INLINE float ops_sigmoid(float z) {
+    const float e = ops_exp(z < 0.0f ? z : -z);
+    return z >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+
+OPS_VEC static void quick_gelu_span(float *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = x[i] * ops_sigmoid(OPS_QUICK_GELU_A * x[i]);
+}
+
+/* forward: out = x s, s = sigmoid(a x)  ->  dx += dout (s + a x s (1 - s)) */
+OPS_VEC static void quick_gelu_span_backward(float *dx, const float *dout, const float *x,
+                                             size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float s = ops_sigmoid(OPS_QUICK_GELU_A * x[i]);
+        dx[i] += dout[i] * (s + OPS_QUICK_GELU_A * x[i] * s * (1.0f - s));
+    }
+}
+
+static void gelu_forward_fast(float *out, const float *x, size_t n) {
+    BT_ASSERT(n == 0 || (out && x));
+    OPS_FOR_CHUNKS(n, lo, len, gelu_span(out + lo, x + lo, len));
+}
+
+static void gelu_backward_fast(float *dx, const float *dout, const float *x, size_t n) {
+    if (!dx) return;
+    BT_ASSERT(n == 0 || (dout && x));
+    OPS_FOR_CHUNKS(n, lo, len, gelu_span_backward(dx + lo, dout + lo, x + lo, len));
+}
+
+static void quick_gelu_forward_fast(float *out, const float *x, size_t n) {
+    BT_ASSERT(n == 0 || (out && x));
+    OPS_FOR_CHUNKS(n, lo, len, quick_gelu_span(out + lo, x + lo, len));
+}
+
+static void quick_gelu_backward_fast(float *dx, const float *dout, const float *x, size_t n) {
+    if (!dx) return;
+    BT_ASSERT(n == 0 || (dout && x));
+    OPS_FOR_CHUNKS(n, lo, len, quick_gelu_span_backward(dx + lo, dout + lo, x + lo, len));
+}
+
+/* tanh only runs in the poolers (B x C elements): libm's tanhf (correctly handled tails, no
+ * cancellation near 0) in float, threaded for large n, is all it needs. */
+static void tanh_forward_fast(float *out, const float *x, size_t n) {
+    BT_ASSERT(n == 0 || (out && x));
+    OPS_OMP(omp parallel for schedule(static) if (n >= OPS_PAR_MIN))
+    for (size_t i = 0; i < n; i++) out[i] = tanhf(x[i]);
+}
+
+/* forward: y = tanh(x)  ->  dx += dout (1 - y²) */
+OPS_VEC static void tanh_span_backward(float *dx, const float *dout, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) dx[i] += dout[i] * (1.0f - y[i] * y[i]);
+}
+
+static void tanh_backward_fast(float *dx, const float *dout, const float *y, size_t n) {
+    if (!dx) return;
+    BT_ASSERT(n == 0 || (dout && y));
+    OPS_FOR_CHUNKS(n, lo, len, tanh_span_backward(dx + lo, dout + lo, y + lo, len));
+}
+
+/* --- softmax -------------------------------------------------------------------------------- */
+
+/* out = softmax(x) over one row of c >= 1 (out may alias x). Returns Σ exp(x - max) and
+ * stores the max, for the cross entropy. */
+OPS_INLINE float softmax_row_inline(float *out, const float *x, size_t c, float *max_out) {
+    const float mx = ops_max(x, c);
+    for (size_t j = 0; j < c; j++) out[j] = ops_exp(x[j] - mx);
+    const float sum = ops_sum(out, c), inv = 1.0f / sum;
+    for (size_t j = 0; j < c; j++) out[j] *= inv;
+    if (max_out) *max_out = mx;
+    return sum;
+}
+
+OPS_VEC static void softmax_rows(float *out, const float *x, size_t rows, size_t c) {
+    for (size_t i = 0; i < rows; i++) softmax_row_inline(out + i * c, x + i * c, c, NULL);
+}
+
+/* forward: y = softmax(x)  ->  dx += y ⊙ (dout - Σ_j dout_j y_j) */
+OPS_VEC static void softmax_rows_backward(float *dx, const float *dout, const float *y,
+                                          size_t rows, size_t c) {
+    for (size_t i = 0; i < rows; i++) {
+        const float *gi = dout + i * c, *yi = y + i * c;
+        float *dxi = dx + i * c;
+        const float dot = ops_dot(gi, yi, c);
+        for (size_t j = 0; j < c; j++) dxi[j] += yi[j] * (gi[j] - dot);
+    }
+}
+
+/* Rows per parallel task for row kernels: about OPS_CHUNK elements, at least one row. */
+static size_t ops_rows_per_task(size_t c) {
+    const size_t r = OPS_CHUNK / (c ? c : 1);
+    return r ? r : 1;
+}
+
+#define OPS_FOR_ROWS(n, c, i0, rows, body)                                                 \
+    do {                                                                                   \
+        const size_t ops_n_ = (n), ops_rpt_ = ops_rows_per_task(c);                        \
+        const size_t ops_nt_ = (ops_n_ + ops_rpt_ - 1) / ops_rpt_;                         \
+        OPS_OMP(omp parallel for schedule(static) if (ops_n_ * (c) >= OPS_PAR_MIN))        \
+        for (size_t ops_t_ = 0; ops_t_ < ops_nt_; ops_t_++) {                              \
+            const size_t i0 = ops_t_ * ops_rpt_, rows = ops_min(ops_rpt_, ops_n_ - i0);    \
+            body;                                                                          \
+        }                                                                                  \
+    } while (0)
+
+static void softmax_forward_fast(float *out, const float *x, size_t n, size_t c) {
+    BT_ASSERT(n == 0 || (out && x && c > 0));
+    OPS_FOR_ROWS(n, c, i0, rows, softmax_rows(out + i0 * c, x + i0 * c, rows, c));
+}
+
+static void softmax_backward_fast(float *dx, const float *dout, const float *y, size_t n,
+                                  size_t c) {
+    if (!dx) return;
+    BT_ASSERT(n == 0 || (dout && y));
+    OPS_FOR_ROWS(n, c, i0, rows,
+                 softmax_rows_backward(dx + i0 * c, dout + i0 * c, y + i0 * c, rows, c));
+}
+
+/* --- attention ------------------------------------------------------------------------------
+ * ATTENTION THREADING. Two ways to use the cores were measured (tests/bench_ops.c,
+ * docs/benchmarks.md): (a) an OpenMP loop over the B*NH blocks, each gemm() on its calling
+ * thread (oneDNN sees omp_in_parallel() and stays on it), vs (b) blocks one after another
+ * with each gemm() and each row loop threaded. (a) is used: see ops_attention_threads(). */
+
+/* Which of the two is used. AUTO: (a) unless the GEMM backend is OpenBLAS, whose calls from
+ * inside a parallel region each fan out to its own thread pool (gemm.h), oversubscribing
+ * the cores; then (b). BT_ATTENTION_THREADS=blocks|gemm|auto or
+ * ops_attention_threads_select() override it. */
+typedef enum { OPS_ATTN_AUTO, OPS_ATTN_BLOCKS, OPS_ATTN_GEMM } ops_attn_mode;
+static ops_attn_mode ops_attention_mode = OPS_ATTN_AUTO;
+
+static ops_attn_mode ops_attention_resolve(void) {
+    if (ops_attention_mode != OPS_ATTN_AUTO) return ops_attention_mode;
+    return gemm_get_backend() == GEMM_BACKEND_OPENBLAS ? OPS_ATTN_GEMM : OPS_ATTN_BLOCKS;
+}
+
+/* The block's Tq score rows in place: S += key_bias (if any), P = softmax(S); then, with
+ * dropout, tile = dropout(P). The key bias is added here rather than as the GEMM's bias:
+ * with alpha = 1/√D a GEMM may scale the bias by 1/alpha internally (oneDNN does), which
+ * turns HF's -FLT_MAX mask into -Inf and a row whose keys are all masked into NaN instead
+ * of the uniform distribution torch gives. */
+OPS_VEC static void attention_rows_forward(float *tile, float *p, const float *key_bias,
+                                           size_t tq, size_t tk, const ops_drop *dr,
+                                           uint64_t base) {
+    for (size_t i = 0; i < tq; i++) {
+        float *pi = p + i * tk;
+        if (key_bias)
+            for (size_t j = 0; j < tk; j++) pi[j] += key_bias[j];
+        softmax_row_inline(pi, pi, tk, NULL);
+    }
+    if (dr->on) {
+        const ops_drop r = *dr;
+        for (size_t e = 0; e < tq * tk; e++)
+            tile[e] = (float)((double)p[e] * ops_drop_mult(&r, base + e));
+    }
+}
+
+/* On entry ds holds dPd = dout vᵀ for the block; on exit dS:
+ *   dP = dropout(dPd) (mask and scale of the forward);  dS = P ⊙ (dP - Σ_j dP_j P_j) */
+OPS_VEC static void attention_rows_backward(float *ds, const float *p, size_t tq, size_t tk,
+                                            const ops_drop *dr, uint64_t base) {
+    const ops_drop r = *dr;
+    for (size_t i = 0; i < tq; i++) {
+        float *dsi = ds + i * tk;
+        const float *pi = p + i * tk;
+        if (r.on)
+            for (size_t j = 0; j < tk; j++)
+                dsi[j] = (float)((double)dsi[j] * ops_drop_mult(&r, base + i * tk + j));
+        const float dot = ops_dot(dsi, pi, tk);
+        for (size_t j = 0; j < tk; j++) dsi[j] = pi[j] * (dsi[j] - dot);
+    }
+}
+
+static void attention_block_forward(float *out, float *probs, const float *q, const float *k,
+                                    const float *v, const float *key_bias,
+                                    const attention_dims *d, const ops_drop *dr,
+                                    gemm_compute compute, float *tile, size_t b, size_t h) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
+    const size_t pbase = (b * d->NH + h) * Tq * Tk;
+    float *p = probs + pbase; /* (Tq, Tk) slice of probs: S, then P in place */
+    /* S = q_h k_hᵀ / √D + key_bias[b] */
+    gemm_args s = {
+        .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
+        .a_type = BT_DTYPE_F32, .a = q + b * Tq * d->ldq + h * D, .lda = d->ldq,
+        .b_type = BT_DTYPE_F32, .b = k + b * Tk * d->ldk + h * D, .ldb = d->ldk,
+        .c = p, .ldc = Tk, .alpha = (float)(1.0 / sqrt((double)D)), .beta = 0.0f,
+        .compute = compute,
+    };
+    gemm(&s);
+    attention_rows_forward(tile, p, key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, pbase);
+    /* out_h = dropout(P) v_h */
+    gemm_args o = {
+        .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
+        .a_type = BT_DTYPE_F32, .a = dr->on ? tile : p, .lda = Tk,
+        .b_type = BT_DTYPE_F32, .b = v + b * Tk * d->ldv + h * D, .ldb = d->ldv,
+        .c = out + b * Tq * d->ldo + h * D, .ldc = d->ldo, .alpha = 1.0f, .beta = 0.0f,
+        .compute = compute,
+    };
+    gemm(&o);
+}
+
+/* forward, per block: S = q kᵀ/√D + bias, P = softmax(S), Pd = dropout(P), out = Pd v.
+ *   dv += Pdᵀ dout;  dPd = dout vᵀ;  dS = P ⊙ (dP - rowsum(dP ⊙ P)), dP = dropout(dPd);
+ *   dq += dS k/√D;  dk += dSᵀ q/√D.   tile holds 2 Tq x Tk: dPd/dS, then Pd (dropout only). */
+static void attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *probs, const float *q, const float *k,
+                                     const float *v, const attention_dims *d,
+                                     const ops_drop *dr, gemm_compute compute, float *tile,
+                                     size_t b, size_t h) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
+    const size_t pbase = (b * d->NH + h) * Tq * Tk;
+    const float *p = probs + pbase;
+    const float *dout_h = dout + b * Tq * d->ldo + h * D;
+    const float *q_h = q + b * Tq * d->ldq + h * D;
+    const float *k_h = k + b * Tk * d->ldk + h * D;
+    const float *v_h = v + b * Tk * d->ldv + h * D;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    float *ds = tile, *pd = tile + Tq * Tk;
+    if (dv) { /* dv_h += Pdᵀ dout_h */
+        if (dr->on) dropout_span(pd, p, Tq * Tk, dr, pbase);
+        gemm_args g = {
+            .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
+            .a_type = BT_DTYPE_F32, .a = dr->on ? pd : p, .lda = Tk,
+            .b_type = BT_DTYPE_F32, .b = dout_h, .ldb = d->ldo,
+            .c = dv + b * Tk * d->ldv + h * D, .ldc = d->ldv, .alpha = 1.0f, .beta = 1.0f,
+            .compute = compute,
+        };
+        gemm(&g);
+    }
+    if (!dq && !dk) return;
+    gemm_args g = { /* dPd = dout_h v_hᵀ */
+        .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
+        .a_type = BT_DTYPE_F32, .a = dout_h, .lda = d->ldo,
+        .b_type = BT_DTYPE_F32, .b = v_h, .ldb = d->ldv,
+        .c = ds, .ldc = Tk, .alpha = 1.0f, .beta = 0.0f, .compute = compute,
+    };
+    gemm(&g);
+    attention_rows_backward(ds, p, Tq, Tk, dr, pbase);
+    if (dq) { /* dq_h += dS k_h / √D */
+        gemm_args gq = {
+            .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
+            .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
+            .b_type = BT_DTYPE_F32, .b = k_h, .ldb = d->ldk,
+            .c = dq + b * Tq * d->ldq + h * D, .ldc = d->ldq, .alpha = scale, .beta = 1.0f,
+            .compute = compute,
+        };
+        gemm(&gq);
+    }
+    if (dk) { /* dk_h += dSᵀ q_h / √D */
+        gemm_args gk = {
+            .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
+            .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
+            .b_type = BT_DTYPE_F32, .b = q_h, .ldb = d->ldq,
+            .c = dk + b * Tk * d->ldk + h * D, .ldc = d->ldk, .alpha = scale, .beta = 1.0f,
+            .compute = compute,
+        };
+        gemm(&gk);
+    }
+}
+
+/* Strategy (b): batch items one after another; per item, the NH heads' products are one
+ * batched gemm() (heads are column slices: stride D), which threads internally; the row
+ * work is an OpenMP loop over heads. Scratch holds NH tiles. */
+static void attention_forward_batched(float *out, float *probs, const float *q, const float *k,
+                                      const float *v, const float *key_bias,
+                                      const attention_dims *d, const ops_drop *dr,
+                                      gemm_compute compute) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D, NH = d->NH, blk = Tq * Tk;
+    float *tile = dr->on ? bt_alloc(NH * blk * sizeof(float)) : NULL;
+    for (size_t b = 0; b < d->B; b++) {
+        float *pb = probs + b * NH * blk; /* (NH, Tq, Tk) */
+        gemm_args s = {
+            .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
+            .a_type = BT_DTYPE_F32, .a = q + b * Tq * d->ldq, .lda = d->ldq,
+            .b_type = BT_DTYPE_F32, .b = k + b * Tk * d->ldk, .ldb = d->ldk,
+            .c = pb, .ldc = Tk, .alpha = (float)(1.0 / sqrt((double)D)), .beta = 0.0f,
+            .compute = compute, .batch = NH, .stride_a = D, .stride_b = D, .stride_c = blk,
+        };
+        gemm(&s);
+        OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
+        for (size_t h = 0; h < NH; h++)
+            attention_rows_forward(tile ? tile + h * blk : NULL, pb + h * blk,
+                                   key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr,
+                                   (b * NH + h) * blk);
+        gemm_args o = {
+            .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
+            .a_type = BT_DTYPE_F32, .a = tile ? tile : pb, .lda = Tk,
+            .b_type = BT_DTYPE_F32, .b = v + b * Tk * d->ldv, .ldb = d->ldv,
+            .c = out + b * Tq * d->ldo, .ldc = d->ldo, .alpha = 1.0f, .beta = 0.0f,
+            .compute = compute, .batch = NH, .stride_a = blk, .stride_b = D, .stride_c = D,
+        };
+        gemm(&o);
+    }
+    bt_free(tile);
+}
+
+static void attention_backward_batched(float *dq, float *dk, float *dv, const float *dout,
+                                       const float *probs, const float *q, const float *k,
+                                       const float *v, const attention_dims *d,
+                                       const ops_drop *dr, gemm_compute compute) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D, NH = d->NH, blk = Tq * Tk;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    float *ds = bt_alloc(NH * blk * sizeof(float));
+    float *pd = dr->on && dv ? bt_alloc(NH * blk * sizeof(float)) : NULL;
+    for (size_t b = 0; b < d->B; b++) {
+        const float *pb = probs + b * NH * blk;
+        const float *dout_b = dout + b * Tq * d->ldo;
+        if (dv) { /* dv_h += Pd_hᵀ dout_h */
+            if (pd)
+                OPS_FOR_CHUNKS(NH * blk, lo, len,
+                               dropout_span(pd + lo, pb + lo, len, dr, b * NH * blk + lo));
+            gemm_args g = {
+                .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
+                .a_type = BT_DTYPE_F32, .a = pd ? pd : pb, .lda = Tk,
+                .b_type = BT_DTYPE_F32, .b = dout_b, .ldb = d->ldo,
+                .c = dv + b * Tk * d->ldv, .ldc = d->ldv, .alpha = 1.0f, .beta = 1.0f,
+                .compute = compute, .batch = NH, .stride_a = blk, .stride_b = D, .stride_c = D,
+            };
+            gemm(&g);
+        }
+        if (!dq && !dk) continue;
+        gemm_args g = { /* dPd_h = dout_h v_hᵀ */
+            .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
+            .a_type = BT_DTYPE_F32, .a = dout_b, .lda = d->ldo,
+            .b_type = BT_DTYPE_F32, .b = v + b * Tk * d->ldv, .ldb = d->ldv,
+            .c = ds, .ldc = Tk, .alpha = 1.0f, .beta = 0.0f, .compute = compute,
+            .batch = NH, .stride_a = D, .stride_b = D, .stride_c = blk,
+        };
+        gemm(&g);
+        OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
+        for (size_t h = 0; h < NH; h++)
+            attention_rows_backward(ds + h * blk, pb + h * blk, Tq, Tk, dr, (b * NH + h) * blk);
+        if (dq) { /* dq_h += dS_h k_h / √D */
+            gemm_args gq = {
+                .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
+                .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
+                .b_type = BT_DTYPE_F32, .b = k + b * Tk * d->ldk, .ldb = d->ldk,
+                .c = dq + b * Tq * d->ldq, .ldc = d->ldq, .alpha = scale, .beta = 1.0f,
+                .compute = compute, .batch = NH, .stride_a = blk, .stride_b = D, .stride_c = D,
+            };
+            gemm(&gq);
+        }
+        if (dk) { /* dk_h += dS_hᵀ q_h / √D */
+            gemm_args gk = {
+                .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
+                .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
+                .b_type = BT_DTYPE_F32, .b = q + b * Tq * d->ldq, .ldb = d->ldq,
+                .c = dk + b * Tk * d->ldk, .ldc = d->ldk, .alpha = scale, .beta = 1.0f,
+                .compute = compute, .batch = NH, .stride_a = blk, .stride_b = D, .stride_c = D,
+            };
+            gemm(&gk);
+        }
+    }
+    bt_free(ds);
+    bt_free(pd);
+}
+
+static void attention_check(const attention_dims *d) {
+    BT_ASSERT(d != NULL);
+    BT_ASSERT(d->B > 0 && d->Tq > 0 && d->Tk > 0 && d->NH > 0 && d->D > 0);
+    const size_t c = d->NH * d->D;
+    BT_ASSERT(d->ldq >= c && d->ldk >= c && d->ldv >= c && d->ldo >= c);
+}
+
+static void attention_forward_fast(float *out, float *probs, const float *q, const float *k,
+                                   const float *v, const float *key_bias,
+                                   const attention_dims *d, const bt_dropout *drop,
+                                   gemm_compute compute) {
+    attention_check(d);
+    BT_ASSERT(out && probs && q && k && v);
+    const ops_drop dr = ops_drop_make(drop);
+    if (ops_attention_resolve() == OPS_ATTN_GEMM) {
+        attention_forward_batched(out, probs, q, k, v, key_bias, d, &dr, compute);
+        return;
+    }
+    const size_t nblk = d->B * d->NH, tile_n = dr.on ? d->Tq * d->Tk : 0;
+    const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
+    const int nthr = par ? ops_max_threads() : 1;
+    float *tiles = tile_n ? bt_alloc((size_t)nthr * tile_n * sizeof(float)) : NULL;
+    OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
+    for (size_t blk = 0; blk < nblk; blk++) {
+        float *tile = tiles ? tiles + (size_t)ops_thread_num() * tile_n : NULL;
+        attention_block_forward(out, probs, q, k, v, key_bias, d, &dr, compute, tile,
+                                blk / d->NH, blk % d->NH);
+    }
+    bt_free(tiles);
+}
+
+static void attention_backward_fast(float *dq, float *dk, float *dv, const float *dout,
+                                    const float *probs, const float *q, const float *k,
+                                    const float *v, const attention_dims *d,
+                                    const bt_dropout *drop, gemm_compute compute) {
+    attention_check(d);
+    BT_ASSERT(dout && probs && q && k && v);
+    if (!dq && !dk && !dv) return;
+    const ops_drop dr = ops_drop_make(drop);
+    if (ops_attention_resolve() == OPS_ATTN_GEMM) {
+        attention_backward_batched(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute);
+        return;
+    }
+    const size_t nblk = d->B * d->NH, tile_n = 2 * d->Tq * d->Tk;
+    const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
+    const int nthr = par ? ops_max_threads() : 1;
+    float *tiles = bt_alloc((size_t)nthr * tile_n * sizeof(float));
+    OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
+    for (size_t blk = 0; blk < nblk; blk++) {
+        float *tile = tiles + (size_t)ops_thread_num() * tile_n;
+        attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute, tile,
+                                 blk / d->NH, blk % d->NH);
+    }
+    bt_free(tiles);
+}
+
+/* --- embedding ------------------------------------------------------------------------------ */
+
+static void embedding_check_ids(const int32_t *ids, size_t n, size_t rows) {
+    for (size_t i = 0; i < n; i++)
+        BT_ASSERTF(ids[i] >= 0 && (size_t)ids[i] < rows,
+                   "embedding id %d at %zu outside [0, %zu)", (int)ids[i], i, rows);
+}
+
+static void embedding_forward_fast(float *out, const int32_t *ids, const float *table, size_t n,
+                                   size_t c, size_t rows) {
+    BT_ASSERT(n == 0 || (out && ids && table));
+    embedding_check_ids(ids, n, rows);
+    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN))
+    for (size_t i = 0; i < n; i++)
+        memcpy(out + i * c, table + (size_t)ids[i] * c, c * sizeof(float));
+}
+
+OPS_VEC static void embedding_scatter_cols(float *dtable, const float *dout, const int32_t *ids,
+                                           size_t n, size_t c, int32_t padding_idx, size_t j0,
+                                           size_t w) {
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == padding_idx) continue;
+        float *dst = dtable + (size_t)ids[i] * c + j0;
+        const float *src = dout + i * c + j0;
+        for (size_t j = 0; j < w; j++) dst[j] += src[j];
+    }
+}
+
+/* forward: out[i] = table[ids[i]]  ->  dtable[ids[i]] += dout[i]. Threads own column ranges
+ * and walk the rows in order: repeated ids never race and sums are deterministic. */
+static void embedding_backward_fast(float *dtable, const float *dout, const int32_t *ids,
+                                    size_t n, size_t c, size_t rows, int32_t padding_idx) {
+    if (!dtable) return;
+    BT_ASSERT(n == 0 || (dout && ids));
+    embedding_check_ids(ids, n, rows);
+    const size_t ncb = (c + OPS_COLS - 1) / OPS_COLS;
+    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN && ncb > 1))
+    for (size_t cb = 0; cb < ncb; cb++)
+        embedding_scatter_cols(dtable, dout, ids, n, c, padding_idx, cb * OPS_COLS,
+                               ops_min(OPS_COLS, c - cb * OPS_COLS));
+}
+
+/* --- bias add, residual --------------------------------------------------------------------- */
+
+OPS_VEC static void bias_add_rows(float *out, const float *x, const float *bias, size_t rows,
+                                  size_t c) {
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < c; j++) out[i * c + j] = x[i * c + j] + bias[j];
+}
+
+static void bias_add_forward_fast(float *out, const float *x, const float *bias, size_t n,
+                                  size_t c) {
+    BT_ASSERT((n == 0 || c == 0) || (out && x && bias));
+    OPS_FOR_ROWS(n, c, i0, rows, bias_add_rows(out + i0 * c, x + i0 * c, bias, rows, c));
+}
+
+OPS_VEC static void add_span(float *out, const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* forward: out = x + bias  ->  dx += dout;  dbias += Σ_rows dout */
+static void bias_add_backward_fast(float *dx, float *dbias, const float *dout, size_t n,
+                                   size_t c) {
+    BT_ASSERT((n == 0 || c == 0) || dout);
+    if (dx) OPS_FOR_CHUNKS(n * c, lo, len, add_span(dx + lo, dx + lo, dout + lo, len));
+    if (dbias) colsum_accumulate(dbias, dout, n, c);
+}
+
+static void residual_forward_fast(float *out, const float *a, const float *b, size_t n) {
+    BT_ASSERT(n == 0 || (out && a && b));
+    OPS_FOR_CHUNKS(n, lo, len, add_span(out + lo, a + lo, b + lo, len));
+}
+
+/* forward: out = a + b  ->  da += dout;  db += dout */
+static void residual_backward_fast(float *da, float *db, const float *dout, size_t n) {
+    BT_ASSERT(n == 0 || dout);
+    if (da) OPS_FOR_CHUNKS(n, lo, len, add_span(da + lo, da + lo, dout + lo, len));
+    if (db) OPS_FOR_CHUNKS(n, lo, len, add_span(db + lo, db + lo, dout + lo, len));
+}
+
+/* --- cross entropy -------------------------------------------------------------------------- */
+
+static void cross_entropy_check(const int32_t *targets, size_t n, size_t v, int32_t ignore) {
+    for (size_t i = 0; i < n; i++)
+        BT_ASSERTF(targets[i] == ignore || (targets[i] >= 0 && (size_t)targets[i] < v),
+                   "cross entropy target %d at row %zu outside [0, %zu)", (int)targets[i], i, v);
+}
+
+/* One row: probs = softmax(logits), returns -log softmax(logits)[t] = max + log Σ - x_t. */
+OPS_VEC static double cross_entropy_row(float *probs, const float *x, size_t v, int32_t t) {
+    const double xt = (double)x[t]; /* read before probs is written (it may alias x) */
+    float mx;
+    const float sum = softmax_row_inline(probs, x, v, &mx);
+    return (double)mx + log((double)sum) - xt;
+}
+
+static float cross_entropy_forward_fast(float *probs, const float *logits,
+                                        const int32_t *targets, size_t n, size_t v,
+                                        int32_t ignore_index, size_t *n_valid) {
+    BT_ASSERT(n == 0 || (probs && logits && targets && v > 0));
+    cross_entropy_check(targets, n, v, ignore_index);
+    double *loss = bt_alloc((n ? n : 1) * sizeof(double)); /* per row, summed in order */
+    OPS_OMP(omp parallel for schedule(static) if (n * v >= OPS_PAR_MIN))
+    for (size_t i = 0; i < n; i++)
+        loss[i] = targets[i] == ignore_index
+                      ? 0.0
+                      : cross_entropy_row(probs + i * v, logits + i * v, v, targets[i]);
+    double total = 0.0;
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (targets[i] == ignore_index) continue;
+        total += loss[i];
+        count++;
+    }
+    bt_free(loss);
+    if (n_valid) *n_valid = count;
+    return count ? (float)(total / (double)count) : 0.0f;
+}
+
+OPS_VEC static void cross_entropy_row_backward(float *dx, const float *p, size_t v, int32_t t,
+                                               float g) {
+    for (size_t j = 0; j < v; j++) dx[j] += g * p[j];
+    dx[t] -= g;
+}
+
+/* forward: loss = (1/n_valid) Σ_valid -log p[target]  ->  dlogits += dloss (p - onehot)/n_valid.
+ * The one-hot term is applied after the g p term (dx_t = (dx_t + g p_t) - g), a different
+ * rounding from the reference's dx_t + g (p_t - 1): both are within a float ulp of g. */
+static void cross_entropy_backward_fast(float *dlogits, const float *probs,
+                                        const int32_t *targets, size_t n, size_t v,
+                                        int32_t ignore_index, float dloss) {
+    if (!dlogits) return;
+    BT_ASSERT(n == 0 || (probs && targets));
+    cross_entropy_check(targets, n, v, ignore_index);
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) count += targets[i] != ignore_index;
+    if (count == 0) return;
+    const float g = (float)((double)dloss / (double)count);
+    OPS_OMP(omp parallel for schedule(static) if (n * v >= OPS_PAR_MIN))
+    for (size_t i = 0; i < n; i++)
+        if (targets[i] != ignore_index)
+            cross_entropy_row_backward(dlogits + i * v, probs + i * v, v, targets[i], g);
+}
+
+/* --- L2 normalize --------------------------------------------------------------------------- */
+
+#define OPS_L2_EPS 1e-12f
+
+OPS_VEC static void l2_normalize_rows(float *out, float *norm, const float *x, size_t rows,
+                                      size_t c) {
+    for (size_t i = 0; i < rows; i++) {
+        const float nrm = sqrtf(ops_dot(x + i * c, x + i * c, c));
+        const float inv = 1.0f / (nrm > OPS_L2_EPS ? nrm : OPS_L2_EPS);
+        for (size_t j = 0; j < c; j++) out[i * c + j] = x[i * c + j] * inv;
+        norm[i] = nrm;
+    }
+}
+
+/* forward: y = x / max(‖x‖, eps)  ->  dx += (dout - y (y·dout)) / ‖x‖ (‖x‖ > eps), else dout/eps */
+OPS_VEC static void l2_normalize_rows_backward(float *dx, const float *dout, const float *y,
+                                               const float *norm, size_t rows, size_t c) {
+    for (size_t i = 0; i < rows; i++) {
+        const float *gi = dout + i * c, *yi = y + i * c;
+        float *dxi = dx + i * c;
+        if (norm[i] > OPS_L2_EPS) {
+            const float dot = ops_dot(yi, gi, c), inv = 1.0f / norm[i];
+            for (size_t j = 0; j < c; j++) dxi[j] += (gi[j] - yi[j] * dot) * inv;
+        } else {
+            for (size_t j = 0; j < c; j++) dxi[j] += gi[j] / OPS_L2_EPS;
+        }
+    }
+}
+
+static void l2_normalize_forward_fast(float *out, float *norm, const float *x, size_t n,
+                                      size_t c) {
+    BT_ASSERT(n == 0 || (out && norm && x));
+    OPS_FOR_ROWS(n, c, i0, rows, l2_normalize_rows(out + i0 * c, norm + i0, x + i0 * c, rows, c));
+}
+
+static void l2_normalize_backward_fast(float *dx, const float *dout, const float *out,
+                                       const float *norm, size_t n, size_t c) {
+    if (!dx) return;
+    BT_ASSERT(n == 0 || (dout && out && norm));
+    OPS_FOR_ROWS(n, c, i0, rows,
+                 l2_normalize_rows_backward(dx + i0 * c, dout + i0 * c, out + i0 * c,
+                                            norm + i0, rows, c));
+}
+
+/* --- fp32 <-> bf16 ------------------------------------------------------------------------
+ * Three implementations of the same bits (dtype.h's scalar rule: round to nearest even, NaN
+ * stays a quiet NaN with its sign and top payload bits), picked once from the CPU:
+ *   AVX512-BF16  vcvtne2ps2bf16 for 32 floats at a time. That instruction flushes subnormal
+ *                inputs to zero, which the scalar rule does not, so blocks holding a
+ *                subnormal take the integer path instead (never in real weights).
+ *   AVX-512F     the integer rounding rule on 16 lanes.
+ *   scalar       dtype.h's bt_bf16_from_f32 (also the tail of every vector path). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define OPS_HAVE_X86 1
+
+__attribute__((target("avx512f"))) static inline __m256i bf16_round16_avx512(__m512 f) {
+    const __m512i u = _mm512_castps_si512(f);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
+    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+__attribute__((target("avx512f"))) static void bf16_from_f32_avx512(bt_bf16 *out,
+                                                                    const float *in, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(out + i), bf16_round16_avx512(_mm512_loadu_ps(in + i)));
+    for (; i < n; i++) out[i] = bt_bf16_from_f32(in[i]);
+}
+
+__attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) static void
+bf16_from_f32_avx512bf16(bt_bf16 *out, const float *in, size_t n) {
+    const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 lo = _mm512_loadu_ps(in + i), hi = _mm512_loadu_ps(in + i + 16);
+        /* a lane is subnormal when its exponent is 0 and its mantissa is not */
+        const __mmask16 sub_lo =
+            _mm512_testn_epi32_mask(_mm512_castps_si512(lo), expo) &
+            _mm512_test_epi32_mask(_mm512_castps_si512(lo), mant);
+        const __mmask16 sub_hi =
+            _mm512_testn_epi32_mask(_mm512_castps_si512(hi), expo) &
+            _mm512_test_epi32_mask(_mm512_castps_si512(hi), mant);
+        if (sub_lo | sub_hi) {
+            _mm256_storeu_si256((__m256i *)(out + i), bf16_round16_avx512(lo));
+            _mm256_storeu_si256((__m256i *)(out + i + 16), bf16_round16_avx512(hi));
+        } else {
+            /* cvtne2ps(a, b) puts b's 16 results in the low half, a's in the high half */
+            _mm512_storeu_si512((void *)(out + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+    }
+    for (; i < n; i++) out[i] = bt_bf16_from_f32(in[i]);
+}
+
+__attribute__((target("avx512f"))) static void f32_from_bf16_avx512(float *out,
+                                                                    const bt_bf16 *in, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(in + i)));
+        _mm512_storeu_si512((void *)(out + i), _mm512_slli_epi32(w, 16));
+    }
+    for (; i < n; i++) out[i] = bt_f32_from_bf16(in[i]);
+}
+#else
+#define OPS_HAVE_X86 0
+#endif
+
+typedef void (*bf16_from_f32_fn)(bt_bf16 *, const float *, size_t);
+typedef void (*f32_from_bf16_fn)(float *, const bt_bf16 *, size_t);
+
+/* Chosen in kernels_init (ops_bf16_select); the scalar references until then. */
+static bf16_from_f32_fn ops_bf16_from_f32_impl = bf16_from_f32_ref;
+static f32_from_bf16_fn ops_f32_from_bf16_impl = f32_from_bf16_ref;
+static const char *ops_bf16_impl_name = "scalar";
+
+/* 1 if this CPU runs the named conversion path. */
+static int ops_bf16_supported(const char *name) {
+    if (strcmp(name, "scalar") == 0) return 1;
+#if OPS_HAVE_X86
+    __builtin_cpu_init();
+    if (strcmp(name, "avx512f") == 0) return __builtin_cpu_supports("avx512f");
+    if (strcmp(name, "avx512bf16") == 0)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+#endif
+    return 0;
+}
+
+static int ops_bf16_set(const char *name) {
+    if (!ops_bf16_supported(name)) return 0;
+    if (strcmp(name, "scalar") == 0) {
+        ops_bf16_from_f32_impl = bf16_from_f32_ref;
+        ops_f32_from_bf16_impl = f32_from_bf16_ref;
+        ops_bf16_impl_name = "scalar";
+    }
+#if OPS_HAVE_X86
+    if (strcmp(name, "avx512f") == 0) {
+        ops_bf16_from_f32_impl = bf16_from_f32_avx512;
+        ops_f32_from_bf16_impl = f32_from_bf16_avx512;
+        ops_bf16_impl_name = "avx512f";
+    }
+    if (strcmp(name, "avx512bf16") == 0) {
+        ops_bf16_from_f32_impl = bf16_from_f32_avx512bf16;
+        ops_f32_from_bf16_impl = f32_from_bf16_avx512; /* widening is a shift either way */
+        ops_bf16_impl_name = "avx512bf16";
+    }
+#endif
+    return 1;
+}
+
+/* Best first. */
+static void ops_bf16_select(void) {
+    if (!ops_bf16_set("avx512bf16") && !ops_bf16_set("avx512f")) ops_bf16_set("scalar");
+}
+
+static void bf16_from_f32_fast(bt_bf16 *out, const float *in, size_t n) {
+    BT_ASSERT(n == 0 || (out && in));
+    const bf16_from_f32_fn fn = ops_bf16_from_f32_impl;
+    OPS_FOR_CHUNKS(n, lo, len, fn(out + lo, in + lo, len));
+}
+
+static void f32_from_bf16_fast(float *out, const bt_bf16 *in, size_t n) {
+    BT_ASSERT(n == 0 || (out && in));
+    const f32_from_bf16_fn fn = ops_f32_from_bf16_impl;
+    OPS_FOR_CHUNKS(n, lo, len, fn(out + lo, in + lo, len));
+}
+
+/* --- the kernel table ------------------------------------------------------------------------ */
+
+typedef struct ops_kernels {
+    void (*dropout_forward)(float *, const float *, size_t, const bt_dropout *);
+    void (*dropout_backward)(float *, const float *, size_t, const bt_dropout *);
+    void (*linear_forward)(float *, const float *, const float *, const bt_bf16 *,
+                           const float *, size_t, size_t, size_t, gemm_compute);
+    void (*linear_backward)(float *, float *, float *, const float *, const float *,
+                            const float *, const bt_bf16 *, size_t, size_t, size_t,
+                            gemm_compute);
+    void (*layernorm_forward)(float *, float *, float *, const float *, const float *,
+                              const float *, size_t, size_t, float);
+    void (*layernorm_backward)(float *, float *, float *, const float *, const float *,
+                               const float *, const float *, const float *, size_t, size_t);
+    void (*gelu_forward)(float *, const float *, size_t);
+    void (*gelu_backward)(float *, const float *, const float *, size_t);
+    void (*quick_gelu_forward)(float *, const float *, size_t);
+    void (*quick_gelu_backward)(float *, const float *, const float *, size_t);
+    void (*tanh_forward)(float *, const float *, size_t);
+    void (*tanh_backward)(float *, const float *, const float *, size_t);
+    void (*softmax_forward)(float *, const float *, size_t, size_t);
+    void (*softmax_backward)(float *, const float *, const float *, size_t, size_t);
+    void (*attention_forward)(float *, float *, const float *, const float *, const float *,
+                              const float *, const attention_dims *, const bt_dropout *,
+                              gemm_compute);
+    void (*attention_backward)(float *, float *, float *, const float *, const float *,
+                               const float *, const float *, const float *,
+                               const attention_dims *, const bt_dropout *, gemm_compute);
+    void (*attention_key_bias_from_mask)(float *, const int32_t *, size_t);
+    void (*embedding_forward)(float *, const int32_t *, const float *, size_t, size_t, size_t);
+    void (*embedding_backward)(float *, const float *, const int32_t *, size_t, size_t, size_t,
+                               int32_t);
+    void (*bias_add_forward)(float *, const float *, const float *, size_t, size_t);
+    void (*bias_add_backward)(float *, float *, const float *, size_t, size_t);
+    void (*residual_forward)(float *, const float *, const float *, size_t);
+    void (*residual_backward)(float *, float *, const float *, size_t);
+    float (*cross_entropy_forward)(float *, const float *, const int32_t *, size_t, size_t,
+                                   int32_t, size_t *);
+    void (*cross_entropy_backward)(float *, const float *, const int32_t *, size_t, size_t,
+                                   int32_t, float);
+    void (*l2_normalize_forward)(float *, float *, const float *, size_t, size_t);
+    void (*l2_normalize_backward)(float *, const float *, const float *, const float *, size_t,
+                                  size_t);
+    void (*bf16_from_f32)(bt_bf16 *, const float *, size_t);
+    void (*f32_from_bf16)(float *, const bt_bf16 *, size_t);
+} ops_kernels;
+
+static const ops_kernels ops_ref_table = {
+    .dropout_forward = dropout_forward_ref,
+    .dropout_backward = dropout_backward_ref,
+    .linear_forward = linear_forward_ref,
+    .linear_backward = linear_backward_ref,
+    .layernorm_forward = layernorm_forward_ref,
+    .layernorm_backward = layernorm_backward_ref,
+    .gelu_forward = gelu_forward_ref,
+    .gelu_backward = gelu_backward_ref,
+    .quick_gelu_forward = quick_gelu_forward_ref,
+    .quick_gelu_backward = quick_gelu_backward_ref,
+    .tanh_forward = tanh_forward_ref,
+    .tanh_backward = tanh_backward_ref,
+    .softmax_forward = softmax_forward_ref,
+    .softmax_backward = softmax_backward_ref,
+    .attention_forward = attention_forward_ref,
+    .attention_backward = attention_backward_ref,
+    .attention_key_bias_from_mask = attention_key_bias_from_mask_ref,
+    .embedding_forward = embedding_forward_ref,
+    .embedding_backward = embedding_backward_ref,
+    .bias_add_forward = bias_add_forward_ref,
+    .bias_add_backward = bias_add_backward_ref,
+    .residual_forward = residual_forward_ref,
+    .residual_backward = residual_backward_ref,
+    .cross_entropy_forward = cross_entropy_forward_ref,
+    .cross_entropy_backward = cross_entropy_backward_ref,
+    .l2_normalize_forward = l2_normalize_forward_ref,
+    .l2_normalize_backward = l2_normalize_backward_ref,
+    .bf16_from_f32 = bf16_from_f32_ref,
+    .f32_from_bf16 = f32_from_bf16_ref,
+};
+
+static ops_kernels ops_fast_table; /* filled once by ops_init_once */
+static _Atomic(const ops_kernels *) ops_active = NULL;
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+
+static int ops_attention_set(const char *name) {
+    if (strcmp(name, "auto") == 0) ops_attention_mode = OPS_ATTN_AUTO;
+    else if (strcmp(name, "blocks") == 0) ops_attention_mode = OPS_ATTN_BLOCKS;
+    else if (strcmp(name, "gemm") == 0) ops_attention_mode = OPS_ATTN_GEMM;
+    else return 0;
+    return 1;
+}
+
+static void ops_init_once(void) {
+    ops_bf16_select();
+    ops_kernels t = ops_ref_table; /* reference first, then the fast overrides */
+    t.dropout_forward = dropout_forward_fast;
+    t.dropout_backward = dropout_backward_fast;
+    t.linear_forward = linear_forward_fast;
+    t.linear_backward = linear_backward_fast;
+    t.layernorm_forward = layernorm_forward_fast;
+    t.layernorm_backward = layernorm_backward_fast;
+    t.gelu_forward = gelu_forward_fast;
+    t.gelu_backward = gelu_backward_fast;
+    t.quick_gelu_forward = quick_gelu_forward_fast;
+    t.quick_gelu_backward = quick_gelu_backward_fast;
+    t.tanh_forward = tanh_forward_fast;
+    t.tanh_backward = tanh_backward_fast;
+    t.softmax_forward = softmax_forward_fast;
+    t.softmax_backward = softmax_backward_fast;
+    t.attention_forward = attention_forward_fast;
+    t.attention_backward = attention_backward_fast;
+    /* attention_key_bias_from_mask keeps the reference: N comparisons, nothing to gain. */
+    t.embedding_forward = embedding_forward_fast;
+    t.embedding_backward = embedding_backward_fast;
+    t.bias_add_forward = bias_add_forward_fast;
+    t.bias_add_backward = bias_add_backward_fast;
+    t.residual_forward = residual_forward_fast;
+    t.residual_backward = residual_backward_fast;
+    t.cross_entropy_forward = cross_entropy_forward_fast;
+    t.cross_entropy_backward = cross_entropy_backward_fast;
+    t.l2_normalize_forward = l2_normalize_forward_fast;
+    t.l2_normalize_backward = l2_normalize_backward_fast;
+    t.bf16_from_f32 = bf16_from_f32_fast;
+    t.f32_from_bf16 = f32_from_bf16_fast;
+    ops_fast_table = t;
+
+    const char *mode = getenv("BT_ATTENTION_THREADS");
+    if (mode && *mode && !ops_attention_set(mode))
+        fprintf(stderr, "bt: warning: environment variable BT_ATTENTION_THREADS=%s is not "
+                        "'auto', 'blocks' or 'gemm'; using 'auto'\n", mode);
+
+    const char *env = getenv("BT_KERNELS");
+    int use_ref = 0;
+    if (env && *env) {
+        if (strcmp(env, "ref") == 0) {
+            use_ref = 1;
+        } else if (strcmp(env, "fast") != 0) {
+            /* kernels_init cannot return an error: say so loudly and run the fast kernels */
+            fprintf(stderr,
+                    "bt: warning: environment variable BT_KERNELS=%s is not 'ref' or 'fast'; "
+                    "using the fast kernels\n", env);
+        }
+    }
+    atomic_store(&ops_active, use_ref ? &ops_ref_table : &ops_fast_table);
+}
+
+void kernels_init(void) { pthread_once(&ops_once, ops_init_once); }
+
+void ops_use_reference(int on) {
+    kernels_init();
+    atomic_store(&ops_active, on ? &ops_ref_table : &ops_fast_table);
+}
+
+const char *ops_bf16_conversion_name(void) {
+    kernels_init();
+    return ops_bf16_impl_name;
+}
+
+int ops_attention_threads_select(const char *name) {
+    kernels_init();
+    return name ? ops_attention_set(name) : 0;
+}
+
+const char *ops_attention_threads_name(void) {
+    kernels_init();
+    const char *resolved = ops_attention_resolve() == OPS_ATTN_GEMM ? "gemm" : "blocks";
+    return ops_attention_mode == OPS_ATTN_AUTO
+               ? (ops_attention_resolve() == OPS_ATTN_GEMM ? "auto (gemm)" : "auto (blocks)")
+               : resolved;
+}
+
+int ops_bf16_conversion_select(const char *name) {
+    kernels_init();
+    return name ? ops_bf16_set(name) : 0;
+}
+
+static const ops_kernels *ops_k(void) {
+    const ops_kernels *k = atomic_load_explicit(&ops_active, memory_order_acquire);
+    if (k) return k;
+    kernels_init();
+    return atomic_load(&ops_active);
+}
+
+/* --- public entry points: one call through the table each --------------------------------- */
+
+void dropout_forward(float *out, const float *x, size_t n, const bt_dropout *d) {
+    ops_k()->dropout_forward(out, x, n, d);
+}
+void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *d) {
+    ops_k()->dropout_backward(dx, dout, n, d);
+}
+void linear_forward(float *out, const float *x, const float *w, const bt_bf16 *w_bf16,
+                    const float *b, size_t n, size_t c, size_t oc, gemm_compute compute) {
+    ops_k()->linear_forward(out, x, w, w_bf16, b, n, c, oc, compute);
+}
+void linear_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                     const float *w, const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
+                     gemm_compute compute) {
+    ops_k()->linear_backward(dx, dw, db, dout, x, w, w_bf16, n, c, oc, compute);
+}
+void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
+                       const float *b, size_t n, size_t c, float eps) {
+    ops_k()->layernorm_forward(out, mean, rstd, x, w, b, n, c, eps);
+}
+void layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                        const float *w, const float *mean, const float *rstd, size_t n,
+                        size_t c) {
+    ops_k()->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, n, c);
+}
+void gelu_forward(float *out, const float *x, size_t n) { ops_k()->gelu_forward(out, x, n); }
+void gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
+    ops_k()->gelu_backward(dx, dout, x, n);
+}
+void quick_gelu_forward(float *out, const float *x, size_t n) {
+    ops_k()->quick_gelu_forward(out, x, n);
+}
+void quick_gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
+    ops_k()->quick_gelu_backward(dx, dout, x, n);
+}
+void tanh_forward(float *out, const float *x, size_t n) { ops_k()->tanh_forward(out, x, n); }
+void tanh_backward(float *dx, const float *dout, const float *y, size_t n) {
+    ops_k()->tanh_backward(dx, dout, y, n);
+}
+void softmax_forward(float *out, const float *x, size_t n, size_t c) {
+    ops_k()->softmax_forward(out, x, n, c);
+}
+void softmax_backward(float *dx, const float *dout, const float *y, size_t n, size_t c) {
+    ops_k()->softmax_backward(dx, dout, y, n, c);
+}
+void attention_forward(float *out, float *probs, const float *q, const float *k,
+                       const float *v, const float *key_bias, const attention_dims *d,
+                       const bt_dropout *drop, gemm_compute compute) {
+    ops_k()->attention_forward(out, probs, q, k, v, key_bias, d, drop, compute);
+}
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs,
+                        const float *q, const float *k, const float *v,
+                        const attention_dims *d, const bt_dropout *drop,
+                        gemm_compute compute) {
+    ops_k()->attention_backward(dq, dk, dv, dout, probs, q, k, v, d, drop, compute);
+}
+void attention_key_bias_from_mask(float *key_bias, const int32_t *mask, size_t n) {
+    ops_k()->attention_key_bias_from_mask(key_bias, mask, n);
+}
+void embedding_forward(float *out, const int32_t *ids, const float *table, size_t n, size_t c,
+                       size_t rows) {
+    ops_k()->embedding_forward(out, ids, table, n, c, rows);
+}
+void embedding_backward(float *dtable, const float *dout, const int32_t *ids, size_t n,
+                        size_t c, size_t rows, int32_t padding_idx) {
+    ops_k()->embedding_backward(dtable, dout, ids, n, c, rows, padding_idx);
+}
+void bias_add_forward(float *out, const float *x, const float *bias, size_t n, size_t c) {
+    ops_k()->bias_add_forward(out, x, bias, n, c);
+}
+void bias_add_backward(float *dx, float *dbias, const float *dout, size_t n, size_t c) {
+    ops_k()->bias_add_backward(dx, dbias, dout, n, c);
+}
+void residual_forward(float *out, const float *a, const float *b, size_t n) {
+    ops_k()->residual_forward(out, a, b, n);
+}
+void residual_backward(float *da, float *db, const float *dout, size_t n) {
+    ops_k()->residual_backward(da, db, dout, n);
+}
+float cross_entropy_forward(float *probs, const float *logits, const int32_t *targets,
+                            size_t n, size_t v, int32_t ignore_index, size_t *n_valid) {
+    return ops_k()->cross_entropy_forward(probs, logits, targets, n, v, ignore_index, n_valid);
+}
+void cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                            size_t n, size_t v, int32_t ignore_index, float dloss) {
+    ops_k()->cross_entropy_backward(dlogits, probs, targets, n, v, ignore_index, dloss);
+}
+void l2_normalize_forward(float *out, float *norm, const float *x, size_t n, size_t c) {
+    ops_k()->l2_normalize_forward(out, norm, x, n, c);
+}
+void l2_normalize_backward(float *dx, const float *dout, const float *out, const float *norm,
+                           size_t n, size_t c) {
+    ops_k()->l2_normalize_backward(dx, dout, out, norm, n, c);
+}
+void bf16_from_f32(bt_bf16 *out, const float *in, size_t n) {
+    ops_k()->bf16_from_f32(out, in, n);
+}
+void f32_from_bf16(float *out, const bt_bf16 *in, size_t n) {
+    ops_k()->f32_from_bf16(out, in, n);
+}

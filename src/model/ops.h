@@ -14,11 +14,12 @@
  *
  * Dispatch: each public function calls through a kernel table that kernels_init() fills with
  * the plain reference (ops_ref.h) first and then overrides with the fast (OpenMP, vectorized)
- * versions. BT_KERNELS=ref in the environment, or ops_use_reference(1), keeps the reference.
+ * versions. BT_KERNELS=ref in the environment, or ops_use_reference(1), keeps the reference
+ * (BT_KERNELS=fast or unset: the fast kernels; any other value is reported on stderr).
  * Tests pit every fast kernel against its reference (tests/test_ops_fast.c) and every
  * reference backward against central finite differences in double (tests/test_ops_grad.c).
  *
- * Deliberately not here: the GEMM itself (gemm.h), model wiring (towers in src/model/*.c). */
+ * Deliberately not here: the GEMM itself (gemm.h), model wiring (the towers in src/model/). */
 #ifndef BT_OPS_H
 #define BT_OPS_H
 
@@ -34,18 +35,20 @@ void kernels_init(void);
 void ops_use_reference(int on);
 
 /* --- dropout --------------------------------------------------------------------------
- * keep(i) is a pure function of (seed, i) (a counter-based hash), so the backward
+ * keep(i) is a pure function of (seed, i) (a counter-based hash, see ops.c), so the backward
  * regenerates the mask instead of storing it, and results do not depend on thread count.
- * p == 0 or a NULL bt_dropout* means identity. */
+ * The mask multiplies, as in torch: m(i) = keep(i) ? 1/(1-p) : 0, so a dropped NaN or Inf
+ * stays NaN (never hidden) and a dropped negative value is -0.
+ * p == 0 or a NULL bt_dropout* means identity. p outside [0, 1) is a BT_ASSERT. */
 typedef struct bt_dropout {
     float p;       /* drop probability in [0, 1) */
     uint64_t seed; /* one seed per op call site and step */
 } bt_dropout;
 
 int dropout_keep(const bt_dropout *d, uint64_t i);
-/* out (N) = keep(i) ? x/(1-p) : 0.  out may alias x. */
+/* out (N) = x · m(i).  out may alias x. */
 void dropout_forward(float *out, const float *x, size_t n, const bt_dropout *d);
-/* dx (N) += keep(i) ? dout/(1-p) : 0 */
+/* dx (N) += dout · m(i) */
 void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *d);
 
 /* --- Linear (torch layout) ------------------------------------------------------------
@@ -94,7 +97,9 @@ void softmax_backward(float *dx, const float *dout, const float *y, size_t n, si
  *   P = softmax(S)                     saved in probs (B, NH, Tq, Tk), before dropout
  *   out_h = dropout(P) v_h             (dropout element index = flat index into probs)
  *
- * Computed per (batch, head) block: only probs is kept for the backward. */
+ * Computed per (batch, head) block: only probs is kept for the backward. compute =
+ * GEMM_COMPUTE_BF16 permits (does not require) the block GEMMs to round their operands to
+ * bf16: the fast kernel does, the reference (ops_ref.h) computes in exact math either way. */
 typedef struct attention_dims {
     size_t B, Tq, Tk, NH, D;
     size_t ldq, ldk, ldv, ldo;
@@ -133,8 +138,8 @@ void residual_backward(float *da, float *db, const float *dout, size_t n);
  * Row i of logits (N, V) has target targets[i]; rows with targets[i] == ignore_index are
  * skipped. Returns the mean of -log softmax(logits_i)[target_i] over valid rows (0 if
  * none; *n_valid receives their count if non-NULL). probs (N, V) receives the softmax of
- * every valid row (the backward reads it). Targets outside [0, V) that are not
- * ignore_index are a BT_ASSERT. */
+ * every valid row (the backward reads it; other rows are not written; probs may alias
+ * logits). Targets outside [0, V) that are not ignore_index are a BT_ASSERT. */
 float cross_entropy_forward(float *probs, const float *logits, const int32_t *targets,
                             size_t n, size_t v, int32_t ignore_index, size_t *n_valid);
 /* dlogits += dloss * (probs - onehot(target)) / n_valid on valid rows. */
@@ -151,5 +156,22 @@ void l2_normalize_backward(float *dx, const float *dout, const float *out, const
 /* --- fp32 <-> bf16 (round to nearest even; vectorized with run-time dispatch) -------------- */
 void bf16_from_f32(bt_bf16 *out, const float *in, size_t n);
 void f32_from_bf16(float *out, const bt_bf16 *in, size_t n);
+
+/* --- for tests and benchmarks -------------------------------------------------------------
+ * The fp32 -> bf16 conversion in use: "avx512bf16" (vcvtne2ps2bf16), "avx512f" (integer
+ * rounding on 16 lanes) or "scalar"; chosen once from the CPU by kernels_init(). */
+const char *ops_bf16_conversion_name(void);
+/* Selects one of those by name; returns 0 (and changes nothing) when the name is unknown or
+ * the CPU lacks the instructions. Lets tests compare every vector path with the scalar one. */
+int ops_bf16_conversion_select(const char *name);
+/* How attention uses the cores: "blocks" (an OpenMP loop over the B*NH (batch, head)
+ * blocks, each block's GEMMs on its own thread), "gemm" (batch items in turn, the heads'
+ * GEMMs as one batched gemm() that threads internally), or "auto" (the default: blocks,
+ * except gemm when the GEMM backend is OpenBLAS, which oversubscribes inside parallel
+ * regions). BT_ATTENTION_THREADS sets it at kernels_init(); select returns 0 for an unknown
+ * name; name() reports e.g. "auto (blocks)". Same results up to summation order;
+ * docs/benchmarks.md has the measurement behind the default. */
+int ops_attention_threads_select(const char *name);
+const char *ops_attention_threads_name(void);
 
 #endif

@@ -1,0 +1,358 @@
+/* cross.c: the bridges and the cross-modal stack of BridgeTower (design model.md §3.5-§3.9):
+ *   for k = 0..X-1, with T_k = text_h[S+k] and I_k = vis_h[S+k]:
+ *     ut = Tt(T_k) + tt0,  ui = Ti(ln_post(I_k)) + tt1           (shared Tt, Ti, ln_post)
+ *     k = 0:  X'_0 = LN_text(ut),             Y'_0 = LN_image(ui)
+ *     k >= 1: X'_k = LinkText_{k-1}(ut, X_{k-1}), Y'_k = LinkImage_{k-1}(ui, Y_{k-1})
+ *     X_k = CrossText_k(X'_k, Y'_k),  Y_k = CrossImage_k(Y'_k, X'_k)  (same pre-update pair)
+ *   then the poolers: pooler_output = [tanh(Wpt·X_{X-1}[:,0]) | tanh(Wpi·Y_{X-1}[:,0])].
+ * A cross layer is a post-LN BERT layer with a cross-attention block whose keys/values come
+ * from the other modality's layer input. Masks: the text padding mask on text keys (text
+ * self-attention and image->text cross-attention), none on image keys.
+ *
+ * Deliberately not here: ITC's use of the last bridge's ui CLS row (heads.c reads
+ * acts.bridges[X-1].ui and accumulates into its gradient before cross_backward runs). */
+#include <stddef.h>
+
+#include "towers.h"
+
+/* The image-side ids follow the text-side ids in the same order (one macro builds both). */
+_Static_assert(BT_P_XIL_LN3_B - BT_P_XIL_Q_W == BT_P_XTL_LN3_B - BT_P_XTL_Q_W,
+               "cross layer field lists differ");
+enum { XIL_OFFSET = BT_P_XIL_Q_W - BT_P_XTL_Q_W };
+
+typedef struct cross_layer_params {
+    bt_linear q, k, v, o, cq, ck, cv, co, fc1, fc2;
+    bt_norm ln1, ln2, ln3;
+} cross_layer_params;
+
+/* side 0 = text (cross_modal_text_layers), 1 = image (cross_modal_image_layers) */
+static cross_layer_params cross_layer_params_get(const bt_model *m, int side, int k) {
+    const int o = side ? XIL_OFFSET : 0;
+    const float eps = m->cfg.text_layer_norm_eps; /* built from text_config */
+#define LIN_(W, B) model_linear(m, (bt_param_id)(W + o), (bt_param_id)(B + o), k)
+#define NORM_(W, B) model_norm(m, (bt_param_id)(W + o), (bt_param_id)(B + o), k, eps)
+    cross_layer_params p = {
+        .q = LIN_(BT_P_XTL_Q_W, BT_P_XTL_Q_B),
+        .k = LIN_(BT_P_XTL_K_W, BT_P_XTL_K_B),
+        .v = LIN_(BT_P_XTL_V_W, BT_P_XTL_V_B),
+        .o = LIN_(BT_P_XTL_AO_W, BT_P_XTL_AO_B),
+        .cq = LIN_(BT_P_XTL_CQ_W, BT_P_XTL_CQ_B),
+        .ck = LIN_(BT_P_XTL_CK_W, BT_P_XTL_CK_B),
+        .cv = LIN_(BT_P_XTL_CV_W, BT_P_XTL_CV_B),
+        .co = LIN_(BT_P_XTL_CO_W, BT_P_XTL_CO_B),
+        .fc1 = LIN_(BT_P_XTL_FC1_W, BT_P_XTL_FC1_B),
+        .fc2 = LIN_(BT_P_XTL_FC2_W, BT_P_XTL_FC2_B),
+        .ln1 = NORM_(BT_P_XTL_LN1_W, BT_P_XTL_LN1_B),
+        .ln2 = NORM_(BT_P_XTL_LN2_W, BT_P_XTL_LN2_B),
+        .ln3 = NORM_(BT_P_XTL_LN3_W, BT_P_XTL_LN3_B),
+    };
+#undef LIN_
+#undef NORM_
+    return p;
+}
+
+/* Shapes of one side's cross layer: T1 own tokens, T2 other tokens; text keys are masked. */
+typedef struct cross_side {
+    int side;
+    size_t T1, T2;
+    const float *self_bias, *enc_bias; /* (B, T1) / (B, T2) additive key bias or NULL */
+    uint32_t site_tower;
+} cross_side;
+
+static cross_side cross_side_get(const bt_model *m, int side) {
+    cross_side s;
+    s.side = side;
+    s.T1 = side ? (size_t)m->cfg.np : m->T;
+    s.T2 = side ? m->T : (size_t)m->cfg.np;
+    s.self_bias = side ? NULL : m->acts.key_bias;
+    s.enc_bias = side ? m->acts.key_bias : NULL;
+    s.site_tower = side ? BT_SITE_CROSS_IMAGE : BT_SITE_CROSS_TEXT;
+    return s;
+}
+
+static attention_dims cross_dims(const bt_model *m, size_t Tq, size_t Tk) {
+    size_t H = (size_t)m->cfg.hidden;
+    attention_dims d = {.B = m->B, .Tq = Tq, .Tk = Tk, .NH = (size_t)m->cfg.text_heads,
+                        .D = H / (size_t)m->cfg.text_heads, .ldq = H, .ldk = H, .ldv = H,
+                        .ldo = H};
+    return d;
+}
+
+/* One BridgeTowerBertCrossLayer: x (N1, H) this side's input, e (N2, H) the other side's
+ * input -> a->out (N1, H). */
+static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const float *x,
+                                const float *e) {
+    bt_cross_layer_acts *a = s->side ? &m->acts.xi[k] : &m->acts.xt[k];
+    const cross_layer_params p = cross_layer_params_get(m, s->side, k);
+    const size_t H = (size_t)m->cfg.hidden, I = (size_t)m->cfg.text_intermediate;
+    const size_t N1 = m->B * s->T1, N2 = m->B * s->T2;
+    const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
+    const gemm_compute cp = model_compute(m);
+    const bt_dropout dsp = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_ATTN_PROBS),
+                                         m->attn_dropout);
+    const bt_dropout dso = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_ATTN_OUT),
+                                         m->hidden_dropout);
+    const bt_dropout dcp = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_CROSS_PROBS),
+                                         m->attn_dropout);
+    const bt_dropout dco = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_CROSS_OUT),
+                                         m->hidden_dropout);
+    const bt_dropout dfo = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_FFN_OUT),
+                                         m->hidden_dropout);
+    /* a = LN1(dropout(SelfAttn(x)·Woᵀ + bo) + x) */
+    lin_forward(m, a->q, x, &p.q, N1);
+    lin_forward(m, a->k, x, &p.k, N1);
+    lin_forward(m, a->v, x, &p.v, N1);
+    attention_forward(a->ctx, a->probs, a->q, a->k, a->v, s->self_bias, &sd, &dsp, cp);
+    lin_forward(m, a->attn_lin, a->ctx, &p.o, N1);
+    dropout_forward(a->attn_lin, a->attn_lin, N1 * H, &dso);
+    residual_forward(a->res1, a->attn_lin, x, N1 * H);
+    norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N1);
+    /* c = LN2(dropout(CrossAttn(q = a, k/v = e)·Wo2ᵀ + bo2) + a) */
+    lin_forward(m, a->cq, a->a, &p.cq, N1);
+    lin_forward(m, a->ck, e, &p.ck, N2);
+    lin_forward(m, a->cv, e, &p.cv, N2);
+    attention_forward(a->cctx, a->cprobs, a->cq, a->ck, a->cv, s->enc_bias, &cd, &dcp, cp);
+    lin_forward(m, a->cattn_lin, a->cctx, &p.co, N1);
+    dropout_forward(a->cattn_lin, a->cattn_lin, N1 * H, &dco);
+    residual_forward(a->res2, a->cattn_lin, a->a, N1 * H);
+    norm_forward(a->c, a->mean2, a->rstd2, a->res2, &p.ln2, N1);
+    /* out = LN3(dropout(GELU(c·W1ᵀ + b1)·W2ᵀ + b2) + c) */
+    lin_forward(m, a->f_pre, a->c, &p.fc1, N1);
+    gelu_forward(a->f, a->f_pre, N1 * I);
+    lin_forward(m, a->ffn_lin, a->f, &p.fc2, N1);
+    dropout_forward(a->ffn_lin, a->ffn_lin, N1 * H, &dfo);
+    residual_forward(a->res3, a->ffn_lin, a->c, N1 * H);
+    norm_forward(a->out, a->mean3, a->rstd3, a->res3, &p.ln3, N1);
+}
+
+/* d->out (complete) -> dx += d(own input), de += d(other side's input). */
+static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float *dx, float *de,
+                                 const float *x, const float *e) {
+    const bt_cross_layer_acts *a = s->side ? &m->acts.xi[k] : &m->acts.xt[k];
+    bt_cross_layer_acts *d = s->side ? &m->dacts.xi[k] : &m->dacts.xt[k];
+    const cross_layer_params p = cross_layer_params_get(m, s->side, k);
+    const size_t H = (size_t)m->cfg.hidden, I = (size_t)m->cfg.text_intermediate;
+    const size_t N1 = m->B * s->T1, N2 = m->B * s->T2;
+    const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
+    const gemm_compute cp = model_compute(m);
+    const bt_dropout dsp = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_ATTN_PROBS),
+                                         m->attn_dropout);
+    const bt_dropout dso = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_ATTN_OUT),
+                                         m->hidden_dropout);
+    const bt_dropout dcp = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_CROSS_PROBS),
+                                         m->attn_dropout);
+    const bt_dropout dco = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_CROSS_OUT),
+                                         m->hidden_dropout);
+    const bt_dropout dfo = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_FFN_OUT),
+                                         m->hidden_dropout);
+    /* out = LN3(res3), res3 = dropout(ffn_lin) + c, ffn_lin = GELU(c·W1ᵀ + b1)·W2ᵀ + b2 */
+    norm_backward(d->res3, d->out, a->res3, a->mean3, a->rstd3, &p.ln3, N1);
+    residual_backward(d->c, NULL, d->res3, N1 * H);
+    dropout_backward(d->ffn_lin, d->res3, N1 * H, &dfo);
+    lin_backward(m, d->f, d->ffn_lin, a->f, &p.fc2, N1);
+    gelu_backward(d->f_pre, d->f, a->f_pre, N1 * I);
+    lin_backward(m, d->c, d->f_pre, a->c, &p.fc1, N1);
+    /* c = LN2(res2), res2 = dropout(cattn_lin) + a, cattn_lin = CrossAttn(a, e)·Wo2ᵀ + bo2 */
+    norm_backward(d->res2, d->c, a->res2, a->mean2, a->rstd2, &p.ln2, N1);
+    residual_backward(d->a, NULL, d->res2, N1 * H);
+    dropout_backward(d->cattn_lin, d->res2, N1 * H, &dco);
+    lin_backward(m, d->cctx, d->cattn_lin, a->cctx, &p.co, N1);
+    attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv, &cd, &dcp,
+                       cp);
+    lin_backward(m, de, d->ck, e, &p.ck, N2);
+    lin_backward(m, de, d->cv, e, &p.cv, N2);
+    lin_backward(m, d->a, d->cq, a->a, &p.cq, N1);
+    /* a = LN1(res1), res1 = dropout(attn_lin) + x, attn_lin = SelfAttn(x)·Woᵀ + bo */
+    norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N1);
+    residual_backward(dx, NULL, d->res1, N1 * H);
+    dropout_backward(d->attn_lin, d->res1, N1 * H, &dso);
+    lin_backward(m, d->ctx, d->attn_lin, a->ctx, &p.o, N1);
+    attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &sd, &dsp, cp);
+    lin_backward(m, dx, d->q, x, &p.q, N1);
+    lin_backward(m, dx, d->k, x, &p.k, N1);
+    lin_backward(m, dx, d->v, x, &p.v, N1);
+}
+
+/* --- link towers ------------------------------------------------------------------------
+ * sum (n) = add: u + c;  scaled_add: u·s + c;  interpolate: u·(1-β) + c·β
+ * (scalar = scaled_factor or beta; unused for add). */
+static void link_mix_forward(float *sum, const float *u, const float *c, const float *scalar,
+                             bt_link_type type, size_t n) {
+    if (type == BT_LINK_ADD) {
+        residual_forward(sum, u, c, n);
+        return;
+    }
+    const float s = *scalar;
+    const float wu = type == BT_LINK_SCALED_ADD ? s : 1.0f - s;
+    const float wc = type == BT_LINK_SCALED_ADD ? 1.0f : s;
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (long i = 0; i < (long)n; i++) sum[i] = u[i] * wu + c[i] * wc;
+}
+
+/* du += wu·dsum;  dc += wc·dsum;  dscalar += Σ u·dsum (scaled_add) or Σ (c - u)·dsum
+ * (interpolate), summed in double. */
+static void link_mix_backward(float *du, float *dc, float *dscalar, const float *dsum,
+                              const float *u, const float *c, const float *scalar,
+                              bt_link_type type, size_t n) {
+    if (type == BT_LINK_ADD) {
+        residual_backward(du, dc, dsum, n);
+        return;
+    }
+    const float s = *scalar;
+    const float wu = type == BT_LINK_SCALED_ADD ? s : 1.0f - s;
+    const float wc = type == BT_LINK_SCALED_ADD ? 1.0f : s;
+    double acc = 0.0;
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > 32768)
+    for (long i = 0; i < (long)n; i++) {
+        du[i] += wu * dsum[i];
+        dc[i] += wc * dsum[i];
+        acc += (double)dsum[i] * (type == BT_LINK_SCALED_ADD ? u[i] : c[i] - u[i]);
+    }
+    if (dscalar) *dscalar += (float)acc;
+}
+
+/* Pointers of link tower j = k-1 of one side (scalar NULL for "add"). */
+typedef struct link_params {
+    bt_norm ln;
+    const float *scalar;
+    float *dscalar;
+} link_params;
+
+static link_params link_params_get(const bt_model *m, int side, int j) {
+    link_params p;
+    const float eps = m->cfg.layer_norm_eps;
+    p.ln = side ? model_norm(m, BT_P_XI_LINK_LN_W, BT_P_XI_LINK_LN_B, j, eps)
+                : model_norm(m, BT_P_XT_LINK_LN_W, BT_P_XT_LINK_LN_B, j, eps);
+    p.scalar = NULL;
+    p.dscalar = NULL;
+    bt_param_id sid = BT_P_COUNT;
+    if (m->cfg.link_tower_type == BT_LINK_SCALED_ADD)
+        sid = side ? BT_P_XI_LINK_SCALE : BT_P_XT_LINK_SCALE;
+    if (m->cfg.link_tower_type == BT_LINK_INTERPOLATE)
+        sid = side ? BT_P_XI_LINK_BETA : BT_P_XT_LINK_BETA;
+    if (sid != BT_P_COUNT) {
+        p.scalar = bt_param_ptr(&m->table, m->params, sid, j);
+        p.dscalar = m->grads ? bt_param_ptr(&m->table, m->grads, sid, j) : NULL;
+    }
+    return p;
+}
+
+/* --- the stack ------------------------------------------------------------------------- */
+
+void cross_forward(bt_model *m) {
+    bt_acts *a = &m->acts;
+    const bt_model_config *c = &m->cfg;
+    const size_t B = m->B, H = (size_t)c->hidden;
+    const size_t Nt = B * m->T, Nv = B * (size_t)c->np;
+    const bt_linear tt = model_linear(m, BT_P_XT_TRANSFORM_W, BT_P_XT_TRANSFORM_B, 0);
+    const bt_linear ti = model_linear(m, BT_P_XI_TRANSFORM_W, BT_P_XI_TRANSFORM_B, 0);
+    const bt_norm ln_post = model_norm(m, BT_P_VIS_LN_POST_W, BT_P_VIS_LN_POST_B, 0,
+                                       c->vision_layer_norm_eps);
+    const bt_norm ln_t0 = model_norm(m, BT_P_XT_LN_W, BT_P_XT_LN_B, 0, c->layer_norm_eps);
+    const bt_norm ln_i0 = model_norm(m, BT_P_XI_LN_W, BT_P_XI_LN_B, 0, c->layer_norm_eps);
+    const float *tt0 = m->p.type_emb, *tt1 = m->p.type_emb + H; /* modality rows 0 and 1 */
+    const cross_side st = cross_side_get(m, 0), si = cross_side_get(m, 1);
+
+    for (int k = 0; k < c->cross_layers; k++) {
+        bt_bridge_acts *br = &a->bridges[k];
+        const float *Tk = a->text_h[c->split + k], *Ik = a->vis_h[c->split + k];
+        /* ut = Tt(T_k) + tt0;  ui = Ti(ln_post(I_k)) + tt1 */
+        lin_forward(m, br->ut, Tk, &tt, Nt);
+        bias_add_forward(br->ut, br->ut, tt0, Nt, H);
+        norm_forward(br->lnp, br->lnp_mean, br->lnp_rstd, Ik, &ln_post, Nv);
+        lin_forward(m, br->ui, br->lnp, &ti, Nv);
+        bias_add_forward(br->ui, br->ui, tt1, Nv, H);
+        if (k == 0) {
+            /* X'_0 = LN_text(ut), Y'_0 = LN_image(ui) */
+            norm_forward(br->xin, br->t_mean, br->t_rstd, br->ut, &ln_t0, Nt);
+            norm_forward(br->yin, br->i_mean, br->i_rstd, br->ui, &ln_i0, Nv);
+        } else {
+            /* X'_k = LN_link(mix(ut, X_{k-1})), Y'_k likewise */
+            const link_params lt = link_params_get(m, 0, k - 1), li = link_params_get(m, 1, k - 1);
+            link_mix_forward(br->t_sum, br->ut, a->xt[k - 1].out, lt.scalar, c->link_tower_type,
+                             Nt * H);
+            norm_forward(br->xin, br->t_mean, br->t_rstd, br->t_sum, &lt.ln, Nt);
+            link_mix_forward(br->i_sum, br->ui, a->xi[k - 1].out, li.scalar, c->link_tower_type,
+                             Nv * H);
+            norm_forward(br->yin, br->i_mean, br->i_rstd, br->i_sum, &li.ln, Nv);
+        }
+        /* both layers read the same pre-update pair (X'_k, Y'_k) */
+        cross_layer_forward(m, &st, k, br->xin, br->yin);
+        cross_layer_forward(m, &si, k, br->yin, br->xin);
+    }
+
+    /* poolers: tanh(dense(CLS)) per side; pooler_output = [text | image] */
+    const int last = c->cross_layers - 1;
+    const bt_linear pt = model_linear(m, BT_P_XT_POOL_W, BT_P_XT_POOL_B, 0);
+    const bt_linear pi = model_linear(m, BT_P_XI_POOL_W, BT_P_XI_POOL_B, 0);
+    cls_gather(a->cls_t, a->xt[last].out, B, m->T, H);
+    cls_gather(a->cls_i, a->xi[last].out, B, (size_t)c->np, H);
+    lin_forward(m, a->pool_t_pre, a->cls_t, &pt, B);
+    lin_forward(m, a->pool_i_pre, a->cls_i, &pi, B);
+    tanh_forward(a->pool_t, a->pool_t_pre, B * H);
+    tanh_forward(a->pool_i, a->pool_i_pre, B * H);
+    for (size_t b = 0; b < B; b++)
+        for (size_t i = 0; i < H; i++) {
+            a->pooler[b * 2 * H + i] = a->pool_t[b * H + i];
+            a->pooler[b * 2 * H + H + i] = a->pool_i[b * H + i];
+        }
+}
+
+void cross_backward(bt_model *m) {
+    const bt_acts *a = &m->acts;
+    bt_acts *d = &m->dacts;
+    const bt_model_config *c = &m->cfg;
+    const size_t B = m->B, H = (size_t)c->hidden;
+    const size_t Nt = B * m->T, Nv = B * (size_t)c->np;
+    const bt_linear tt = model_linear(m, BT_P_XT_TRANSFORM_W, BT_P_XT_TRANSFORM_B, 0);
+    const bt_linear ti = model_linear(m, BT_P_XI_TRANSFORM_W, BT_P_XI_TRANSFORM_B, 0);
+    const bt_norm ln_post = model_norm(m, BT_P_VIS_LN_POST_W, BT_P_VIS_LN_POST_B, 0,
+                                       c->vision_layer_norm_eps);
+    const bt_norm ln_t0 = model_norm(m, BT_P_XT_LN_W, BT_P_XT_LN_B, 0, c->layer_norm_eps);
+    const bt_norm ln_i0 = model_norm(m, BT_P_XI_LN_W, BT_P_XI_LN_B, 0, c->layer_norm_eps);
+    float *dtt0 = m->g.type_emb, *dtt1 = m->g.type_emb ? m->g.type_emb + H : NULL;
+    const cross_side st = cross_side_get(m, 0), si = cross_side_get(m, 1);
+
+    /* poolers: pooler = [tanh(pool_t_pre) | tanh(pool_i_pre)], pool_*_pre = dense(CLS) */
+    const int last = c->cross_layers - 1;
+    const bt_linear pt = model_linear(m, BT_P_XT_POOL_W, BT_P_XT_POOL_B, 0);
+    const bt_linear pi = model_linear(m, BT_P_XI_POOL_W, BT_P_XI_POOL_B, 0);
+    for (size_t b = 0; b < B; b++)
+        for (size_t i = 0; i < H; i++) {
+            d->pool_t[b * H + i] += d->pooler[b * 2 * H + i];
+            d->pool_i[b * H + i] += d->pooler[b * 2 * H + H + i];
+        }
+    tanh_backward(d->pool_t_pre, d->pool_t, a->pool_t, B * H);
+    tanh_backward(d->pool_i_pre, d->pool_i, a->pool_i, B * H);
+    lin_backward(m, d->cls_t, d->pool_t_pre, a->cls_t, &pt, B);
+    lin_backward(m, d->cls_i, d->pool_i_pre, a->cls_i, &pi, B);
+    cls_scatter_add(d->xt[last].out, d->cls_t, B, m->T, H);
+    cls_scatter_add(d->xi[last].out, d->cls_i, B, (size_t)c->np, H);
+
+    for (int k = last; k >= 0; k--) {
+        const bt_bridge_acts *br = &a->bridges[k];
+        bt_bridge_acts *dbr = &d->bridges[k];
+        /* X_k = CrossText_k(X'_k, Y'_k), Y_k = CrossImage_k(Y'_k, X'_k) */
+        cross_layer_backward(m, &si, k, dbr->yin, dbr->xin, br->yin, br->xin);
+        cross_layer_backward(m, &st, k, dbr->xin, dbr->yin, br->xin, br->yin);
+        if (k == 0) {
+            norm_backward(dbr->ut, dbr->xin, br->ut, br->t_mean, br->t_rstd, &ln_t0, Nt);
+            norm_backward(dbr->ui, dbr->yin, br->ui, br->i_mean, br->i_rstd, &ln_i0, Nv);
+        } else {
+            const link_params lt = link_params_get(m, 0, k - 1), li = link_params_get(m, 1, k - 1);
+            norm_backward(dbr->t_sum, dbr->xin, br->t_sum, br->t_mean, br->t_rstd, &lt.ln, Nt);
+            link_mix_backward(dbr->ut, d->xt[k - 1].out, lt.dscalar, dbr->t_sum, br->ut,
+                              a->xt[k - 1].out, lt.scalar, c->link_tower_type, Nt * H);
+            norm_backward(dbr->i_sum, dbr->yin, br->i_sum, br->i_mean, br->i_rstd, &li.ln, Nv);
+            link_mix_backward(dbr->ui, d->xi[k - 1].out, li.dscalar, dbr->i_sum, br->ui,
+                              a->xi[k - 1].out, li.scalar, c->link_tower_type, Nv * H);
+        }
+        /* ut = Tt(T_k) + tt0;  ui = Ti(lnp) + tt1, lnp = ln_post(I_k) */
+        bias_add_backward(NULL, dtt0, dbr->ut, Nt, H);
+        lin_backward(m, d->text_h[c->split + k], dbr->ut, a->text_h[c->split + k], &tt, Nt);
+        bias_add_backward(NULL, dtt1, dbr->ui, Nv, H);
+        lin_backward(m, dbr->lnp, dbr->ui, br->lnp, &ti, Nv);
+        norm_backward(d->vis_h[c->split + k], dbr->lnp, a->vis_h[c->split + k], br->lnp_mean,
+                      br->lnp_rstd, &ln_post, Nv);
+    }
+}

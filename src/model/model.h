@@ -1,0 +1,234 @@
+/* model.h: the BridgeTower model (HF BridgeTowerModel + ITC / ITM / MLM heads), forward and
+ * backward on CPU, fp32 or bf16 mixed precision.
+ *
+ * Memory (llm.c style): parameters, gradients and the bf16 shadow are arenas laid out by the
+ * parameter table (params.h); activations are ONE arena of named slots sized from (B, T) and
+ * the config, and activation gradients one arena mirroring the slots that carry a gradient
+ * (saved statistics such as probs / mean / rstd have none). bt_forward keeps everything the
+ * backward needs; bt_backward zeroes the activation-gradient arena once and then every op
+ * backward ACCUMULATES (ops.h), so streams that merge (residuals, bridges, the shared ln_post,
+ * transforms and type rows, the ITC image path) need no special case. Parameter gradients
+ * also accumulate: call bt_zero_grad before a step (or keep them for accumulation).
+ *
+ * Order (design model.md §3): bt_forward = vit_forward, text_forward, cross_forward (bridges,
+ * link towers, cross layers, poolers), heads_forward; bt_backward = the reverse:
+ * heads_backward, cross_backward, text_backward, vit_backward.
+ *
+ * Precision: BT_PRECISION_FP32 runs every GEMM in fp32. BT_PRECISION_BF16 runs every GEMM
+ * (Linear layers incl. the patch embedding, attention products) with GEMM_COMPUTE_BF16,
+ * weights read from the bf16 shadow copy (refresh it after changing the master weights:
+ * bt_model_refresh_bf16, or the optimizer does it); LayerNorm, softmax, GELU, the losses,
+ * the contrastive score matrices, residual streams and master weights stay fp32.
+ *
+ * Dropout (training only, design model.md §3.10): p = hidden_dropout_prob after the text
+ * embedding LN and on the attention-output and FFN-output denses of text and cross layers,
+ * p = attention_probs_dropout_prob on every text and cross attention-probability matrix.
+ * Each call site draws its mask from seed = hash(run seed, step, site id), so a step is
+ * reproducible and the backward regenerates the masks. Off (exactly identity) unless
+ * bt_model_set_dropout(m, 1, ...) was called.
+ *
+ * Deliberately not here: checkpoint files with key reports (checkpoint module), the
+ * optimizer (src/train/optim.h), hard-negative ITM mining (training loop), image position
+ * interpolation (images must be image_size x image_size). */
+#ifndef BT_MODEL_H
+#define BT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "dtype.h"
+#include "gemm.h"
+#include "params.h"
+#include "status.h"
+
+typedef enum {
+    BT_PRECISION_FP32,
+    BT_PRECISION_BF16,
+} bt_precision;
+
+/* One batch. The model copies the integer inputs in bt_forward, so the caller's buffers may
+ * change between forward and backward. */
+typedef struct bt_batch {
+    size_t B, T;
+    const int32_t *input_ids;      /* (B, T) token ids, pads = pad_token_id */
+    const int32_t *attention_mask; /* (B, T) 1 keep / 0 pad; NULL = all ones */
+    const float *pixel_values;     /* (B, 3, R, R) normalized pixels */
+    const int32_t *itm_labels;     /* (B) 0/1 (-100 ignored), or NULL: no ITM loss */
+    const int32_t *mlm_labels;     /* (B, T) target ids or -100, or NULL: no MLM loss */
+} bt_batch;
+
+/* --- activation slots ---------------------------------------------------------------------
+ * Nt = B*T text rows, Nv = B*Np image rows. */
+
+typedef struct bt_text_layer_acts {
+    float *q, *k, *v;       /* (Nt, Ht) */
+    float *probs;           /* (B, NHt, T, T) softmax before dropout (no grad) */
+    float *ctx;             /* (Nt, Ht) attention output (heads concatenated) */
+    float *attn_lin;        /* (Nt, Ht) attention.output.dense (dropout applied in place) */
+    float *res1;            /* (Nt, Ht) LN1 input = attn_lin + x */
+    float *mean1, *rstd1;   /* (Nt) (no grad) */
+    float *a;               /* (Nt, Ht) LN1 output */
+    float *f_pre, *f;       /* (Nt, It) intermediate.dense, GELU */
+    float *ffn_lin;         /* (Nt, Ht) output.dense (dropout in place) */
+    float *res2;            /* (Nt, Ht) LN2 input */
+    float *mean2, *rstd2;   /* (Nt) (no grad) */
+} bt_text_layer_acts;
+
+typedef struct bt_vit_layer_acts {
+    float *y1;              /* (Nv, Hv) ln_1(x) */
+    float *mean1, *rstd1;   /* (Nv) */
+    float *qkv;             /* (Nv, 3Hv) [Q | K | V] */
+    float *probs;           /* (B, NHv, Np, Np) */
+    float *ctx;             /* (Nv, Hv) */
+    float *attn_out;        /* (Nv, Hv) out_proj(ctx) */
+    float *x_mid;           /* (Nv, Hv) x + attn_out */
+    float *y2;              /* (Nv, Hv) ln_2(x_mid) */
+    float *mean2, *rstd2;   /* (Nv) */
+    float *f_pre, *f;       /* (Nv, 4Hv) c_fc, QuickGELU */
+    float *mlp_out;         /* (Nv, Hv) c_proj(f) */
+} bt_vit_layer_acts;
+
+/* One cross-modal layer of one side: rows N1 = B*T1 (this modality), N2 = B*T2 (other). */
+typedef struct bt_cross_layer_acts {
+    float *q, *k, *v;       /* (N1, H) self-attention */
+    float *probs;           /* (B, NHt, T1, T1) */
+    float *ctx, *attn_lin, *res1;  /* (N1, H) */
+    float *mean1, *rstd1;   /* (N1) */
+    float *a;               /* (N1, H) LN1 output */
+    float *cq;              /* (N1, H) cross-attention query (from a) */
+    float *ck, *cv;         /* (N2, H) keys/values from the other modality's input */
+    float *cprobs;          /* (B, NHt, T1, T2) */
+    float *cctx, *cattn_lin, *res2; /* (N1, H) */
+    float *mean2, *rstd2;   /* (N1) */
+    float *c;               /* (N1, H) LN2 output */
+    float *f_pre, *f;       /* (N1, It) */
+    float *ffn_lin, *res3;  /* (N1, H) */
+    float *mean3, *rstd3;   /* (N1) */
+    float *out;             /* (N1, H) X_k or Y_k */
+} bt_cross_layer_acts;
+
+/* Bridge k (design model.md §3.6): inputs of cross layer k. */
+typedef struct bt_bridge_acts {
+    float *ut;              /* (Nt, H) Tt(T_k) + tt0 */
+    float *t_sum;           /* (Nt, H) link-tower mix (k >= 1; LN input) */
+    float *t_mean, *t_rstd; /* (Nt) */
+    float *xin;             /* (Nt, H) X'_k */
+    float *lnp;             /* (Nv, Hv) ln_post(I_k) */
+    float *lnp_mean, *lnp_rstd; /* (Nv) */
+    float *ui;              /* (Nv, H) Ti(ln_post(I_k)) + tt1 */
+    float *i_sum;           /* (Nv, H) (k >= 1) */
+    float *i_mean, *i_rstd; /* (Nv) */
+    float *yin;             /* (Nv, H) Y'_k */
+} bt_bridge_acts;
+
+typedef struct bt_acts {
+    /* text embeddings */
+    float *text_emb;        /* (Nt, Ht) word + position + type (LN input) */
+    float *text_pos_rows;   /* (Nt, Ht) gathered position rows (no grad) */
+    float *text_emb_mean, *text_emb_rstd; /* (Nt) */
+    float *text_emb_ln;     /* (Nt, Ht) LN output, before the embedding dropout */
+    float **text_h;         /* [Lt+1] (Nt, Ht): 0 = embeddings (after dropout), l+1 = layer l */
+    bt_text_layer_acts *text_layers; /* [Lt] */
+    float *key_bias;        /* (B, T) 0 or -FLT_MAX (no grad) */
+    /* vision */
+    float *patches;         /* (B*G², 3PP) unfolded pixels, (c, ky, kx) order (no grad) */
+    float *patch_emb;       /* (B*G², Hv) */
+    float *vis_emb;         /* (Nv, Hv) [CLS; patches] + positions (ln_pre input) */
+    float *vis_emb_mean, *vis_emb_rstd; /* (Nv) */
+    float **vis_h;          /* [Lv+1] (Nv, Hv): 0 = after ln_pre, l+1 = block l */
+    bt_vit_layer_acts *vis_layers; /* [Lv] */
+    /* bridges and cross layers */
+    bt_bridge_acts *bridges;       /* [X] */
+    bt_cross_layer_acts *xt, *xi;  /* [X] text side, image side */
+    /* poolers */
+    float *cls_t, *cls_i;   /* (B, H) CLS rows of X_{X-1}, Y_{X-1} */
+    float *pool_t_pre, *pool_i_pre; /* (B, H) pooler dense outputs */
+    float *pool_t, *pool_i; /* (B, H) tanh */
+    float *pooler;          /* (B, 2H) [text | image] = pooler_output */
+    /* ITM head */
+    float *itm_logits;      /* (B, 2) */
+    float *itm_probs;       /* (B, 2) (no grad) */
+    /* MLM head */
+    float *mlm_tr;          /* (Nt, H) transform.dense */
+    float *mlm_act;         /* (Nt, H) GELU */
+    float *mlm_ln;          /* (Nt, H) transform.LayerNorm */
+    float *mlm_mean, *mlm_rstd; /* (Nt) */
+    float *mlm_logits;      /* (Nt, V) */
+    float *mlm_probs;       /* (Nt, V) (no grad) */
+    /* ITC head */
+    float *itc_t_cls, *itc_i_cls;   /* (B, H) uni-modal text CLS, image CLS after Ti + tt1 */
+    float *itc_t_proj, *itc_i_proj, *itc_c_proj; /* (B, C) head outputs */
+    float *itc_t, *itc_i, *itc_c;   /* (B, C) L2-normalized embeds */
+    float *itc_t_norm, *itc_i_norm, *itc_c_norm; /* (B) (no grad) */
+    float *itc_scores;      /* (3, B, B) s·T·Iᵀ, s·T·Cᵀ, s·I·Cᵀ */
+    float *itc_probs;       /* (3, B, B) (no grad) */
+} bt_acts;
+
+typedef struct bt_model {
+    bt_model_config cfg;
+    bt_param_table table;
+    unsigned heads;          /* BT_HEADS_* */
+    bt_precision precision;
+    float *params;           /* (table.numel) fp32 master weights */
+    float *grads;            /* (table.numel) parameter gradients */
+    bt_bf16 *params_bf16;    /* (table.numel) GEMM weights in bf16 mode, else NULL */
+    bt_param_views p, g;     /* named views of params and grads */
+
+    /* activations for (B, T) */
+    size_t B, T;
+    bt_acts acts, dacts;     /* dacts: gradient slots (NULL where a slot has none) */
+    float *act_mem, *dact_mem;
+    size_t act_numel, dact_numel;
+    int32_t *ids, *mask, *pos_ids, *mlm_labels, *itm_labels, *itc_targets;
+    int has_itm_labels, has_mlm_labels;
+
+    /* dropout */
+    int training;
+    uint64_t dropout_seed, step;
+    float hidden_dropout, attn_dropout;
+
+    /* losses of the last forward (0 when not computed) */
+    float loss_itc, loss_itm, loss_mlm;
+    size_t mlm_valid;        /* non-ignored MLM positions */
+} bt_model;
+
+/* Weights of each loss in the backward (total = Σ w·loss). */
+typedef struct bt_loss_weights {
+    float itc, itm, mlm;
+} bt_loss_weights;
+
+/* Builds the table and allocates params, grads (zeroed) and, in bf16 mode, the shadow.
+ * Parameters are zero until bt_model_init_params or a load. */
+bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
+                        bt_precision precision);
+void bt_model_free(bt_model *m);
+
+/* HF init rules from a seed (params.h), then the bf16 refresh. */
+void bt_model_init_params(bt_model *m, uint64_t seed);
+/* Strict load of every tensor of the table (bt_params_load_safetensors), then refresh. */
+bt_status bt_model_load_safetensors(bt_model *m, const char *path);
+/* Rewrites the bf16 shadow from the master weights (no-op in fp32 mode). */
+void bt_model_refresh_bf16(bt_model *m);
+
+/* Sizes the activation arenas for batch B and text length T (bt_forward calls it when the
+ * batch shape changes). Errors: T too long for the position table. */
+bt_status bt_model_reserve(bt_model *m, size_t B, size_t T);
+
+/* Training-mode dropout on/off; masks are drawn from (seed, step, site). */
+void bt_model_set_dropout(bt_model *m, int training, uint64_t seed, uint64_t step);
+
+/* Forward of the backbone and the built heads. Losses are computed for heads whose labels
+ * are present (ITC always when built). Errors (naming the input and the offending element):
+ * token ids / labels out of range, mask values other than 0/1, T too long for the position
+ * table, NULL pixel_values or input_ids. */
+bt_status bt_forward(bt_model *m, const bt_batch *b);
+
+/* Backward of Σ w·loss for the last forward: zeroes the activation gradients, then
+ * accumulates into m->grads. Losses that were not computed are skipped. */
+void bt_backward(bt_model *m, const bt_loss_weights *w);
+
+/* m->grads = 0. */
+void bt_zero_grad(bt_model *m);
+
+#endif

@@ -1,0 +1,151 @@
+/* ops_ref.h: the plain reference kernels behind ops.h, in two precisions.
+ *
+ *   X_ref      float, the same signature as the public X in ops.h. It is what the dispatch
+ *              table starts with (BT_KERNELS=ref keeps it) and the oracle that
+ *              tests/test_ops_fast.c pits every fast kernel against.
+ *   X_ref_f64  double everywhere (inputs, outputs, saved statistics), for the central
+ *              finite-difference checks of every backward (tests/test_ops_grad.c). The f64
+ *              linear and attention kernels have no bf16 arguments (no w_bf16, no compute).
+ *
+ * Both are generated from ONE body per kernel in ops_ref.inc (included twice by ops_ref.c
+ * with a different real type and name suffix), so the f64 kernel the gradient tests check is
+ * the same code as the float oracle. Every kernel is a simple single-threaded loop that
+ * accumulates in double and, in the float version, rounds once when it stores.
+ *
+ * Conventions are those of ops.h (outputs first, forward assigns, backward accumulates, NULL
+ * gradient pointers are skipped), with two precisions of meaning for `compute`:
+ *   - linear_*_ref honors GEMM_COMPUTE_BF16 exactly as gemm.h defines it: each GEMM operand
+ *     is rounded to bf16 (w_bf16 is used for w when given), products are summed in double.
+ *     So a fast bf16 linear differs from it only by summation order.
+ *   - attention_*_ref ignores `compute`: it is the exact-math oracle. ops.h only PERMITS the
+ *     attention block GEMMs to run in bf16, so the fast bf16 attention is compared against
+ *     it with a bf16 tolerance.
+ *
+ * Deliberately not here: speed (no threads, no vector code), dispatch (ops.c), f64 versions
+ * of the bf16 conversions (they are exact bit operations; the float reference is scalar). */
+#ifndef BT_OPS_REF_H
+#define BT_OPS_REF_H
+
+#include "ops.h"
+
+/* --- float references (same signatures as ops.h) --------------------------------------- */
+
+void dropout_forward_ref(float *out, const float *x, size_t n, const bt_dropout *d);
+void dropout_backward_ref(float *dx, const float *dout, size_t n, const bt_dropout *d);
+
+void linear_forward_ref(float *out, const float *x, const float *w, const bt_bf16 *w_bf16,
+                        const float *b, size_t n, size_t c, size_t oc, gemm_compute compute);
+void linear_backward_ref(float *dx, float *dw, float *db, const float *dout, const float *x,
+                         const float *w, const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
+                         gemm_compute compute);
+
+void layernorm_forward_ref(float *out, float *mean, float *rstd, const float *x,
+                           const float *w, const float *b, size_t n, size_t c, float eps);
+void layernorm_backward_ref(float *dx, float *dw, float *db, const float *dout, const float *x,
+                            const float *w, const float *mean, const float *rstd, size_t n,
+                            size_t c);
+
+void gelu_forward_ref(float *out, const float *x, size_t n);
+void gelu_backward_ref(float *dx, const float *dout, const float *x, size_t n);
+void quick_gelu_forward_ref(float *out, const float *x, size_t n);
+void quick_gelu_backward_ref(float *dx, const float *dout, const float *x, size_t n);
+void tanh_forward_ref(float *out, const float *x, size_t n);
+void tanh_backward_ref(float *dx, const float *dout, const float *y, size_t n);
+
+void softmax_forward_ref(float *out, const float *x, size_t n, size_t c);
+void softmax_backward_ref(float *dx, const float *dout, const float *y, size_t n, size_t c);
+
+void attention_forward_ref(float *out, float *probs, const float *q, const float *k,
+                           const float *v, const float *key_bias, const attention_dims *d,
+                           const bt_dropout *drop, gemm_compute compute);
+void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
+                            const float *probs, const float *q, const float *k, const float *v,
+                            const attention_dims *d, const bt_dropout *drop,
+                            gemm_compute compute);
+void attention_key_bias_from_mask_ref(float *key_bias, const int32_t *mask, size_t n);
+
+void embedding_forward_ref(float *out, const int32_t *ids, const float *table, size_t n,
+                           size_t c, size_t rows);
+void embedding_backward_ref(float *dtable, const float *dout, const int32_t *ids, size_t n,
+                            size_t c, size_t rows, int32_t padding_idx);
+
+void bias_add_forward_ref(float *out, const float *x, const float *bias, size_t n, size_t c);
+void bias_add_backward_ref(float *dx, float *dbias, const float *dout, size_t n, size_t c);
+void residual_forward_ref(float *out, const float *a, const float *b, size_t n);
+void residual_backward_ref(float *da, float *db, const float *dout, size_t n);
+
+float cross_entropy_forward_ref(float *probs, const float *logits, const int32_t *targets,
+                                size_t n, size_t v, int32_t ignore_index, size_t *n_valid);
+void cross_entropy_backward_ref(float *dlogits, const float *probs, const int32_t *targets,
+                                size_t n, size_t v, int32_t ignore_index, float dloss);
+
+void l2_normalize_forward_ref(float *out, float *norm, const float *x, size_t n, size_t c);
+void l2_normalize_backward_ref(float *dx, const float *dout, const float *out,
+                               const float *norm, size_t n, size_t c);
+
+/* Scalar loops over bt_bf16_from_f32 / bt_f32_from_bf16 (dtype.h). */
+void bf16_from_f32_ref(bt_bf16 *out, const float *in, size_t n);
+void f32_from_bf16_ref(float *out, const bt_bf16 *in, size_t n);
+
+/* --- double references (finite-difference oracles) -------------------------------------- */
+
+void dropout_forward_ref_f64(double *out, const double *x, size_t n, const bt_dropout *d);
+void dropout_backward_ref_f64(double *dx, const double *dout, size_t n, const bt_dropout *d);
+
+void linear_forward_ref_f64(double *out, const double *x, const double *w, const double *b,
+                            size_t n, size_t c, size_t oc);
+void linear_backward_ref_f64(double *dx, double *dw, double *db, const double *dout,
+                             const double *x, const double *w, size_t n, size_t c, size_t oc);
+
+void layernorm_forward_ref_f64(double *out, double *mean, double *rstd, const double *x,
+                               const double *w, const double *b, size_t n, size_t c,
+                               double eps);
+void layernorm_backward_ref_f64(double *dx, double *dw, double *db, const double *dout,
+                                const double *x, const double *w, const double *mean,
+                                const double *rstd, size_t n, size_t c);
+
+void gelu_forward_ref_f64(double *out, const double *x, size_t n);
+void gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size_t n);
+void quick_gelu_forward_ref_f64(double *out, const double *x, size_t n);
+void quick_gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size_t n);
+void tanh_forward_ref_f64(double *out, const double *x, size_t n);
+void tanh_backward_ref_f64(double *dx, const double *dout, const double *y, size_t n);
+
+void softmax_forward_ref_f64(double *out, const double *x, size_t n, size_t c);
+void softmax_backward_ref_f64(double *dx, const double *dout, const double *y, size_t n,
+                              size_t c);
+
+void attention_forward_ref_f64(double *out, double *probs, const double *q, const double *k,
+                               const double *v, const double *key_bias,
+                               const attention_dims *d, const bt_dropout *drop);
+void attention_backward_ref_f64(double *dq, double *dk, double *dv, const double *dout,
+                                const double *probs, const double *q, const double *k,
+                                const double *v, const attention_dims *d,
+                                const bt_dropout *drop);
+void attention_key_bias_from_mask_ref_f64(double *key_bias, const int32_t *mask, size_t n);
+
+void embedding_forward_ref_f64(double *out, const int32_t *ids, const double *table, size_t n,
+                               size_t c, size_t rows);
+void embedding_backward_ref_f64(double *dtable, const double *dout, const int32_t *ids,
+                                size_t n, size_t c, size_t rows, int32_t padding_idx);
+
+void bias_add_forward_ref_f64(double *out, const double *x, const double *bias, size_t n,
+                              size_t c);
+void bias_add_backward_ref_f64(double *dx, double *dbias, const double *dout, size_t n,
+                               size_t c);
+void residual_forward_ref_f64(double *out, const double *a, const double *b, size_t n);
+void residual_backward_ref_f64(double *da, double *db, const double *dout, size_t n);
+
+double cross_entropy_forward_ref_f64(double *probs, const double *logits,
+                                     const int32_t *targets, size_t n, size_t v,
+                                     int32_t ignore_index, size_t *n_valid);
+void cross_entropy_backward_ref_f64(double *dlogits, const double *probs,
+                                    const int32_t *targets, size_t n, size_t v,
+                                    int32_t ignore_index, double dloss);
+
+void l2_normalize_forward_ref_f64(double *out, double *norm, const double *x, size_t n,
+                                  size_t c);
+void l2_normalize_backward_ref_f64(double *dx, const double *dout, const double *out,
+                                   const double *norm, size_t n, size_t c);
+
+#endif

@@ -1,0 +1,173 @@
+/* text.c: the RoBERTa text tower of BridgeTower (design model.md §3.1-§3.3): embeddings
+ * (word + RoBERTa positions + type 0, LayerNorm, dropout) and Lt post-LN BERT layers.
+ *
+ * The outputs of every layer stay in m->acts.text_h[l+1]; the bridges (cross.c) read the
+ * last X of them and the ITC head reads the CLS row of the last one, and their gradients
+ * arrive in m->dacts.text_h[] before text_backward runs.
+ *
+ * Deliberately not here: the text pooler (text_model.pooler is in the weights but unused by
+ * BridgeTowerModel), token_type_ids (HF ignores them: every token has type 0). */
+#include <stddef.h>
+
+#include "towers.h"
+
+typedef struct text_layer_params {
+    bt_linear q, k, v, o, fc1, fc2;
+    bt_norm ln1, ln2;
+} text_layer_params;
+
+static text_layer_params text_layer_params_get(const bt_model *m, int l) {
+    float eps = m->cfg.text_layer_norm_eps;
+    text_layer_params p = {
+        .q = model_linear(m, BT_P_TL_Q_W, BT_P_TL_Q_B, l),
+        .k = model_linear(m, BT_P_TL_K_W, BT_P_TL_K_B, l),
+        .v = model_linear(m, BT_P_TL_V_W, BT_P_TL_V_B, l),
+        .o = model_linear(m, BT_P_TL_AO_W, BT_P_TL_AO_B, l),
+        .fc1 = model_linear(m, BT_P_TL_FC1_W, BT_P_TL_FC1_B, l),
+        .fc2 = model_linear(m, BT_P_TL_FC2_W, BT_P_TL_FC2_B, l),
+        .ln1 = model_norm(m, BT_P_TL_LN1_W, BT_P_TL_LN1_B, l, eps),
+        .ln2 = model_norm(m, BT_P_TL_LN2_W, BT_P_TL_LN2_B, l, eps),
+    };
+    return p;
+}
+
+/* RoBERTa positions (HF create_position_ids_from_input_ids): m_t = id_t != pad,
+ * pos_t = cumsum(m)_t * m_t + pad, so real tokens get pad+1, pad+2, ... and pads get pad. */
+static void text_position_ids(int32_t *pos, const int32_t *ids, size_t B, size_t T,
+                              int32_t pad) {
+    for (size_t b = 0; b < B; b++) {
+        int32_t run = 0;
+        for (size_t t = 0; t < T; t++) {
+            int keep = ids[b * T + t] != pad;
+            run += keep;
+            pos[b * T + t] = run * keep + pad;
+        }
+    }
+}
+
+static attention_dims text_attn_dims(const bt_model *m) {
+    size_t Ht = (size_t)m->cfg.text_hidden;
+    attention_dims d = {.B = m->B, .Tq = m->T, .Tk = m->T, .NH = (size_t)m->cfg.text_heads,
+                        .D = (size_t)m->cfg.text_head_size,
+                        .ldq = Ht, .ldk = Ht, .ldv = Ht, .ldo = Ht};
+    return d;
+}
+
+/* One post-LN BERT layer: x (Nt, Ht) -> out (Nt, Ht). */
+static void text_layer_forward(bt_model *m, int l, float *out, const float *x) {
+    bt_text_layer_acts *a = &m->acts.text_layers[l];
+    const text_layer_params p = text_layer_params_get(m, l);
+    const size_t N = m->B * m->T, C = (size_t)m->cfg.text_hidden;
+    const size_t I = (size_t)m->cfg.text_intermediate;
+    const attention_dims ad = text_attn_dims(m);
+    const bt_dropout dp = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_PROBS),
+                                        m->attn_dropout);
+    const bt_dropout da = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_OUT),
+                                        m->hidden_dropout);
+    const bt_dropout df = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_FFN_OUT),
+                                        m->hidden_dropout);
+    /* self-attention */
+    lin_forward(m, a->q, x, &p.q, N);
+    lin_forward(m, a->k, x, &p.k, N);
+    lin_forward(m, a->v, x, &p.v, N);
+    attention_forward(a->ctx, a->probs, a->q, a->k, a->v, m->acts.key_bias, &ad, &dp,
+                      model_compute(m));
+    /* attention.output: LN1(dropout(ctx·Woᵀ + bo) + x) */
+    lin_forward(m, a->attn_lin, a->ctx, &p.o, N);
+    dropout_forward(a->attn_lin, a->attn_lin, N * C, &da);
+    residual_forward(a->res1, a->attn_lin, x, N * C);
+    norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N);
+    /* intermediate + output: LN2(dropout(GELU(a·W1ᵀ + b1)·W2ᵀ + b2) + a) */
+    lin_forward(m, a->f_pre, a->a, &p.fc1, N);
+    gelu_forward(a->f, a->f_pre, N * I);
+    lin_forward(m, a->ffn_lin, a->f, &p.fc2, N);
+    dropout_forward(a->ffn_lin, a->ffn_lin, N * C, &df);
+    residual_forward(a->res2, a->ffn_lin, a->a, N * C);
+    norm_forward(out, a->mean2, a->rstd2, a->res2, &p.ln2, N);
+}
+
+/* dout: gradient of the layer output (complete); dx += gradient of the layer input. */
+static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout,
+                                const float *x) {
+    const bt_text_layer_acts *a = &m->acts.text_layers[l];
+    bt_text_layer_acts *d = &m->dacts.text_layers[l];
+    const text_layer_params p = text_layer_params_get(m, l);
+    const size_t N = m->B * m->T, C = (size_t)m->cfg.text_hidden;
+    const size_t I = (size_t)m->cfg.text_intermediate;
+    const attention_dims ad = text_attn_dims(m);
+    const bt_dropout dp = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_PROBS),
+                                        m->attn_dropout);
+    const bt_dropout da = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_OUT),
+                                        m->hidden_dropout);
+    const bt_dropout df = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_FFN_OUT),
+                                        m->hidden_dropout);
+    /* out = LN2(res2), res2 = dropout(ffn_lin) + a */
+    norm_backward(d->res2, dout, a->res2, a->mean2, a->rstd2, &p.ln2, N);
+    residual_backward(d->a, NULL, d->res2, N * C);
+    dropout_backward(d->ffn_lin, d->res2, N * C, &df);
+    /* ffn_lin = f·W2ᵀ + b2, f = GELU(f_pre), f_pre = a·W1ᵀ + b1 */
+    lin_backward(m, d->f, d->ffn_lin, a->f, &p.fc2, N);
+    gelu_backward(d->f_pre, d->f, a->f_pre, N * I);
+    lin_backward(m, d->a, d->f_pre, a->a, &p.fc1, N);
+    /* a = LN1(res1), res1 = dropout(attn_lin) + x */
+    norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N);
+    residual_backward(dx, NULL, d->res1, N * C);
+    dropout_backward(d->attn_lin, d->res1, N * C, &da);
+    /* attn_lin = ctx·Woᵀ + bo; ctx = attention(q, k, v) */
+    lin_backward(m, d->ctx, d->attn_lin, a->ctx, &p.o, N);
+    attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &ad, &dp,
+                       model_compute(m));
+    /* q, k, v = x·Wᵀ + b */
+    lin_backward(m, dx, d->q, x, &p.q, N);
+    lin_backward(m, dx, d->k, x, &p.k, N);
+    lin_backward(m, dx, d->v, x, &p.v, N);
+}
+
+void text_forward(bt_model *m) {
+    bt_acts *a = &m->acts;
+    const bt_model_config *c = &m->cfg;
+    const size_t N = m->B * m->T, C = (size_t)c->text_hidden;
+    const bt_norm ln = model_norm(m, BT_P_TEXT_EMB_LN_W, BT_P_TEXT_EMB_LN_B, 0,
+                                  c->text_layer_norm_eps);
+    const bt_dropout de = model_dropout(m, bt_site(BT_SITE_TEXT_EMB, 0, 0), m->hidden_dropout);
+
+    /* extended mask as an additive key bias: (1 - mask) * finfo.min */
+    attention_key_bias_from_mask(a->key_bias, m->mask, N);
+    /* e = word[id] + position[pos] + type[0]; h0 = dropout(LN(e)) */
+    text_position_ids(m->pos_ids, m->ids, m->B, m->T, c->pad_token_id);
+    embedding_forward(a->text_emb, m->ids, m->p.text_word_emb, N, C, (size_t)c->vocab_size);
+    embedding_forward(a->text_pos_rows, m->pos_ids, m->p.text_pos_emb, N, C,
+                      (size_t)c->max_position_embeddings);
+    residual_forward(a->text_emb, a->text_emb, a->text_pos_rows, N * C);
+    bias_add_forward(a->text_emb, a->text_emb, m->p.text_type_emb, N, C);
+    norm_forward(a->text_emb_ln, a->text_emb_mean, a->text_emb_rstd, a->text_emb, &ln, N);
+    dropout_forward(a->text_h[0], a->text_emb_ln, N * C, &de);
+
+    for (int l = 0; l < c->text_layers; l++)
+        text_layer_forward(m, l, a->text_h[l + 1], a->text_h[l]);
+}
+
+void text_backward(bt_model *m) {
+    const bt_acts *a = &m->acts;
+    bt_acts *d = &m->dacts;
+    const bt_model_config *c = &m->cfg;
+    const size_t N = m->B * m->T, C = (size_t)c->text_hidden;
+    const bt_norm ln = model_norm(m, BT_P_TEXT_EMB_LN_W, BT_P_TEXT_EMB_LN_B, 0,
+                                  c->text_layer_norm_eps);
+    const bt_dropout de = model_dropout(m, bt_site(BT_SITE_TEXT_EMB, 0, 0), m->hidden_dropout);
+
+    for (int l = c->text_layers - 1; l >= 0; l--)
+        text_layer_backward(m, l, d->text_h[l], d->text_h[l + 1], a->text_h[l]);
+
+    /* h0 = dropout(emb_ln), emb_ln = LN(e) */
+    dropout_backward(d->text_emb_ln, d->text_h[0], N * C, &de);
+    norm_backward(d->text_emb, d->text_emb_ln, a->text_emb, a->text_emb_mean, a->text_emb_rstd,
+                  &ln, N);
+    const float *d_e = d->text_emb;
+    /* e = word[id] + pos[pos] + type[0]: padding rows (padding_idx = pad) get no gradient */
+    embedding_backward(m->g.text_word_emb, d_e, m->ids, N, C, (size_t)c->vocab_size,
+                       c->pad_token_id);
+    embedding_backward(m->g.text_pos_emb, d_e, m->pos_ids, N, C,
+                       (size_t)c->max_position_embeddings, c->pad_token_id);
+    bias_add_backward(NULL, m->g.text_type_emb, d_e, N, C);
+}

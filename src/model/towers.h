@@ -1,0 +1,100 @@
+/* towers.h: internal glue shared by the tower files (vit.c, text.c, cross.c, heads.c) and
+ * model.c: parameter views of one Linear / LayerNorm (master weight, bf16 shadow, gradient),
+ * the compute mode, dropout call sites, and the tower entry points.
+ *
+ * Every tower is a forward/backward pair over the model's named activation slots; the
+ * backward restates the forward lines it differentiates and accumulates (ops.h).
+ *
+ * Deliberately not here: anything public (model.h). */
+#ifndef BT_TOWERS_H
+#define BT_TOWERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "ops.h"
+
+/* One Linear y = x·wᵀ + b as the ops see it. */
+typedef struct bt_linear {
+    const float *w;      /* (out, in) master weight */
+    const bt_bf16 *w16;  /* (out, in) bf16 shadow (bf16 mode) or NULL */
+    const float *b;      /* (out) or NULL */
+    float *dw, *db;      /* gradients (NULL: not accumulated) */
+    size_t in, out;
+} bt_linear;
+
+/* One LayerNorm. */
+typedef struct bt_norm {
+    const float *w, *b;  /* (c) */
+    float *dw, *db;      /* (c) */
+    size_t c;
+    float eps;
+} bt_norm;
+
+/* View of repetition `layer` of a Linear (bias id BT_P_COUNT: no bias). */
+bt_linear model_linear(const bt_model *m, bt_param_id w, bt_param_id b, int layer);
+bt_norm model_norm(const bt_model *m, bt_param_id w, bt_param_id b, int layer, float eps);
+
+static inline gemm_compute model_compute(const bt_model *m) {
+    return m->precision == BT_PRECISION_BF16 ? GEMM_COMPUTE_BF16 : GEMM_COMPUTE_F32;
+}
+
+/* out (n, L.out) = x (n, L.in) · wᵀ + b */
+static inline void lin_forward(const bt_model *m, float *out, const float *x,
+                               const bt_linear *L, size_t n) {
+    linear_forward(out, x, L->w, L->w16, L->b, n, L->in, L->out, model_compute(m));
+}
+/* dx += dout · w;  dw += doutᵀ · x;  db += Σ dout */
+static inline void lin_backward(const bt_model *m, float *dx, const float *dout, const float *x,
+                                const bt_linear *L, size_t n) {
+    linear_backward(dx, L->dw, L->db, dout, x, L->w, L->w16, n, L->in, L->out,
+                    model_compute(m));
+}
+static inline void norm_forward(float *out, float *mean, float *rstd, const float *x,
+                                const bt_norm *N, size_t n) {
+    layernorm_forward(out, mean, rstd, x, N->w, N->b, n, N->c, N->eps);
+}
+static inline void norm_backward(float *dx, const float *dout, const float *x, const float *mean,
+                                 const float *rstd, const bt_norm *N, size_t n) {
+    layernorm_backward(dx, N->dw, N->db, dout, x, N->w, mean, rstd, n, N->c);
+}
+
+/* Dropout call sites: site = tower << 16 | layer << 4 | what. */
+enum {
+    BT_SITE_TEXT_EMB = 1,
+    BT_SITE_TEXT_LAYER = 2,
+    BT_SITE_CROSS_TEXT = 3,
+    BT_SITE_CROSS_IMAGE = 4,
+};
+enum {
+    BT_SITE_ATTN_PROBS = 0,
+    BT_SITE_ATTN_OUT = 1,
+    BT_SITE_CROSS_PROBS = 2,
+    BT_SITE_CROSS_OUT = 3,
+    BT_SITE_FFN_OUT = 4,
+};
+static inline uint32_t bt_site(uint32_t tower, uint32_t layer, uint32_t what) {
+    return tower << 16 | layer << 4 | what;
+}
+/* {p, seed(run seed, step, site)} in training mode, {0, 0} (identity) otherwise. */
+bt_dropout model_dropout(const bt_model *m, uint32_t site, float p);
+
+/* Copies row 0 of each of B sequences: out (B, C) = x[b*T + 0]; x (B*T, C). */
+void cls_gather(float *out, const float *x, size_t B, size_t T, size_t C);
+/* dx[b*T + 0] += dout[b] */
+void cls_scatter_add(float *dx, const float *dout, size_t B, size_t T, size_t C);
+
+/* Tower pairs. Forwards read m->ids / m->mask / pixel values, write m->acts; backwards read
+ * m->acts and m->dacts (gradient of their outputs already accumulated) and accumulate into
+ * m->dacts and m->grads. */
+void vit_forward(bt_model *m, const float *pixel_values);
+void vit_backward(bt_model *m);
+void text_forward(bt_model *m);
+void text_backward(bt_model *m);
+void cross_forward(bt_model *m);
+void cross_backward(bt_model *m);
+void heads_forward(bt_model *m);
+void heads_backward(bt_model *m, const bt_loss_weights *w);
+
+#endif

@@ -1,0 +1,171 @@
+/* vit.c: the CLIP ViT vision tower of BridgeTower (design model.md §3.4): patch embedding as
+ * a GEMM over unfolded patches, CLS token, positions, ln_pre, and Lv pre-LN residual blocks
+ * with fused [Q;K;V] in_proj and QuickGELU. No masks, no dropout in this tower.
+ *
+ * Block outputs stay in m->acts.vis_h[l+1] WITHOUT ln_post: ln_post is applied per bridge
+ * (cross.c) and for the ITC image path, and its gradients arrive in m->dacts.vis_h[].
+ *
+ * Deliberately not here: position-embedding interpolation for other image sizes, gradients
+ * w.r.t. pixel values (nothing upstream needs them). */
+#include <stddef.h>
+#include <string.h>
+
+#include "towers.h"
+
+typedef struct vit_layer_params {
+    bt_linear in, out, fc, proj;
+    bt_norm ln1, ln2;
+} vit_layer_params;
+
+static vit_layer_params vit_layer_params_get(const bt_model *m, int l) {
+    float eps = m->cfg.vision_layer_norm_eps;
+    vit_layer_params p = {
+        .in = model_linear(m, BT_P_VL_IN_W, BT_P_VL_IN_B, l),
+        .out = model_linear(m, BT_P_VL_OUT_W, BT_P_VL_OUT_B, l),
+        .fc = model_linear(m, BT_P_VL_FC_W, BT_P_VL_FC_B, l),
+        .proj = model_linear(m, BT_P_VL_PROJ_W, BT_P_VL_PROJ_B, l),
+        .ln1 = model_norm(m, BT_P_VL_LN1_W, BT_P_VL_LN1_B, l, eps),
+        .ln2 = model_norm(m, BT_P_VL_LN2_W, BT_P_VL_LN2_B, l, eps),
+    };
+    return p;
+}
+
+static attention_dims vit_attn_dims(const bt_model *m) {
+    size_t Hv = (size_t)m->cfg.vision_hidden, Np = (size_t)m->cfg.np;
+    attention_dims d = {.B = m->B, .Tq = Np, .Tk = Np, .NH = (size_t)m->cfg.vision_heads,
+                        .D = (size_t)m->cfg.vision_head_size,
+                        .ldq = 3 * Hv, .ldk = 3 * Hv, .ldv = 3 * Hv, .ldo = Hv};
+    return d;
+}
+
+/* im2col of a stride-P, kernel-P conv: patches (B*G², CH*P*P), row (b, gy, gx) row-major,
+ * column (c, ky, kx) = pix[b, c, gy*P + ky, gx*P + kx], the order of the conv weight
+ * (Hv, CH, P, P) flattened. */
+static void vit_unfold_patches(float *patches, const float *pix, size_t B, size_t CH, size_t R,
+                               size_t P) {
+    const size_t G = R / P, K = CH * P * P;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (long b = 0; b < (long)B; b++) {
+        for (long g = 0; g < (long)(G * G); g++) {
+            size_t gy = (size_t)g / G, gx = (size_t)g % G;
+            float *row = patches + ((size_t)b * G * G + (size_t)g) * K;
+            for (size_t c = 0; c < CH; c++)
+                for (size_t ky = 0; ky < P; ky++)
+                    memcpy(row + (c * P + ky) * P,
+                           pix + (((size_t)b * CH + c) * R + gy * P + ky) * R + gx * P,
+                           P * sizeof *row);
+        }
+    }
+}
+
+/* emb (B, Np, Hv): row 0 = cls + pos[0], row 1+p = patch_emb[b, p] + pos[1+p]. */
+static void vit_assemble_forward(float *emb, const float *patch_emb, const float *cls,
+                                 const float *pos, size_t B, size_t Np, size_t Hv) {
+    for (size_t b = 0; b < B; b++) {
+        for (size_t t = 0; t < Np; t++) {
+            float *e = emb + (b * Np + t) * Hv;
+            const float *src = t == 0 ? cls : patch_emb + (b * (Np - 1) + t - 1) * Hv;
+            const float *pr = pos + t * Hv;
+            for (size_t i = 0; i < Hv; i++) e[i] = src[i] + pr[i];
+        }
+    }
+}
+
+/* dcls += Σ_b demb[b, 0];  dpos[t] += Σ_b demb[b, t];  dpatch[b, p] += demb[b, 1+p] */
+static void vit_assemble_backward(float *dpatch_emb, float *dcls, float *dpos, const float *demb,
+                                  size_t B, size_t Np, size_t Hv) {
+    for (size_t b = 0; b < B; b++) {
+        for (size_t t = 0; t < Np; t++) {
+            const float *de = demb + (b * Np + t) * Hv;
+            float *dsrc = t == 0 ? dcls : dpatch_emb + (b * (Np - 1) + t - 1) * Hv;
+            float *dp = dpos + t * Hv;
+            for (size_t i = 0; i < Hv; i++) {
+                if (dsrc) dsrc[i] += de[i];
+                if (dp) dp[i] += de[i];
+            }
+        }
+    }
+}
+
+/* One pre-LN CLIP block: x (Nv, Hv) -> out (Nv, Hv). */
+static void vit_layer_forward(bt_model *m, int l, float *out, const float *x) {
+    bt_vit_layer_acts *a = &m->acts.vis_layers[l];
+    const vit_layer_params p = vit_layer_params_get(m, l);
+    const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->B * (size_t)m->cfg.np;
+    const attention_dims ad = vit_attn_dims(m);
+    /* x_mid = x + out_proj(attn(ln_1(x))) */
+    norm_forward(a->y1, a->mean1, a->rstd1, x, &p.ln1, N);
+    lin_forward(m, a->qkv, a->y1, &p.in, N);
+    attention_forward(a->ctx, a->probs, a->qkv, a->qkv + Hv, a->qkv + 2 * Hv, NULL, &ad, NULL,
+                      model_compute(m));
+    lin_forward(m, a->attn_out, a->ctx, &p.out, N);
+    residual_forward(a->x_mid, x, a->attn_out, N * Hv);
+    /* out = x_mid + c_proj(QuickGELU(c_fc(ln_2(x_mid)))) */
+    norm_forward(a->y2, a->mean2, a->rstd2, a->x_mid, &p.ln2, N);
+    lin_forward(m, a->f_pre, a->y2, &p.fc, N);
+    quick_gelu_forward(a->f, a->f_pre, N * 4 * Hv);
+    lin_forward(m, a->mlp_out, a->f, &p.proj, N);
+    residual_forward(out, a->x_mid, a->mlp_out, N * Hv);
+}
+
+static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
+                               const float *x) {
+    const bt_vit_layer_acts *a = &m->acts.vis_layers[l];
+    bt_vit_layer_acts *d = &m->dacts.vis_layers[l];
+    const vit_layer_params p = vit_layer_params_get(m, l);
+    const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->B * (size_t)m->cfg.np;
+    const attention_dims ad = vit_attn_dims(m);
+    /* out = x_mid + mlp_out */
+    residual_backward(d->x_mid, d->mlp_out, dout, N * Hv);
+    /* mlp_out = c_proj(f), f = QuickGELU(f_pre), f_pre = c_fc(y2), y2 = ln_2(x_mid) */
+    lin_backward(m, d->f, d->mlp_out, a->f, &p.proj, N);
+    quick_gelu_backward(d->f_pre, d->f, a->f_pre, N * 4 * Hv);
+    lin_backward(m, d->y2, d->f_pre, a->y2, &p.fc, N);
+    norm_backward(d->x_mid, d->y2, a->x_mid, a->mean2, a->rstd2, &p.ln2, N);
+    /* x_mid = x + attn_out, attn_out = out_proj(ctx) */
+    residual_backward(dx, d->attn_out, d->x_mid, N * Hv);
+    lin_backward(m, d->ctx, d->attn_out, a->ctx, &p.out, N);
+    /* ctx = attention(Q, K, V), [Q|K|V] = in_proj(y1), y1 = ln_1(x) */
+    attention_backward(d->qkv, d->qkv + Hv, d->qkv + 2 * Hv, d->ctx, a->probs, a->qkv,
+                       a->qkv + Hv, a->qkv + 2 * Hv, &ad, NULL, model_compute(m));
+    lin_backward(m, d->y1, d->qkv, a->y1, &p.in, N);
+    norm_backward(dx, d->y1, x, a->mean1, a->rstd1, &p.ln1, N);
+}
+
+void vit_forward(bt_model *m, const float *pixel_values) {
+    bt_acts *a = &m->acts;
+    const bt_model_config *c = &m->cfg;
+    const size_t B = m->B, Hv = (size_t)c->vision_hidden, Np = (size_t)c->np;
+    const size_t P = (size_t)c->patch_size, CH = (size_t)c->num_channels;
+    const bt_linear patch = model_linear(m, BT_P_VIS_PATCH_W, BT_P_COUNT, 0);
+    const bt_norm ln_pre = model_norm(m, BT_P_VIS_LN_PRE_W, BT_P_VIS_LN_PRE_B, 0,
+                                      c->vision_layer_norm_eps);
+    /* conv(stride P, no bias) = unfold · W_patchᵀ */
+    vit_unfold_patches(a->patches, pixel_values, B, CH, (size_t)c->image_size, P);
+    lin_forward(m, a->patch_emb, a->patches, &patch, B * (Np - 1));
+    /* [CLS; patches] + positions, then ln_pre */
+    vit_assemble_forward(a->vis_emb, a->patch_emb, m->p.vis_cls, m->p.vis_pos, B, Np, Hv);
+    norm_forward(a->vis_h[0], a->vis_emb_mean, a->vis_emb_rstd, a->vis_emb, &ln_pre, B * Np);
+
+    for (int l = 0; l < c->vision_layers; l++)
+        vit_layer_forward(m, l, a->vis_h[l + 1], a->vis_h[l]);
+}
+
+void vit_backward(bt_model *m) {
+    const bt_acts *a = &m->acts;
+    bt_acts *d = &m->dacts;
+    const bt_model_config *c = &m->cfg;
+    const size_t B = m->B, Hv = (size_t)c->vision_hidden, Np = (size_t)c->np;
+    const bt_linear patch = model_linear(m, BT_P_VIS_PATCH_W, BT_P_COUNT, 0);
+    const bt_norm ln_pre = model_norm(m, BT_P_VIS_LN_PRE_W, BT_P_VIS_LN_PRE_B, 0,
+                                      c->vision_layer_norm_eps);
+
+    for (int l = c->vision_layers - 1; l >= 0; l--)
+        vit_layer_backward(m, l, d->vis_h[l], d->vis_h[l + 1], a->vis_h[l]);
+
+    norm_backward(d->vis_emb, d->vis_h[0], a->vis_emb, a->vis_emb_mean, a->vis_emb_rstd,
+                  &ln_pre, B * Np);
+    vit_assemble_backward(d->patch_emb, m->g.vis_cls, m->g.vis_pos, d->vis_emb, B, Np, Hv);
+    /* patch_emb = patches · W_patchᵀ: weight gradient only (no pixel gradient) */
+    lin_backward(m, NULL, d->patch_emb, a->patches, &patch, B * (Np - 1));
+}

@@ -1,0 +1,427 @@
+/* bench_gemm.c: GFLOP/s of every GEMM backend on the products BridgeTower-base trains with.
+ *
+ * Rows: the Linear layers (hidden 768, FFN 3072) at three token counts (N = B*T: 2x40 text
+ * tokens, 2x325 image tokens, 8x325 image tokens) in the three forms training runs them
+ *   fwd  out (N, OC) = x (N, C) · Wᵀ + b          gemm m=N  n=OC k=C  trans_b
+ *   dX   dx  (N, C)  = dout (N, OC) · W            gemm m=N  n=C  k=OC
+ *   dW   dW  (OC, C) += doutᵀ · x                  gemm m=OC n=C  k=N  trans_a, beta 1
+ * the attention products per (batch, head), batched over B*NH = 2*12 heads, reading Q, K, V
+ * in place from the (N, 768) projections (head stride 64, row stride 768):
+ *   scores  S (T, T) = Q_h K_hᵀ / 8     values  O_h (T, 64) = P (T, T) · V_h
+ * and two square products for the machine's peak. The same attention scores are also run
+ * as 24 separate calls from inside an OpenMP parallel region, the pattern gemm.h allows but
+ * does not recommend.
+ *
+ * Columns: ref (plain loops, small shapes only), openblas fp32, onednn fp32, onednn bf16 as
+ * the model runs it (fp32 activations rounded to bf16 per call, weights already bf16), and
+ * onednn bf16 with both operands already bf16 (the kernel alone). Each number is the best of
+ * BENCH_ROUNDS timed rounds (the machine is shared; best-of filters other people's load).
+ *
+ * Run: meson test -C build --benchmark --suite bench, or build/tests/bench_gemm [--quick]
+ * [--passes P] [--only SUBSTRING]: --passes repeats the whole table P times and keeps the
+ * best of each cell (spreads the samples over minutes on a shared machine), --only keeps the
+ * rows whose name contains SUBSTRING, --quick is one short round of the small shapes.
+ * Deliberately not here: correctness (test_gemm.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h>
+
+#include "bt_config.h"
+#include "gemm.h"
+
+#if BT_HAVE_OPENMP
+#include <omp.h>
+#endif
+#if BT_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define BENCH_HAVE_X86 1
+#endif
+
+static int bench_rounds = 5;
+static double bench_round_seconds = 0.15;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fill(float *x, size_t n, unsigned seed) {
+    /* cheap LCG in [-1, 1): values only need to be ordinary numbers */
+    unsigned s = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((double)(s >> 8) / 8388608.0 - 1.0);
+    }
+}
+
+#if BENCH_HAVE_X86
+/* Instruction-throughput ceilings of one thread: 12 independent accumulator chains of
+ * vfmadd231ps (32 flop each) or vdpbf16ps (64 flop each), enough to hide their latency. The
+ * chains are separate variables with distinct start values (an array would live in memory,
+ * equal chains would be merged by the compiler). Run on every OpenMP thread at once, they
+ * show what the cores deliver right now (on a shared machine, less than the hardware can). */
+#define BENCH_X12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define BENCH_ACC(j) __m512 acc##j = _mm512_set1_ps((float)(j));
+#define BENCH_SUM(j) sum += _mm512_reduce_add_ps(acc##j);
+
+__attribute__((target("avx512f"))) static double peak_fma_f32(long iters) {
+    BENCH_X12(BENCH_ACC)
+    __m512 x = _mm512_set1_ps(1e-8f), y = _mm512_set1_ps(1.0f);
+    for (long i = 0; i < iters; i++) {
+#define BENCH_FMA(j) acc##j = _mm512_fmadd_ps(x, y, acc##j);
+        BENCH_X12(BENCH_FMA)
+        __asm__ volatile("" : "+v"(x));
+    }
+    float sum = 0;
+    BENCH_X12(BENCH_SUM)
+    return sum;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static double peak_dp_bf16(long iters) {
+    BENCH_X12(BENCH_ACC)
+    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3c00), y = (__m512bh)_mm512_set1_epi16(0x3f80);
+    for (long i = 0; i < iters; i++) {
+#define BENCH_DP(j) acc##j = _mm512_dpbf16_ps(acc##j, x, y);
+        BENCH_X12(BENCH_DP)
+        __asm__ volatile("" : "+v"(x));
+    }
+    float sum = 0;
+    BENCH_X12(BENCH_SUM)
+    return sum;
+}
+
+/* GFLOP/s of all threads together, best of bench_rounds. */
+static double peak_instr(int bf16) {
+    const long iters = 200000; /* ~1 ms: short bursts catch the moments the cores are free */
+    double best = 0.0;
+    for (int r = 0; r < 50 * bench_rounds; r++) {
+        int nthr = 1;
+        double t0 = now_s(), sink = 0;
+#if BT_HAVE_OPENMP
+#pragma omp parallel reduction(+ : sink)
+        {
+#pragma omp single
+            nthr = omp_get_num_threads();
+            sink += bf16 ? peak_dp_bf16(iters) : peak_fma_f32(iters);
+        }
+#else
+        sink += bf16 ? peak_dp_bf16(iters) : peak_fma_f32(iters);
+#endif
+        double dt = now_s() - t0;
+        double gf = (double)nthr * iters * 12.0 * (bf16 ? 64.0 : 32.0) / dt * 1e-9;
+        if (gf > best && sink == sink) best = gf;
+    }
+    return best;
+}
+#endif
+
+/* What one benchmark row runs. */
+typedef struct row {
+    char name[64];
+    gemm_args g;
+    int ref_ok;        /* small enough for the reference */
+    int per_item_omp;  /* run as `batch` calls from an OpenMP parallel region */
+} row;
+
+typedef void (*run_fn)(gemm_backend be, const gemm_args *g, int per_item_omp);
+
+static void run_once(gemm_backend be, const gemm_args *g, int per_item_omp) {
+    if (!per_item_omp) {
+        gemm_with(be, g);
+        return;
+    }
+    long long items = (long long)g->batch;
+#if BT_HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (long long i = 0; i < items; i++) {
+        gemm_args one = *g;
+        one.batch = 1;
+        one.a = (const char *)g->a + (size_t)i * g->stride_a * bt_dtype_size(g->a_type);
+        one.b = (const char *)g->b + (size_t)i * g->stride_b * bt_dtype_size(g->b_type);
+        one.c = g->c + (size_t)i * g->stride_c;
+        gemm_with(be, &one);
+    }
+}
+
+static double flops_of(const gemm_args *g) {
+    return 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)(g->batch ? g->batch : 1);
+}
+
+/* Best GFLOP/s over bench_rounds rounds of about bench_round_seconds each. */
+static double measure(gemm_backend be, const gemm_args *g, int per_item_omp) {
+    run_once(be, g, per_item_omp); /* warm-up: primitive creation, scratch allocation */
+    double t0 = now_s();
+    run_once(be, g, per_item_omp);
+    double one = now_s() - t0;
+    int iters = one > 0 ? (int)(bench_round_seconds / one) : 1;
+    if (iters < 1) iters = 1;
+    if (iters > 1000) iters = 1000;
+    double best = 0.0;
+    for (int r = 0; r < bench_rounds; r++) {
+        double s = now_s();
+        for (int i = 0; i < iters; i++) run_once(be, g, per_item_omp);
+        double dt = now_s() - s;
+        double gf = flops_of(g) * iters / dt * 1e-9;
+        if (gf > best) best = gf;
+    }
+    return best;
+}
+
+/* Buffers big enough for the largest row; operands are re-pointed per row. */
+typedef struct buffers {
+    float *a, *b, *c;
+    bt_bf16 *a16, *b16;
+    float *bias;
+    size_t n;
+} buffers;
+
+/* One pass over a row: gf[0..4] = ref, openblas fp32, onednn fp32, onednn bf16 as the model
+ * runs it, onednn bf16 on bf16 operands (NaN where not run). */
+static void measure_row(const row *r, const buffers *buf, int have_dnnl, double gf[5]) {
+    for (int c = 0; c < 5; c++) gf[c] = NAN;
+    if (r->ref_ok && !r->per_item_omp) {
+        int saved = bench_rounds;
+        bench_rounds = 1;
+        gf[0] = measure(GEMM_BACKEND_REF, &r->g, 0);
+        bench_rounds = saved;
+    }
+    gf[1] = measure(GEMM_BACKEND_OPENBLAS, &r->g, r->per_item_omp);
+    if (!have_dnnl) return;
+    gf[2] = measure(GEMM_BACKEND_ONEDNN, &r->g, r->per_item_omp);
+    /* as the model runs bf16: activations fp32 (rounded per call); Linear weights (the B
+     * operand of fwd and dX) already bf16; dW and attention read only activations */
+    gemm_args mix = r->g;
+    mix.compute = GEMM_COMPUTE_BF16;
+    if (strncmp(r->name, "fwd", 3) == 0 || strncmp(r->name, "dX", 2) == 0) {
+        mix.b_type = BT_DTYPE_BF16;
+        mix.b = buf->b16;
+    }
+    gf[3] = measure(GEMM_BACKEND_ONEDNN, &mix, r->per_item_omp);
+    gemm_args pure = r->g;
+    pure.compute = GEMM_COMPUTE_BF16;
+    pure.a_type = pure.b_type = BT_DTYPE_BF16;
+    pure.a = buf->a16;
+    pure.b = buf->b16;
+    gf[4] = measure(GEMM_BACKEND_ONEDNN, &pure, r->per_item_omp);
+}
+
+static void add_linear(row *rows, int *nrows, size_t n_tok, size_t c_in, size_t c_out,
+                       const buffers *buf, int with_backward) {
+    row *r = &rows[(*nrows)++];
+    snprintf(r->name, sizeof r->name, "fwd  %zux%zux%zu", n_tok, c_out, c_in);
+    r->g = (gemm_args){.trans_b = 1, .m = n_tok, .n = c_out, .k = c_in, .a_type = BT_DTYPE_F32,
+                       .b_type = BT_DTYPE_F32, .a = buf->a, .lda = c_in, .b = buf->b,
+                       .ldb = c_in, .c = buf->c, .ldc = c_out, .alpha = 1, .bias = buf->bias};
+    r->ref_ok = n_tok * c_in * c_out <= 80u * 768 * 768;
+    if (!with_backward) return;
+    r = &rows[(*nrows)++];
+    snprintf(r->name, sizeof r->name, "dX   %zux%zux%zu", n_tok, c_in, c_out);
+    r->g = (gemm_args){.m = n_tok, .n = c_in, .k = c_out, .a_type = BT_DTYPE_F32,
+                       .b_type = BT_DTYPE_F32, .a = buf->a, .lda = c_out, .b = buf->b,
+                       .ldb = c_in, .c = buf->c, .ldc = c_in, .alpha = 1};
+    r = &rows[(*nrows)++];
+    snprintf(r->name, sizeof r->name, "dW   %zux%zux%zu T", c_out, c_in, n_tok);
+    r->g = (gemm_args){.trans_a = 1, .m = c_out, .n = c_in, .k = n_tok, .a_type = BT_DTYPE_F32,
+                       .b_type = BT_DTYPE_F32, .a = buf->a, .lda = c_out, .b = buf->b,
+                       .ldb = c_in, .c = buf->c, .ldc = c_in, .alpha = 1, .beta = 1};
+}
+
+int main(int argc, char **argv) {
+    int quick = 0, passes = 1;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--passes") == 0 && i + 1 < argc) {
+            passes = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
+        } else {
+            fprintf(stderr, "usage: bench_gemm [--quick] [--passes P] [--only SUBSTRING]\n");
+            return 2;
+        }
+    }
+    if (passes < 1) passes = 1;
+    if (quick) {
+        bench_rounds = 1;
+        bench_round_seconds = 0.05;
+    }
+    if (gemm_init_from_env() != BT_OK) {
+        fprintf(stderr, "bench_gemm: %s\n", bt_error_message());
+        return 1;
+    }
+    int have_dnnl = gemm_backend_available(GEMM_BACKEND_ONEDNN);
+    int omp_threads = 1;
+#if BT_HAVE_OPENMP
+    omp_threads = omp_get_max_threads();
+#endif
+    printf("# bench_gemm: GEMM GFLOP/s, best of %d rounds of ~%.2f s\n", bench_rounds,
+           bench_round_seconds);
+    printf("# CPU ISA (oneDNN dispatch): %s; native bf16: %s; DNNL_MAX_CPU_ISA=%s\n",
+           gemm_cpu_isa_name(), gemm_cpu_has_bf16() ? "yes" : "no",
+           getenv("DNNL_MAX_CPU_ISA") ? getenv("DNNL_MAX_CPU_ISA") : "(unset)");
+    printf("# threads: OpenMP (oneDNN, conversions) %d, OpenBLAS %d; oneDNN built: %s\n",
+           omp_threads, openblas_get_num_threads(), have_dnnl ? "yes" : "no");
+#if BT_HAVE_ONEDNN
+    const dnnl_version_t *v = dnnl_version();
+    printf("# oneDNN %d.%d.%d; OpenBLAS core %s (%s)\n", v->major, v->minor, v->patch,
+           openblas_get_corename(), openblas_get_config());
+#endif
+
+    if (strcmp(openblas_get_corename(), "Prescott") == 0)
+        printf("# NOTE: OpenBLAS picked its Prescott (SSE3) kernels: it does not know this CPU "
+               "model; OPENBLAS_CORETYPE=SkylakeX selects its AVX-512 kernels\n");
+
+    /* largest operand: 2600 x 3072 (and the 2048^2 square); C up to 2600 x 3072 or 24 x 325^2 */
+    buffers buf;
+    buf.n = 2600u * 3072u;
+    if (buf.n < 2048u * 2048u) buf.n = 2048u * 2048u;
+    buf.a = malloc(buf.n * sizeof(float));
+    buf.b = malloc(buf.n * sizeof(float));
+    buf.c = malloc(buf.n * sizeof(float));
+    buf.a16 = malloc(buf.n * sizeof(bt_bf16));
+    buf.b16 = malloc(buf.n * sizeof(bt_bf16));
+    buf.bias = malloc(4096 * sizeof(float));
+    fill(buf.a, buf.n, 1);
+    fill(buf.b, buf.n, 2);
+    fill(buf.c, buf.n, 3);
+    fill(buf.bias, 4096, 4);
+    for (size_t i = 0; i < buf.n; i++) {
+        buf.a16[i] = bt_bf16_from_f32(buf.a[i]);
+        buf.b16[i] = bt_bf16_from_f32(buf.b[i]);
+    }
+
+    row rows[64];
+    int nrows = 0;
+    const size_t C = 768, FF = 3072, NH = 12, D = 64, T = 325;
+    static const size_t tokens[] = {2 * 40, 2 * 325, 8 * 325};
+    for (int t = 0; t < (quick ? 1 : 3); t++) {
+        int bwd = tokens[t] >= 650;
+        add_linear(rows, &nrows, tokens[t], C, C, &buf, bwd);
+        add_linear(rows, &nrows, tokens[t], C, FF, &buf, bwd);
+        add_linear(rows, &nrows, tokens[t], FF, C, &buf, bwd);
+    }
+    if (!quick) {
+        /* attention of one image (T = 325 tokens): Q, K, V are column blocks of (T, 768)
+         * projections, head h at column h*D, so one call batches the NH heads with item
+         * stride D. The heads of the B images are not one uniform stride apart (D within an
+         * image, T*768 across), so a batch of B images is B such calls. */
+        row *r = &rows[nrows++];
+        snprintf(r->name, sizeof r->name, "attn QKt %zux(%zux%zux%zu)", NH, T, T, D);
+        r->g = (gemm_args){.trans_b = 1, .m = T, .n = T, .k = D, .a_type = BT_DTYPE_F32,
+                           .b_type = BT_DTYPE_F32, .a = buf.a, .lda = C, .b = buf.b, .ldb = C,
+                           .c = buf.c, .ldc = T, .alpha = 0.125f, .batch = NH,
+                           .stride_a = D, .stride_b = D, .stride_c = T * T};
+        r = &rows[nrows++];
+        *r = rows[nrows - 2];
+        snprintf(r->name, sizeof r->name, "attn QKt as %zu omp calls", NH);
+        r->per_item_omp = 1;
+        r = &rows[nrows++];
+        snprintf(r->name, sizeof r->name, "attn PV  %zux(%zux%zux%zu)", NH, T, D, T);
+        r->g = (gemm_args){.m = T, .n = D, .k = T, .a_type = BT_DTYPE_F32,
+                           .b_type = BT_DTYPE_F32, .a = buf.a, .lda = T, .b = buf.b, .ldb = C,
+                           .c = buf.c, .ldc = C, .alpha = 1, .batch = NH,
+                           .stride_a = T * T, .stride_b = D, .stride_c = D};
+        r = &rows[nrows++];
+        *r = rows[nrows - 2];
+        snprintf(r->name, sizeof r->name, "attn PV as %zu omp calls", NH);
+        r->per_item_omp = 1;
+        static const size_t sq[] = {1024, 2048};
+        for (int i = 0; i < 2; i++) {
+            r = &rows[nrows++];
+            snprintf(r->name, sizeof r->name, "square %zu^3", sq[i]);
+            r->g = (gemm_args){.m = sq[i], .n = sq[i], .k = sq[i], .a_type = BT_DTYPE_F32,
+                               .b_type = BT_DTYPE_F32, .a = buf.a, .lda = sq[i], .b = buf.b,
+                               .ldb = sq[i], .c = buf.c, .ldc = sq[i], .alpha = 1};
+        }
+    }
+
+    if (only) {
+        int kept = 0;
+        for (int i = 0; i < nrows; i++)
+            if (strstr(rows[i].name, only)) rows[kept++] = rows[i];
+        nrows = kept;
+    }
+    double(*cell)[5] = malloc((size_t)(nrows ? nrows : 1) * sizeof *cell);
+    for (int i = 0; i < nrows; i++)
+        for (int c = 0; c < 5; c++) cell[i][c] = NAN;
+    double ceiling[2] = {NAN, NAN}; /* fp32 FMA, bf16 dot: best over passes */
+    for (int pass = 0; pass < passes; pass++) {
+#if BENCH_HAVE_X86
+        __builtin_cpu_init();
+        int has_isa[2] = {__builtin_cpu_supports("avx512f"), __builtin_cpu_supports("avx512bf16")};
+        for (int c = 0; c < 2; c++) {
+            if (!has_isa[c]) continue;
+            double gflops = peak_instr(c);
+            if (isnan(ceiling[c]) || gflops > ceiling[c]) ceiling[c] = gflops;
+        }
+#endif
+        for (int i = 0; i < nrows; i++) {
+            double gf[5];
+            measure_row(&rows[i], &buf, have_dnnl, gf);
+            for (int c = 0; c < 5; c++)
+                if (isnan(cell[i][c]) || gf[c] > cell[i][c]) cell[i][c] = gf[c];
+        }
+        if (passes > 1) fprintf(stderr, "bench_gemm: pass %d of %d done\n", pass + 1, passes);
+    }
+    printf("# instruction ceiling (all threads, best of passes): fp32 vfmadd231ps %.1f GFLOP/s, "
+           "bf16 vdpbf16ps %.1f GFLOP/s\n",
+           ceiling[0], ceiling[1]);
+    printf("\n%-30s %8s %8s %9s %9s %10s %10s %7s\n", "shape (m x n x k)", "GFLOP", "ref",
+           "oblas32", "dnnl32", "dnnl16mix", "dnnl16", "x16/ob");
+    double peak[4] = {0, 0, 0, 0};
+    const char *peak_at[4] = {"", "", "", ""};
+    for (int i = 0; i < nrows; i++) {
+        row *r = &rows[i];
+        double *gf = cell[i];
+        double best16 = fmax(gf[3], gf[4]);
+        printf("%-30s %8.3f %8.2f %9.1f %9.1f %10.1f %10.1f %7.2f\n", r->name,
+               flops_of(&r->g) * 1e-9, gf[0], gf[1], gf[2], gf[3], gf[4], best16 / gf[1]);
+        if (flops_of(&r->g) >= 1e9 && !r->per_item_omp) {
+            for (int p = 0; p < 4; p++) {
+                if (gf[p + 1] > peak[p]) {
+                    peak[p] = gf[p + 1];
+                    peak_at[p] = r->name;
+                }
+            }
+        }
+    }
+    if (have_dnnl) {
+        printf("\n# oneDNN implementations chosen:\n");
+        for (int i = 0; i < nrows; i++) {
+            if (rows[i].per_item_omp) continue;
+            gemm_args bf = rows[i].g;
+            bf.compute = GEMM_COMPUTE_BF16;
+            bf.a_type = bf.b_type = BT_DTYPE_BF16;
+            bf.a = buf.a16;
+            bf.b = buf.b16;
+            printf("#   %-30s f32 %-22s bf16 %s\n", rows[i].name, gemm_onednn_impl_name(&rows[i].g),
+                   gemm_onednn_impl_name(&bf));
+        }
+    }
+    static const char *const pname[4] = {"openblas fp32", "onednn fp32", "onednn bf16 (mixed)",
+                                          "onednn bf16 (bf16 operands)"};
+    printf("\n# machine GEMM peak (best over shapes >= 1 GFLOP):\n");
+    for (int p = 0; p < 4; p++)
+        if (peak[p] > 0) printf("#   %-28s %8.1f GFLOP/s  (%s)\n", pname[p], peak[p], peak_at[p]);
+
+    free(cell);
+    gemm_release();
+    free(buf.a);
+    free(buf.b);
+    free(buf.c);
+    free(buf.a16);
+    free(buf.b16);
+    free(buf.bias);
+    return 0;
+}

@@ -1,0 +1,816 @@
+/* test_ops_fast.c: every public (dispatched, fast) kernel of ops.h against its float
+ * reference X_ref (ops_ref.h), forward and backward, on random shapes that include 1, 7, 257
+ * and sizes that are no multiple of 8/16/64 (rows 1, 7, 257; C 1, 7, 33, 257, 768), plus
+ * the fp32 <-> bf16 conversions bit for bit and a few properties (determinism, thread-count
+ * independence, in-place forms, dispatch switch).
+ *
+ * Outputs are pre-filled with tu_fill_sentinel_f32 (a NaN): an element a kernel forgot to
+ * write fails. Gradients are pre-filled with the same random values in both runs, since
+ * backward accumulates.
+ *
+ * Tolerances for fp32 fast vs reference (|a-b| <= atol + rtol |b|):
+ *   The reference accumulates in double and rounds once; the fast kernel sums in float in
+ *   another order (OPS_LANES partial sums, GEMM blocking) and evaluates exp/erfc by
+ *   polynomials accurate to a few ulps. A float sum of k terms is off by at most ~k·u·Σ|t|
+ *   (u = 6e-8), and with 16 partial sums the dependent chain is k ≲ 3072/16 + 16 ≈ 210
+ *   additions for the widest row here, so ~1.3e-5 in the worst case and ~√k·u ≈ 1e-6
+ *   typically, relative to the magnitude of the summed terms. Results that cancel (a
+ *   gradient near zero) are small compared with their terms, so atol is scaled to the
+ *   magnitude of the output: atol = RTOL_F32 · max|ref|, rtol = RTOL_F32 = 2e-5. A real bug
+ *   (wrong index, missed row, wrong formula) is off by O(1) relative and fails by 1e4x.
+ *
+ * Deliberately not here: finite differences (test_ops_grad.c), speed (bench_ops.c). */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "ops.h"
+#include "ops_ref.h"
+#include "test_util.h"
+
+#define RTOL_F32 2e-5
+
+static tu_rng rng;
+
+static float *fvec(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (!p) abort();
+    return p;
+}
+
+static float *rand_f(size_t n, float lo, float hi) {
+    float *p = fvec(n);
+    tu_fill_uniform_f32(&rng, p, n, lo, hi);
+    return p;
+}
+
+static float *sentinel_f(size_t n) {
+    float *p = fvec(n);
+    tu_fill_sentinel_f32(p, n);
+    return p;
+}
+
+static float *copy_f(const float *x, size_t n) {
+    float *p = fvec(n);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)x[i]) > m) m = fabs((double)x[i]);
+    return m;
+}
+
+/* fast vs reference with the magnitude-scaled tolerance of the header comment */
+static int close_f32(const char *name, const float *got, const float *want, size_t n, double rtol) {
+    return tu_check_close_f32(name, got, want, n, rtol * max_abs(want, n), rtol);
+}
+
+static const size_t ROWS[] = {1, 7, 257};
+static const size_t COLS[] = {1, 7, 33, 257, 768};
+#define NROWS (sizeof ROWS / sizeof ROWS[0])
+#define NCOLS (sizeof COLS / sizeof COLS[0])
+
+/* --- layernorm ------------------------------------------------------------------------------ */
+
+static void test_layernorm(size_t n, size_t c) {
+    char name[128];
+    float *x = rand_f(n * c, -3, 3), *w = rand_f(c, 0.5f, 1.5f), *b = rand_f(c, -1, 1);
+    for (size_t j = 0; j < c; j++) x[j] += 10.0f; /* row 0 has a large mean */
+    float *o1 = sentinel_f(n * c), *m1 = sentinel_f(n), *r1 = sentinel_f(n);
+    float *o2 = sentinel_f(n * c), *m2 = sentinel_f(n), *r2 = sentinel_f(n);
+    layernorm_forward(o1, m1, r1, x, w, b, n, c, 1e-5f);
+    layernorm_forward_ref(o2, m2, r2, x, w, b, n, c, 1e-5f);
+    snprintf(name, sizeof name, "layernorm fwd out n=%zu c=%zu", n, c);
+    close_f32(name, o1, o2, n * c, RTOL_F32);
+    snprintf(name, sizeof name, "layernorm fwd mean n=%zu c=%zu", n, c);
+    close_f32(name, m1, m2, n, RTOL_F32);
+    snprintf(name, sizeof name, "layernorm fwd rstd n=%zu c=%zu", n, c);
+    close_f32(name, r1, r2, n, RTOL_F32);
+
+    float *dout = rand_f(n * c, -1, 1);
+    float *dx1 = rand_f(n * c, -1, 1), *dw1 = rand_f(c, -1, 1), *db1 = rand_f(c, -1, 1);
+    float *dx2 = copy_f(dx1, n * c), *dw2 = copy_f(dw1, c), *db2 = copy_f(db1, c);
+    layernorm_backward(dx1, dw1, db1, dout, x, w, m2, r2, n, c);
+    layernorm_backward_ref(dx2, dw2, db2, dout, x, w, m2, r2, n, c);
+    snprintf(name, sizeof name, "layernorm bwd dx n=%zu c=%zu", n, c);
+    close_f32(name, dx1, dx2, n * c, RTOL_F32);
+    snprintf(name, sizeof name, "layernorm bwd dw n=%zu c=%zu", n, c);
+    close_f32(name, dw1, dw2, c, RTOL_F32);
+    snprintf(name, sizeof name, "layernorm bwd db n=%zu c=%zu", n, c);
+    close_f32(name, db1, db2, c, RTOL_F32);
+
+    /* in place (out aliases x) */
+    float *xi = copy_f(x, n * c);
+    layernorm_forward(xi, m1, r1, xi, w, b, n, c, 1e-5f);
+    snprintf(name, sizeof name, "layernorm fwd in place n=%zu c=%zu", n, c);
+    close_f32(name, xi, o2, n * c, RTOL_F32);
+    free(x), free(w), free(b), free(o1), free(m1), free(r1), free(o2), free(m2), free(r2);
+    free(dout), free(dx1), free(dw1), free(db1), free(dx2), free(dw2), free(db2), free(xi);
+}
+
+/* --- pointwise ----------------------------------------------------------------------------- */
+
+typedef void (*pw_fwd)(float *, const float *, size_t);
+typedef void (*pw_bwd)(float *, const float *, const float *, size_t);
+
+static void test_pointwise(const char *op, pw_fwd fast_f, pw_fwd ref_f, pw_bwd fast_b,
+                           pw_bwd ref_b, int bwd_uses_out, size_t n, float range) {
+    char name[128];
+    float *x = rand_f(n, -range, range);
+    if (n > 8) { /* the tails and the centre */
+        x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-6f, x[3] = -1e-6f;
+        x[4] = 30.0f, x[5] = -30.0f, x[6] = 90.0f, x[7] = -90.0f;
+    }
+    float *o1 = sentinel_f(n), *o2 = sentinel_f(n);
+    fast_f(o1, x, n);
+    ref_f(o2, x, n);
+    snprintf(name, sizeof name, "%s fwd n=%zu", op, n);
+    close_f32(name, o1, o2, n, RTOL_F32);
+    float *dout = rand_f(n, -1, 1), *dx1 = rand_f(n, -1, 1), *dx2 = copy_f(dx1, n);
+    fast_b(dx1, dout, bwd_uses_out ? o2 : x, n);
+    ref_b(dx2, dout, bwd_uses_out ? o2 : x, n);
+    snprintf(name, sizeof name, "%s bwd n=%zu", op, n);
+    close_f32(name, dx1, dx2, n, RTOL_F32);
+    float *xi = copy_f(x, n);
+    fast_f(xi, xi, n);
+    snprintf(name, sizeof name, "%s fwd in place n=%zu", op, n);
+    close_f32(name, xi, o2, n, RTOL_F32);
+    free(x), free(o1), free(o2), free(dout), free(dx1), free(dx2), free(xi);
+}
+
+/* Elementwise relative accuracy of the polynomial exp/erfc inside gelu/quick_gelu, where the
+ * outputs are tiny (x < 0): scaled atol would hide errors there, so check them relatively.
+ * Float results of a few-ulp function: rtol 2e-6 (~30 ulps) is generous. */
+static void test_activation_tails(void) {
+    const size_t n = 2001;
+    float *x = fvec(n), *o1 = sentinel_f(n), *o2 = sentinel_f(n);
+    for (size_t i = 0; i < n; i++) x[i] = -12.0f + 12.0f * (float)i / (float)(n - 1);
+    gelu_forward(o1, x, n);
+    gelu_forward_ref(o2, x, n);
+    tu_check_close_f32("gelu fwd, x in [-12, 0], relative", o1, o2, n, 1e-37, 2e-6);
+    quick_gelu_forward(o1, x, n);
+    quick_gelu_forward_ref(o2, x, n);
+    tu_check_close_f32("quick_gelu fwd, x in [-12, 0], relative", o1, o2, n, 1e-37, 2e-6);
+    softmax_forward(o1, x, 1, n); /* probabilities spanning e^-12 .. 1 */
+    softmax_forward_ref(o2, x, 1, n);
+    tu_check_close_f32("softmax fwd, one row spanning e^-12, relative", o1, o2, n, 1e-37, 2e-6);
+    free(x), free(o1), free(o2);
+}
+
+/* --- softmax ------------------------------------------------------------------------------- */
+
+static void test_softmax(size_t n, size_t c) {
+    char name[128];
+    float *x = rand_f(n * c, -8, 8);
+    if (c > 3) x[1] = -FLT_MAX, x[2] = -FLT_MAX; /* masked-like entries */
+    float *o1 = sentinel_f(n * c), *o2 = sentinel_f(n * c);
+    softmax_forward(o1, x, n, c);
+    softmax_forward_ref(o2, x, n, c);
+    snprintf(name, sizeof name, "softmax fwd n=%zu c=%zu", n, c);
+    close_f32(name, o1, o2, n * c, RTOL_F32);
+    float *dout = rand_f(n * c, -1, 1), *dx1 = rand_f(n * c, -1, 1), *dx2 = copy_f(dx1, n * c);
+    softmax_backward(dx1, dout, o2, n, c);
+    softmax_backward_ref(dx2, dout, o2, n, c);
+    snprintf(name, sizeof name, "softmax bwd n=%zu c=%zu", n, c);
+    close_f32(name, dx1, dx2, n * c, RTOL_F32);
+    softmax_forward(x, x, n, c);
+    snprintf(name, sizeof name, "softmax fwd in place n=%zu c=%zu", n, c);
+    close_f32(name, x, o2, n * c, RTOL_F32);
+    free(x), free(o1), free(o2), free(dout), free(dx1), free(dx2);
+}
+
+/* --- linear --------------------------------------------------------------------------------- */
+
+static void test_linear(size_t n, size_t c, size_t oc, gemm_compute compute, int with_bf16_copy) {
+    char name[160];
+    const char *mode =
+        compute == GEMM_COMPUTE_BF16 ? (with_bf16_copy ? "bf16+w_bf16" : "bf16") : "f32";
+    float *x = rand_f(n * c, -1, 1), *w = rand_f(oc * c, -1, 1), *b = rand_f(oc, -1, 1);
+    bt_bf16 *wb = NULL;
+    if (with_bf16_copy) {
+        wb = malloc(oc * c * sizeof(bt_bf16));
+        bf16_from_f32_ref(wb, w, oc * c);
+    }
+    float *o1 = sentinel_f(n * oc), *o2 = sentinel_f(n * oc);
+    linear_forward(o1, x, w, wb, b, n, c, oc, compute);
+    linear_forward_ref(o2, x, w, wb, b, n, c, oc, compute);
+    /* The reference rounds the operands to bf16 exactly as gemm.h specifies, so even in bf16
+     * mode the two differ only in summation order: the fp32 tolerance applies. */
+    snprintf(name, sizeof name, "linear fwd %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
+    close_f32(name, o1, o2, n * oc, RTOL_F32);
+    float *dout = rand_f(n * oc, -1, 1);
+    float *dx1 = rand_f(n * c, -1, 1), *dw1 = rand_f(oc * c, -1, 1), *db1 = rand_f(oc, -1, 1);
+    float *dx2 = copy_f(dx1, n * c), *dw2 = copy_f(dw1, oc * c), *db2 = copy_f(db1, oc);
+    linear_backward(dx1, dw1, db1, dout, x, w, wb, n, c, oc, compute);
+    linear_backward_ref(dx2, dw2, db2, dout, x, w, wb, n, c, oc, compute);
+    snprintf(name, sizeof name, "linear bwd dx %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
+    close_f32(name, dx1, dx2, n * c, RTOL_F32);
+    snprintf(name, sizeof name, "linear bwd dw %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
+    close_f32(name, dw1, dw2, oc * c, RTOL_F32);
+    snprintf(name, sizeof name, "linear bwd db %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
+    close_f32(name, db1, db2, oc, RTOL_F32);
+    free(x), free(w), free(b), free(wb), free(o1), free(o2), free(dout);
+    free(dx1), free(dw1), free(db1), free(dx2), free(dw2), free(db2);
+}
+
+/* --- attention ------------------------------------------------------------------------------ */
+
+typedef struct {
+    float *qbuf, *kvbuf, *q, *k, *v, *key_bias;
+    size_t qn, kvn;
+    attention_dims d;
+} attn_case;
+
+/* self: q, k, v slices of one packed (B*T, 3C) buffer; cross: q (B*Tq, C), k/v of (B*Tk, 2C).
+ * Batch item b masks its last min(b, Tk-1) keys. */
+static void attn_case_init(attn_case *a, size_t B, size_t NH, size_t Tq, size_t Tk, size_t D,
+                           int self, int masked) {
+    const size_t C = NH * D;
+    memset(a, 0, sizeof *a);
+    attention_dims *d = &a->d;
+    d->B = B, d->Tq = Tq, d->Tk = Tk, d->NH = NH, d->D = D, d->ldo = C;
+    if (self) {
+        d->ldq = d->ldk = d->ldv = 3 * C;
+        a->qn = B * Tq * 3 * C;
+        a->qbuf = rand_f(a->qn, -2, 2);
+        a->q = a->qbuf, a->k = a->qbuf + C, a->v = a->qbuf + 2 * C;
+    } else {
+        d->ldq = C, d->ldk = d->ldv = 2 * C;
+        a->qn = B * Tq * C, a->kvn = B * Tk * 2 * C;
+        a->qbuf = rand_f(a->qn, -2, 2), a->kvbuf = rand_f(a->kvn, -2, 2);
+        a->q = a->qbuf, a->k = a->kvbuf, a->v = a->kvbuf + C;
+    }
+    if (masked) {
+        int32_t *mask = malloc(B * Tk * sizeof(int32_t));
+        for (size_t b = 0; b < B; b++)
+            for (size_t j = 0; j < Tk; j++) mask[b * Tk + j] = j + (b < Tk ? b : Tk - 1) < Tk;
+        a->key_bias = fvec(B * Tk);
+        attention_key_bias_from_mask(a->key_bias, mask, B * Tk);
+        free(mask);
+    }
+}
+
+static void attn_case_free(attn_case *a) {
+    free(a->qbuf), free(a->kvbuf), free(a->key_bias);
+}
+
+/* Gradient buffers laid out like the inputs (packed where the inputs are). */
+static void attn_grads(const attn_case *a, float *gq, float *gkv, float **dq, float **dk,
+                       float **dv) {
+    const size_t C = a->d.NH * a->d.D;
+    if (a->kvbuf) *dq = gq, *dk = gkv, *dv = gkv + C;
+    else *dq = gq, *dk = gq + C, *dv = gq + 2 * C;
+}
+
+static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, size_t Tk, size_t D,
+                           int self, int masked, const bt_dropout *drop, gemm_compute compute) {
+    char name[200];
+    attn_case a;
+    attn_case_init(&a, B, NH, Tq, Tk, D, self, masked);
+    const attention_dims *d = &a.d;
+    const size_t C = NH * D, on = B * Tq * C, pn = B * NH * Tq * Tk;
+    float *o1 = sentinel_f(on), *p1 = sentinel_f(pn), *o2 = sentinel_f(on), *p2 = sentinel_f(pn);
+    attention_forward(o1, p1, a.q, a.k, a.v, a.key_bias, d, drop, compute);
+    attention_forward_ref(o2, p2, a.q, a.k, a.v, a.key_bias, d, drop, compute);
+    /* bf16: each GEMM operand is rounded to bf16 (relative error 2^-9 each, 2^-8 per
+     * product), twice in a chain for out (S, then P·v), and exp turns an absolute score
+     * error δ into a relative probability error δ (scores here are O(1..4)). So errors are
+     * up to ~4·2^-8 ≈ 1.6e-2 of the magnitude of the terms; compare with rtol = atol-scale
+     * = 2^-5 (3.1e-2) against the exact-math reference. The backward chains three more
+     * products (dP, dS, then dq/dk/dv): 2^-4. */
+    const double rt_f = compute == GEMM_COMPUTE_BF16 ? 1.0 / 32 : RTOL_F32;
+    const double rt_b = compute == GEMM_COMPUTE_BF16 ? 1.0 / 16 : RTOL_F32;
+    snprintf(name, sizeof name, "attention fwd out %s", label);
+    close_f32(name, o1, o2, on, rt_f);
+    snprintf(name, sizeof name, "attention fwd probs %s", label);
+    close_f32(name, p1, p2, pn, rt_f);
+
+    float *dout = rand_f(on, -1, 1);
+    float *gq1 = rand_f(a.qn, -1, 1), *gkv1 = rand_f(a.kvn, -1, 1);
+    float *gq2 = copy_f(gq1, a.qn), *gkv2 = copy_f(gkv1, a.kvn);
+    float *dq1, *dk1, *dv1, *dq2, *dk2, *dv2;
+    attn_grads(&a, gq1, gkv1, &dq1, &dk1, &dv1);
+    attn_grads(&a, gq2, gkv2, &dq2, &dk2, &dv2);
+    /* both backwards read the same (reference) probs, so only the backward is compared */
+    attention_backward(dq1, dk1, dv1, dout, p2, a.q, a.k, a.v, d, drop, compute);
+    attention_backward_ref(dq2, dk2, dv2, dout, p2, a.q, a.k, a.v, d, drop, compute);
+    if (self) {
+        snprintf(name, sizeof name, "attention bwd d(qkv) %s", label);
+        close_f32(name, gq1, gq2, a.qn, rt_b);
+    } else {
+        snprintf(name, sizeof name, "attention bwd dq %s", label);
+        close_f32(name, gq1, gq2, a.qn, rt_b);
+        snprintf(name, sizeof name, "attention bwd d(kv) %s", label);
+        close_f32(name, gkv1, gkv2, a.kvn, rt_b);
+    }
+
+    /* determinism: the same call again gives the same bits (fp32 and bf16 alike) */
+    float *o3 = sentinel_f(on), *p3 = sentinel_f(pn);
+    attention_forward(o3, p3, a.q, a.k, a.v, a.key_bias, d, drop, compute);
+    snprintf(name, sizeof name, "attention fwd repeatable %s", label);
+    tu_check_bytes_equal(name, o3, o1, on * sizeof(float));
+    free(o1), free(p1), free(o2), free(p2), free(o3), free(p3), free(dout);
+    free(gq1), free(gkv1), free(gq2), free(gkv2);
+    attn_case_free(&a);
+}
+
+/* A batch item whose keys are ALL masked: HF's additive -FLT_MAX mask then gives every key
+ * the same score, i.e. uniform probabilities (torch's result), never NaN. */
+static void test_attention_fully_masked(void) {
+    char name[128];
+    attn_case a;
+    attn_case_init(&a, 2, 3, 7, 9, 8, 0, 0);
+    const size_t C = 24, on = 2 * 7 * C, pn = 2 * 3 * 7 * 9;
+    int32_t mask[18];
+    for (int i = 0; i < 18; i++) mask[i] = i < 9; /* item 1: every key masked */
+    a.key_bias = fvec(18);
+    attention_key_bias_from_mask(a.key_bias, mask, 18);
+    float *o1 = sentinel_f(on), *p1 = sentinel_f(pn), *o2 = sentinel_f(on), *p2 = sentinel_f(pn);
+    attention_forward(o1, p1, a.q, a.k, a.v, a.key_bias, &a.d, NULL, GEMM_COMPUTE_F32);
+    attention_forward_ref(o2, p2, a.q, a.k, a.v, a.key_bias, &a.d, NULL, GEMM_COMPUTE_F32);
+    double worst = 0.0;
+    for (size_t e = pn / 2; e < pn; e++) worst = fmax(worst, fabs((double)p2[e] - 1.0 / 9.0));
+    tu_check(worst < 1e-7, "attention reference: fully masked item is uniform (worst %.2g)", worst);
+    snprintf(name, sizeof name, "attention fwd probs, fully masked item [%s]",
+             ops_attention_threads_name());
+    close_f32(name, p1, p2, pn, RTOL_F32);
+    snprintf(name, sizeof name, "attention fwd out, fully masked item [%s]",
+             ops_attention_threads_name());
+    close_f32(name, o1, o2, on, RTOL_F32);
+    free(o1), free(p1), free(o2), free(p2);
+    attn_case_free(&a);
+}
+
+/* NULL gradient pointers are skipped: dv only must equal the dv of a full backward. */
+static void test_attention_partial_grads(void) {
+    attn_case a;
+    attn_case_init(&a, 2, 3, 9, 13, 8, 0, 1);
+    const bt_dropout drop = {.p = 0.2f, .seed = 5};
+    const size_t C = 24, on = 2 * 9 * C, pn = 2 * 3 * 9 * 13;
+    float *o = sentinel_f(on), *p = sentinel_f(pn), *dout = rand_f(on, -1, 1);
+    attention_forward_ref(o, p, a.q, a.k, a.v, a.key_bias, &a.d, &drop, GEMM_COMPUTE_F32);
+    float *g1 = rand_f(a.kvn, -1, 1), *g2 = copy_f(g1, a.kvn), *gq = rand_f(a.qn, -1, 1);
+    attention_backward(NULL, NULL, g1 + C, dout, p, a.q, a.k, a.v, &a.d, &drop, GEMM_COMPUTE_F32);
+    attention_backward_ref(gq, g2, g2 + C, dout, p, a.q, a.k, a.v, &a.d, &drop, GEMM_COMPUTE_F32);
+    /* compare the dv columns only; the dk columns of g1 must be untouched */
+    float *dv1 = fvec(2 * 13 * C), *dv2 = fvec(2 * 13 * C);
+    int dk_untouched = 1;
+    float *orig = copy_f(g1, a.kvn);
+    for (size_t row = 0; row < 2 * 13; row++)
+        for (size_t e = 0; e < C; e++) {
+            dv1[row * C + e] = g1[row * 2 * C + C + e];
+            dv2[row * C + e] = g2[row * 2 * C + C + e];
+        }
+    for (size_t row = 0; row < 2 * 13; row++)
+        for (size_t e = 0; e < C; e++) dk_untouched &= g1[row * 2 * C + e] == orig[row * 2 * C + e];
+    close_f32("attention bwd dv only (dq, dk NULL)", dv1, dv2, 2 * 13 * C, RTOL_F32);
+    tu_check(dk_untouched, "attention bwd with dk NULL leaves the packed dk columns alone");
+    free(o), free(p), free(dout), free(g1), free(g2), free(gq), free(dv1), free(dv2), free(orig);
+    attn_case_free(&a);
+}
+
+/* --- embedding ------------------------------------------------------------------------------ */
+
+static void test_embedding(size_t n, size_t c) {
+    char name[128];
+    const size_t rows = 50;
+    int32_t *ids = malloc(n * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)(tu_rng_next(&rng) % 9); /* many repeats */
+    if (n > 2) ids[1] = 1, ids[2] = 1; /* padding id, twice */
+    float *table = rand_f(rows * c, -1, 1), *o1 = sentinel_f(n * c), *o2 = sentinel_f(n * c);
+    embedding_forward(o1, ids, table, n, c, rows);
+    embedding_forward_ref(o2, ids, table, n, c, rows);
+    snprintf(name, sizeof name, "embedding fwd n=%zu c=%zu (bitwise)", n, c);
+    tu_check_bytes_equal(name, o1, o2, n * c * sizeof(float));
+    float *dout = rand_f(n * c, -1, 1), *dt1 = rand_f(rows * c, -1, 1),
+          *dt2 = copy_f(dt1, rows * c);
+    embedding_backward(dt1, dout, ids, n, c, rows, 1);
+    embedding_backward_ref(dt2, dout, ids, n, c, rows, 1);
+    /* same additions in the same row order: bitwise (float adds vs double-then-round agree
+     * only to rounding when an id repeats, so compare with the fp32 tolerance) */
+    snprintf(name, sizeof name, "embedding bwd n=%zu c=%zu (padding_idx 1)", n, c);
+    close_f32(name, dt1, dt2, rows * c, RTOL_F32);
+    free(ids), free(table), free(o1), free(o2), free(dout), free(dt1), free(dt2);
+}
+
+/* --- bias add, residual, dropout ----------------------------------------------------------- */
+
+static void test_bias_residual(size_t n, size_t c) {
+    char name[128];
+    float *x = rand_f(n * c, -1, 1), *bias = rand_f(c, -1, 1), *y = rand_f(n * c, -1, 1);
+    float *o1 = sentinel_f(n * c), *o2 = sentinel_f(n * c);
+    bias_add_forward(o1, x, bias, n, c);
+    bias_add_forward_ref(o2, x, bias, n, c);
+    snprintf(name, sizeof name, "bias_add fwd n=%zu c=%zu (bitwise)", n, c);
+    tu_check_bytes_equal(name, o1, o2, n * c * sizeof(float));
+    float *dout = rand_f(n * c, -1, 1), *dx1 = rand_f(n * c, -1, 1), *db1 = rand_f(c, -1, 1);
+    float *dx2 = copy_f(dx1, n * c), *db2 = copy_f(db1, c);
+    bias_add_backward(dx1, db1, dout, n, c);
+    bias_add_backward_ref(dx2, db2, dout, n, c);
+    snprintf(name, sizeof name, "bias_add bwd dx n=%zu c=%zu (bitwise)", n, c);
+    tu_check_bytes_equal(name, dx1, dx2, n * c * sizeof(float));
+    snprintf(name, sizeof name, "bias_add bwd dbias n=%zu c=%zu", n, c);
+    close_f32(name, db1, db2, c, RTOL_F32);
+
+    residual_forward(o1, x, y, n * c);
+    residual_forward_ref(o2, x, y, n * c);
+    snprintf(name, sizeof name, "residual fwd n=%zu (bitwise)", n * c);
+    tu_check_bytes_equal(name, o1, o2, n * c * sizeof(float));
+    float *da1 = rand_f(n * c, -1, 1), *da2 = copy_f(da1, n * c);
+    memcpy(dx1, dx2, n * c * sizeof(float));
+    residual_backward(da1, dx1, dout, n * c);
+    residual_backward_ref(da2, dx2, dout, n * c);
+    snprintf(name, sizeof name, "residual bwd n=%zu (bitwise)", n * c);
+    tu_check(memcmp(da1, da2, n * c * sizeof(float)) == 0 &&
+                 memcmp(dx1, dx2, n * c * sizeof(float)) == 0, "%s", name);
+    /* in place: out aliases a */
+    float *xi = copy_f(x, n * c);
+    residual_forward(xi, xi, y, n * c);
+    residual_forward_ref(o2, x, y, n * c);
+    snprintf(name, sizeof name, "residual fwd in place n=%zu (bitwise)", n * c);
+    tu_check_bytes_equal(name, xi, o2, n * c * sizeof(float));
+    free(x), free(bias), free(y), free(o1), free(o2), free(dout), free(dx1), free(db1);
+    free(dx2), free(db2), free(da1), free(da2), free(xi);
+}
+
+static void test_dropout(size_t n) {
+    char name[128];
+    const bt_dropout d = {.p = 0.1f, .seed = 0xfeedull + n};
+    float *x = rand_f(n, -1, 1), *o1 = sentinel_f(n), *o2 = sentinel_f(n);
+    dropout_forward(o1, x, n, &d);
+    dropout_forward_ref(o2, x, n, &d);
+    /* both scale in double and round once: bitwise */
+    snprintf(name, sizeof name, "dropout fwd n=%zu (bitwise)", n);
+    tu_check_bytes_equal(name, o1, o2, n * sizeof(float));
+    float *dout = rand_f(n, -1, 1), *dx1 = rand_f(n, -1, 1), *dx2 = copy_f(dx1, n);
+    dropout_backward(dx1, dout, n, &d);
+    dropout_backward_ref(dx2, dout, n, &d);
+    snprintf(name, sizeof name, "dropout bwd n=%zu (bitwise)", n);
+    tu_check_bytes_equal(name, dx1, dx2, n * sizeof(float));
+    float *xi = copy_f(x, n);
+    dropout_forward(xi, xi, n, &d);
+    snprintf(name, sizeof name, "dropout fwd in place n=%zu (bitwise)", n);
+    tu_check_bytes_equal(name, xi, o2, n * sizeof(float));
+    dropout_forward(o1, x, n, NULL);
+    snprintf(name, sizeof name, "dropout NULL is identity n=%zu", n);
+    tu_check_bytes_equal(name, o1, x, n * sizeof(float));
+    free(x), free(o1), free(o2), free(dout), free(dx1), free(dx2), free(xi);
+}
+
+/* The kept fraction is 1-p within statistical error, masks differ between seeds, and the
+ * mask does not depend on the number of threads. */
+static void test_dropout_properties(void) {
+    const size_t n = 200003;
+    const bt_dropout d = {.p = 0.1f, .seed = 42}, d2 = {.p = 0.1f, .seed = 43};
+    size_t kept = 0, same = 0;
+    for (size_t i = 0; i < n; i++) {
+        kept += dropout_keep(&d, i);
+        same += dropout_keep(&d, i) == dropout_keep(&d2, i);
+    }
+    const double frac = (double)kept / (double)n, sigma = sqrt(0.1 * 0.9 / (double)n);
+    tu_check(fabs(frac - 0.9) < 6 * sigma,
+             "dropout keeps %.5f of elements (p = 0.1; 6 sigma = %.5f)", frac, 6 * sigma);
+    /* independent masks agree on 0.9² + 0.1² = 82% of elements; neighbours are independent:
+     * both kept with probability 0.81 */
+    size_t pairs = 0;
+    for (size_t i = 0; i + 1 < n; i++) pairs += dropout_keep(&d, i) && dropout_keep(&d, i + 1);
+    const double both = (double)pairs / (double)(n - 1);
+    tu_check(fabs(both - 0.81) < 0.005, "dropout keeps neighbours i, i+1 together %.4f (expect 0.81)",
+             both);
+    const double agree = (double)same / (double)n;
+    tu_check(fabs(agree - 0.82) < 0.01,
+             "dropout masks of seeds 42 and 43 agree on %.4f (expect 0.82)", agree);
+    /* the mask multiplies: a dropped NaN stays NaN, a dropped negative value becomes -0 */
+    {
+        float v[64], o[64];
+        int nan_ok = 1, negzero_ok = 1, dropped = 0;
+        for (int i = 0; i < 64; i++) v[i] = (i % 2) ? NAN : -2.0f;
+        dropout_forward(o, v, 64, &d);
+        for (int i = 0; i < 64; i++) {
+            if (i % 2) nan_ok &= isnan(o[i]);
+            else if (!dropout_keep(&d, (uint64_t)i)) {
+                dropped++;
+                negzero_ok &= o[i] == 0.0f && signbit(o[i]);
+            }
+        }
+        tu_check(nan_ok && negzero_ok && dropped > 0,
+                 "dropout: NaN stays NaN, dropped -2 becomes -0 (%d dropped)", dropped);
+    }
+#ifdef _OPENMP
+    float *x = rand_f(n, -1, 1), *o1 = sentinel_f(n), *o2 = sentinel_f(n);
+    const int nt = omp_get_max_threads();
+    omp_set_num_threads(1);
+    dropout_forward(o1, x, n, &d);
+    omp_set_num_threads(3);
+    dropout_forward(o2, x, n, &d);
+    omp_set_num_threads(nt);
+    tu_check_bytes_equal("dropout fwd: 1 thread == 3 threads", o1, o2, n * sizeof(float));
+    free(x), free(o1), free(o2);
+#endif
+}
+
+/* Column sums (layernorm dw, bias_add dbias, linear db) and embedding scatter use fixed
+ * blocks, so 1 and 3 threads give the same bits. */
+static void test_thread_independence(void) {
+#ifdef _OPENMP
+    const size_t n = 257, c = 768;
+    float *x = rand_f(n * c, -1, 1), *w = rand_f(c, 0.5f, 1.5f), *b = rand_f(c, -1, 1);
+    float *out = fvec(n * c), *mean = fvec(n), *rstd = fvec(n), *dout = rand_f(n * c, -1, 1);
+    layernorm_forward(out, mean, rstd, x, w, b, n, c, 1e-5f);
+    float *g[2][3];
+    const int nt = omp_get_max_threads();
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t ? 3 : 1);
+        g[t][0] = calloc(n * c, sizeof(float)), g[t][1] = calloc(c, sizeof(float)),
+        g[t][2] = calloc(c, sizeof(float));
+        layernorm_backward(g[t][0], g[t][1], g[t][2], dout, x, w, mean, rstd, n, c);
+        bias_add_backward(NULL, g[t][2], dout, n, c);
+    }
+    omp_set_num_threads(nt);
+    tu_check(memcmp(g[0][0], g[1][0], n * c * sizeof(float)) == 0 &&
+                 memcmp(g[0][1], g[1][1], c * sizeof(float)) == 0 &&
+                 memcmp(g[0][2], g[1][2], c * sizeof(float)) == 0,
+             "layernorm bwd + bias_add dbias: 1 thread == 3 threads, bitwise");
+    for (int t = 0; t < 2; t++) free(g[t][0]), free(g[t][1]), free(g[t][2]);
+    free(x), free(w), free(b), free(out), free(mean), free(rstd), free(dout);
+#else
+    tu_check(1, "thread independence: built without OpenMP, one thread only");
+#endif
+}
+
+/* --- cross entropy, l2 normalize ---------------------------------------------------------- */
+
+static void test_cross_entropy(size_t n, size_t v) {
+    char name[128];
+    float *logits = rand_f(n * v, -6, 6);
+    int32_t *t = malloc(n * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) t[i] = (int32_t)(tu_rng_next(&rng) % v);
+    if (n > 1) t[n - 1] = -100; /* ignored */
+    if (n > 3) t[1] = -100;
+    float *p1 = sentinel_f(n * v), *p2 = sentinel_f(n * v);
+    size_t nv1 = 0, nv2 = 0;
+    const float l1 = cross_entropy_forward(p1, logits, t, n, v, -100, &nv1);
+    const float l2 = cross_entropy_forward_ref(p2, logits, t, n, v, -100, &nv2);
+    snprintf(name, sizeof name, "cross entropy loss n=%zu v=%zu", n, v);
+    tu_check(nv1 == nv2 && fabs((double)l1 - (double)l2) <= RTOL_F32 * fabs((double)l2),
+             "%s: %.9g vs %.9g, n_valid %zu vs %zu", name, (double)l1, (double)l2, nv1, nv2);
+    snprintf(name, sizeof name, "cross entropy probs n=%zu v=%zu", n, v);
+    close_f32(name, p1, p2, n * v, RTOL_F32);
+    int untouched = 1; /* ignored rows keep the sentinel in the fast output */
+    for (size_t i = 0; i < n; i++)
+        if (t[i] == -100)
+            for (size_t j = 0; j < v; j++) untouched &= isnan(p1[i * v + j]);
+    tu_check(untouched, "cross entropy n=%zu v=%zu: ignored rows of probs untouched", n, v);
+    float *inplace = copy_f(logits, n * v); /* probs aliasing logits */
+    const float l3 = cross_entropy_forward(inplace, inplace, t, n, v, -100, NULL);
+    for (size_t i = 0; i < n; i++) /* ignored rows keep their logits; compare valid rows */
+        if (t[i] == -100) memcpy(inplace + i * v, p2 + i * v, v * sizeof(float));
+    snprintf(name, sizeof name, "cross entropy in place n=%zu v=%zu", n, v);
+    tu_check(l3 == l1, "%s: loss %.9g vs %.9g", name, (double)l3, (double)l1);
+    close_f32(name, inplace, p2, n * v, RTOL_F32);
+    free(inplace);
+    float *d1 = rand_f(n * v, -1, 1), *d2 = copy_f(d1, n * v);
+    cross_entropy_backward(d1, p2, t, n, v, -100, 1.3f);
+    cross_entropy_backward_ref(d2, p2, t, n, v, -100, 1.3f);
+    snprintf(name, sizeof name, "cross entropy bwd n=%zu v=%zu", n, v);
+    close_f32(name, d1, d2, n * v, RTOL_F32);
+    free(logits), free(t), free(p1), free(p2), free(d1), free(d2);
+}
+
+static void test_l2_normalize(size_t n, size_t c) {
+    char name[128];
+    float *x = rand_f(n * c, -1, 1);
+    if (n > 2)
+        for (size_t j = 0; j < c; j++) x[c + j] = 0.0f; /* a zero row: norm 0 < eps */
+    float *o1 = sentinel_f(n * c), *o2 = sentinel_f(n * c), *m1 = sentinel_f(n),
+          *m2 = sentinel_f(n);
+    l2_normalize_forward(o1, m1, x, n, c);
+    l2_normalize_forward_ref(o2, m2, x, n, c);
+    snprintf(name, sizeof name, "l2_normalize fwd n=%zu c=%zu", n, c);
+    close_f32(name, o1, o2, n * c, RTOL_F32);
+    snprintf(name, sizeof name, "l2_normalize fwd norm n=%zu c=%zu", n, c);
+    close_f32(name, m1, m2, n, RTOL_F32);
+    float *dout = rand_f(n * c, -1, 1), *d1 = rand_f(n * c, -1, 1), *d2 = copy_f(d1, n * c);
+    l2_normalize_backward(d1, dout, o2, m2, n, c);
+    l2_normalize_backward_ref(d2, dout, o2, m2, n, c);
+    snprintf(name, sizeof name, "l2_normalize bwd n=%zu c=%zu", n, c);
+    close_f32(name, d1, d2, n * c, RTOL_F32);
+    free(x), free(o1), free(o2), free(m1), free(m2), free(dout), free(d1), free(d2);
+}
+
+/* --- fp32 <-> bf16 -------------------------------------------------------------------------- */
+
+static float f32_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Inputs with the expected bf16, derived by hand from round-to-nearest-even on the top 16
+ * bits (the low 16 bits are the discarded part; 0x8000 is exactly half an ulp). */
+static const struct {
+    uint32_t in;
+    uint16_t want;
+} BF16_CASES[] = {
+    {0x3f800000u, 0x3f80}, /* 1.0 exact */
+    {0x3f808000u, 0x3f80}, /* tie, kept part even (…80): stays */
+    {0x3f818000u, 0x3f82}, /* tie, kept part odd (…81): rounds up to even */
+    {0x3f808001u, 0x3f81}, /* just above the tie: up */
+    {0x3f807fffu, 0x3f80}, /* just below the tie: down */
+    {0xbf818000u, 0xbf82}, /* negative tie, odd: magnitude up */
+    {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds up to +Inf */
+    {0x7f800000u, 0x7f80}, /* +Inf */
+    {0xff800000u, 0xff80}, /* -Inf */
+    {0x7fc00000u, 0x7fc0}, /* quiet NaN */
+    {0x7f800001u, 0x7fc0}, /* signalling NaN, payload only in low bits: quieted, stays NaN */
+    {0xff812345u, 0xffc1}, /* negative NaN: sign and top payload kept, quiet bit set */
+    {0x00000000u, 0x0000}, /* +0 */
+    {0x80000000u, 0x8000}, /* -0 */
+    {0x00000001u, 0x0000}, /* smallest subnormal: below half an ulp */
+    {0x00008000u, 0x0000}, /* subnormal tie, even: down */
+    {0x00018000u, 0x0002}, /* subnormal tie, odd: up */
+    {0x007fffffu, 0x0080}, /* largest subnormal rounds up to FLT_MIN's bf16 */
+    {0x80400000u, 0x8040}, /* negative subnormal, exact */
+};
+#define NBF16_CASES (sizeof BF16_CASES / sizeof BF16_CASES[0])
+
+static void test_bf16_impl(const char *impl) {
+    char name[160];
+    if (!ops_bf16_conversion_select(impl)) {
+        printf("# bf16 conversion '%s' not supported by this CPU: not tested here\n", impl);
+        return;
+    }
+    /* the special cases, at every offset of a 64-element buffer (vector bodies and tails) */
+    int ok = 1;
+    float in[64];
+    bt_bf16 out[64], want[64];
+    for (size_t pos = 0; pos < 64; pos++) {
+        tu_fill_uniform_f32(&rng, in, 64, -4, 4);
+        for (size_t c = 0; c < NBF16_CASES; c++) {
+            in[pos] = f32_bits(BF16_CASES[c].in);
+            bf16_from_f32(out, in, 64);
+            bf16_from_f32_ref(want, in, 64);
+            ok &= out[pos] == BF16_CASES[c].want && memcmp(out, want, sizeof out) == 0;
+        }
+    }
+    snprintf(name, sizeof name,
+             "bf16_from_f32 [%s]: ties-to-even, NaN, Inf, subnormals at every offset", impl);
+    tu_check(ok, "%s", name);
+    /* every length 0..200 (all odd ones included) and a large odd one, random bits */
+    ok = 1;
+    const size_t big = 100003;
+    uint32_t *bits = malloc(big * sizeof(uint32_t));
+    float *x = fvec(big), *y1 = sentinel_f(big), *y2 = sentinel_f(big);
+    bt_bf16 *h1 = malloc(big * sizeof(bt_bf16)), *h2 = malloc(big * sizeof(bt_bf16));
+    for (size_t i = 0; i < big; i++) bits[i] = (uint32_t)tu_rng_next(&rng);
+    memcpy(x, bits, big * sizeof(float));
+    for (size_t len = 0; len <= 200 && ok; len++) {
+        memset(h1, 0xab, (len + 8) * sizeof(bt_bf16));
+        bf16_from_f32(h1 + 3, x, len);
+        bf16_from_f32_ref(h2, x, len);
+        ok &= memcmp(h1 + 3, h2, len * sizeof(bt_bf16)) == 0 && h1[3 + len] == 0xabab &&
+              h1[2] == 0xabab;
+    }
+    snprintf(name, sizeof name,
+             "bf16_from_f32 [%s]: random bits, lengths 0..200, unaligned, no overrun", impl);
+    tu_check(ok, "%s", name);
+    bf16_from_f32(h1, x, big);
+    bf16_from_f32_ref(h2, x, big);
+    snprintf(name, sizeof name, "bf16_from_f32 [%s]: random bits, n=%zu", impl, big);
+    tu_check_bytes_equal(name, h1, h2, big * sizeof(bt_bf16));
+    /* f32_from_bf16: all 65536 bit patterns, bitwise (NaNs compared as bits) */
+    for (size_t i = 0; i < 65536; i++) h1[i] = (bt_bf16)i;
+    f32_from_bf16(y1, h1, 65536);
+    f32_from_bf16_ref(y2, h1, 65536);
+    snprintf(name, sizeof name, "f32_from_bf16 [%s]: all 65536 values", impl);
+    tu_check_bytes_equal(name, y1, y2, 65536 * sizeof(float));
+    ok = 1;
+    for (size_t len = 0; len <= 67; len++) {
+        tu_fill_sentinel_f32(y1, len + 4);
+        f32_from_bf16(y1 + 1, h1 + 7, len);
+        f32_from_bf16_ref(y2, h1 + 7, len);
+        ok &= memcmp(y1 + 1, y2, len * sizeof(float)) == 0 && isnan(y1[0]) && isnan(y1[len + 1]);
+    }
+    snprintf(name, sizeof name, "f32_from_bf16 [%s]: lengths 0..67, unaligned, no overrun", impl);
+    tu_check(ok, "%s", name);
+    free(bits), free(x), free(y1), free(y2), free(h1), free(h2);
+}
+
+static void test_bf16(void) {
+    char best[32];
+    snprintf(best, sizeof best, "%s", ops_bf16_conversion_name());
+    printf("# bf16 conversion chosen for this CPU: %s\n", best);
+    test_bf16_impl("scalar");
+    test_bf16_impl("avx512f");
+    test_bf16_impl("avx512bf16");
+    tu_check(!ops_bf16_conversion_select("no-such-isa"), "an unknown conversion name is refused");
+    ops_bf16_conversion_select(best);
+}
+
+/* ops_use_reference(1) routes the public kernels to the references (bitwise). */
+static void test_dispatch_switch(void) {
+    const size_t n = 7, c = 33;
+    float *x = rand_f(n * c, -3, 3), *o1 = sentinel_f(n * c), *o2 = sentinel_f(n * c);
+    ops_use_reference(1);
+    gelu_forward(o1, x, n * c);
+    ops_use_reference(0);
+    gelu_forward_ref(o2, x, n * c);
+    tu_check_bytes_equal("ops_use_reference(1): public gelu is the reference", o1, o2,
+                         n * c * sizeof(float));
+    free(x), free(o1), free(o2);
+}
+
+int main(void) {
+    tu_rng_seed(&rng, 77);
+    kernels_init();
+    ops_use_reference(0);
+
+    for (size_t i = 0; i < NROWS; i++)
+        for (size_t j = 0; j < NCOLS; j++) {
+            test_layernorm(ROWS[i], COLS[j]);
+            test_softmax(ROWS[i], COLS[j]);
+            test_bias_residual(ROWS[i], COLS[j]);
+            test_l2_normalize(ROWS[i], COLS[j]);
+            test_embedding(ROWS[i], COLS[j]);
+        }
+    static const size_t PW_N[] = {1, 7, 33, 257, 8191, 100003};
+    for (size_t i = 0; i < sizeof PW_N / sizeof PW_N[0]; i++) {
+        const size_t n = PW_N[i];
+        test_pointwise("gelu", gelu_forward, gelu_forward_ref, gelu_backward, gelu_backward_ref, 0,
+                       n, 6);
+        test_pointwise("quick_gelu", quick_gelu_forward, quick_gelu_forward_ref,
+                       quick_gelu_backward, quick_gelu_backward_ref, 0, n, 6);
+        test_pointwise("tanh", tanh_forward, tanh_forward_ref, tanh_backward, tanh_backward_ref, 1,
+                       n, 4);
+        test_dropout(n);
+    }
+    test_activation_tails();
+    test_dropout_properties();
+    test_thread_independence();
+
+    test_cross_entropy(1, 7);
+    test_cross_entropy(7, 33);
+    test_cross_entropy(5, 257);
+    test_cross_entropy(3, 50265); /* the RoBERTa vocabulary (MLM) */
+    test_cross_entropy(257, 1);
+
+    for (int cm = 0; cm < 2; cm++) {
+        const gemm_compute comp = cm ? GEMM_COMPUTE_BF16 : GEMM_COMPUTE_F32;
+        test_linear(1, 1, 1, comp, 0);
+        test_linear(7, 33, 17, comp, 0);
+        test_linear(257, 65, 33, comp, cm);
+        test_linear(33, 768, 7, comp, cm);
+    }
+
+    /* both threading strategies of attention (ops.h), fp32 and bf16 */
+    const bt_dropout drop = {.p = 0.1f, .seed = 2024};
+    static const char *modes[] = {"blocks", "gemm"};
+    for (int md = 0; md < 2; md++) {
+        tu_check(ops_attention_threads_select(modes[md]), "attention threading '%s' selected",
+                 modes[md]);
+        for (int cm = 0; cm < 2; cm++) {
+            const gemm_compute comp = cm ? GEMM_COMPUTE_BF16 : GEMM_COMPUTE_F32;
+            char label[160];
+#define ATT(desc, ...)                                                                     \
+    do {                                                                                   \
+        snprintf(label, sizeof label, "%s [%s, %s]", desc, cm ? "bf16" : "f32", modes[md]); \
+        test_attention(label, __VA_ARGS__, comp);                                          \
+    } while (0)
+            ATT("B1 NH1 T1 D1", 1, 1, 1, 1, 1, 1, 0, NULL);
+            ATT("self B2 NH3 T7 D8 masked", 2, 3, 7, 7, 8, 1, 1, NULL);
+            ATT("self B2 NH3 T7 D8 masked dropout", 2, 3, 7, 7, 8, 1, 1, &drop);
+            ATT("cross B2 NH2 Tq7 Tk33 D16 masked dropout", 2, 2, 7, 33, 16, 0, 1, &drop);
+            ATT("self B2 NH12 T40 D64 masked (text)", 2, 12, 40, 40, 64, 1, 1, NULL);
+            ATT("self B1 NH2 T257 D64 dropout", 1, 2, 257, 257, 64, 1, 0, &drop);
+#undef ATT
+        }
+        test_attention_fully_masked();
+    }
+    tu_check(!ops_attention_threads_select("no-such-mode"), "an unknown threading name is refused");
+    ops_attention_threads_select("auto");
+
+    /* the OpenBLAS backend behind linear and attention (auto picks the gemm strategy) */
+    if (gemm_set_backend(GEMM_BACKEND_OPENBLAS) == BT_OK) {
+        tu_check(strcmp(ops_attention_threads_name(), "auto (gemm)") == 0,
+                 "with OpenBLAS, auto threading resolves to gemm (got '%s')",
+                 ops_attention_threads_name());
+        test_linear(33, 768, 7, GEMM_COMPUTE_F32, 0);
+        test_attention("cross B2 NH2 Tq7 Tk33 D16 masked dropout [f32, openblas]", 2, 2, 7, 33,
+                       16, 0, 1, &drop, GEMM_COMPUTE_F32);
+        gemm_init_from_env(); /* back to the default backend */
+    }
+    test_attention_partial_grads();
+    test_bf16();
+    test_dispatch_switch();
+    gemm_release();
+    return tu_finish();
+}
