@@ -14,8 +14,10 @@
  *
  * Columns: ref (plain loops, small shapes only), openblas fp32, onednn fp32, onednn bf16 as
  * the model runs it (fp32 activations rounded to bf16 per call, weights already bf16), and
- * onednn bf16 with both operands already bf16 (the kernel alone). Each number is the best of
- * BENCH_ROUNDS timed rounds (the machine is shared; best-of filters other people's load).
+ * onednn bf16 with both operands already bf16 (the kernel alone). Each number is the flop
+ * count over the FASTEST single call among the calls made in about bench_seconds (at least
+ * 3): on a shared machine the minimum time is the estimate least disturbed by other people's
+ * load; --passes repeats everything and keeps the best.
  *
  * Run: meson test -C build --benchmark --suite bench, or build/tests/bench_gemm [--quick]
  * [--passes P] [--only SUBSTRING]: --passes repeats the whole table P times and keeps the
@@ -45,8 +47,7 @@
 #define BENCH_HAVE_X86 1
 #endif
 
-static int bench_rounds = 5;
-static double bench_round_seconds = 0.15;
+static double bench_seconds = 0.8; /* per cell and pass */
 
 static double now_s(void) {
     struct timespec ts;
@@ -99,11 +100,11 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_dp_bf16(long it
     return sum;
 }
 
-/* GFLOP/s of all threads together, best of bench_rounds. */
+/* GFLOP/s of all threads together, best of 250 bursts. */
 static double peak_instr(int bf16) {
     const long iters = 200000; /* ~1 ms: short bursts catch the moments the cores are free */
     double best = 0.0;
-    for (int r = 0; r < 50 * bench_rounds; r++) {
+    for (int r = 0; r < 250; r++) {
         int nthr = 1;
         double t0 = now_s(), sink = 0;
 #if BT_HAVE_OPENMP
@@ -157,24 +158,21 @@ static double flops_of(const gemm_args *g) {
     return 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)(g->batch ? g->batch : 1);
 }
 
-/* Best GFLOP/s over bench_rounds rounds of about bench_round_seconds each. */
-static double measure(gemm_backend be, const gemm_args *g, int per_item_omp) {
+/* GFLOP/s of the fastest call among those made in about `seconds` (at least 3). */
+static double measure_for(gemm_backend be, const gemm_args *g, int per_item_omp, double seconds) {
     run_once(be, g, per_item_omp); /* warm-up: primitive creation, scratch allocation */
-    double t0 = now_s();
-    run_once(be, g, per_item_omp);
-    double one = now_s() - t0;
-    int iters = one > 0 ? (int)(bench_round_seconds / one) : 1;
-    if (iters < 1) iters = 1;
-    if (iters > 1000) iters = 1000;
-    double best = 0.0;
-    for (int r = 0; r < bench_rounds; r++) {
-        double s = now_s();
-        for (int i = 0; i < iters; i++) run_once(be, g, per_item_omp);
-        double dt = now_s() - s;
-        double gf = flops_of(g) * iters / dt * 1e-9;
-        if (gf > best) best = gf;
+    double start = now_s(), best = INFINITY;
+    for (int calls = 0; calls < 3 || now_s() - start < seconds; calls++) {
+        double t0 = now_s();
+        run_once(be, g, per_item_omp);
+        double dt = now_s() - t0;
+        if (dt < best) best = dt;
     }
-    return best;
+    return flops_of(g) / best * 1e-9;
+}
+
+static double measure(gemm_backend be, const gemm_args *g, int per_item_omp) {
+    return measure_for(be, g, per_item_omp, bench_seconds);
 }
 
 /* Buffers big enough for the largest row; operands are re-pointed per row. */
@@ -189,12 +187,7 @@ typedef struct buffers {
  * runs it, onednn bf16 on bf16 operands (NaN where not run). */
 static void measure_row(const row *r, const buffers *buf, int have_dnnl, double gf[5]) {
     for (int c = 0; c < 5; c++) gf[c] = NAN;
-    if (r->ref_ok && !r->per_item_omp) {
-        int saved = bench_rounds;
-        bench_rounds = 1;
-        gf[0] = measure(GEMM_BACKEND_REF, &r->g, 0);
-        bench_rounds = saved;
-    }
+    if (r->ref_ok && !r->per_item_omp) gf[0] = measure_for(GEMM_BACKEND_REF, &r->g, 0, 0.0);
     gf[1] = measure(GEMM_BACKEND_OPENBLAS, &r->g, r->per_item_omp);
     if (!have_dnnl) return;
     gf[2] = measure(GEMM_BACKEND_ONEDNN, &r->g, r->per_item_omp);
@@ -252,10 +245,7 @@ int main(int argc, char **argv) {
         }
     }
     if (passes < 1) passes = 1;
-    if (quick) {
-        bench_rounds = 1;
-        bench_round_seconds = 0.05;
-    }
+    if (quick) bench_seconds = 0.05;
     if (gemm_init_from_env() != BT_OK) {
         fprintf(stderr, "bench_gemm: %s\n", bt_error_message());
         return 1;
@@ -265,8 +255,9 @@ int main(int argc, char **argv) {
 #if BT_HAVE_OPENMP
     omp_threads = omp_get_max_threads();
 #endif
-    printf("# bench_gemm: GEMM GFLOP/s, best of %d rounds of ~%.2f s\n", bench_rounds,
-           bench_round_seconds);
+    printf("# bench_gemm: GEMM GFLOP/s of the fastest call in ~%.2f s of calls, best of %d "
+           "pass(es)\n",
+           bench_seconds, passes);
     printf("# CPU ISA (oneDNN dispatch): %s; native bf16: %s; DNNL_MAX_CPU_ISA=%s\n",
            gemm_cpu_isa_name(), gemm_cpu_has_bf16() ? "yes" : "no",
            getenv("DNNL_MAX_CPU_ISA") ? getenv("DNNL_MAX_CPU_ISA") : "(unset)");

@@ -122,10 +122,9 @@ static void key_format(char *out, size_t cap, const char *prefix, const char *pa
     BT_ASSERT(n > 0 && (size_t)n < cap);
 }
 
-static const bt_param_tensor *sort_base;
 static int cmp_bare(const void *a, const void *b) {
-    const bt_param_tensor *ta = &sort_base[*(const size_t *)a];
-    const bt_param_tensor *tb = &sort_base[*(const size_t *)b];
+    const bt_param_tensor *ta = *(const bt_param_tensor *const *)a;
+    const bt_param_tensor *tb = *(const bt_param_tensor *const *)b;
     return strcmp(ta->bare_key, tb->bare_key);
 }
 
@@ -185,10 +184,13 @@ void bt_param_table_init(bt_param_table *t, const bt_model_config *c, unsigned h
         }
     }
     BT_ASSERT(t->n_tensors == ntens);
-    for (size_t i = 0; i < ntens; i++) t->by_key[i] = i;
-    sort_base = t->tensors; /* qsort has no context argument; table init is not reentrant */
-    qsort(t->by_key, ntens, sizeof *t->by_key, cmp_bare);
-    sort_base = NULL;
+    /* sort pointers (qsort has no context argument), then store indices */
+    const bt_param_tensor **order = calloc(ntens ? ntens : 1, sizeof *order);
+    BT_ASSERT(order);
+    for (size_t i = 0; i < ntens; i++) order[i] = &t->tensors[i];
+    qsort(order, ntens, sizeof *order, cmp_bare);
+    for (size_t i = 0; i < ntens; i++) t->by_key[i] = (size_t)(order[i] - t->tensors);
+    free(order);
     for (size_t i = 1; i < ntens; i++)
         BT_ASSERT(strcmp(t->tensors[t->by_key[i - 1]].bare_key,
                          t->tensors[t->by_key[i]].bare_key) != 0);
