@@ -8,13 +8,15 @@
  * text_features, image_features, grad_<head>.<key>).
  *
  * Tolerance (fp32), |a-b| <= atol + rtol*|b| with b the fixture: rtol = 1e-5 and
- * atol = 1e-5 * max|b| over the tensor, as in test_model_parity.c: both sides compute in fp32
- * and differ in summation order and libm vs torch transcendental functions (a few ulp);
- * through the tiny model's chained, LayerNorm-renormalized layers these stay around 1e-6 of a
- * tensor's scale, and an element far below its tensor's scale (a gradient entry that is a
- * cancellation) is only as exact as that scale. A wrong formula or a tensor written under
- * the wrong name is off by >= 1e-3 of the scale. One bf16 run uses test_model_parity's
- * bf16 bounds (forward atol 3e-2 * max|b|, loss rtol 2e-3).
+ * atol = 1e-5 * max|b| over the tensor, for outputs, losses and the gradients of all three
+ * heads, as in test_model_parity.c: the fixture is the twin computed in float64 and rounded to
+ * F32, bt computes in fp32 with its own summation order and libm transcendental functions (a
+ * few ulp); through the tiny model's chained, LayerNorm-renormalized layers this stays around
+ * 1e-6 of a tensor's scale (at most 5.0e-6 for a gradient tensor, docs/model.md), and an
+ * element far below its tensor's scale (a gradient entry that is a cancellation) is only as
+ * exact as that scale. A wrong formula or a tensor written under the wrong name is off by
+ * >= 1e-3 of the scale. One bf16 run uses test_model_parity's bf16 bounds (forward atol
+ * 4e-2 * max|b|, loss rtol 8e-3).
  *
  * Also: I32 ids give the same bits as I64 ids; an omitted attention_mask equals an all-ones
  * one; errors (missing tensor, wrong pixel shape, id out of range, text too long, labels of
@@ -203,19 +205,17 @@ static double absmax(const safetensors_file *f, const char *name) {
 }
 
 /* Every grad.<key> of `out` against grad_<head>.<key>, one case for all (prints the worst),
- * plus the relative L2 error of the whole gradient. Bounds as test_model_parity.c sets them:
- *   - rtol 1e-5, atol 1e-5 * max|b| (ITM, MLM);
- *   - ITC: atol 1e-4 * max|b|: on this fixture the three contrastive embeddings are nearly
- *     parallel (loss_itc ~ ln 3), the gradient is a small difference of nearly equal terms,
- *     and against a float64 run PyTorch's fp32 fixture and bt's fp32 gradients are each off
- *     by up to ~2.2e-5 * max|b| (docs/model.md), so two fp32 results differ by the sum;
+ * plus the relative L2 error of the whole gradient. Bounds as test_model_parity.c sets them,
+ * the same for all three heads (ITC included: the fixture's ITC problem is well conditioned
+ * and its values are float64 truth, see test_model_parity.c):
+ *   - rtol 1e-5, atol 1e-5 * max|b|;
  *   - attention key biases: their exact gradient is 0 (softmax is invariant to adding q·b_k
- *     to a whole row of scores), both sides hold rounding noise the size of eps times the
+ *     to a whole row of scores), bt holds rounding noise the size of eps times the
  *     cancelling terms, so atol scales with max|b| of the matching key.weight gradient;
- *   - whole gradient: ‖a - b‖₂ / ‖b‖₂ <= 1e-5 (ITC 1e-4). */
+ *   - whole gradient: ‖a - b‖₂ / ‖b‖₂ <= 1e-5. */
 static void compare_grads(const safetensors_file *out, const char *head, size_t want_count,
                           const char *label) {
-    const double atol_frac = strcmp(head, "itc") == 0 ? 1e-4 : 1e-5;
+    const double atol_frac = 1e-5;
     size_t n = 0, bad = 0;
     double worst = 0, l2d = 0, l2r = 0;
     char worst_name[256] = "";
@@ -414,8 +414,8 @@ int main(int argc, char **argv) {
         int rc = run(args);
         if (tu_check(rc == 0, "itm bf16: exit 0 (%s)", stderr_text()) &&
             open_out(&o, tpath("out_itm_bf16.safetensors"), "itm bf16")) {
-            compare(&o, "logits", "itm_logits", 0.0, 3e-2, "itm bf16");
-            compare(&o, "loss", "loss_itm", 2e-3, 0.0, "itm bf16");
+            compare(&o, "logits", "itm_logits", 0.0, 4e-2, "itm bf16");
+            compare(&o, "loss", "loss_itm", 8e-3, 0.0, "itm bf16");
             safetensors_close(&o);
         }
     }

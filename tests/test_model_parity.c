@@ -1,25 +1,29 @@
 /* test_model_parity.c: the whole tiny BridgeTower (tests/fixtures/tiny, HF key names) against
  * the PyTorch twin's fixtures (tests/fixtures/tiny_io.safetensors, made by
- * scripts/gen_model_fixtures.py from scripts/bt_reference.py, dropout off):
+ * scripts/gen_model_fixtures.py from scripts/bt_reference.py run in float64, dropout off, the
+ * values rounded to F32):
  *   1. fp32 forward: every intermediate (text_hidden.i, image_hidden.i, cross_text_in.k,
  *      cross_image_in.k, cross_text.k, cross_image.k), the features, pooler output, head
  *      logits, ITC embeds and each loss;
  *   2. fp32 backward of each loss separately (ITC, ITM, MLM) vs grad_<loss>.<key> for EVERY
  *      parameter of the table;
- *   3. the same in bf16 mixed precision against the same fp32 fixtures, with bf16 bounds;
+ *   3. the same in bf16 mixed precision against the same fixtures, with bf16 bounds;
  *   4. the scaled_add and interpolate link-tower variants (forward + grad_itm.*).
  * Prints the worst element and its tensor name per tensor, and per group the largest
  * normalized error max|a-b| / max|b| (the numbers docs/model.md reports).
  *
  * Tolerances, |a-b| <= atol + rtol*|b| with b the reference:
- *   fp32: rtol = 1e-5 and atol = 1e-5 * max|b| over the tensor. Both sides compute in fp32
- *   (unit roundoff 6e-8) and differ only in summation order and in the libm/torch versions of
- *   exp/erf/tanh (a few ulp). Through the ~12 chained layers of the tiny model, with LayerNorm
- *   renormalizing at every layer, these differences stay around 1e-6 of a tensor's scale;
- *   elements much smaller than the tensor's scale (e.g. a gradient entry that is a
- *   cancellation of large terms) can only be as exact as that scale, hence an atol tied to
- *   max|b| rather than a fixed number. A wrong formula gives errors >= 1e-3 of the scale.
- *   bf16: see BF16_* below (bounds set from measured errors with a margin).
+ *   fp32: rtol = 1e-5 and atol = 1e-5 * max|b| over the tensor, for every tensor: outputs,
+ *   losses and the gradients of all three losses. The fixture values are computed in float64
+ *   from the same F32 weights and rounded to F32 once (scripts/gen_model_fixtures.py), so they
+ *   are the correctly rounded truth and the error measured is bt's own. bt computes in fp32
+ *   (unit roundoff 6e-8) with its own summation order and libm exp/erf/tanh (a few ulp).
+ *   Through the ~12 chained layers of the tiny model, with LayerNorm renormalizing at every
+ *   layer, its error stays around 1e-6 of a tensor's scale (worst gradient group 5.0e-6, see
+ *   docs/model.md); elements much smaller than the tensor's scale (e.g. a gradient entry that
+ *   is a cancellation of large terms) can only be as exact as that scale, hence an atol tied
+ *   to max|b| rather than a fixed number. A wrong formula gives errors >= 1e-3 of the scale.
+ *   bf16: see BF16_TOL below (bounds set from measured errors with a margin).
  * Deliberately not here: the AdamW steps (tests/test_optim_parity.c), finite differences
  * (tests/test_model_grad.c). */
 #include <math.h>
@@ -75,6 +79,7 @@ typedef struct group_stat {
     const char *name;
     double worst;        /* largest max|a-b| / max|b| over the group's tensors */
     char worst_tensor[128];
+    double worst_ratio;  /* largest |a-b| / (atol + rtol*|b|) (<= 1 passes) */
     int n;
 } group_stat;
 
@@ -89,6 +94,7 @@ static group_stat *group_get(const char *name) {
     groups[n_groups].name = name;
     groups[n_groups].worst = 0;
     groups[n_groups].worst_tensor[0] = 0;
+    groups[n_groups].worst_ratio = 0;
     groups[n_groups].n = 0;
     return &groups[n_groups++];
 }
@@ -99,10 +105,11 @@ static void groups_reset(void) {
 
 static void groups_print(const char *title) {
     printf("# %s: worst normalized error max|a-b|/scale per group "
-           "(scale = max|b|, except key biases)\n", title);
+           "(scale = max|b|, except key biases); worst |a-b|/(atol+rtol|b|) (<= 1 passes)\n",
+           title);
     for (int i = 0; i < n_groups; i++)
-        printf("#   %-22s %3d tensors  %.3e  (%s)\n", groups[i].name, groups[i].n,
-               groups[i].worst, groups[i].worst_tensor);
+        printf("#   %-22s %3d tensors  %.3e  ratio %.3f  (%s)\n", groups[i].name, groups[i].n,
+               groups[i].worst, groups[i].worst_ratio, groups[i].worst_tensor);
 }
 
 /* Checks got vs want with atol = atol_frac * scale, where scale = max|want| when scale < 0;
@@ -130,6 +137,9 @@ static void compare_scaled(const char *group, const char *name, const float *got
             snprintf(g->worst_tensor, sizeof g->worst_tensor, "%s", name);
         }
     }
+    size_t at;
+    const double ratio = tu_worst_ratio_f32(got, want, n, atol_frac * scale, rtol, &at);
+    if (g && !(ratio <= g->worst_ratio)) g->worst_ratio = ratio;
     char label[200];
     snprintf(label, sizeof label, "%s (max|b| %.2e, scale %.2e, err/scale %.2e)", name, maxb,
              scale, norm_err);
@@ -151,33 +161,35 @@ typedef struct tolerances {
     double grad_l2, itc_grad_l2;       /* ‖g - g_ref‖₂ / ‖g_ref‖₂ over all parameters */
 } tolerances;
 
-/* ITC gradients: on this fixture the three contrastive embeddings of the 3 examples are
- * nearly parallel (loss_itc = 1.09706 ~ ln 3), so the gradient is a small difference of
- * nearly equal terms and fp32 loses digits. Evaluated against a float64 run of the same twin
- * (docs/model.md), PyTorch's fp32 fixture is off by up to 2.2e-5 * max|b| and bt's fp32
- * gradients by up to 2.1e-5 * max|b|; two fp32 results can differ by the sum, so the bound is
- * 1e-4 * max|b| (margin ~2). ITM and MLM gradients are within 1.4e-6 * max|b| of float64 on
- * both sides and keep the 1e-5 bound. The whole-gradient relative L2 errors are bounded by
- * the same numbers (1e-5, ITC 1e-4; measured 5e-7 and 3.2e-6). */
-static const tolerances FP32_TOL = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-4, 1e-5, 1e-4};
+/* fp32: one rule for everything (header comment), the ITC gradients included. Measured worst
+ * max|a-b| / max|b| of a gradient tensor 5.0e-6 (ITC), 2.2e-6 (MLM), 1.9e-6 (ITM); worst
+ * |a-b| / (atol + rtol|b|) 0.32 (ITC), 0.18 (MLM), 0.16 (ITM), over the ref / OpenBLAS / oneDNN
+ * GEMM backends, 1 and 2 threads and the reference kernels. The ITC gradients used to need
+ * 1e-4: the previous fixture had nearly parallel ITC embeddings (text cosines 0.9998, loss_itc
+ * ~ ln 3), making that gradient a small difference of nearly equal terms that neither fp32
+ * torch nor bt could get better than ~2e-5 of its scale; the generator now gives the text and
+ * cross layers and the ITC heads a realistic gain (MIX_GAIN) and stores float64 values. The
+ * whole-gradient relative L2 errors (measured <= 1.8e-6) are bounded by 1e-5 as well. */
+static const tolerances FP32_TOL = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5};
 
 /* bf16 (8 mantissa bits): every GEMM operand is rounded with relative error <= 2^-9 ~ 2e-3,
  * the errors of ~12 chained layers add up, and LayerNorm keeps each tensor's scale. The
- * bounds are the measured worst values of this fixture (printed by this test, reported in
- * docs/model.md) times about 4, against the fp32 fixture:
- *   forward tensors   measured <= 7.4e-3 * max|b|         -> atol 3e-2 * max|b|
- *   losses            measured <= 3.2e-4 relative           -> rtol 2e-3
- *   ITM/MLM grads     measured <= 2.7e-2 * max|b| per tensor -> atol 1e-1 * max|b|,
- *                     whole-gradient relative L2 <= 4.7e-3   -> 2e-2
- *   ITC grads         measured <= 2.2e-1 * max|b| per tensor -> atol 6e-1 * max|b|,
- *                     whole-gradient relative L2 <= 2.9e-2   -> 1e-1
- * The ITC gradients are the ill-conditioned ones (see FP32_TOL: in fp32 they already lose a
- * factor ~350 over the rounding unit); bf16's rounding unit is 2^15 times larger, so their
- * per-element agreement is necessarily loose; the whole-gradient L2 bound is the tighter
- * check there. These bounds catch gross bf16 errors (stale or wrong shadow weights, an
- * operand read in the wrong precision) that give O(1) errors; the logic itself is pinned by
- * the fp32 run. */
-static const tolerances BF16_TOL = {0.0, 3e-2, 2e-3, 0.0, 1e-1, 6e-1, 2e-2, 1e-1};
+ * bounds are the measured worst values on this fixture (printed by this test, reported in
+ * docs/model.md; max over the ref / OpenBLAS / oneDNN GEMM backends, 1 and 2 threads and the
+ * reference kernels) times about 4:
+ *   forward tensors   measured <= 9.9e-3 * max|b|          -> atol 4e-2 * max|b|
+ *   losses            measured <= 1.8e-3 relative (loss_itc; ITM, MLM <= 1.7e-4) -> rtol 8e-3
+ *   ITM/MLM grads     measured <= 3.6e-2 * max|b| per tensor -> atol 1.5e-1 * max|b|,
+ *                     whole-gradient relative L2 <= 7.6e-3   -> 3e-2
+ *   ITC grads         measured <= 5.5e-2 * max|b| per tensor -> atol 2.5e-1 * max|b|,
+ *                     whole-gradient relative L2 <= 2.0e-2   -> 8e-2
+ * loss_itc is the most sensitive loss: exp(logit_scale) = 15.4 multiplies the cosines of
+ * embeddings that carry ~8e-3 bf16 error (PyTorch's own CPU bf16 autocast of the twin is off by
+ * 7.3e-3 relative on the same fixture). The ITC gradients stay a little less well determined
+ * than the others, hence their own bound. These bounds catch gross bf16 errors (stale or
+ * wrong shadow weights, an operand read in the wrong precision) that give O(1) errors; the
+ * logic itself is pinned by the fp32 run. */
+static const tolerances BF16_TOL = {0.0, 4e-2, 8e-3, 0.0, 1.5e-1, 2.5e-1, 3e-2, 8e-2};
 
 /* --- the model run ---------------------------------------------------------------------- */
 
@@ -318,12 +330,12 @@ static double fx_absmax(const safetensors_file *io, const char *name) {
 }
 
 /* Backward of one loss and comparison of every parameter gradient.
- * Two tensor kinds get a different scale for atol (the rest use max|b| of the tensor):
- *   - attention key biases (".key.bias"): their exact gradient is 0 (softmax is invariant to
- *     adding q·b_k to every score of a row), so both sides hold pure rounding noise, of the
- *     size of eps times the terms that cancel; we scale atol by max|b| of the matching
- *     key.weight gradient instead (the vision in_proj_bias also holds Q and V, nonzero).
- *   - the ITC gradients use tol->itc_grad_atol_frac (see the tolerances). */
+ * Attention key biases (".key.bias") get a different scale for atol (the rest use max|b| of
+ * the tensor): their exact gradient is 0 (softmax is invariant to adding q·b_k to every score
+ * of a row), so bt holds pure rounding noise (the float64 fixture <= 3e-17), of the size of eps
+ * times the terms that cancel; we scale atol by max|b| of the matching key.weight gradient
+ * instead (the vision in_proj_bias also holds Q and V, nonzero). The ITC gradients use
+ * tol->itc_grad_atol_frac (equal to the others in fp32, see the tolerances). */
 static void check_grads(bt_model *m, const safetensors_file *io, const char *loss,
                         const tolerances *tol) {
     bt_loss_weights w = {0, 0, 0};
