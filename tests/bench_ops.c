@@ -14,8 +14,9 @@
  * fp32 and bf16, and the reference once.
  *
  * Each number is the fastest single call seen in --rounds rounds (default 5) of >= 0.2 s of
- * back-to-back calls (the machine is shared; see bench_time). The reference kernels are single-threaded
- * double-precision loops: the "ref" column shows what the fast kernels buy, not a rival.
+ * back-to-back calls (the machine is shared; see bench_time). The reference kernels are
+ * single-threaded double-precision loops: the "ref" column shows what the fast kernels buy,
+ * not a rival.
  *
  * Run: meson test -C build --benchmark --suite bench ops, or build/tests/bench_ops [--quick]
  * [--rounds N] [--only memory|bf16|attention]. Deliberately not here: correctness

@@ -484,8 +484,8 @@ static void test_dropout_properties(void) {
     size_t pairs = 0;
     for (size_t i = 0; i + 1 < n; i++) pairs += dropout_keep(&d, i) && dropout_keep(&d, i + 1);
     const double both = (double)pairs / (double)(n - 1);
-    tu_check(fabs(both - 0.81) < 0.005, "dropout keeps neighbours i, i+1 together %.4f (expect 0.81)",
-             both);
+    tu_check(fabs(both - 0.81) < 0.005,
+             "dropout keeps neighbours i, i+1 together %.4f (expect 0.81)", both);
     const double agree = (double)same / (double)n;
     tu_check(fabs(agree - 0.82) < 0.01,
              "dropout masks of seeds 42 and 43 agree on %.4f (expect 0.82)", agree);
