@@ -49,27 +49,12 @@ import sys
 
 import regex
 
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_byte_level import GPT2_PATTERN, bytes_to_unicode  # noqa: E402
+
 PAT = regex.compile(GPT2_PATTERN)
 TRAILING_SPACE = regex.compile(r"\s*$")
 LEADING_SPACE = regex.compile(r"^\s*")
-
-
-def bytes_to_unicode():
-    """GPT-2's table: printable Latin-1 bytes map to themselves, the other 68 bytes to
-    U+0100.. in byte order, so every byte becomes one visible character."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 BYTE_ENCODER = bytes_to_unicode()
 BYTE_DECODER = {c: b for b, c in BYTE_ENCODER.items()}
 

@@ -29,24 +29,14 @@ import argparse
 import collections
 import json
 import os
+import sys
 
 import regex
 
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_byte_level import GPT2_PATTERN, bytes_to_unicode  # noqa: E402
+
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
-
-
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 def train(lines, num_merges, min_frequency=2):

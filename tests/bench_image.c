@@ -26,58 +26,11 @@
 #include <string.h>
 #include <time.h>
 
-#include <jpeglib.h>
-
 #include "data/image.h"
+#include "test_fixture.h"
 #include "test_util.h"
 
 enum { BENCH_ROUNDS = 5 };
-
-static double clock_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void synth_picture(uint8_t *rgb, int w, int h, uint64_t seed) {
-    tu_rng r;
-    tu_rng_seed(&r, seed);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            double v[3] = {128 + 100 * sin(x / 37.0 + y / 53.0), 40 + 180.0 * x / w * y / h,
-                           128 + 90 * cos(hypot(x - w / 3.0, y - h / 2.0) / 23.0)};
-            if ((x / 97 + y / 61) % 5 == 0) v[0] = 250, v[1] = 30;
-            for (int c = 0; c < 3; c++) {
-                double q = v[c] + 8.0 * tu_rng_normal(&r);
-                rgb[((size_t)y * w + x) * 3 + c] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q + 0.5);
-            }
-        }
-}
-
-static unsigned char *encode_jpeg(const uint8_t *rgb, int w, int h, int quality,
-                                  unsigned long *size) {
-    struct jpeg_compress_struct ci;
-    struct jpeg_error_mgr err;
-    unsigned char *buf = NULL;
-    *size = 0;
-    ci.err = jpeg_std_error(&err);
-    jpeg_create_compress(&ci);
-    jpeg_mem_dest(&ci, &buf, size);
-    ci.image_width = (JDIMENSION)w;
-    ci.image_height = (JDIMENSION)h;
-    ci.input_components = 3;
-    ci.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&ci);
-    jpeg_set_quality(&ci, quality, TRUE);
-    jpeg_start_compress(&ci, TRUE);
-    while (ci.next_scanline < ci.image_height) {
-        JSAMPROW row = (JSAMPROW)(rgb + (size_t)ci.next_scanline * (size_t)w * 3);
-        jpeg_write_scanlines(&ci, &row, 1);
-    }
-    jpeg_finish_compress(&ci);
-    jpeg_destroy_compress(&ci);
-    return buf;
-}
 
 typedef enum { OP_DECODE, OP_DECODE_DCT, OP_PIPELINE, OP_PIPELINE_DCT, OP_PREPROCESS } bench_op;
 
@@ -120,13 +73,14 @@ static void time_op(const bench_ctx *c, bench_op op, double *wall, double *cpu) 
     *wall = *cpu = INFINITY;
     for (int r = 0; r < BENCH_ROUNDS; r++) {
         int iters = 0;
-        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), t;
+        double t0 = tu_clock_seconds(CLOCK_MONOTONIC),
+               c0 = tu_clock_seconds(CLOCK_THREAD_CPUTIME_ID), t;
         do {
             run_once(c, op);
             iters++;
-            t = clock_s(CLOCK_MONOTONIC);
+            t = tu_clock_seconds(CLOCK_MONOTONIC);
         } while (t - t0 < 0.25);
-        double cw = (clock_s(CLOCK_THREAD_CPUTIME_ID) - c0) / iters, tw = (t - t0) / iters;
+        double cw = (tu_clock_seconds(CLOCK_THREAD_CPUTIME_ID) - c0) / iters, tw = (t - t0) / iters;
         if (tw < *wall) *wall = tw;
         if (cw < *cpu) *cpu = cw;
     }
@@ -135,17 +89,13 @@ static void time_op(const bench_ctx *c, bench_op op, double *wall, double *cpu) 
 int main(int argc, char **argv) {
     const int w = 1000, h = 800;
     uint8_t *rgb = malloc((size_t)w * h * 3);
-    synth_picture(rgb, w, h, 11);
+    tu_synth_picture(rgb, w, h, 11);
     bench_ctx c;
     memset(&c, 0, sizeof c);
-    c.jpg = encode_jpeg(rgb, w, h, 75, &c.n);
+    c.jpg = tu_encode_jpeg(rgb, w, h, 3, JCS_RGB, JCS_YCbCr, 75, 0, &c.n);
     if (argc == 3 && !strcmp(argv[1], "--write-jpeg")) {
         /* The same bytes for scripts/gen_image_fixtures.py --bench PATH. */
-        FILE *f = fopen(argv[2], "wb");
-        if (!f || fwrite(c.jpg, 1, c.n, f) != c.n || fclose(f) != 0) {
-            perror(argv[2]);
-            return 1;
-        }
+        if (!tu_write_file(argv[2], c.jpg, c.n)) return 1;
         printf("wrote %s (%lu bytes)\n", argv[2], c.n);
         return 0;
     }

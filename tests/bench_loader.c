@@ -40,8 +40,6 @@
 #include <omp.h>
 #endif
 
-#include <jpeglib.h>
-
 #include "config.h"
 #include "data/image.h"
 #include "data/loader.h"
@@ -50,15 +48,10 @@
 #include "data/tokenizer.h"
 #include "gemm.h"
 #include "model.h"
+#include "test_fixture.h"
 #include "test_util.h"
 
 enum { BENCH_IMAGES = 64, BENCH_EPOCHS = 3, BENCH_BATCH = 8, BENCH_T = 40 };
-
-static double clock_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint8_t clamp_u8(double v) {
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v + 0.5);
@@ -102,31 +95,6 @@ static void photo(uint8_t *rgb, int w, int h, uint64_t seed) {
         }
 }
 
-/* libjpeg defaults (YCbCr 4:2:0, baseline) at `quality`. Returns 0 on success. */
-static int write_jpeg(const char *path, const uint8_t *rgb, int w, int h, int quality) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    struct jpeg_compress_struct ci;
-    struct jpeg_error_mgr err;
-    ci.err = jpeg_std_error(&err);
-    jpeg_create_compress(&ci);
-    jpeg_stdio_dest(&ci, f);
-    ci.image_width = (JDIMENSION)w;
-    ci.image_height = (JDIMENSION)h;
-    ci.input_components = 3;
-    ci.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&ci);
-    jpeg_set_quality(&ci, quality, TRUE);
-    jpeg_start_compress(&ci, TRUE);
-    while (ci.next_scanline < ci.image_height) {
-        JSAMPROW row = (JSAMPROW)(rgb + (size_t)ci.next_scanline * w * 3);
-        jpeg_write_scanlines(&ci, &row, 1);
-    }
-    jpeg_finish_compress(&ci);
-    jpeg_destroy_compress(&ci);
-    return fclose(f) == 0 ? 0 : -1;
-}
-
 /* The dataset: BENCH_IMAGES JPEGs + train.jsonl in dir. Returns the total JPEG bytes. */
 static long make_dataset(const char *dir) {
     char path[1200];
@@ -142,10 +110,11 @@ static long make_dataset(const char *dir) {
         int w = 960 + (int)tu_rng_uniform(&r, 0, 81), h = 760 + (int)tu_rng_uniform(&r, 0, 81);
         photo(rgb, w, h, 100 + (uint64_t)i);
         snprintf(path, sizeof path, "%s/%03d.jpg", dir, i);
-        if (write_jpeg(path, rgb, w, h, 85) != 0) {
-            perror(path);
-            exit(1);
-        }
+        /* libjpeg's defaults: YCbCr 4:2:0, baseline */
+        unsigned long n = 0;
+        unsigned char *jpg = tu_encode_jpeg(rgb, w, h, 3, JCS_RGB, JCS_YCbCr, 85, 0, &n);
+        tu_setup_file(path, jpg, n);
+        free(jpg);
         struct stat sb;
         if (stat(path, &sb) == 0) bytes += (long)sb.st_size;
         synth_scene sc;
@@ -201,7 +170,7 @@ static loader_result run_loader(const manifest *m, const tokenizer *tok,
     }
     loader_stats s0, s1;
     loader_get_stats(l, &s0);
-    double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    double w0 = tu_clock_seconds(CLOCK_MONOTONIC), c0 = tu_clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
     int64_t samples = 0;
     for (;;) {
         if (loader_next(l, &b) != BT_OK) {
@@ -212,7 +181,7 @@ static loader_result run_loader(const manifest *m, const tokenizer *tok,
         samples += b->size;
         loader_release(l, b);
     }
-    double w1 = clock_s(CLOCK_MONOTONIC), c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    double w1 = tu_clock_seconds(CLOCK_MONOTONIC), c1 = tu_clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
     loader_get_stats(l, &s1);
     loader_free(l);
     loader_result r = {samples / (w1 - w0), samples / (c1 - c0),
@@ -244,15 +213,16 @@ static double model_step(const bt_model_config *c, bt_precision prec, double *wa
     const bt_loss_weights lw = {1, 1, 1};
     double cpu = 0;
     for (int step = 0; step < 2; step++) {
-        double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double w0 = tu_clock_seconds(CLOCK_MONOTONIC),
+               c0 = tu_clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
         if (bt_forward(&m, &b) != BT_OK) {
             fprintf(stderr, "bench_loader: %s\n", bt_error_message());
             exit(1);
         }
         bt_zero_grad(&m);
         bt_backward(&m, &lw);
-        *wall = clock_s(CLOCK_MONOTONIC) - w0;
-        cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        *wall = tu_clock_seconds(CLOCK_MONOTONIC) - w0;
+        cpu = tu_clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
     }
     *loss = m.loss_itc + m.loss_itm + m.loss_mlm;
     free(px);

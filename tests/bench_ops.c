@@ -30,6 +30,7 @@
 #include "bt_config.h"
 #include "ops.h"
 #include "ops_ref.h"
+#include "test_util.h"
 
 #if BT_HAVE_OPENMP
 #include <omp.h>
@@ -37,12 +38,6 @@
 
 static int bench_rounds = 5;
 static double bench_round_s = 0.2;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static float *fbuf(size_t n, unsigned seed, float lo, float hi) {
     float *x = malloc((n ? n : 1) * sizeof(float));
@@ -66,12 +61,12 @@ static double bench_time(bench_fn fn, void *ctx, int rounds) {
     fn(ctx); /* warm-up: first-touch pages, JIT, caches */
     double best = INFINITY;
     for (int r = 0; r < rounds; r++) {
-        const double t0 = now_s();
+        const double t0 = tu_clock_seconds(CLOCK_MONOTONIC);
         double t = t0;
         do {
             const double c0 = t;
             fn(ctx);
-            t = now_s();
+            t = tu_clock_seconds(CLOCK_MONOTONIC);
             if (t - c0 < best) best = t - c0;
         } while (t - t0 < bench_round_s);
     }

@@ -46,12 +46,6 @@ static const char *const prep[] = {"on",    "near",   "next to", "in front of", 
 
 #define PICK(r, a) a[tu_rng_next(r) % (sizeof a / sizeof a[0])]
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -69,7 +63,7 @@ static pass_result run_pass(tokenizer *t, char **caps, const size_t *lens, int m
     size_t tokens = 0;
     for (int r = 0; r < REPEATS; r++) {
         if (!cache) tokenizer_set_cache(t, 0);
-        double t0 = now();
+        double t0 = tu_clock_seconds(CLOCK_MONOTONIC);
         tokens = 0;
         for (size_t i = 0; i < N_CAPTIONS; i++) {
             size_t n = 0;
@@ -86,7 +80,7 @@ static pass_result run_pass(tokenizer *t, char **caps, const size_t *lens, int m
             else
                 tokens += n;
         }
-        times[r] = now() - t0;
+        times[r] = tu_clock_seconds(CLOCK_MONOTONIC) - t0;
     }
     qsort(times, REPEATS, sizeof times[0], cmp_double);
     return (pass_result){times[REPEATS / 2], tokens};

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "config.h"
 #include "data/image.h"
@@ -31,47 +30,15 @@ static const char *exe;
 static char dir[1024], model[1200];
 static char out_text[1 << 16], err_text[1 << 14];
 
-static void read_into(const char *path, char *buf, size_t cap) {
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
 /* Runs "exe ARGS" (ARGS is shell text) with stdout/stderr captured; returns the exit code
  * (-1 when it did not exit normally, e.g. a crash). */
 static int run(const char *stdin_path, const char *fmt, ...) {
-    char args[4096], cmd[8192];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
+    int rc = tu_vrun_captured(exe, stdin_path ? stdin_path : "/dev/null", dir, out_text,
+                              sizeof out_text, err_text, sizeof err_text, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s < '%s' > '%s/stdout.txt' 2> '%s/stderr.txt'", exe, args,
-             stdin_path ? stdin_path : "/dev/null", dir, dir);
-    int status = system(cmd);
-    char p[1100];
-    snprintf(p, sizeof p, "%s/stdout.txt", dir);
-    read_into(p, out_text, sizeof out_text);
-    snprintf(p, sizeof p, "%s/stderr.txt", dir);
-    read_into(p, err_text, sizeof err_text);
-    if (status == -1 || !WIFEXITED(status)) return -1;
-    return WEXITSTATUS(status);
-}
-
-static int files_equal(const char *a, const char *b) {
-    static char x[1 << 16], y[1 << 16];
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int eq = fa && fb;
-    while (eq) {
-        size_t na = fread(x, 1, sizeof x, fa), nb = fread(y, 1, sizeof y, fb);
-        eq = na == nb && memcmp(x, y, na) == 0;
-        if (na == 0 || na < sizeof x) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return eq;
+    return rc;
 }
 
 static void test_usage(void) {
@@ -106,8 +73,8 @@ static void test_synth(void) {
         snprintf(p1, sizeof p1, "%s/d1/%s", dir, files[i]);
         snprintf(p2, sizeof p2, "%s/d2/%s", dir, files[i]);
         snprintf(p3, sizeof p3, "%s/d3/%s", dir, files[i]);
-        same &= files_equal(p1, p2);
-        differ += !files_equal(p1, p3);
+        same &= tu_files_equal(p1, p2);
+        differ += !tu_files_equal(p1, p3);
     }
     tu_check(same, "synth: same seed, byte-identical manifests and JPEGs");
     tu_check(differ == 6, "synth: another seed changes every file (%d of 6)", differ);

@@ -34,40 +34,6 @@ static char fixture_dir[1024];
 
 /* --- file helpers ----------------------------------------------------------------------- */
 
-static uint8_t *slurp(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *buf = malloc(n > 0 ? (size_t)n + 1 : 1);
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    if (buf) buf[n > 0 ? n : 0] = 0;
-    *len = (size_t)n;
-    return buf;
-}
-
-static void spill(const char *path, const void *p, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp || (n && fwrite(p, 1, n, fp) != n) || fclose(fp) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
-
-static int files_equal(const char *a, const char *b) {
-    size_t na, nb;
-    uint8_t *x = slurp(a, &na), *y = slurp(b, &nb);
-    int eq = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return eq;
-}
-
 static const char *pjoin(char *buf, size_t cap, const char *dir, const char *name) {
     snprintf(buf, cap, "%s/%s", dir, name);
     return buf;
@@ -80,12 +46,12 @@ static const char *make_dir(const char *label) {
     snprintf(d, sizeof d, "%s/%s", tmp, label);
     mkdir(d, 0755);
     size_t n;
-    uint8_t *cfg = slurp(pjoin(a, sizeof a, fixture_dir, "config.json"), &n);
+    uint8_t *cfg = tu_read_file(pjoin(a, sizeof a, fixture_dir, "config.json"), &n);
     if (!cfg) {
         printf("cannot read the fixture config\n");
         exit(1);
     }
-    spill(pjoin(b, sizeof b, d, "config.json"), cfg, n);
+    tu_setup_file(pjoin(b, sizeof b, d, "config.json"), cfg, n);
     free(cfg);
     return d;
 }
@@ -226,7 +192,7 @@ static const char *write_f16_variant(const char *label) {
             p += 2;
         }
     }
-    spill(pjoin(path, sizeof path, d, "model.safetensors"), buf, 8 + h + data_n);
+    tu_setup_file(pjoin(path, sizeof path, d, "model.safetensors"), buf, 8 + h + data_n);
     free(buf);
     free(hdr);
     safetensors_close(&f);
@@ -345,8 +311,8 @@ int main(void) {
     so.copy_from_dir = fixture_dir;
     s = bt_checkpoint_save(save1, &w0.table, w0.params, &so);
     tu_check(s == BT_OK, "save F32 with base config and aux copies: %s", bt_error_message());
-    tu_check(files_equal(pjoin(a, sizeof a, save1, "preprocessor_config.json"),
-                         pjoin(b, sizeof b, fixture_dir, "preprocessor_config.json")),
+    tu_check(tu_files_equal(pjoin(a, sizeof a, save1, "preprocessor_config.json"),
+                            pjoin(b, sizeof b, fixture_dir, "preprocessor_config.json")),
              "preprocessor_config.json copied byte for byte");
     struct stat sb;
     tu_check(stat(pjoin(a, sizeof a, save1, "vocab.json"), &sb) != 0,
@@ -382,7 +348,7 @@ int main(void) {
                  f.n_tensors);
         safetensors_close(&f);
         size_t n;
-        char *cfg = (char *)slurp(pjoin(a, sizeof a, save1, "config.json"), &n);
+        char *cfg = (char *)tu_read_file(pjoin(a, sizeof a, save1, "config.json"), &n);
         tu_check(cfg && strstr(cfg, "\"model_type\":\t\"bridgetower\"") &&
                      strstr(cfg, "\"BridgeTowerForContrastiveLearning\"") &&
                      strstr(cfg, "\"BridgeTowerForImageAndTextRetrieval\"") &&
@@ -402,22 +368,23 @@ int main(void) {
     so.copy_from_dir = save1;
     s = bt_checkpoint_save(save2, &w1.table, w1.params, &so);
     tu_check(s == BT_OK, "second save (nested new directory): %s", bt_error_message());
-    tu_check(files_equal(pjoin(a, sizeof a, save1, "model.safetensors"),
-                         pjoin(b, sizeof b, save2, "model.safetensors")),
+    tu_check(tu_files_equal(pjoin(a, sizeof a, save1, "model.safetensors"),
+                            pjoin(b, sizeof b, save2, "model.safetensors")),
              "save -> load -> save: model.safetensors byte-identical");
-    tu_check(files_equal(pjoin(a, sizeof a, save1, "config.json"),
-                         pjoin(b, sizeof b, save2, "config.json")),
+    tu_check(tu_files_equal(pjoin(a, sizeof a, save1, "config.json"),
+                            pjoin(b, sizeof b, save2, "config.json")),
              "save -> load -> save: config.json byte-identical");
     /* saving over an existing checkpoint from itself (weights mapped by nobody now) */
     s = bt_checkpoint_save(save2, &w1.table, w1.params, &so);
-    tu_check(s == BT_OK && files_equal(pjoin(a, sizeof a, save1, "model.safetensors"),
-                                       pjoin(b, sizeof b, save2, "model.safetensors")),
+    tu_check(s == BT_OK && tu_files_equal(pjoin(a, sizeof a, save1, "model.safetensors"),
+                                          pjoin(b, sizeof b, save2, "model.safetensors")),
              "saving over an existing checkpoint replaces it");
     /* saving into the directory the aux files come from: they are left as they are */
     so.copy_from_dir = save2;
     s = bt_checkpoint_save(save2, &w1.table, w1.params, &so);
-    tu_check(s == BT_OK && files_equal(pjoin(a, sizeof a, save2, "preprocessor_config.json"),
-                                       pjoin(b, sizeof b, fixture_dir, "preprocessor_config.json")),
+    tu_check(s == BT_OK &&
+                 tu_files_equal(pjoin(a, sizeof a, save2, "preprocessor_config.json"),
+                                pjoin(b, sizeof b, fixture_dir, "preprocessor_config.json")),
              "saving into the aux source directory keeps its aux files (%s)", bt_error_message());
     bt_checkpoint_weights_free(&w1);
 
@@ -470,7 +437,7 @@ int main(void) {
         o2.dtype = BT_DTYPE_BF16;
         s = bt_checkpoint_save(sbf, &w0.table, w0.params, &o2);
         size_t n;
-        char *cfg = (char *)slurp(pjoin(a, sizeof a, sbf, "config.json"), &n);
+        char *cfg = (char *)tu_read_file(pjoin(a, sizeof a, sbf, "config.json"), &n);
         tu_check(s == BT_OK && cfg && strstr(cfg, "\"torch_dtype\":\t\"bfloat16\""),
                  "BF16 save: config says torch_dtype bfloat16 (%s)", bt_error_message());
         free(cfg);

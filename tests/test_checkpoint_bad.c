@@ -29,31 +29,6 @@
 static const char *tmp;
 static char fixture_dir[1024];
 
-static uint8_t *slurp(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *buf = malloc(n > 0 ? (size_t)n + 1 : 1);
-    if (buf && n > 0 && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    if (buf) buf[n > 0 ? n : 0] = 0;
-    *len = n > 0 ? (size_t)n : 0;
-    return buf;
-}
-
-static void spill(const char *path, const void *p, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp || (n && fwrite(p, 1, n, fp) != n) || fclose(fp) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
-
 static const char *pjoin(const char *dir, const char *name) {
     static char buf[4][1200];
     static int k;
@@ -64,12 +39,12 @@ static const char *pjoin(const char *dir, const char *name) {
 
 static void copy_file(const char *src, const char *dst) {
     size_t n;
-    uint8_t *b = slurp(src, &n);
+    uint8_t *b = tu_read_file(src, &n);
     if (!b) {
         printf("cannot read %s\n", src);
         exit(1);
     }
-    spill(dst, b, n);
+    tu_setup_file(dst, b, n);
     free(b);
 }
 
@@ -85,7 +60,7 @@ static const char *case_dir(const char *label) {
 static const char *dir_with_config(const char *label, const char *config, size_t config_len) {
     const char *d = case_dir(label);
     if (config)
-        spill(pjoin(d, "config.json"), config, config_len);
+        tu_setup_file(pjoin(d, "config.json"), config, config_len);
     else
         copy_file(pjoin(fixture_dir, "config.json"), pjoin(d, "config.json"));
     copy_file(pjoin(fixture_dir, "model.safetensors"), pjoin(d, "model.safetensors"));
@@ -95,7 +70,7 @@ static const char *dir_with_config(const char *label, const char *config, size_t
 /* The fixture's config.json with the first `find` replaced by `repl`. */
 static const char *config_case(const char *label, const char *find, const char *repl) {
     size_t n;
-    char *cfg = (char *)slurp(pjoin(fixture_dir, "config.json"), &n);
+    char *cfg = (char *)tu_read_file(pjoin(fixture_dir, "config.json"), &n);
     char *at = strstr(cfg, find);
     if (!at) {
         printf("fixture config lacks '%s'\n", find);
@@ -195,7 +170,7 @@ static const char *const prev_names[3] = {"model.safetensors", "config.json",
 static int previous_intact(const char *blocker) {
     for (int i = 0; i < 3; i++) {
         size_t n;
-        uint8_t *b = slurp(pjoin(prev_dir, prev_names[i]), &n);
+        uint8_t *b = tu_read_file(pjoin(prev_dir, prev_names[i]), &n);
         int same = b && n == prev_len[i] && memcmp(b, prev_files[i], n) == 0;
         free(b);
         if (!same) {
@@ -248,7 +223,7 @@ int main(void) {
     expect_load_fail("missing dir", pjoin(tmp, "no_such_model"), BT_CHECKPOINT_HEADS_AUTO,
                      BT_ERR_IO, "no_such_model", "not found", NULL);
     d = case_dir("plainfile");
-    spill(pjoin(d, "file"), "x", 1);
+    tu_setup_file(pjoin(d, "file"), "x", 1);
     expect_load_fail("path is a file", pjoin(d, "file"), BT_CHECKPOINT_HEADS_AUTO, BT_ERR_IO,
                      "plainfile/file", "not a directory", NULL);
     d = case_dir("no_config");
@@ -259,13 +234,13 @@ int main(void) {
     copy_file(pjoin(fixture_dir, "config.json"), pjoin(d, "config.json"));
     expect_load_fail("missing model.safetensors", d, BT_CHECKPOINT_HEADS_AUTO, BT_ERR_IO, d,
                      "missing model.safetensors", NULL);
-    spill(pjoin(d, "pytorch_model.bin"), "PK", 2);
+    tu_setup_file(pjoin(d, "pytorch_model.bin"), "PK", 2);
     expect_load_fail("pytorch_model.bin only", d, BT_CHECKPOINT_HEADS_AUTO, BT_ERR_UNSUPPORTED,
                      "pytorch_model.bin", "safetensors only",
                      "python3 scripts/convert_checkpoint.py");
     d = case_dir("sharded");
     copy_file(pjoin(fixture_dir, "config.json"), pjoin(d, "config.json"));
-    spill(pjoin(d, "model.safetensors.index.json"), "{}", 2);
+    tu_setup_file(pjoin(d, "model.safetensors.index.json"), "{}", 2);
     expect_load_fail("sharded safetensors", d, BT_CHECKPOINT_HEADS_AUTO, BT_ERR_UNSUPPORTED,
                      "model.safetensors.index.json (sharded)", "convert_checkpoint.py", NULL);
 
@@ -310,12 +285,12 @@ int main(void) {
         d = case_dir("truncated");
         copy_file(pjoin(fixture_dir, "config.json"), pjoin(d, "config.json"));
         size_t n;
-        uint8_t *b = slurp(pjoin(fixture_dir, "model.safetensors"), &n);
-        spill(pjoin(d, "model.safetensors"), b, n / 2);
+        uint8_t *b = tu_read_file(pjoin(fixture_dir, "model.safetensors"), &n);
+        tu_setup_file(pjoin(d, "model.safetensors"), b, n / 2);
         free(b);
         expect_load_fail("truncated model.safetensors", d, BT_CHECKPOINT_HEADS_AUTO, BT_ERR_FORMAT,
                          "truncated/model.safetensors", NULL, NULL);
-        spill(pjoin(d, "model.safetensors"), "\x10\0\0\0", 4);
+        tu_setup_file(pjoin(d, "model.safetensors"), "\x10\0\0\0", 4);
         expect_load_fail("4-byte model.safetensors", d, BT_CHECKPOINT_HEADS_AUTO, BT_ERR_FORMAT,
                          "truncated/model.safetensors", NULL, NULL);
     }
@@ -396,7 +371,7 @@ int main(void) {
     tu_check(bt_checkpoint_save(prev_dir, &w.table, w.params, &so) == BT_OK,
              "save the previous checkpoint: %s", bt_error_message());
     for (int i = 0; i < 3; i++)
-        prev_files[i] = slurp(pjoin(prev_dir, prev_names[i]), &prev_len[i]);
+        prev_files[i] = tu_read_file(pjoin(prev_dir, prev_names[i]), &prev_len[i]);
     /* the new weights differ, so a replaced file would show */
     float *changed = bt_alloc(w.table.numel * sizeof *changed);
     for (size_t i = 0; i < w.table.numel; i++)
@@ -438,10 +413,10 @@ int main(void) {
     }
     {
         const char *f = pjoin(tmp, "target_is_file");
-        spill(f, "keep", 4);
+        tu_setup_file(f, "keep", 4);
         bt_status s = bt_checkpoint_save(f, &w.table, changed, &so);
         size_t n;
-        uint8_t *b = slurp(f, &n);
+        uint8_t *b = tu_read_file(f, &n);
         tu_check(s == BT_ERR_IO && strstr(bt_error_message(), "target_is_file") && b && n == 4 &&
                      memcmp(b, "keep", 4) == 0,
                  "target is a regular file: refused, file kept: %s", bt_error_message());

@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "checkpoint.h"
 #include "test_util.h"
@@ -56,39 +55,14 @@ static const char config_json[] =
 
 static const char preprocessor_json[] = "{\"size\": {\"shortest_edge\": 32}, \"resample\": 3}\n";
 
-static void spill(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
-
-static void read_into(const char *path, char *buf, size_t cap) {
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
 /* Runs "exe ARGS" (shell text) with stdout/stderr captured; the exit code, -1 on a crash. */
 static int run(const char *fmt, ...) {
-    char args[4096], cmd[8192], p[1200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
+    int rc = tu_vrun_captured(exe, NULL, tmp, out_text, sizeof out_text, err_text, sizeof err_text,
+                              fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s > '%s/stdout.txt' 2> '%s/stderr.txt'", exe, args, tmp,
-             tmp);
-    int status = system(cmd);
-    snprintf(p, sizeof p, "%s/stdout.txt", tmp);
-    read_into(p, out_text, sizeof out_text);
-    snprintf(p, sizeof p, "%s/stderr.txt", tmp);
-    read_into(p, err_text, sizeof err_text);
-    if (status == -1 || !WIFEXITED(status)) return -1;
-    return WEXITSTATUS(status);
+    return rc;
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -249,16 +223,8 @@ static void test_cli(const char *dir) {
     rc = run("--model '%s' --init --heads itc,itm,mlm --seed 5 --save '%s'", dir, out2);
     snprintf(p, sizeof p, "%s/model.safetensors", out);
     snprintf(q, sizeof q, "%s/model.safetensors", out2);
-    FILE *fa = fopen(p, "rb"), *fb = fopen(q, "rb");
-    int same = rc == 0 && fa && fb;
-    while (same) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        same = ca == cb;
-        if (ca == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    tu_check(same, "two --init runs with seed 5: byte-identical model.safetensors");
+    tu_check(rc == 0 && tu_files_equal(p, q),
+             "two --init runs with seed 5: byte-identical model.safetensors");
 
     rc = run("--model '%s' --init --heads itm --seed 5 --save '%s'", dir, out_itm);
     s = rc == 0 ? bt_checkpoint_load(&got, out_itm, NULL, &r) : BT_ERR_IO;
@@ -293,9 +259,9 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/config_only", tmp);
     BT_ASSERT(mkdir(dir, 0755) == 0);
     snprintf(p, sizeof p, "%s/config.json", dir);
-    spill(p, config_json);
+    tu_setup_text(p, config_json);
     snprintf(p, sizeof p, "%s/preprocessor_config.json", dir);
-    spill(p, preprocessor_json);
+    tu_setup_text(p, preprocessor_json);
     test_library(dir);
     test_cli(dir);
     return tu_finish();

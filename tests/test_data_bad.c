@@ -22,17 +22,6 @@
 
 static char dir[1024];
 
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    BT_ASSERT(f);
-    if (n) BT_ASSERT(fwrite(data, 1, n, f) == n);
-    fclose(f);
-}
-
-static void write_text(const char *path, const char *text) {
-    write_bytes(path, text, strlen(text));
-}
-
 /* ---- manifest ---------------------------------------------------------------------------- */
 
 typedef struct bad_line {
@@ -132,7 +121,7 @@ static void test_manifest_skip(void) {
 
     /* Only bad lines: an error under SKIP too, with the first problem in the message. */
     snprintf(path, sizeof path, "%s/allbad.jsonl", dir);
-    write_text(path, "{\"caption\": \"x\"}\n\n[1]\n");
+    tu_setup_text(path, "{\"caption\": \"x\"}\n\n[1]\n");
     st = manifest_load(&m, path, &o);
     snprintf(want, sizeof want, "%s:1: key 'image' missing", path);
     tu_check(st == BT_ERR_MISSING && strstr(bt_error_message(), "no valid record") &&
@@ -152,7 +141,7 @@ static void test_manifest_files(void) {
     manifest_free(&m);
 
     snprintf(path, sizeof path, "%s/empty.jsonl", dir);
-    write_text(path, "\n  \n");
+    tu_setup_text(path, "\n  \n");
     st = manifest_load(&m, path, NULL);
     tu_check(st == BT_ERR_MISSING && strstr(bt_error_message(), "no records"),
              "manifest of blank lines: %s", bt_error_message());
@@ -202,20 +191,20 @@ static void make_loader_data(char *manifest_path, size_t cap) {
     for (int i = 0; i < 600; i++)
         junk[i] = (unsigned char)(i * 131 + 7);
     snprintf(path, sizeof path, "%s/images/train/%06d.jpg", out, 7);
-    write_bytes(path, junk, sizeof junk);
+    tu_setup_file(path, junk, sizeof junk);
     snprintf(path, sizeof path, "%s/images/train/%06d.jpg", out, 8);
     FILE *f = fopen(path, "rb");
     BT_ASSERT(f);
     unsigned char jpg[65536];
     size_t n = fread(jpg, 1, sizeof jpg, f);
     fclose(f);
-    write_bytes(path, jpg, n * 2 / 5);
+    tu_setup_file(path, jpg, n * 2 / 5);
     static const unsigned char png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n',
                                         0,    0,   0,   13,  'I',  'H',  'D',  'R'};
     snprintf(path, sizeof path, "%s/images/train/%06d.jpg", out, 10);
-    write_bytes(path, png, sizeof png);
+    tu_setup_file(path, png, sizeof png);
     snprintf(path, sizeof path, "%s/images/train/%06d.jpg", out, 11);
-    write_bytes(path, "", 0);
+    tu_setup_file(path, "", 0);
     snprintf(manifest_path, cap, "%s/train.jsonl", out);
 }
 
@@ -323,9 +312,9 @@ static void test_loader_policies(const manifest *m, const tokenizer *tok,
 static void test_loader_all_bad(const tokenizer *tok, const image_preprocess_config *img) {
     char path[1100];
     snprintf(path, sizeof path, "%s/allmissing.jsonl", dir);
-    write_text(path, "{\"image\": \"no1.jpg\", \"caption\": \"a\"}\n"
-                     "{\"image\": \"no2.jpg\", \"caption\": \"b\"}\n"
-                     "{\"image\": \"no3.jpg\", \"caption\": \"c\"}\n");
+    tu_setup_text(path, "{\"image\": \"no1.jpg\", \"caption\": \"a\"}\n"
+                        "{\"image\": \"no2.jpg\", \"caption\": \"b\"}\n"
+                        "{\"image\": \"no3.jpg\", \"caption\": \"c\"}\n");
     manifest m;
     BT_ASSERT(manifest_load(&m, path, NULL) == BT_OK);
     loader_options o = opts(MANIFEST_ON_ERROR_SKIP, 2);

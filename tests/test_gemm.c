@@ -296,6 +296,11 @@ static void test_named_cases(void) {
             tc.beta = -0.5f;
             tc.tb = 1;
             run_case(fast_backends[f], &tc, MODE_SAME, "bias+alpha+beta");
+            /* plain B with a 4 KiB row stride: oneDNN takes another implementation there */
+            tcase al = {.m = 33, .n = 1000, .k = 40, .pad_b = 24, .batch = 1, .sa = DENSE,
+                        .sb = DENSE, .sc = DENSE, .at = BT_DTYPE_F32, .bt = BT_DTYPE_F32,
+                        .compute = (gemm_compute)compute, .alpha = 1.0f, .beta = 1.0f, .bias = 1};
+            run_case(fast_backends[f], &al, MODE_SAME, "ldb-4KiB");
         }
     }
 }

@@ -29,10 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jpeglib.h>
-
 #include "data/image.h"
 #include "safetensors.h"
+#include "test_fixture.h"
 #include "test_util.h"
 
 /* DCT-scaling bounds, in 8-bit levels (|difference of normalized values| * std * 255, i.e.
@@ -309,14 +308,6 @@ static void test_fixture_image(const cJSON *entry) {
 
 /* --- configs ------------------------------------------------------------------------------ */
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
-
 static void test_configs(void) {
     static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
     static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
@@ -372,7 +363,7 @@ static void test_configs(void) {
          32, 1, 0.48145466f},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-        write_text(path, v[i].json);
+        tu_setup_text(path, v[i].json);
         image_preprocess_config cfg;
         bt_status st = image_preprocess_config_from_json(&cfg, path);
         tu_check(st == BT_OK && cfg.shortest_edge == v[i].s && cfg.crop_size == v[i].crop &&
@@ -395,52 +386,6 @@ static void test_targets(void) {
 
 /* --- pictures encoded here with libjpeg --------------------------------------------------- */
 
-static void synth_picture(uint8_t *rgb, int w, int h, uint64_t seed) {
-    tu_rng r;
-    tu_rng_seed(&r, seed);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            double v[3] = {128 + 100 * sin(x / 37.0 + y / 53.0),
-                           40 + 180.0 * x / w * y / h,
-                           128 + 90 * cos(hypot(x - w / 3.0, y - h / 2.0) / 23.0)};
-            if ((x / 97 + y / 61) % 5 == 0) v[0] = 250, v[1] = 30; /* hard-edged blocks */
-            for (int c = 0; c < 3; c++) {
-                double q = v[c] + 8.0 * tu_rng_normal(&r);
-                rgb[((size_t)y * w + x) * 3 + c] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q + 0.5);
-            }
-        }
-}
-
-static unsigned char *encode_jpeg(const uint8_t *pix, int w, int h, int comps,
-                                  J_COLOR_SPACE in_cs, J_COLOR_SPACE jpeg_cs, int quality,
-                                  int full_chroma, unsigned long *size) {
-    struct jpeg_compress_struct ci;
-    struct jpeg_error_mgr err;
-    unsigned char *buf = NULL;
-    *size = 0;
-    ci.err = jpeg_std_error(&err);
-    jpeg_create_compress(&ci);
-    jpeg_mem_dest(&ci, &buf, size);
-    ci.image_width = (JDIMENSION)w;
-    ci.image_height = (JDIMENSION)h;
-    ci.input_components = comps;
-    ci.in_color_space = in_cs;
-    jpeg_set_defaults(&ci);
-    jpeg_set_colorspace(&ci, jpeg_cs);
-    if (full_chroma)
-        for (int c = 0; c < ci.num_components; c++)
-            ci.comp_info[c].h_samp_factor = ci.comp_info[c].v_samp_factor = 1;
-    jpeg_set_quality(&ci, quality, TRUE);
-    jpeg_start_compress(&ci, TRUE);
-    while (ci.next_scanline < ci.image_height) {
-        JSAMPROW row = (JSAMPROW)(pix + (size_t)ci.next_scanline * (size_t)w * (size_t)comps);
-        jpeg_write_scanlines(&ci, &row, 1);
-    }
-    jpeg_finish_compress(&ci);
-    jpeg_destroy_compress(&ci);
-    return buf;
-}
-
 /* The same CMYK picture stored as CMYK and as YCCK (no chroma subsampling) must decode to
  * nearly the same RGB. YCCK adds a YCbCr round trip of C, M, Y in 8-bit integers (+-1 level
  * from each rounding), quality 100 still quantizes DCT coefficients to integers (+-1 to 2
@@ -460,8 +405,8 @@ static void test_ycck(void) {
             p[3] = (uint8_t)(255 - 3 * x); /* stored inverted (Adobe): K = 3x */
         }
     unsigned long n1, n2;
-    unsigned char *j1 = encode_jpeg(cmyk, w, h, 4, JCS_CMYK, JCS_CMYK, 100, 1, &n1);
-    unsigned char *j2 = encode_jpeg(cmyk, w, h, 4, JCS_CMYK, JCS_YCCK, 100, 1, &n2);
+    unsigned char *j1 = tu_encode_jpeg(cmyk, w, h, 4, JCS_CMYK, JCS_CMYK, 100, 1, &n1);
+    unsigned char *j2 = tu_encode_jpeg(cmyk, w, h, 4, JCS_CMYK, JCS_YCCK, 100, 1, &n2);
     image_u8 a, b;
     bt_status s1 = image_decode_jpeg(&a, j1, n1, "cmyk-encoded", 0, 0);
     bt_status s2 = image_decode_jpeg(&b, j2, n2, "ycck-encoded", 0, 0);
@@ -483,9 +428,9 @@ static void test_ycck(void) {
 static void test_dct_large(void) {
     const int w = 1000, h = 800;
     uint8_t *rgb = malloc((size_t)w * h * 3);
-    synth_picture(rgb, w, h, 11);
+    tu_synth_picture(rgb, w, h, 11);
     unsigned long n;
-    unsigned char *jpg = encode_jpeg(rgb, w, h, 3, JCS_RGB, JCS_YCbCr, 90, 0, &n);
+    unsigned char *jpg = tu_encode_jpeg(rgb, w, h, 3, JCS_RGB, JCS_YCbCr, 90, 0, &n);
     image_u8 full;
     bt_status st = image_decode_jpeg(&full, jpg, n, "synthetic-1000x800", 0, 0);
     if (tu_check(st == BT_OK, "synthetic 1000x800 decodes (%s)", st ? bt_error_message() : "ok")) {

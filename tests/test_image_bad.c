@@ -72,14 +72,6 @@ static size_t find_marker(const uint8_t *b, size_t n, uint8_t m) {
     return 0;
 }
 
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
-
 static void test_jpeg_bad(void) {
     size_t n;
     uint8_t *orig = load_fixture("images/landscape.jpg", &n);
@@ -185,14 +177,14 @@ static void test_jpeg_bad(void) {
     const char *dir = tu_tmpdir();
     char path[1024];
     snprintf(path, sizeof path, "%s/empty.jpg", dir);
-    write_file(path, "", 0);
+    tu_setup_file(path, "", 0);
     expect_error("empty file", image_load_file(&img, path, NULL), BT_ERR_FORMAT, path, "empty");
     snprintf(path, sizeof path, "%s/truncated.jpg", dir);
-    write_file(path, orig, n / 3);
+    tu_setup_file(path, orig, n / 3);
     expect_error("truncated file", image_load_file(&img, path, NULL), BT_ERR_FORMAT, path,
                  "JPEG");
     snprintf(path, sizeof path, "%s/really_a.png", dir);
-    write_file(path, png, sizeof png);
+    tu_setup_file(path, png, sizeof png);
     expect_error("PNG file named .png", image_load_file(&img, path, NULL), BT_ERR_UNSUPPORTED,
                  path, "PNG");
     snprintf(path, sizeof path, "%s/does_not_exist.jpg", dir);
@@ -229,7 +221,7 @@ static void test_config_bad(void) {
         {"{\"crop_size\": 288}", BT_ERR_CONFIG, "crop_size"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        write_file(path, cases[i].json, strlen(cases[i].json));
+        tu_setup_file(path, cases[i].json, strlen(cases[i].json));
         image_preprocess_config cfg;
         char label[256];
         snprintf(label, sizeof label, "config %s", cases[i].json[0] ? cases[i].json : "(empty)");

@@ -16,13 +16,6 @@
 #include "data/synth.h"
 #include "test_util.h"
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    BT_ASSERT(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 static int str_eq(const char *a, const char *b) {
     return a && b ? strcmp(a, b) == 0 : a == b;
 }
@@ -30,13 +23,13 @@ static int str_eq(const char *a, const char *b) {
 static void test_basic(const char *dir) {
     char path[1024], want[1100];
     snprintf(path, sizeof path, "%s/train.jsonl", dir);
-    write_file(path,
-               "\xEF\xBB\xBF{\"image\": \"img/a.jpg\", \"caption\": \"a cat\", \"id\": \"x1\"}\n"
-               "\n"
-               "   \t\r\n"
-               "{\"caption\": \"two dogs\", \"image\": \"/abs/b.jpg\", \"id\": 42, "
-               "\"extra\": [1, {\"k\": null}]}\r\n"
-               "{\"image\": \"c.jpg\", \"caption\": \"caf\\u00e9 \xE2\x98\x95\"}");
+    tu_setup_text(path,
+                  "\xEF\xBB\xBF{\"image\": \"img/a.jpg\", \"caption\": \"a cat\", \"id\": \"x1\"}\n"
+                  "\n"
+                  "   \t\r\n"
+                  "{\"caption\": \"two dogs\", \"image\": \"/abs/b.jpg\", \"id\": 42, "
+                  "\"extra\": [1, {\"k\": null}]}\r\n"
+                  "{\"image\": \"c.jpg\", \"caption\": \"caf\\u00e9 \xE2\x98\x95\"}");
     manifest m;
     bt_status st = manifest_load(&m, path, NULL);
     tu_check(st == BT_OK, "well-formed manifest loads: %s", st ? bt_error_message() : "ok");
@@ -67,7 +60,7 @@ static void test_basic(const char *dir) {
     /* A bare file name resolves against the current directory: the image path is kept. */
     manifest m2;
     snprintf(path, sizeof path, "%s/bare.jsonl", dir);
-    write_file(path, "{\"image\": \"x.jpg\", \"caption\": \"c\"}\n");
+    tu_setup_text(path, "{\"image\": \"x.jpg\", \"caption\": \"c\"}\n");
     char cwd[1024];
     BT_ASSERT(getcwd(cwd, sizeof cwd) && chdir(dir) == 0);
     st = manifest_load(&m2, "bare.jsonl", NULL);
@@ -80,11 +73,11 @@ static void test_basic(const char *dir) {
 static void test_matching_and_keys(const char *dir) {
     char path[1024];
     snprintf(path, sizeof path, "%s/val.jsonl", dir);
-    write_file(path, "{\"image\": \"1.jpg\", \"image_description\": \"a room\", "
-                     "\"caption_choices\": [\"c0\", \"c1\", \"c2\", \"c3\", \"c4\"], "
-                     "\"label\": 3, \"caption\": 7}\n"
-                     "{\"image\": \"2.jpg\", \"image_description\": \"a bar\", "
-                     "\"caption_choices\": [\"d0\", \"d1\", \"d2\", \"d3\", \"d4\"]}\n");
+    tu_setup_text(path, "{\"image\": \"1.jpg\", \"image_description\": \"a room\", "
+                        "\"caption_choices\": [\"c0\", \"c1\", \"c2\", \"c3\", \"c4\"], "
+                        "\"label\": 3, \"caption\": 7}\n"
+                        "{\"image\": \"2.jpg\", \"image_description\": \"a bar\", "
+                        "\"caption_choices\": [\"d0\", \"d1\", \"d2\", \"d3\", \"d4\"]}\n");
     manifest_options o = manifest_options_default();
     o.caption_key = "image_description";
     manifest m;
@@ -110,8 +103,8 @@ static void test_matching_and_keys(const char *dir) {
 
     /* Renamed choices/label/id columns. */
     snprintf(path, sizeof path, "%s/renamed.jsonl", dir);
-    write_file(path, "{\"file\": \"f.jpg\", \"text\": \"t\", \"key\": \"k9\", "
-                     "\"opts\": [\"a\", \"b\", \"c\", \"d\", \"e\"], \"answer\": 0}\n");
+    tu_setup_text(path, "{\"file\": \"f.jpg\", \"text\": \"t\", \"key\": \"k9\", "
+                        "\"opts\": [\"a\", \"b\", \"c\", \"d\", \"e\"], \"answer\": 0}\n");
     manifest_options r = {.image_key = "file",
                           .caption_key = "text",
                           .id_key = "key",

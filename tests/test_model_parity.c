@@ -35,43 +35,8 @@
 #include "model.h"
 #include "params.h"
 #include "safetensors.h"
+#include "test_fixture.h"
 #include "test_util.h"
-
-/* --- fixture access ---------------------------------------------------------------------- */
-
-static float *fx_f32(const safetensors_file *f, const char *name, size_t n) {
-    const safetensors_tensor *t = safetensors_find(f, name);
-    if (!t) {
-        tu_check(0, "fixture %s has tensor %s", f->path, name);
-        return NULL;
-    }
-    if (t->numel != n) {
-        tu_check(0, "fixture tensor %s: %zu elements, model has %zu", name, t->numel, n);
-        return NULL;
-    }
-    float *buf = malloc(n * sizeof *buf + 1);
-    if (safetensors_read_f32(f, t, buf, n) != BT_OK) {
-        tu_check(0, "read %s: %s", name, bt_error_message());
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
-static int32_t *fx_i32(const safetensors_file *f, const char *name, size_t n) {
-    const safetensors_tensor *t = safetensors_find(f, name);
-    if (!t || t->numel != n) {
-        tu_check(0, "fixture tensor %s present with %zu elements", name, n);
-        return NULL;
-    }
-    int32_t *buf = malloc(n * sizeof *buf + 1);
-    if (safetensors_read_i32(f, t, buf, n) != BT_OK) {
-        tu_check(0, "read %s: %s", name, bt_error_message());
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
 
 /* --- comparison with per-group statistics -------------------------------------------------- */
 
@@ -205,12 +170,12 @@ static int batch_load(fixture_batch *fb, const safetensors_file *io, const bt_mo
     fb->B = (size_t)t->shape[0];
     fb->T = (size_t)t->shape[1];
     const size_t n = fb->B * fb->T, R = (size_t)c->image_size;
-    fb->ids = fx_i32(io, "input_ids", n);
-    fb->mask = fx_i32(io, "attention_mask", n);
-    fb->itm = fx_i32(io, "itm_labels", fb->B);
-    fb->mlm = fx_i32(io, "mlm_labels", n);
-    fb->pos = fx_i32(io, "position_ids", n);
-    fb->pix = fx_f32(io, "pixel_values", fb->B * 3 * R * R);
+    fb->ids = tu_fixture_i32(io, "input_ids", n);
+    fb->mask = tu_fixture_i32(io, "attention_mask", n);
+    fb->itm = tu_fixture_i32(io, "itm_labels", fb->B);
+    fb->mlm = tu_fixture_i32(io, "mlm_labels", n);
+    fb->pos = tu_fixture_i32(io, "position_ids", n);
+    fb->pix = tu_fixture_f32(io, "pixel_values", fb->B * 3 * R * R);
     return fb->ids && fb->mask && fb->itm && fb->mlm && fb->pos && fb->pix;
 }
 
@@ -225,13 +190,13 @@ static void batch_free(fixture_batch *fb) {
 
 static void cmp_fx(const safetensors_file *io, const char *group, const char *name,
                    const float *got, size_t n, double rtol, double atol_frac) {
-    float *want = fx_f32(io, name, n);
+    float *want = tu_fixture_f32(io, name, n);
     if (want) compare(group, name, got, want, n, rtol, atol_frac);
     free(want);
 }
 
 static void cmp_loss(const safetensors_file *io, const char *name, float got, double rtol) {
-    float *want = fx_f32(io, name, 1);
+    float *want = tu_fixture_f32(io, name, 1);
     if (want) compare("losses", name, &got, want, 1, rtol, 0.0);
     free(want);
 }
@@ -321,7 +286,7 @@ static const char *grad_group(const char *loss, const char *key) {
 static double fx_absmax(const safetensors_file *io, const char *name) {
     const safetensors_tensor *t = safetensors_find(io, name);
     if (!t) return 0.0;
-    float *x = fx_f32(io, name, t->numel);
+    float *x = tu_fixture_f32(io, name, t->numel);
     double mx = 0.0;
     for (size_t i = 0; x && i < t->numel; i++)
         if (fabs(x[i]) > mx) mx = fabs(x[i]);
@@ -351,7 +316,7 @@ static void check_grads(bt_model *m, const safetensors_file *io, const char *los
         const bt_param_tensor *x = &t->tensors[i];
         char name[200];
         snprintf(name, sizeof name, "grad_%s.%s", loss, x->key);
-        float *want = fx_f32(io, name, x->numel);
+        float *want = tu_fixture_f32(io, name, x->numel);
         if (!want) continue;
         for (size_t e = 0; e < x->numel; e++) {
             double d = (double)m->grads[x->offset + e] - want[e];

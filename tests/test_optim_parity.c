@@ -35,37 +35,8 @@
 #include "optim.h"
 #include "params.h"
 #include "safetensors.h"
+#include "test_fixture.h"
 #include "test_util.h"
-
-static float *fx_f32(const safetensors_file *f, const char *name, size_t n) {
-    const safetensors_tensor *t = safetensors_find(f, name);
-    if (!t || t->numel != n) {
-        tu_check(0, "fixture tensor %s present with %zu elements", name, n);
-        return NULL;
-    }
-    float *buf = malloc(n * sizeof *buf + 1);
-    if (safetensors_read_f32(f, t, buf, n) != BT_OK) {
-        tu_check(0, "read %s: %s", name, bt_error_message());
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
-static int32_t *fx_i32(const safetensors_file *f, const char *name, size_t n) {
-    const safetensors_tensor *t = safetensors_find(f, name);
-    if (!t || t->numel != n) {
-        tu_check(0, "fixture tensor %s present with %zu elements", name, n);
-        return NULL;
-    }
-    int32_t *buf = malloc(n * sizeof *buf + 1);
-    if (safetensors_read_i32(f, t, buf, n) != BT_OK) {
-        tu_check(0, "read %s: %s", name, bt_error_message());
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
 
 /* The generator's written rule: no decay iff the key ends with "bias" or contains
  * "LayerNorm", "layernorm", "ln_" or "norm". */
@@ -138,12 +109,13 @@ int main(void) {
     if (read_hparams(&io, &h, &clip, &steps) && tu_check(ti && ti->ndim == 2, "input_ids")) {
         const size_t B = (size_t)ti->shape[0], T = (size_t)ti->shape[1];
         const size_t R = (size_t)c.image_size;
-        int32_t *ids = fx_i32(&io, "input_ids", B * T);
-        int32_t *mask = fx_i32(&io, "attention_mask", B * T);
-        int32_t *itm = fx_i32(&io, "itm_labels", B), *mlm = fx_i32(&io, "mlm_labels", B * T);
-        float *pix = fx_f32(&io, "pixel_values", B * 3 * R * R);
-        float *want_loss = fx_f32(&io, "adamw.loss", (size_t)steps + 1);
-        float *want_norm = fx_f32(&io, "adamw.grad_norm", (size_t)steps);
+        int32_t *ids = tu_fixture_i32(&io, "input_ids", B * T);
+        int32_t *mask = tu_fixture_i32(&io, "attention_mask", B * T);
+        int32_t *itm = tu_fixture_i32(&io, "itm_labels", B);
+        int32_t *mlm = tu_fixture_i32(&io, "mlm_labels", B * T);
+        float *pix = tu_fixture_f32(&io, "pixel_values", B * 3 * R * R);
+        float *want_loss = tu_fixture_f32(&io, "adamw.loss", (size_t)steps + 1);
+        float *want_norm = tu_fixture_f32(&io, "adamw.grad_norm", (size_t)steps);
 
         /* the no-decay flags of the table equal the generator's rule for every key */
         int rule_ok = 1;
@@ -197,7 +169,7 @@ int main(void) {
                 const bt_param_tensor *x = &m.table.tensors[i];
                 char name[160];
                 snprintf(name, sizeof name, "adamw.final.%s", x->key);
-                float *want = fx_f32(&io, name, x->numel);
+                float *want = tu_fixture_f32(&io, name, x->numel);
                 if (!want) continue;
                 for (size_t e = 0; e < x->numel; e++) {
                     const size_t k = x->offset + e;

@@ -23,30 +23,6 @@
 #include "safetensors.h"
 #include "test_util.h"
 
-static uint8_t *slurp(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    *len = (size_t)n;
-    return buf;
-}
-
-static void spill(const char *path, const void *p, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp || fwrite(p, 1, n, fp) != n || fclose(fp) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
-
 /* Bitwise equality, except that a NaN only has to meet a NaN. */
 static int check_f32_bits(const char *name, const float *got, const float *want, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -203,7 +179,7 @@ static void test_round_trip(void) {
     st = safetensors_write(path_b, e2, f.n_tensors < n ? f.n_tensors : n, meta2);
     tu_check(st == BT_OK, "rewrite %s: %s", path_b, bt_error_message());
     size_t la = 0, lb = 0;
-    uint8_t *ba = slurp(path_a, &la), *bb = slurp(path_b, &lb);
+    uint8_t *ba = tu_read_file(path_a, &la), *bb = tu_read_file(path_b, &lb);
     tu_check(ba && bb && la == lb && memcmp(ba, bb, la) == 0,
              "write -> read -> write is byte-identical (%zu vs %zu bytes)", la, lb);
     cJSON_Delete(m);
@@ -223,7 +199,7 @@ static void test_round_trip(void) {
         memcpy(v + 8 + h2, ba + 8 + hlen, la - 8 - hlen);
         char path_c[512];
         snprintf(path_c, sizeof path_c, "%s/padded.safetensors", tu_tmpdir());
-        spill(path_c, v, la + pad + extra);
+        tu_setup_file(path_c, v, la + pad + extra);
         st = safetensors_open(&f, path_c);
         ok = st == BT_OK && f.n_tensors == n;
         if (ok) {

@@ -27,30 +27,6 @@ static size_t base_len;
 static size_t base_hlen;     /* its header length field */
 static char base_json[1024]; /* its header JSON without the padding */
 
-static void spill(const char *path, const void *p, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp || (n && fwrite(p, 1, n, fp) != n) || fclose(fp) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
-
-static uint8_t *slurp(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    *len = (size_t)n;
-    return buf;
-}
-
 static const char *case_path(const char *label) {
     static char path[512];
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, label);
@@ -82,7 +58,7 @@ static void write_with_header(const char *path, const char *header, const uint8_
         buf[i] = (uint8_t)((uint64_t)h >> (8 * i));
     memcpy(buf + 8, header, h);
     if (ndata) memcpy(buf + 8 + h, data, ndata);
-    spill(path, buf, 8 + h + ndata);
+    tu_setup_file(path, buf, 8 + h + ndata);
     free(buf);
 }
 
@@ -103,7 +79,7 @@ static void header_case(const char *label, const char *find, const char *repl, b
 static void truncated_case(const char *label, size_t n, bt_status want, const char *s1,
                            const char *s2) {
     const char *path = case_path(label);
-    spill(path, base, n);
+    tu_setup_file(path, base, n);
     expect_open_fail(label, path, want, s1, s2);
 }
 
@@ -127,7 +103,7 @@ static void make_base(void) {
     const char *meta[] = {"format", "pt", NULL};
     const char *path = case_path("base");
     bt_status st = safetensors_write(path, e, 2, meta);
-    base = st == BT_OK ? slurp(path, &base_len) : NULL;
+    base = st == BT_OK ? tu_read_file(path, &base_len) : NULL;
     if (!base || base_len < 8) {
         printf("cannot build the base file: %s\n", bt_error_message());
         exit(1);
@@ -161,38 +137,38 @@ static void test_truncated_and_corrupt_bytes(void) {
     const char *path = case_path("len_huge");
     memcpy(v, base, base_len);
     memset(v, 0xff, 8);
-    spill(path, v, base_len);
+    tu_setup_file(path, v, base_len);
     expect_open_fail("len_huge", path, BT_ERR_FORMAT, "header length 18446744073709551615",
                      "exceeds");
 
     path = case_path("len_zero");
     memcpy(v, base, base_len);
     memset(v, 0, 8);
-    spill(path, v, base_len);
+    tu_setup_file(path, v, base_len);
     expect_open_fail("len_zero", path, BT_ERR_FORMAT, "header length 0", NULL);
 
     path = case_path("header_garbage");
     memcpy(v, base, base_len);
     memset(v + 8, 'x', base_hlen);
-    spill(path, v, base_len);
+    tu_setup_file(path, v, base_len);
     expect_open_fail("header_garbage", path, BT_ERR_FORMAT, "not valid JSON", NULL);
 
     path = case_path("header_not_utf8");
     memcpy(v, base, base_len);
     v[8 + 3] = 0xff; /* inside "__metadata__" */
-    spill(path, v, base_len);
+    tu_setup_file(path, v, base_len);
     expect_open_fail("header_not_utf8", path, BT_ERR_FORMAT, "UTF-8", "byte 3");
 
     path = case_path("header_nul");
     memcpy(v, base, base_len);
     v[8 + 5] = 0x00;
-    spill(path, v, base_len);
+    tu_setup_file(path, v, base_len);
     expect_open_fail("header_nul", path, BT_ERR_FORMAT, "0x00", "byte 5");
 
     path = case_path("header_utf8_cut");
     memcpy(v, base, base_len);
     v[8 + base_hlen - 1] = 0xc3; /* a 2-byte sequence cut off by the header end */
-    spill(path, v, base_len);
+    tu_setup_file(path, v, base_len);
     expect_open_fail("header_utf8_cut", path, BT_ERR_FORMAT, "UTF-8", NULL);
     free(v);
 
@@ -350,7 +326,7 @@ static void expect_write_fail(const char *label, const char *path, const safeten
              s1 ? s1 : "", msg);
     if (keep) {
         size_t len = 0;
-        uint8_t *now = slurp(keep, &len);
+        uint8_t *now = tu_read_file(keep, &len);
         tu_check(now && len == keep_len && memcmp(now, keep_bytes, len) == 0,
                  "%s: previous file %s unchanged", label, keep);
         free(now);
@@ -364,7 +340,7 @@ static void test_write_errors(void) {
     const char *path = case_path("atomic");
     if (!tu_check(safetensors_write(path, &good, 1, NULL) == BT_OK, "write file A")) return;
     size_t len = 0;
-    uint8_t *orig = slurp(path, &len);
+    uint8_t *orig = tu_read_file(path, &len);
 
     safetensors_entry bad[2] = {good, {"bad", BT_DTYPE_F16, BT_DTYPE_F16, 1, {4}, a}};
     expect_write_fail("write_f16", path, bad, 2, NULL, BT_ERR_ARG, "tensor 'bad': dtype F16", path,
@@ -427,7 +403,7 @@ static void test_write_errors(void) {
                      strstr(msg, "unchanged"),
                  "write failing midway (file size limit): %s", msg);
         size_t now_len = 0;
-        uint8_t *now = slurp(path, &now_len);
+        uint8_t *now = tu_read_file(path, &now_len);
         tu_check(now && now_len == len && memcmp(now, orig, len) == 0,
                  "previous file unchanged after the midway failure");
         free(now);

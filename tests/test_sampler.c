@@ -19,22 +19,9 @@
 #include "data/sampler.h"
 #include "test_util.h"
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    fclose(f);
-    s[got] = '\0';
-    return s;
-}
-
 static void test_against_pytorch(void) {
     const char *path = tu_fixture_path("data/distributed_sampler.json");
-    char *text = read_text(path);
+    char *text = (char *)tu_read_file(path, NULL);
     if (!tu_check(text != NULL, "fixture %s readable", path)) return;
     cJSON *root = cJSON_Parse(text);
     free(text);

@@ -40,27 +40,6 @@ typedef struct enc_case {
 static enc_case *g_cases;
 static size_t g_ncases;
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    size_t got = fread(buf, 1, (size_t)sz, f);
-    fclose(f);
-    buf[got] = 0;
-    if (len) *len = got;
-    return buf;
-}
-
-static int write_text(const char *path, const char *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return 0;
-    size_t put = fwrite(data, 1, len, f);
-    return fclose(f) == 0 && put == len;
-}
-
 static int32_t *json_ids(const cJSON *arr, size_t *n) {
     *n = (size_t)cJSON_GetArraySize(arr);
     int32_t *ids = malloc((*n + 1) * sizeof *ids);
@@ -247,7 +226,7 @@ static void test_contracts(const tokenizer *t) {
 
 static void test_vocab_lookup(const tokenizer *t, const char *vocab_path) {
     size_t len;
-    char *txt = read_text(vocab_path, &len);
+    char *txt = (char *)tu_read_file(vocab_path, &len);
     cJSON *v = cJSON_Parse(txt);
     free(txt);
     int ok = v != NULL;
@@ -288,13 +267,13 @@ static void test_other_loaders(const tokenizer *ref, const char *dir) {
     snprintf(sub, sizeof sub, "%s/files", tu_tmpdir());
     mkdir(sub, 0700);
     size_t len;
-    char *v = read_text(vpath, &len);
+    char *v = (char *)tu_read_file(vpath, &len);
     snprintf(out, sizeof out, "%s/vocab.json", sub);
-    int ok = write_text(out, v, len);
+    int ok = tu_write_file(out, v, len);
     free(v);
-    char *mg = read_text(mpath, &len);
+    char *mg = (char *)tu_read_file(mpath, &len);
     snprintf(out, sizeof out, "%s/merges.txt", sub);
-    ok = ok && write_text(out, mg, len);
+    ok = ok && tu_write_file(out, mg, len);
     free(mg);
     tokenizer t2;
     bt_status st = tokenizer_load(&t2, sub);
@@ -310,7 +289,7 @@ static void test_other_loaders(const tokenizer *ref, const char *dir) {
     }
 
     /* tokenizer.json with merges as ["a", "b"] pairs (tokenizers >= 0.20 writes those). */
-    char *tj = read_text(tpath, &len);
+    char *tj = (char *)tu_read_file(tpath, &len);
     cJSON *root = cJSON_Parse(tj);
     free(tj);
     cJSON *merges = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "model"), "merges");
@@ -327,7 +306,7 @@ static void test_other_loaders(const tokenizer *ref, const char *dir) {
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "merges", pairs);
     char *printed = cJSON_PrintUnformatted(root);
     snprintf(out, sizeof out, "%s/tokenizer_pairs.json", tu_tmpdir());
-    ok = write_text(out, printed, strlen(printed));
+    ok = tu_write_file(out, printed, strlen(printed));
     free(printed);
     cJSON_Delete(root);
     st = tokenizer_load_json(&t2, out);
@@ -376,7 +355,7 @@ int main(void) {
         return tu_finish();
     char path[1100];
     snprintf(path, sizeof path, "%s/cases.json", dir);
-    char *txt = read_text(path, NULL);
+    char *txt = (char *)tu_read_file(path, NULL);
     cJSON *cases = txt ? cJSON_Parse(txt) : NULL;
     free(txt);
     if (!tu_check(cases != NULL, "read %s", path)) return tu_finish();

@@ -34,13 +34,7 @@ static const char *make_dir(const char *name) {
 static void put(const char *dir, const char *file, const char *content) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        perror(path);
-        exit(1);
-    }
-    fwrite(content, 1, strlen(content), f);
-    fclose(f);
+    tu_setup_text(path, content);
 }
 
 /* Load must fail with `want` and a message containing both needles. */

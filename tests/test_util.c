@@ -6,41 +6,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int tu_passed, tu_failed, tu_case, tu_skipped;
 static char tu_skip_reason[256];
 static char tu_tmp[512];
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void tu_rng_seed(tu_rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+    bt_rng_seed(r, seed);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t tu_rng_next(tu_rng *r) { /* xoshiro256** */
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
+uint64_t tu_rng_next(tu_rng *r) {
+    return bt_rng_next(r);
 }
 
 double tu_rng_uniform(tu_rng *r, double lo, double hi) {
-    double u = (double)(tu_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
-    return lo + (hi - lo) * u;
+    return lo + (hi - lo) * bt_rng_uniform(r);
 }
 
 double tu_rng_normal(tu_rng *r) {
@@ -189,4 +172,88 @@ const char *tu_tmpdir(void) {
         }
     }
     return tu_tmp;
+}
+
+uint8_t *tu_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t n = 0, cap = 1 << 16;
+    uint8_t *buf = malloc(cap + 1);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += got;
+        if (n == cap) {
+            uint8_t *nb = realloc(buf, (cap *= 2) + 1);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+int tu_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) {
+        perror(path);
+        return 0;
+    }
+    return 1;
+}
+
+void tu_setup_file(const char *path, const void *data, size_t n) {
+    if (!tu_write_file(path, data, n)) exit(1);
+}
+
+void tu_setup_text(const char *path, const char *text) {
+    tu_setup_file(path, text, strlen(text));
+}
+
+int tu_files_equal(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    uint8_t *x = tu_read_file(a, &na), *y = tu_read_file(b, &nb);
+    int eq = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+static void tu_read_into(const char *path, char *buf, size_t cap) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+int tu_vrun_captured(const char *exe, const char *stdin_path, const char *dir, char *out,
+                     size_t out_cap, char *err, size_t err_cap, const char *args_fmt, va_list ap) {
+    char args[4096], cmd[8192], p[1100];
+    vsnprintf(args, sizeof args, args_fmt, ap);
+    if (stdin_path)
+        snprintf(cmd, sizeof cmd, "'%s' %s < '%s' > '%s/stdout.txt' 2> '%s/stderr.txt'", exe, args,
+                 stdin_path, dir, dir);
+    else
+        snprintf(cmd, sizeof cmd, "'%s' %s > '%s/stdout.txt' 2> '%s/stderr.txt'", exe, args, dir,
+                 dir);
+    int status = system(cmd);
+    snprintf(p, sizeof p, "%s/stdout.txt", dir);
+    tu_read_into(p, out, out_cap);
+    snprintf(p, sizeof p, "%s/stderr.txt", dir);
+    tu_read_into(p, err, err_cap);
+    if (status == -1 || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+}
+
+double tu_clock_seconds(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -5,18 +5,24 @@
  * - tu_check(): a boolean case with a printf-style description.
  * - tu_finish(): prints "N passed, N failed" and returns the exit status (0 only when
  *   nothing failed and at least one case ran; 77 = skipped when tu_skip() was called).
- * - Random inputs come from tu_rng (splitmix64/xoshiro), seeded per test, so failures
- *   reproduce.
- * Each case prints "ok N - name" / "not ok N - name (...)" (TAP-like, readable in logs). */
+ * - Random inputs come from tu_rng (bt's splitmix64-seeded xoshiro256**, src/rng.h), seeded
+ *   per test, so failures reproduce.
+ * - Files and child processes: whole-file read/write, byte comparison, running a command with
+ *   its output captured (tests of the command-line tools).
+ * Each case prints "ok N - name" / "not ok N - name (...)" (TAP-like, readable in logs).
+ * Fixture tensors and JPEG pictures made on the fly live in test_fixture.h. */
 #ifndef BT_TEST_UTIL_H
 #define BT_TEST_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
-typedef struct tu_rng {
-    uint64_t s[4];
-} tu_rng;
+#include "rng.h"
+
+/* The tests' generator is bt's own (src/rng.h): tu_rng_next is bt_rng_next. */
+typedef bt_rng tu_rng;
 
 void tu_rng_seed(tu_rng *r, uint64_t seed);
 uint64_t tu_rng_next(tu_rng *r);
@@ -52,6 +58,30 @@ void tu_skip(const char *reason);
 
 /* Prints "N passed, N failed" and returns the process exit status. */
 int tu_finish(void);
+
+/* --- files and child processes (shared by the tests that build inputs on disk) --------- */
+
+/* The whole file, NUL-terminated one byte past *len (so text files are C strings); *len may
+ * be NULL. NULL when the file cannot be opened or read. Free with free(). */
+uint8_t *tu_read_file(const char *path, size_t *len);
+/* Writes n bytes to path (created or truncated). Returns 1, or prints "PATH: REASON" to
+ * stderr and returns 0. */
+int tu_write_file(const char *path, const void *data, size_t n);
+/* tu_write_file for inputs a test cannot go on without: exits 1 on failure. */
+void tu_setup_file(const char *path, const void *data, size_t n);
+void tu_setup_text(const char *path, const char *text);
+/* 1 when both files can be read and hold the same bytes. */
+int tu_files_equal(const char *a, const char *b);
+/* Runs "'exe' ARGS" through the shell, ARGS being shell text formatted from args_fmt and ap
+ * (cut at 4095 bytes), with stdin from stdin_path (NULL: inherited) and stdout and stderr
+ * captured in <dir>/stdout.txt and <dir>/stderr.txt, then copied (NUL-terminated, cut to
+ * cap - 1 bytes; "" when unreadable) into out and err. Returns the exit code, -1 when the
+ * command did not exit normally (a crash). For the tests of the command-line tools. */
+int tu_vrun_captured(const char *exe, const char *stdin_path, const char *dir, char *out,
+                     size_t out_cap, char *err, size_t err_cap, const char *args_fmt, va_list ap);
+/* clock_gettime(id) in seconds (benchmarks: CLOCK_MONOTONIC for wall time,
+ * CLOCK_PROCESS_CPUTIME_ID for CPU time). */
+double tu_clock_seconds(clockid_t id);
 
 /* Path of a file under tests/fixtures (env BT_FIXTURES set by meson, else the source tree
  * path compiled in); static buffer. */

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -47,6 +48,7 @@
 #include "data/sampler.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
+#include "json_util.h"
 #include "safetensors.h"
 
 enum { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_USAGE = 2 };
@@ -422,18 +424,21 @@ static int cmd_tokenize(const args *a) {
     return status;
 }
 
+/* --dtype f32 (the default) or bf16 into *bf16. Returns 0, or the usage exit code. */
+static int parse_dtype(const args *a, int *bf16) {
+    *bf16 = a->dtype && !strcmp(a->dtype, "bf16");
+    if (a->dtype && !*bf16 && strcmp(a->dtype, "f32"))
+        return usage("--dtype '%s': expected f32 or bf16", a->dtype);
+    return 0;
+}
+
 /* ---- preprocess -------------------------------------------------------------------------- */
 
 static int cmd_preprocess(const args *a) {
     if (!a->model || !a->image || !a->output)
         return usage("preprocess needs --model DIR --image FILE --output OUT.safetensors%s", "");
-    int bf16 = 0;
-    if (a->dtype) {
-        if (!strcmp(a->dtype, "bf16"))
-            bf16 = 1;
-        else if (strcmp(a->dtype, "f32"))
-            return usage("--dtype '%s': expected f32 or bf16", a->dtype);
-    }
+    int bf16, usage_rc = parse_dtype(a, &bf16);
+    if (usage_rc) return usage_rc;
     char path[4096];
     snprintf(path, sizeof path, "%s/preprocessor_config.json", a->model);
     image_preprocess_config cfg;
@@ -509,22 +514,13 @@ typedef struct model_text_info {
 static bt_status read_model_info(model_text_info *mi, const char *model_dir) {
     memset(mi, 0, sizeof *mi);
     snprintf(mi->path, sizeof mi->path, "%s/config.json", model_dir);
-    FILE *f = fopen(mi->path, "rb");
-    if (!f) return errno == ENOENT ? BT_OK : bt_fail(BT_ERR_IO, "%s: cannot open: %s", mi->path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *text = malloc(cap);
-    BT_ASSERT(text);
-    for (size_t got; (got = fread(text + n, 1, cap - 1 - n, f)) > 0;) {
-        n += got;
-        if (n == cap - 1) {
-            text = realloc(text, cap *= 2);
-            BT_ASSERT(text);
-        }
-    }
-    fclose(f);
-    text[n] = '\0';
+    struct stat sb;
+    if (stat(mi->path, &sb) != 0 && errno == ENOENT) return BT_OK;
+    char *text;
+    bt_status st = bt_json_read_text(mi->path, NULL, &text);
+    if (st) return st;
     bt_model_config c;
-    bt_status st = bt_model_config_parse(&c, text, mi->path);
+    st = bt_model_config_parse(&c, text, mi->path);
     if (st == BT_OK) {
         mi->has_config = 1;
         mi->max_length = c.max_position_embeddings - c.pad_token_id - 1;
@@ -561,13 +557,8 @@ static int cmd_batch(const args *a) {
                      "");
     if (a->batch_size < 1 || a->batch_size > 65536)
         return usage("--batch-size must be in [1, 65536]%s", "");
-    int bf16 = 0;
-    if (a->dtype) {
-        if (!strcmp(a->dtype, "bf16"))
-            bf16 = 1;
-        else if (strcmp(a->dtype, "f32"))
-            return usage("--dtype '%s': expected f32 or bf16", a->dtype);
-    }
+    int bf16, usage_rc = parse_dtype(a, &bf16);
+    if (usage_rc) return usage_rc;
     if (a->max_length >= 0 && (a->max_length < 2 || a->max_length > 65536))
         return usage("--max-length must be in [2, 65536]%s", "");
 

@@ -33,6 +33,8 @@
 #include <jerror.h>
 #include <jpeglib.h>
 
+#include "json_util.h"
+
 static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
 static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
 
@@ -97,22 +99,12 @@ bt_status image_preprocess_config_validate(const image_preprocess_config *cfg,
     return BT_OK;
 }
 
-static const char *json_type_name(const cJSON *j) {
-    if (cJSON_IsNull(j)) return "null";
-    if (cJSON_IsBool(j)) return "a boolean";
-    if (cJSON_IsNumber(j)) return "a number";
-    if (cJSON_IsString(j)) return "a string";
-    if (cJSON_IsArray(j)) return "an array";
-    if (cJSON_IsObject(j)) return "an object";
-    return "an invalid value";
-}
-
 /* An integer-valued JSON number in [lo, hi]. */
 static bt_status json_int(int *out, const cJSON *j, const char *path, const char *key, int lo,
                           int hi) {
     if (!cJSON_IsNumber(j))
         return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected an integer, got %s", path, key,
-                       json_type_name(j));
+                       bt_json_type_name(j));
     double v = j->valuedouble;
     if (v != floor(v) || v < lo || v > hi)
         return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected an integer in %d..%d, got %g",
@@ -123,8 +115,8 @@ static bt_status json_int(int *out, const cJSON *j, const char *path, const char
 
 static bt_status json_bool(int *out, const cJSON *j, const char *path, const char *key) {
     if (!cJSON_IsBool(j))
-        return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected true or false, got %s", path,
-                       key, json_type_name(j));
+        return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected true or false, got %s", path, key,
+                       bt_json_type_name(j));
     *out = cJSON_IsTrue(j) ? 1 : 0;
     return BT_OK;
 }
@@ -137,7 +129,7 @@ static bt_status json_shortest_edge(int *out, const cJSON *j, const char *path, 
     if (allow_int && cJSON_IsNumber(j)) return json_int(out, j, path, key, 1, 1 << 15);
     if (!cJSON_IsObject(j))
         return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected {\"shortest_edge\": n}%s, got %s",
-                       path, key, allow_int ? " or an integer" : "", json_type_name(j));
+                       path, key, allow_int ? " or an integer" : "", bt_json_type_name(j));
     const cJSON *se = cJSON_GetObjectItemCaseSensitive(j, "shortest_edge");
     if (!se)
         return bt_fail(BT_ERR_CONFIG,
@@ -154,14 +146,16 @@ static bt_status json_triple(float out[3], const cJSON *j, const char *path, con
         return BT_OK;
     }
     if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 3)
-        return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected an array of 3 numbers (R, G, B), "
-                       "got %s%s", path, key, json_type_name(j),
+        return bt_fail(BT_ERR_CONFIG,
+                       "%s: key \"%s\": expected an array of 3 numbers (R, G, B), "
+                       "got %s%s",
+                       path, key, bt_json_type_name(j),
                        cJSON_IsArray(j) ? " of another length" : "");
     for (int c = 0; c < 3; c++) {
         const cJSON *e = cJSON_GetArrayItem(j, c);
         if (!cJSON_IsNumber(e))
             return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\"[%d]: expected a number, got %s", path,
-                           key, c, json_type_name(e));
+                           key, c, bt_json_type_name(e));
         out[c] = (float)e->valuedouble; /* HF: np.array(mean, dtype=float32) */
     }
     return BT_OK;
@@ -183,7 +177,7 @@ bt_status image_preprocess_config_from_json(image_preprocess_config *cfg, const 
     bt_free(bytes);
     if (!cJSON_IsObject(root)) {
         st = bt_fail(BT_ERR_CONFIG, "%s: expected a JSON object at the top level, got %s", path,
-                     json_type_name(root));
+                     bt_json_type_name(root));
         cJSON_Delete(root);
         return st;
     }
@@ -214,7 +208,7 @@ bt_status image_preprocess_config_from_json(image_preprocess_config *cfg, const 
     if (!st && (j = cJSON_GetObjectItemCaseSensitive(root, "rescale_factor"))) {
         if (!cJSON_IsNumber(j))
             st = bt_fail(BT_ERR_CONFIG, "%s: key \"rescale_factor\": expected a number, got %s",
-                         path, json_type_name(j));
+                         path, bt_json_type_name(j));
         else
             c.rescale_factor = j->valuedouble;
     }

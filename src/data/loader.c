@@ -113,7 +113,7 @@ static double now_seconds(void) {
 }
 
 static uint64_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    uint64_t h = 14695981039346656037ull; /* FNV-1a */
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;

@@ -14,56 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- generator --------------------------------------------------------------------------- */
-
-uint64_t bt_splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-void bt_rng_seed(bt_rng *r, uint64_t seed) {
-    uint64_t st = seed;
-    for (int i = 0; i < 4; i++)
-        r->s[i] = bt_splitmix64(&st);
-}
-
-static inline uint64_t rotl64(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-
-uint64_t bt_rng_next(bt_rng *r) {
-    uint64_t *s = r->s;
-    uint64_t result = rotl64(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return result;
-}
-
-uint64_t bt_rng_below(bt_rng *r, uint64_t bound) {
-    BT_ASSERT(bound >= 1);
-    __extension__ typedef unsigned __int128 u128;
-    u128 m = (u128)bt_rng_next(r) * bound;
-    uint64_t low = (uint64_t)m;
-    if (low < bound) {
-        uint64_t threshold = (0 - bound) % bound;
-        while (low < threshold) {
-            m = (u128)bt_rng_next(r) * bound;
-            low = (uint64_t)m;
-        }
-    }
-    return (uint64_t)(m >> 64);
-}
-
-double bt_rng_uniform(bt_rng *r) {
-    return (double)(bt_rng_next(r) >> 11) * 0x1.0p-53;
-}
+#include "rng.h"
 
 /* ---- sampler ----------------------------------------------------------------------------- */
 

@@ -89,17 +89,4 @@ bt_status sampler_cursor_from_json(const sampler *s, const struct cJSON *j, cons
 /* Positions the sampler at c (validated as above). */
 bt_status sampler_seek(sampler *s, sampler_cursor c);
 
-/* splitmix64 step and the seeded xoshiro256** used for permutations, exposed so the
- * synthetic generator and tests share one documented generator. */
-typedef struct bt_rng {
-    uint64_t s[4];
-} bt_rng;
-uint64_t bt_splitmix64(uint64_t *state);
-void bt_rng_seed(bt_rng *r, uint64_t seed);
-uint64_t bt_rng_next(bt_rng *r);
-/* Uniform integer in [0, bound) (bound >= 1), without modulo bias (Lemire's method). */
-uint64_t bt_rng_below(bt_rng *r, uint64_t bound);
-/* Uniform double in [0, 1) with 53 random bits. */
-double bt_rng_uniform(bt_rng *r);
-
 #endif

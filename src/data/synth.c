@@ -22,7 +22,7 @@
 
 #include <jpeglib.h>
 
-#include "data/sampler.h"
+#include "rng.h"
 
 static const char *const shape_names[SYNTH_N_SHAPES] = {"circle", "square", "triangle", "star"};
 static const char *const colour_names[SYNTH_N_COLOURS] = {"red",    "green",  "blue",  "yellow",

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "json_util.h"
 #include "unicode_tables.h"
 
 /* ---------------------------------------------------------------------------------------
@@ -186,7 +187,7 @@ static const char *quote(const char *s, size_t len, char *buf, size_t cap) {
 
 static uint64_t hash_bytes(const void *p, size_t len) {
     const uint8_t *s = p;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a, then a final mix for the high bits */
+    uint64_t h = 14695981039346656037ull; /* FNV-1a, then a final mix for the high bits */
     for (size_t i = 0; i < len; i++)
         h = (h ^ s[i]) * 1099511628211ull;
     h ^= h >> 29;
@@ -549,17 +550,6 @@ static bt_status parse_json_file(const char *path, cJSON **out) {
     return BT_OK;
 }
 
-static const char *json_type_name(const cJSON *j) {
-    if (!j) return "nothing";
-    if (cJSON_IsNull(j)) return "null";
-    if (cJSON_IsBool(j)) return "a boolean";
-    if (cJSON_IsNumber(j)) return "a number";
-    if (cJSON_IsString(j)) return "a string";
-    if (cJSON_IsArray(j)) return "an array";
-    if (cJSON_IsObject(j)) return "an object";
-    return "an invalid value";
-}
-
 /* An integer id in [0, TOKENIZER_MAX_ID], or -1. */
 static int32_t json_id(const cJSON *j) {
     if (!cJSON_IsNumber(j)) return -1;
@@ -572,14 +562,14 @@ static bt_status load_vocab(struct tokenizer_impl *m, const cJSON *v, const char
                             const char *where) {
     if (!cJSON_IsObject(v))
         return bt_fail(BT_ERR_FORMAT, "%s: %s: expected an object {\"token\": id}, got %s", path,
-                       where, json_type_name(v));
+                       where, bt_json_type_name(v));
     for (const cJSON *c = v->child; c; c = c->next) {
         const char *key = c->string ? c->string : "";
         int32_t id = json_id(c);
         if (id < 0)
             return bt_fail(BT_ERR_FORMAT,
                            "%s: %s entry %s: expected an integer id in [0, %d], got %s", path,
-                           where, QUOTE(key, strlen(key)), TOKENIZER_MAX_ID, json_type_name(c));
+                           where, QUOTE(key, strlen(key)), TOKENIZER_MAX_ID, bt_json_type_name(c));
         if (str_map_put(&m->vocab, key, strlen(key), id))
             return bt_fail(BT_ERR_FORMAT, "%s: %s: token %s appears twice", path, where,
                            QUOTE(key, strlen(key)));
@@ -655,7 +645,7 @@ static bt_status load_merges_txt(struct tokenizer_impl *m, const char *path) {
 static bt_status load_merges_json(struct tokenizer_impl *m, const cJSON *arr, const char *path) {
     if (!cJSON_IsArray(arr))
         return bt_fail(BT_ERR_FORMAT, "%s: model.merges: expected an array, got %s", path,
-                       json_type_name(arr));
+                       bt_json_type_name(arr));
     int32_t rank = 0;
     for (const cJSON *c = arr->child; c; c = c->next, rank++) {
         char what[64];
@@ -672,7 +662,7 @@ static bt_status load_merges_json(struct tokenizer_impl *m, const cJSON *arr, co
         } else {
             st = bt_fail(BT_ERR_FORMAT,
                          "%s: %s: expected \"left right\" or [\"left\", \"right\"], got %s", path,
-                         what, json_type_name(c));
+                         what, bt_json_type_name(c));
         }
         if (st) return st;
     }
@@ -703,7 +693,7 @@ static bt_status json_bool(const cJSON *obj, const char *key, int *out, const ch
     if (!j || cJSON_IsNull(j)) return BT_OK;
     if (!cJSON_IsBool(j))
         return bt_fail(BT_ERR_FORMAT, "%s: %s.%s: expected true or false, got %s", path, where, key,
-                       json_type_name(j));
+                       bt_json_type_name(j));
     *out = cJSON_IsTrue(j);
     return BT_OK;
 }
@@ -712,22 +702,22 @@ static bt_status load_added_tokens(struct tokenizer_impl *m, const cJSON *arr, c
     if (!arr || cJSON_IsNull(arr)) return BT_OK;
     if (!cJSON_IsArray(arr))
         return bt_fail(BT_ERR_FORMAT, "%s: added_tokens: expected an array, got %s", path,
-                       json_type_name(arr));
+                       bt_json_type_name(arr));
     int k = 0;
     for (const cJSON *c = arr->child; c; c = c->next, k++) {
         char where[48];
         snprintf(where, sizeof where, "added_tokens[%d]", k);
         if (!cJSON_IsObject(c))
             return bt_fail(BT_ERR_FORMAT, "%s: %s: expected an object, got %s", path, where,
-                           json_type_name(c));
+                           bt_json_type_name(c));
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(c, "content");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
         if (!cJSON_IsString(content) || content->valuestring[0] == 0)
             return bt_fail(BT_ERR_FORMAT, "%s: %s.content: expected a non-empty string, got %s",
-                           path, where, json_type_name(content));
+                           path, where, bt_json_type_name(content));
         if (json_id(id) < 0)
             return bt_fail(BT_ERR_FORMAT, "%s: %s.id: expected an integer in [0, %d], got %s", path,
-                           where, TOKENIZER_MAX_ID, json_type_name(id));
+                           where, TOKENIZER_MAX_ID, bt_json_type_name(id));
         /* Defaults of HF's AddedToken when a field is missing. */
         int special = 0, single_word = 0, lstrip = 0, rstrip = 0, normalized;
         bt_status st = json_bool(c, "special", &special, path, where);
@@ -754,7 +744,7 @@ static bt_status json_special_pair(const cJSON *pp, const char *key, int32_t *id
     if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2 || !cJSON_IsString(j->child) ||
         json_id(j->child->next) < 0)
         return bt_fail(BT_ERR_FORMAT, "%s: post_processor.%s: expected [\"token\", id], got %s",
-                       path, key, json_type_name(j));
+                       path, key, bt_json_type_name(j));
     *id = json_id(j->child->next);
     return BT_OK;
 }
@@ -825,7 +815,7 @@ static bt_status check_pipeline(struct tokenizer_impl *m, const cJSON *root, con
     if (unk && !cJSON_IsNull(unk)) {
         if (!cJSON_IsString(unk))
             return bt_fail(BT_ERR_FORMAT, "%s: model.unk_token: expected a string or null, got %s",
-                           path, json_type_name(unk));
+                           path, bt_json_type_name(unk));
         m->unk_token = strdup(unk->valuestring);
         BT_ASSERT(m->unk_token != NULL);
     }
@@ -926,11 +916,11 @@ bt_status tokenizer_load_json(tokenizer *t, const char *path) {
     bt_status st = parse_json_file(path, &root);
     if (!st && !cJSON_IsObject(root))
         st = bt_fail(BT_ERR_FORMAT, "%s: expected a JSON object at the top, got %s", path,
-                     json_type_name(root));
+                     bt_json_type_name(root));
     const cJSON *model = st ? NULL : cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!st && !cJSON_IsObject(model))
         st = bt_fail(BT_ERR_FORMAT, "%s: model: expected an object, got %s", path,
-                     json_type_name(model));
+                     bt_json_type_name(model));
     if (!st) st = check_pipeline(t->impl, root, path);
     if (!st)
         st = load_vocab(t->impl, cJSON_GetObjectItemCaseSensitive(model, "vocab"), path,

@@ -139,13 +139,6 @@ static int parse_args(fwd_args *a, int argc, char **argv) {
 
 /* --- inputs ------------------------------------------------------------------------------- */
 
-static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
-    size_t n = (size_t)snprintf(out, cap, "[");
-    for (int k = 0; k < ndim && n < cap; k++)
-        n += (size_t)snprintf(out + n, cap - n, "%s%lld", k ? ", " : "", (long long)shape[k]);
-    if (n < cap) snprintf(out + n, cap - n, "]");
-}
-
 /* Checks t's shape against want (ndim dims); `what` spells the expectation, e.g.
  * "(B, 3, R, R) with R = vision_config.image_size". */
 static bt_status check_shape(const char *path, const safetensors_tensor *t, int ndim,
@@ -155,8 +148,8 @@ static bt_status check_shape(const char *path, const safetensors_tensor *t, int 
         ok = t->shape[k] == want[k];
     if (ok) return BT_OK;
     char got[128], exp[128];
-    shape_str(got, sizeof got, t->ndim, t->shape);
-    shape_str(exp, sizeof exp, ndim, want);
+    safetensors_shape_str(got, sizeof got, t->ndim, t->shape);
+    safetensors_shape_str(exp, sizeof exp, ndim, want);
     return bt_fail(BT_ERR_SHAPE, "%s: tensor '%s' has shape %s; expected %s = %s", path, t->name,
                    got, what, exp);
 }
@@ -195,7 +188,7 @@ static bt_status read_inputs(fwd_inputs *in, const char *path, const bt_model_co
     if (s == BT_OK) s = need(&f, "pixel_values", "(B, 3, R, R) normalized pixels", &t_px);
     if (s == BT_OK && t_ids->ndim != 2) {
         char got[128];
-        shape_str(got, sizeof got, t_ids->ndim, t_ids->shape);
+        safetensors_shape_str(got, sizeof got, t_ids->ndim, t_ids->shape);
         s = bt_fail(BT_ERR_SHAPE, "%s: tensor 'input_ids' has shape %s; expected (B, T)", path,
                     got);
     }

@@ -27,6 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "json_util.h"
+
 enum { CK_LIST_SHOWN = 5 }; /* keys named in an error message before "... and N more" */
 
 /* --- small helpers --------------------------------------------------------------------- */
@@ -85,13 +87,6 @@ static void list_summary(char *out, size_t cap, const bt_name_list *l) {
         snprintf(out + k, cap - k, " (and %zu more)", l->n - CK_LIST_SHOWN);
 }
 
-static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
-    size_t n = (size_t)snprintf(out, cap, "[");
-    for (int k = 0; k < ndim && n < cap; k++)
-        n += (size_t)snprintf(out + n, cap - n, "%s%lld", k ? ", " : "", (long long)shape[k]);
-    if (n < cap) snprintf(out + n, cap - n, "]");
-}
-
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
@@ -103,46 +98,6 @@ static int path_kind(const char *path) { /* 0 absent, 1 regular file, 2 director
     if (S_ISREG(sb.st_mode)) return 1;
     if (S_ISDIR(sb.st_mode)) return 2;
     return 3;
-}
-
-/* Whole file as a NUL-terminated string. */
-static bt_status read_text(const char *path, char **text) {
-    *text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return bt_fail(BT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t len = 0, cap = 16384;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
-    }
-    for (;;) {
-        if (len + 4097 > cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, 4096, f);
-        len += got;
-        if (got < 4096) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return bt_fail(BT_ERR_IO, "%s: read error", path);
-    }
-    buf[len] = '\0';
-    if (strlen(buf) != len) {
-        free(buf);
-        return bt_fail(BT_ERR_FORMAT, "%s: the file contains a NUL byte (not a JSON text)", path);
-    }
-    *text = buf;
-    return BT_OK;
 }
 
 /* --- report ------------------------------------------------------------------------------ */
@@ -237,7 +192,7 @@ bt_status bt_checkpoint_open(bt_checkpoint *ck, const char *dir) {
                     dir);
         goto fail;
     }
-    s = read_text(ck->config_path, &ck->config_json);
+    s = bt_json_read_text(ck->config_path, NULL, &ck->config_json);
     if (s != BT_OK) goto fail;
     s = bt_model_config_parse(&ck->cfg, ck->config_json, ck->config_path);
     if (s != BT_OK) goto fail;
@@ -371,8 +326,8 @@ bt_status bt_checkpoint_read(const bt_checkpoint *ck, const bt_param_table *t, f
             same = st->shape[k] == x->shape[k];
         if (!same) {
             char want[128], got[128];
-            shape_str(want, sizeof want, x->ndim, x->shape);
-            shape_str(got, sizeof got, st->ndim, st->shape);
+            safetensors_shape_str(want, sizeof want, x->ndim, x->shape);
+            safetensors_shape_str(got, sizeof got, st->ndim, st->shape);
             list_push(&r->mismatched, "%s: expected %s, found %s", st->name, want, got);
             if (!first_bad[0])
                 snprintf(first_bad, sizeof first_bad, "tensor '%s': expected shape %s, found %s",
@@ -494,7 +449,7 @@ bt_status bt_checkpoint_init(bt_checkpoint_weights *w, const char *dir, unsigned
     if (path_kind(path) == 0)
         s = bt_fail(BT_ERR_IO, "%s: missing config.json (HF field names; see configs/)", dir);
     else
-        s = read_text(path, &w->config_json);
+        s = bt_json_read_text(path, NULL, &w->config_json);
     if (s == BT_OK) s = bt_model_config_parse(&w->cfg, w->config_json, path);
     free(path);
     if (s != BT_OK) {

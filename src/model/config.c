@@ -11,11 +11,12 @@
 #include "config.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "json_util.h"
 
 void bt_model_config_default(bt_model_config *c) {
     memset(c, 0, sizeof *c);
@@ -297,37 +298,10 @@ bt_status bt_model_config_parse(bt_model_config *c, const char *json, const char
 }
 
 bt_status bt_model_config_load(bt_model_config *c, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return bt_fail(BT_ERR_IO, "%s: cannot open model config: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 16384;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return bt_fail(BT_ERR_NOMEM, "%s: out of memory reading the config", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, 4096, f);
-        len += got;
-        if (got < 4096) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return bt_fail(BT_ERR_IO, "%s: read error", path);
-    }
-    buf[len] = '\0';
-    if (strlen(buf) != len) {
-        free(buf);
-        return bt_fail(BT_ERR_FORMAT, "%s: the file contains a NUL byte (not a JSON text)", path);
-    }
-    bt_status s = bt_model_config_parse(c, buf, path);
+    char *buf;
+    bt_status s = bt_json_read_text(path, "model config", &buf);
+    if (s != BT_OK) return s;
+    s = bt_model_config_parse(c, buf, path);
     free(buf);
     return s;
 }

@@ -70,6 +70,23 @@ static cross_side cross_side_get(const bt_model *m, int side) {
     return s;
 }
 
+/* The layer's dropout sites; the backward regenerates the forward's masks from them. */
+typedef struct cross_layer_drops {
+    bt_dropout self_probs, self_out, cross_probs, cross_out, ffn_out;
+} cross_layer_drops;
+
+static cross_layer_drops cross_layer_drops_get(const bt_model *m, const cross_side *s, int k) {
+    const uint32_t t = s->site_tower;
+    cross_layer_drops d = {
+        .self_probs = model_dropout(m, bt_site(t, k, BT_SITE_ATTN_PROBS), m->attn_dropout),
+        .self_out = model_dropout(m, bt_site(t, k, BT_SITE_ATTN_OUT), m->hidden_dropout),
+        .cross_probs = model_dropout(m, bt_site(t, k, BT_SITE_CROSS_PROBS), m->attn_dropout),
+        .cross_out = model_dropout(m, bt_site(t, k, BT_SITE_CROSS_OUT), m->hidden_dropout),
+        .ffn_out = model_dropout(m, bt_site(t, k, BT_SITE_FFN_OUT), m->hidden_dropout),
+    };
+    return d;
+}
+
 static attention_dims cross_dims(const bt_model *m, size_t Tq, size_t Tk) {
     size_t H = (size_t)m->cfg.hidden;
     attention_dims d = {.B = m->B, .Tq = Tq, .Tk = Tk, .NH = (size_t)m->cfg.text_heads,
@@ -88,39 +105,31 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
     const size_t N1 = m->B * s->T1, N2 = m->B * s->T2;
     const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
-    const bt_dropout dsp = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_ATTN_PROBS),
-                                         m->attn_dropout);
-    const bt_dropout dso = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_ATTN_OUT),
-                                         m->hidden_dropout);
-    const bt_dropout dcp = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_CROSS_PROBS),
-                                         m->attn_dropout);
-    const bt_dropout dco = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_CROSS_OUT),
-                                         m->hidden_dropout);
-    const bt_dropout dfo = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_FFN_OUT),
-                                         m->hidden_dropout);
+    const cross_layer_drops dr = cross_layer_drops_get(m, s, k);
     /* a = LN1(dropout(SelfAttn(x)·Woᵀ + bo) + x) */
     lin_forward(m, a->q, x, &p.q, N1);
     lin_forward(m, a->k, x, &p.k, N1);
     lin_forward(m, a->v, x, &p.v, N1);
-    attention_forward(a->ctx, a->probs, a->q, a->k, a->v, s->self_bias, &sd, &dsp, cp);
+    attention_forward(a->ctx, a->probs, a->q, a->k, a->v, s->self_bias, &sd, &dr.self_probs, cp);
     lin_forward(m, a->attn_lin, a->ctx, &p.o, N1);
-    dropout_forward(a->attn_lin, a->attn_lin, N1 * H, &dso);
+    dropout_forward(a->attn_lin, a->attn_lin, N1 * H, &dr.self_out);
     residual_forward(a->res1, a->attn_lin, x, N1 * H);
     norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N1);
     /* c = LN2(dropout(CrossAttn(q = a, k/v = e)·Wo2ᵀ + bo2) + a) */
     lin_forward(m, a->cq, a->a, &p.cq, N1);
     lin_forward(m, a->ck, e, &p.ck, N2);
     lin_forward(m, a->cv, e, &p.cv, N2);
-    attention_forward(a->cctx, a->cprobs, a->cq, a->ck, a->cv, s->enc_bias, &cd, &dcp, cp);
+    attention_forward(a->cctx, a->cprobs, a->cq, a->ck, a->cv, s->enc_bias, &cd, &dr.cross_probs,
+                      cp);
     lin_forward(m, a->cattn_lin, a->cctx, &p.co, N1);
-    dropout_forward(a->cattn_lin, a->cattn_lin, N1 * H, &dco);
+    dropout_forward(a->cattn_lin, a->cattn_lin, N1 * H, &dr.cross_out);
     residual_forward(a->res2, a->cattn_lin, a->a, N1 * H);
     norm_forward(a->c, a->mean2, a->rstd2, a->res2, &p.ln2, N1);
     /* out = LN3(dropout(GELU(c·W1ᵀ + b1)·W2ᵀ + b2) + c) */
     lin_forward(m, a->f_pre, a->c, &p.fc1, N1);
     gelu_forward(a->f, a->f_pre, N1 * I);
     lin_forward(m, a->ffn_lin, a->f, &p.fc2, N1);
-    dropout_forward(a->ffn_lin, a->ffn_lin, N1 * H, &dfo);
+    dropout_forward(a->ffn_lin, a->ffn_lin, N1 * H, &dr.ffn_out);
     residual_forward(a->res3, a->ffn_lin, a->c, N1 * H);
     norm_forward(a->out, a->mean3, a->rstd3, a->res3, &p.ln3, N1);
 }
@@ -135,39 +144,31 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     const size_t N1 = m->B * s->T1, N2 = m->B * s->T2;
     const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
-    const bt_dropout dsp = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_ATTN_PROBS),
-                                         m->attn_dropout);
-    const bt_dropout dso = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_ATTN_OUT),
-                                         m->hidden_dropout);
-    const bt_dropout dcp = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_CROSS_PROBS),
-                                         m->attn_dropout);
-    const bt_dropout dco = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_CROSS_OUT),
-                                         m->hidden_dropout);
-    const bt_dropout dfo = model_dropout(m, bt_site(s->site_tower, k, BT_SITE_FFN_OUT),
-                                         m->hidden_dropout);
+    const cross_layer_drops dr = cross_layer_drops_get(m, s, k);
     /* out = LN3(res3), res3 = dropout(ffn_lin) + c, ffn_lin = GELU(c·W1ᵀ + b1)·W2ᵀ + b2 */
     norm_backward(d->res3, d->out, a->res3, a->mean3, a->rstd3, &p.ln3, N1);
     residual_backward(d->c, NULL, d->res3, N1 * H);
-    dropout_backward(d->ffn_lin, d->res3, N1 * H, &dfo);
+    dropout_backward(d->ffn_lin, d->res3, N1 * H, &dr.ffn_out);
     lin_backward(m, d->f, d->ffn_lin, a->f, &p.fc2, N1);
     gelu_backward(d->f_pre, d->f, a->f_pre, N1 * I);
     lin_backward(m, d->c, d->f_pre, a->c, &p.fc1, N1);
     /* c = LN2(res2), res2 = dropout(cattn_lin) + a, cattn_lin = CrossAttn(a, e)·Wo2ᵀ + bo2 */
     norm_backward(d->res2, d->c, a->res2, a->mean2, a->rstd2, &p.ln2, N1);
     residual_backward(d->a, NULL, d->res2, N1 * H);
-    dropout_backward(d->cattn_lin, d->res2, N1 * H, &dco);
+    dropout_backward(d->cattn_lin, d->res2, N1 * H, &dr.cross_out);
     lin_backward(m, d->cctx, d->cattn_lin, a->cctx, &p.co, N1);
-    attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv, &cd, &dcp,
-                       cp);
+    attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv, &cd,
+                       &dr.cross_probs, cp);
     lin_backward(m, de, d->ck, e, &p.ck, N2);
     lin_backward(m, de, d->cv, e, &p.cv, N2);
     lin_backward(m, d->a, d->cq, a->a, &p.cq, N1);
     /* a = LN1(res1), res1 = dropout(attn_lin) + x, attn_lin = SelfAttn(x)·Woᵀ + bo */
     norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N1);
     residual_backward(dx, NULL, d->res1, N1 * H);
-    dropout_backward(d->attn_lin, d->res1, N1 * H, &dso);
+    dropout_backward(d->attn_lin, d->res1, N1 * H, &dr.self_out);
     lin_backward(m, d->ctx, d->attn_lin, a->ctx, &p.o, N1);
-    attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &sd, &dsp, cp);
+    attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &sd, &dr.self_probs,
+                       cp);
     lin_backward(m, dx, d->q, x, &p.q, N1);
     lin_backward(m, dx, d->k, x, &p.k, N1);
     lin_backward(m, dx, d->v, x, &p.v, N1);
@@ -239,17 +240,34 @@ static link_params link_params_get(const bt_model *m, int side, int j) {
 
 /* --- the stack ------------------------------------------------------------------------- */
 
+/* The stack's weights outside the layers: the modality transforms Tt and Ti, ln_post, the
+ * k = 0 LayerNorms and the two poolers (forward and backward read the same views). */
+typedef struct cross_stack_params {
+    bt_linear tt, ti, pt, pi;
+    bt_norm ln_post, ln_t0, ln_i0;
+} cross_stack_params;
+
+static cross_stack_params cross_stack_params_get(const bt_model *m) {
+    const bt_model_config *c = &m->cfg;
+    cross_stack_params p = {
+        .tt = model_linear(m, BT_P_XT_TRANSFORM_W, BT_P_XT_TRANSFORM_B, 0),
+        .ti = model_linear(m, BT_P_XI_TRANSFORM_W, BT_P_XI_TRANSFORM_B, 0),
+        .pt = model_linear(m, BT_P_XT_POOL_W, BT_P_XT_POOL_B, 0),
+        .pi = model_linear(m, BT_P_XI_POOL_W, BT_P_XI_POOL_B, 0),
+        .ln_post =
+            model_norm(m, BT_P_VIS_LN_POST_W, BT_P_VIS_LN_POST_B, 0, c->vision_layer_norm_eps),
+        .ln_t0 = model_norm(m, BT_P_XT_LN_W, BT_P_XT_LN_B, 0, c->layer_norm_eps),
+        .ln_i0 = model_norm(m, BT_P_XI_LN_W, BT_P_XI_LN_B, 0, c->layer_norm_eps),
+    };
+    return p;
+}
+
 void cross_forward(bt_model *m) {
     bt_acts *a = &m->acts;
     const bt_model_config *c = &m->cfg;
     const size_t B = m->B, H = (size_t)c->hidden;
     const size_t Nt = B * m->T, Nv = B * (size_t)c->np;
-    const bt_linear tt = model_linear(m, BT_P_XT_TRANSFORM_W, BT_P_XT_TRANSFORM_B, 0);
-    const bt_linear ti = model_linear(m, BT_P_XI_TRANSFORM_W, BT_P_XI_TRANSFORM_B, 0);
-    const bt_norm ln_post = model_norm(m, BT_P_VIS_LN_POST_W, BT_P_VIS_LN_POST_B, 0,
-                                       c->vision_layer_norm_eps);
-    const bt_norm ln_t0 = model_norm(m, BT_P_XT_LN_W, BT_P_XT_LN_B, 0, c->layer_norm_eps);
-    const bt_norm ln_i0 = model_norm(m, BT_P_XI_LN_W, BT_P_XI_LN_B, 0, c->layer_norm_eps);
+    const cross_stack_params sp = cross_stack_params_get(m);
     const float *tt0 = m->p.type_emb, *tt1 = m->p.type_emb + H; /* modality rows 0 and 1 */
     const cross_side st = cross_side_get(m, 0), si = cross_side_get(m, 1);
 
@@ -257,15 +275,15 @@ void cross_forward(bt_model *m) {
         bt_bridge_acts *br = &a->bridges[k];
         const float *Tk = a->text_h[c->split + k], *Ik = a->vis_h[c->split + k];
         /* ut = Tt(T_k) + tt0;  ui = Ti(ln_post(I_k)) + tt1 */
-        lin_forward(m, br->ut, Tk, &tt, Nt);
+        lin_forward(m, br->ut, Tk, &sp.tt, Nt);
         bias_add_forward(br->ut, br->ut, tt0, Nt, H);
-        norm_forward(br->lnp, br->lnp_mean, br->lnp_rstd, Ik, &ln_post, Nv);
-        lin_forward(m, br->ui, br->lnp, &ti, Nv);
+        norm_forward(br->lnp, br->lnp_mean, br->lnp_rstd, Ik, &sp.ln_post, Nv);
+        lin_forward(m, br->ui, br->lnp, &sp.ti, Nv);
         bias_add_forward(br->ui, br->ui, tt1, Nv, H);
         if (k == 0) {
             /* X'_0 = LN_text(ut), Y'_0 = LN_image(ui) */
-            norm_forward(br->xin, br->t_mean, br->t_rstd, br->ut, &ln_t0, Nt);
-            norm_forward(br->yin, br->i_mean, br->i_rstd, br->ui, &ln_i0, Nv);
+            norm_forward(br->xin, br->t_mean, br->t_rstd, br->ut, &sp.ln_t0, Nt);
+            norm_forward(br->yin, br->i_mean, br->i_rstd, br->ui, &sp.ln_i0, Nv);
         } else {
             /* X'_k = LN_link(mix(ut, X_{k-1})), Y'_k likewise */
             const link_params lt = link_params_get(m, 0, k - 1), li = link_params_get(m, 1, k - 1);
@@ -283,12 +301,10 @@ void cross_forward(bt_model *m) {
 
     /* poolers: tanh(dense(CLS)) per side; pooler_output = [text | image] */
     const int last = c->cross_layers - 1;
-    const bt_linear pt = model_linear(m, BT_P_XT_POOL_W, BT_P_XT_POOL_B, 0);
-    const bt_linear pi = model_linear(m, BT_P_XI_POOL_W, BT_P_XI_POOL_B, 0);
     cls_gather(a->cls_t, a->xt[last].out, B, m->T, H);
     cls_gather(a->cls_i, a->xi[last].out, B, (size_t)c->np, H);
-    lin_forward(m, a->pool_t_pre, a->cls_t, &pt, B);
-    lin_forward(m, a->pool_i_pre, a->cls_i, &pi, B);
+    lin_forward(m, a->pool_t_pre, a->cls_t, &sp.pt, B);
+    lin_forward(m, a->pool_i_pre, a->cls_i, &sp.pi, B);
     tanh_forward(a->pool_t, a->pool_t_pre, B * H);
     tanh_forward(a->pool_i, a->pool_i_pre, B * H);
     for (size_t b = 0; b < B; b++)
@@ -304,19 +320,12 @@ void cross_backward(bt_model *m) {
     const bt_model_config *c = &m->cfg;
     const size_t B = m->B, H = (size_t)c->hidden;
     const size_t Nt = B * m->T, Nv = B * (size_t)c->np;
-    const bt_linear tt = model_linear(m, BT_P_XT_TRANSFORM_W, BT_P_XT_TRANSFORM_B, 0);
-    const bt_linear ti = model_linear(m, BT_P_XI_TRANSFORM_W, BT_P_XI_TRANSFORM_B, 0);
-    const bt_norm ln_post = model_norm(m, BT_P_VIS_LN_POST_W, BT_P_VIS_LN_POST_B, 0,
-                                       c->vision_layer_norm_eps);
-    const bt_norm ln_t0 = model_norm(m, BT_P_XT_LN_W, BT_P_XT_LN_B, 0, c->layer_norm_eps);
-    const bt_norm ln_i0 = model_norm(m, BT_P_XI_LN_W, BT_P_XI_LN_B, 0, c->layer_norm_eps);
+    const cross_stack_params sp = cross_stack_params_get(m);
     float *dtt0 = m->g.type_emb, *dtt1 = m->g.type_emb ? m->g.type_emb + H : NULL;
     const cross_side st = cross_side_get(m, 0), si = cross_side_get(m, 1);
 
     /* poolers: pooler = [tanh(pool_t_pre) | tanh(pool_i_pre)], pool_*_pre = dense(CLS) */
     const int last = c->cross_layers - 1;
-    const bt_linear pt = model_linear(m, BT_P_XT_POOL_W, BT_P_XT_POOL_B, 0);
-    const bt_linear pi = model_linear(m, BT_P_XI_POOL_W, BT_P_XI_POOL_B, 0);
     for (size_t b = 0; b < B; b++)
         for (size_t i = 0; i < H; i++) {
             d->pool_t[b * H + i] += d->pooler[b * 2 * H + i];
@@ -324,8 +333,8 @@ void cross_backward(bt_model *m) {
         }
     tanh_backward(d->pool_t_pre, d->pool_t, a->pool_t, B * H);
     tanh_backward(d->pool_i_pre, d->pool_i, a->pool_i, B * H);
-    lin_backward(m, d->cls_t, d->pool_t_pre, a->cls_t, &pt, B);
-    lin_backward(m, d->cls_i, d->pool_i_pre, a->cls_i, &pi, B);
+    lin_backward(m, d->cls_t, d->pool_t_pre, a->cls_t, &sp.pt, B);
+    lin_backward(m, d->cls_i, d->pool_i_pre, a->cls_i, &sp.pi, B);
     cls_scatter_add(d->xt[last].out, d->cls_t, B, m->T, H);
     cls_scatter_add(d->xi[last].out, d->cls_i, B, (size_t)c->np, H);
 
@@ -336,8 +345,8 @@ void cross_backward(bt_model *m) {
         cross_layer_backward(m, &si, k, dbr->yin, dbr->xin, br->yin, br->xin);
         cross_layer_backward(m, &st, k, dbr->xin, dbr->yin, br->xin, br->yin);
         if (k == 0) {
-            norm_backward(dbr->ut, dbr->xin, br->ut, br->t_mean, br->t_rstd, &ln_t0, Nt);
-            norm_backward(dbr->ui, dbr->yin, br->ui, br->i_mean, br->i_rstd, &ln_i0, Nv);
+            norm_backward(dbr->ut, dbr->xin, br->ut, br->t_mean, br->t_rstd, &sp.ln_t0, Nt);
+            norm_backward(dbr->ui, dbr->yin, br->ui, br->i_mean, br->i_rstd, &sp.ln_i0, Nv);
         } else {
             const link_params lt = link_params_get(m, 0, k - 1), li = link_params_get(m, 1, k - 1);
             norm_backward(dbr->t_sum, dbr->xin, br->t_sum, br->t_mean, br->t_rstd, &lt.ln, Nt);
@@ -349,10 +358,10 @@ void cross_backward(bt_model *m) {
         }
         /* ut = Tt(T_k) + tt0;  ui = Ti(lnp) + tt1, lnp = ln_post(I_k) */
         bias_add_backward(NULL, dtt0, dbr->ut, Nt, H);
-        lin_backward(m, d->text_h[c->split + k], dbr->ut, a->text_h[c->split + k], &tt, Nt);
+        lin_backward(m, d->text_h[c->split + k], dbr->ut, a->text_h[c->split + k], &sp.tt, Nt);
         bias_add_backward(NULL, dtt1, dbr->ui, Nv, H);
-        lin_backward(m, dbr->lnp, dbr->ui, br->lnp, &ti, Nv);
+        lin_backward(m, dbr->lnp, dbr->ui, br->lnp, &sp.ti, Nv);
         norm_backward(d->vis_h[c->split + k], dbr->lnp, a->vis_h[c->split + k], br->lnp_mean,
-                      br->lnp_rstd, &ln_post, Nv);
+                      br->lnp_rstd, &sp.ln_post, Nv);
     }
 }

@@ -43,6 +43,35 @@ static void scores_backward(float *dx, float *dy, const float *dS, const float *
     gemm(&h);
 }
 
+/* The MLM head's weights: transform dense, its LayerNorm, the decoder with mlm_score.bias. */
+typedef struct mlm_params {
+    bt_linear tr, dec;
+    bt_norm ln;
+} mlm_params;
+
+static mlm_params mlm_params_get(const bt_model *m) {
+    mlm_params p = {
+        .tr = model_linear(m, BT_P_MLM_TR_W, BT_P_MLM_TR_B, 0),
+        .dec = model_linear(m, BT_P_MLM_DEC_W, BT_P_MLM_BIAS, 0),
+        .ln = model_norm(m, BT_P_MLM_LN_W, BT_P_MLM_LN_B, 0, m->cfg.layer_norm_eps),
+    };
+    return p;
+}
+
+/* The ITC head's three projections (text CLS, image CLS, pooler output). */
+typedef struct itc_params {
+    bt_linear text, image, cross;
+} itc_params;
+
+static itc_params itc_params_get(const bt_model *m) {
+    itc_params p = {
+        .text = model_linear(m, BT_P_ITC_TEXT_W, BT_P_ITC_TEXT_B, 0),
+        .image = model_linear(m, BT_P_ITC_IMAGE_W, BT_P_ITC_IMAGE_B, 0),
+        .cross = model_linear(m, BT_P_ITC_CROSS_W, BT_P_ITC_CROSS_B, 0),
+    };
+    return p;
+}
+
 static void itm_forward(bt_model *m) {
     bt_acts *a = &m->acts;
     const bt_linear fc = model_linear(m, BT_P_ITM_W, BT_P_ITM_B, 0);
@@ -65,15 +94,13 @@ static void mlm_forward(bt_model *m) {
     bt_acts *a = &m->acts;
     const bt_model_config *c = &m->cfg;
     const size_t Nt = m->B * m->T, H = (size_t)c->hidden, V = (size_t)c->vocab_size;
-    const bt_linear tr = model_linear(m, BT_P_MLM_TR_W, BT_P_MLM_TR_B, 0);
-    const bt_norm ln = model_norm(m, BT_P_MLM_LN_W, BT_P_MLM_LN_B, 0, c->layer_norm_eps);
-    const bt_linear dec = model_linear(m, BT_P_MLM_DEC_W, BT_P_MLM_BIAS, 0);
+    const mlm_params p = mlm_params_get(m);
     const float *x = a->xt[c->cross_layers - 1].out; /* text_features (Nt, H) */
     /* transform: LN(GELU(dense(x))); decoder (no bias) + the separate mlm_score.bias */
-    lin_forward(m, a->mlm_tr, x, &tr, Nt);
+    lin_forward(m, a->mlm_tr, x, &p.tr, Nt);
     gelu_forward(a->mlm_act, a->mlm_tr, Nt * H);
-    norm_forward(a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, &ln, Nt);
-    lin_forward(m, a->mlm_logits, a->mlm_ln, &dec, Nt);
+    norm_forward(a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, &p.ln, Nt);
+    lin_forward(m, a->mlm_logits, a->mlm_ln, &p.dec, Nt);
     m->loss_mlm = 0.0f;
     m->mlm_valid = 0;
     if (m->has_mlm_labels)
@@ -86,31 +113,27 @@ static void mlm_backward(bt_model *m, float w) {
     bt_acts *d = &m->dacts;
     const bt_model_config *c = &m->cfg;
     const size_t Nt = m->B * m->T, H = (size_t)c->hidden, V = (size_t)c->vocab_size;
-    const bt_linear tr = model_linear(m, BT_P_MLM_TR_W, BT_P_MLM_TR_B, 0);
-    const bt_norm ln = model_norm(m, BT_P_MLM_LN_W, BT_P_MLM_LN_B, 0, c->layer_norm_eps);
-    const bt_linear dec = model_linear(m, BT_P_MLM_DEC_W, BT_P_MLM_BIAS, 0);
+    const mlm_params p = mlm_params_get(m);
     const int last = c->cross_layers - 1;
     if (m->mlm_valid == 0) return; /* the loss is a constant 0 */
     cross_entropy_backward(d->mlm_logits, a->mlm_probs, m->mlm_labels, Nt, V, -100, w);
-    lin_backward(m, d->mlm_ln, d->mlm_logits, a->mlm_ln, &dec, Nt);
-    norm_backward(d->mlm_act, d->mlm_ln, a->mlm_act, a->mlm_mean, a->mlm_rstd, &ln, Nt);
+    lin_backward(m, d->mlm_ln, d->mlm_logits, a->mlm_ln, &p.dec, Nt);
+    norm_backward(d->mlm_act, d->mlm_ln, a->mlm_act, a->mlm_mean, a->mlm_rstd, &p.ln, Nt);
     gelu_backward(d->mlm_tr, d->mlm_act, a->mlm_tr, Nt * H);
-    lin_backward(m, d->xt[last].out, d->mlm_tr, a->xt[last].out, &tr, Nt);
+    lin_backward(m, d->xt[last].out, d->mlm_tr, a->xt[last].out, &p.tr, Nt);
 }
 
 static void itc_forward(bt_model *m) {
     bt_acts *a = &m->acts;
     const bt_model_config *c = &m->cfg;
     const size_t B = m->B, H = (size_t)c->hidden, C = (size_t)c->contrastive_hidden;
-    const bt_linear ht = model_linear(m, BT_P_ITC_TEXT_W, BT_P_ITC_TEXT_B, 0);
-    const bt_linear hi = model_linear(m, BT_P_ITC_IMAGE_W, BT_P_ITC_IMAGE_B, 0);
-    const bt_linear hc = model_linear(m, BT_P_ITC_CROSS_W, BT_P_ITC_CROSS_B, 0);
+    const itc_params p = itc_params_get(m);
     /* text: raw last uni-modal text layer CLS; image: last bridge's Ti(ln_post(I)) + tt1 CLS */
     cls_gather(a->itc_t_cls, a->text_h[c->text_layers], B, m->T, H);
     cls_gather(a->itc_i_cls, a->bridges[c->cross_layers - 1].ui, B, (size_t)c->np, H);
-    lin_forward(m, a->itc_t_proj, a->itc_t_cls, &ht, B);
-    lin_forward(m, a->itc_i_proj, a->itc_i_cls, &hi, B);
-    lin_forward(m, a->itc_c_proj, a->pooler, &hc, B);
+    lin_forward(m, a->itc_t_proj, a->itc_t_cls, &p.text, B);
+    lin_forward(m, a->itc_i_proj, a->itc_i_cls, &p.image, B);
+    lin_forward(m, a->itc_c_proj, a->pooler, &p.cross, B);
     l2_normalize_forward(a->itc_t, a->itc_t_norm, a->itc_t_proj, B, C);
     l2_normalize_forward(a->itc_i, a->itc_i_norm, a->itc_i_proj, B, C);
     l2_normalize_forward(a->itc_c, a->itc_c_norm, a->itc_c_proj, B, C);
@@ -133,9 +156,7 @@ static void itc_backward(bt_model *m, float w) {
     bt_acts *d = &m->dacts;
     const bt_model_config *c = &m->cfg;
     const size_t B = m->B, H = (size_t)c->hidden, C = (size_t)c->contrastive_hidden;
-    const bt_linear ht = model_linear(m, BT_P_ITC_TEXT_W, BT_P_ITC_TEXT_B, 0);
-    const bt_linear hi = model_linear(m, BT_P_ITC_IMAGE_W, BT_P_ITC_IMAGE_B, 0);
-    const bt_linear hc = model_linear(m, BT_P_ITC_CROSS_W, BT_P_ITC_CROSS_B, 0);
+    const itc_params p = itc_params_get(m);
     const float s = expf(*m->p.logit_scale);
     const float *lhs[3] = {a->itc_t, a->itc_t, a->itc_i};
     const float *rhs[3] = {a->itc_i, a->itc_c, a->itc_c};
@@ -156,9 +177,9 @@ static void itc_backward(bt_model *m, float w) {
     l2_normalize_backward(d->itc_t_proj, d->itc_t, a->itc_t, a->itc_t_norm, B, C);
     l2_normalize_backward(d->itc_i_proj, d->itc_i, a->itc_i, a->itc_i_norm, B, C);
     l2_normalize_backward(d->itc_c_proj, d->itc_c, a->itc_c, a->itc_c_norm, B, C);
-    lin_backward(m, d->itc_t_cls, d->itc_t_proj, a->itc_t_cls, &ht, B);
-    lin_backward(m, d->itc_i_cls, d->itc_i_proj, a->itc_i_cls, &hi, B);
-    lin_backward(m, d->pooler, d->itc_c_proj, a->pooler, &hc, B);
+    lin_backward(m, d->itc_t_cls, d->itc_t_proj, a->itc_t_cls, &p.text, B);
+    lin_backward(m, d->itc_i_cls, d->itc_i_proj, a->itc_i_cls, &p.image, B);
+    lin_backward(m, d->pooler, d->itc_c_proj, a->pooler, &p.cross, B);
     cls_scatter_add(d->text_h[c->text_layers], d->itc_t_cls, B, m->T, H);
     cls_scatter_add(d->bridges[c->cross_layers - 1].ui, d->itc_i_cls, B, (size_t)c->np, H);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
 #include "towers.h"
 
 /* --- parameter views -------------------------------------------------------------------- */
@@ -48,18 +49,12 @@ bt_norm model_norm(const bt_model *m, bt_param_id w, bt_param_id b, int layer, f
     return N;
 }
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 bt_dropout model_dropout(const bt_model *m, uint32_t site, float p) {
     bt_dropout d = {0.0f, 0};
     if (!m->training || p <= 0.0f) return d;
     d.p = p;
-    d.seed = mix64(mix64(m->dropout_seed + 0x9e3779b97f4a7c15ull * (m->step + 1)) ^
-                   (0xd1b54a32d192ed03ull * site));
+    d.seed = bt_mix64(bt_mix64(m->dropout_seed + 0x9e3779b97f4a7c15ull * (m->step + 1)) ^
+                      (0xd1b54a32d192ed03ull * site));
     return d;
 }
 

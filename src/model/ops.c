@@ -41,6 +41,7 @@
 #endif
 
 #include "ops_ref.h"
+#include "rng.h"
 #include "status.h"
 
 /* --- building blocks -------------------------------------------------------------------- */
@@ -262,12 +263,6 @@ typedef struct ops_drop {
     double scale;    /* 1 / (1 - p) */
 } ops_drop;
 
-OPS_INLINE uint64_t ops_mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 OPS_INLINE uint32_t ops_fmix32(uint32_t h) {
     h ^= h >> 16;
     h *= 0x85ebca6bu;
@@ -293,7 +288,7 @@ static ops_drop ops_drop_make(const bt_dropout *d) {
     if (d && d->p > 0.0f) {
         const double t = (double)d->p * 4294967296.0;
         dr.on = 1;
-        dr.key = (uint32_t)ops_mix64(d->seed ^ 0x6a09e667f3bcc909ull);
+        dr.key = (uint32_t)bt_mix64(d->seed ^ 0x6a09e667f3bcc909ull);
         dr.thresh = t < 4294967295.0 ? (uint32_t)t : 4294967295u;
         dr.scale = 1.0 / (1.0 - (double)d->p);
     }

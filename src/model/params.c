@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "rng.h"
 #include "safetensors.h"
 
 static const char BT_PREFIX[] = "bridgetower.";
@@ -237,38 +238,15 @@ void bt_param_views_bind(bt_param_views *v, const bt_param_table *t, float *aren
 
 /* --- init ------------------------------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t fnv1a64(const char *s) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
     return h;
 }
 
-typedef struct { uint64_t s[4]; } xoshiro;
-
-static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(xoshiro *r) { /* xoshiro256** */
-    uint64_t *s = r->s;
-    uint64_t out = rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return out;
-}
-
 /* Uniform in (0, 1]: 53 random bits, never 0 (log is taken). */
-static double xoshiro_unit(xoshiro *r) {
-    return ((double)(xoshiro_next(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+static double rng_unit_open0(bt_rng *r) {
+    return ((double)(bt_rng_next(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
 }
 
 static double init_std(const bt_model_config *c, bt_init i) {
@@ -302,12 +280,11 @@ static void init_tensor(const bt_param_table *t, const bt_param_tensor *x, float
     default: break;
     }
     double std = init_std(c, x->init);
-    uint64_t sm = seed ^ fnv1a64(x->key);
-    xoshiro r;
-    for (int k = 0; k < 4; k++) r.s[k] = splitmix64(&sm);
+    bt_rng r;
+    bt_rng_seed(&r, seed ^ fnv1a64(x->key));
     /* Box-Muller, both outputs used: pairs (2j, 2j+1). */
     for (size_t i = 0; i < x->numel; i += 2) {
-        double u1 = xoshiro_unit(&r), u2 = xoshiro_unit(&r);
+        double u1 = rng_unit_open0(&r), u2 = rng_unit_open0(&r);
         double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
         p[i] = (float)(std * rad * cos(th));
         if (i + 1 < x->numel) p[i + 1] = (float)(std * rad * sin(th));
@@ -326,13 +303,6 @@ void bt_params_refresh_bf16(const bt_param_table *t, bt_bf16 *shadow, const floa
 }
 
 /* --- strict loader ------------------------------------------------------------------------ */
-
-static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
-    size_t n = (size_t)snprintf(out, cap, "[");
-    for (int k = 0; k < ndim && n < cap; k++)
-        n += (size_t)snprintf(out + n, cap - n, "%s%lld", k ? ", " : "", (long long)shape[k]);
-    if (n < cap) snprintf(out + n, cap - n, "]");
-}
 
 bt_status bt_params_load_safetensors(const bt_param_table *t, float *arena, const char *path,
                                      size_t *n_unused) {
@@ -354,8 +324,8 @@ bt_status bt_params_load_safetensors(const bt_param_table *t, float *arena, cons
         for (int k = 0; same && k < x->ndim; k++) same = st->shape[k] == x->shape[k];
         if (!same) {
             char want[96], got[96];
-            shape_str(want, sizeof want, x->ndim, x->shape);
-            shape_str(got, sizeof got, st->ndim, st->shape);
+            safetensors_shape_str(want, sizeof want, x->ndim, x->shape);
+            safetensors_shape_str(got, sizeof got, st->ndim, st->shape);
             s = bt_fail(BT_ERR_SHAPE, "%s: tensor '%s' has shape %s, expected %s", path,
                         st->name, got, want);
             break;

@@ -133,12 +133,11 @@ static void st_describe_bad_uint(const cJSON *v, char *buf, size_t cap) {
         snprintf(buf, cap, "a %s", st_json_type(v));
 }
 
-static void st_shape_str(const int64_t *shape, int ndim, char *buf, size_t cap) {
-    size_t used = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < ndim && used < cap; d++)
-        used +=
-            (size_t)snprintf(buf + used, cap - used, d ? ", %lld" : "%lld", (long long)shape[d]);
-    if (used < cap) snprintf(buf + used, cap - used, "]");
+void safetensors_shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int k = 0; k < ndim && n < cap; k++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", k ? ", " : "", (long long)shape[k]);
+    if (n < cap) snprintf(out + n, cap - n, "]");
 }
 
 /* numel of a shape; 0 on size_t overflow (*overflow set). A zero dimension wins over an
@@ -236,7 +235,7 @@ static bt_status st_parse_entry(safetensors_tensor *t, const cJSON *entry, const
     size_t nbytes = 0;
     if (overflow || __builtin_mul_overflow(t->numel, esize, &nbytes)) {
         char s[256];
-        st_shape_str(t->shape, ndim, s, sizeof s);
+        safetensors_shape_str(s, sizeof s, ndim, t->shape);
         return st_fail(BT_ERR_FORMAT, path, name,
                        "shape %s overflows the addressable size; expected a tensor that fits "
                        "in the file",
@@ -264,7 +263,7 @@ static bt_status st_parse_entry(safetensors_tensor *t, const cJSON *entry, const
                        (unsigned long long)be[0], (unsigned long long)be[1]);
     if (be[1] - be[0] != (uint64_t)nbytes) {
         char s[256];
-        st_shape_str(t->shape, ndim, s, sizeof s);
+        safetensors_shape_str(s, sizeof s, ndim, t->shape);
         return st_fail(BT_ERR_FORMAT, path, name,
                        "data_offsets [%llu, %llu] span %llu bytes but shape %s of %s needs "
                        "%zu; expected end - begin = numel * %zu",
@@ -523,7 +522,7 @@ static bt_status st_check_numel(const safetensors_file *f, const safetensors_ten
                                 size_t dst_numel) {
     if (t->numel == dst_numel) return BT_OK;
     char s[256];
-    st_shape_str(t->shape, t->ndim, s, sizeof s);
+    safetensors_shape_str(s, sizeof s, t->ndim, t->shape);
     return st_fail(BT_ERR_SHAPE, f->path, t->name,
                    "has %zu elements (shape %s); expected %zu elements", t->numel, s, dst_numel);
 }

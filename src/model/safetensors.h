@@ -71,6 +71,10 @@ void safetensors_close(safetensors_file *f);
 /* The tensor named `name`, or NULL. Linear search (headers hold a few hundred names). */
 const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name);
 
+/* A shape as error messages print it, "[2, 3, 4]" ("[]" for a scalar), cut to fit cap. Used
+ * by every loader that reports a shape mismatch, so they all spell shapes alike. */
+void safetensors_shape_str(char *out, size_t cap, int ndim, const int64_t *shape);
+
 /* Copies a floating tensor (F32, BF16 or F16) into dst as fp32 (exact for all three).
  * Errors (naming file and tensor): BT_ERR_UNSUPPORTED for any other dtype (F64 included);
  * BT_ERR_SHAPE when numel != dst_numel. */

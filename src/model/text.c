@@ -31,6 +31,23 @@ static text_layer_params text_layer_params_get(const bt_model *m, int l) {
     return p;
 }
 
+/* The layer's dropout sites; the backward regenerates the forward's masks from them. */
+typedef struct text_layer_drops {
+    bt_dropout probs, attn_out, ffn_out;
+} text_layer_drops;
+
+static text_layer_drops text_layer_drops_get(const bt_model *m, int l) {
+    text_layer_drops d = {
+        .probs =
+            model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_PROBS), m->attn_dropout),
+        .attn_out =
+            model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_OUT), m->hidden_dropout),
+        .ffn_out =
+            model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_FFN_OUT), m->hidden_dropout),
+    };
+    return d;
+}
+
 /* RoBERTa positions (HF create_position_ids_from_input_ids): m_t = id_t != pad,
  * pos_t = cumsum(m)_t * m_t + pad, so real tokens get pad+1, pad+2, ... and pads get pad. */
 static void text_position_ids(int32_t *pos, const int32_t *ids, size_t B, size_t T,
@@ -60,28 +77,23 @@ static void text_layer_forward(bt_model *m, int l, float *out, const float *x) {
     const size_t N = m->B * m->T, C = (size_t)m->cfg.text_hidden;
     const size_t I = (size_t)m->cfg.text_intermediate;
     const attention_dims ad = text_attn_dims(m);
-    const bt_dropout dp = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_PROBS),
-                                        m->attn_dropout);
-    const bt_dropout da = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_OUT),
-                                        m->hidden_dropout);
-    const bt_dropout df = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_FFN_OUT),
-                                        m->hidden_dropout);
+    const text_layer_drops dr = text_layer_drops_get(m, l);
     /* self-attention */
     lin_forward(m, a->q, x, &p.q, N);
     lin_forward(m, a->k, x, &p.k, N);
     lin_forward(m, a->v, x, &p.v, N);
-    attention_forward(a->ctx, a->probs, a->q, a->k, a->v, m->acts.key_bias, &ad, &dp,
+    attention_forward(a->ctx, a->probs, a->q, a->k, a->v, m->acts.key_bias, &ad, &dr.probs,
                       model_compute(m));
     /* attention.output: LN1(dropout(ctx·Woᵀ + bo) + x) */
     lin_forward(m, a->attn_lin, a->ctx, &p.o, N);
-    dropout_forward(a->attn_lin, a->attn_lin, N * C, &da);
+    dropout_forward(a->attn_lin, a->attn_lin, N * C, &dr.attn_out);
     residual_forward(a->res1, a->attn_lin, x, N * C);
     norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N);
     /* intermediate + output: LN2(dropout(GELU(a·W1ᵀ + b1)·W2ᵀ + b2) + a) */
     lin_forward(m, a->f_pre, a->a, &p.fc1, N);
     gelu_forward(a->f, a->f_pre, N * I);
     lin_forward(m, a->ffn_lin, a->f, &p.fc2, N);
-    dropout_forward(a->ffn_lin, a->ffn_lin, N * C, &df);
+    dropout_forward(a->ffn_lin, a->ffn_lin, N * C, &dr.ffn_out);
     residual_forward(a->res2, a->ffn_lin, a->a, N * C);
     norm_forward(out, a->mean2, a->rstd2, a->res2, &p.ln2, N);
 }
@@ -95,16 +107,11 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     const size_t N = m->B * m->T, C = (size_t)m->cfg.text_hidden;
     const size_t I = (size_t)m->cfg.text_intermediate;
     const attention_dims ad = text_attn_dims(m);
-    const bt_dropout dp = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_PROBS),
-                                        m->attn_dropout);
-    const bt_dropout da = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_ATTN_OUT),
-                                        m->hidden_dropout);
-    const bt_dropout df = model_dropout(m, bt_site(BT_SITE_TEXT_LAYER, l, BT_SITE_FFN_OUT),
-                                        m->hidden_dropout);
+    const text_layer_drops dr = text_layer_drops_get(m, l);
     /* out = LN2(res2), res2 = dropout(ffn_lin) + a */
     norm_backward(d->res2, dout, a->res2, a->mean2, a->rstd2, &p.ln2, N);
     residual_backward(d->a, NULL, d->res2, N * C);
-    dropout_backward(d->ffn_lin, d->res2, N * C, &df);
+    dropout_backward(d->ffn_lin, d->res2, N * C, &dr.ffn_out);
     /* ffn_lin = f·W2ᵀ + b2, f = GELU(f_pre), f_pre = a·W1ᵀ + b1 */
     lin_backward(m, d->f, d->ffn_lin, a->f, &p.fc2, N);
     gelu_backward(d->f_pre, d->f, a->f_pre, N * I);
@@ -112,10 +119,10 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     /* a = LN1(res1), res1 = dropout(attn_lin) + x */
     norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N);
     residual_backward(dx, NULL, d->res1, N * C);
-    dropout_backward(d->attn_lin, d->res1, N * C, &da);
+    dropout_backward(d->attn_lin, d->res1, N * C, &dr.attn_out);
     /* attn_lin = ctx·Woᵀ + bo; ctx = attention(q, k, v) */
     lin_backward(m, d->ctx, d->attn_lin, a->ctx, &p.o, N);
-    attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &ad, &dp,
+    attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &ad, &dr.probs,
                        model_compute(m));
     /* q, k, v = x·Wᵀ + b */
     lin_backward(m, dx, d->q, x, &p.q, N);
