@@ -5,12 +5,16 @@
  *   fwd  out (N, OC) = x (N, C) · Wᵀ + b          gemm m=N  n=OC k=C  trans_b
  *   dX   dx  (N, C)  = dout (N, OC) · W            gemm m=N  n=C  k=OC
  *   dW   dW  (OC, C) += doutᵀ · x                  gemm m=OC n=C  k=N  trans_a, beta 1
- * the attention products per (batch, head), batched over B*NH = 2*12 heads, reading Q, K, V
- * in place from the (N, 768) projections (head stride 64, row stride 768):
- *   scores  S (T, T) = Q_h K_hᵀ / 8     values  O_h (T, 64) = P (T, T) · V_h
- * and two square products for the machine's peak. The same attention scores are also run
- * as 24 separate calls from inside an OpenMP parallel region, the pattern gemm.h allows but
- * does not recommend.
+ * the attention products of one 325-token image, its NH = 12 heads as one batched call
+ * reading Q, K, V in place from the (T, 768) projections (head stride 64, row stride 768):
+ *   scores  S_h (T, T) = Q_h K_hᵀ / 8     values  O_h (T, 64) = P_h (T, T) · V_h
+ * (the heads of B images are not one uniform stride apart, so B images are B calls), the same
+ * products as 12 separate calls from inside an OpenMP parallel region (allowed by gemm.h),
+ * and two square products for the machine's peak. The header also prints the instruction
+ * ceilings (vfmadd231ps and vdpbf16ps throughput on all threads) to compare against.
+ *
+ * BT_GEMM_BF16=fp32 in the environment makes the two bf16 columns measure the fp32-widened
+ * bf16 path (gemm.h).
  *
  * Columns: ref (plain loops, small shapes only), openblas fp32, onednn fp32, onednn bf16 as
  * the model runs it (fp32 activations rounded to bf16 per call, weights already bf16), and

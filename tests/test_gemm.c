@@ -528,6 +528,45 @@ static void test_threads(void) {
 #endif
 }
 
+/* BT_GEMM_BF16=fp32: oneDNN runs bf16 compute on fp32 primitives (always so where the ISA
+ * lacks native bf16); same semantics, so the same bounds hold. */
+static void test_bf16_widen(void) {
+    if (!gemm_backend_available(GEMM_BACKEND_ONEDNN)) return;
+    setenv("BT_GEMM_BF16", "fp16", 1);
+    bt_status s = gemm_init_from_env();
+    tu_check(s == BT_ERR_ARG && strstr(bt_error_message(), "BT_GEMM_BF16") != NULL &&
+                 strstr(bt_error_message(), "'fp16'") != NULL,
+             "BT_GEMM_BF16=fp16 is an error naming variable and value: %s", bt_error_message());
+    for (int mode = 0; mode < 2; mode++) {
+        setenv("BT_GEMM_BF16", mode ? "fp32" : "native", 1);
+        tu_check(gemm_init_from_env() == BT_OK, "BT_GEMM_BF16=%s accepted", mode ? "fp32" : "native");
+        gemm_release(); /* the choice applies to primitives created from now on */
+        tcase tc = {.ta = 1, .tb = 0, .m = 70, .n = 1024, .k = 90, .pad_a = 3, .batch = 1,
+                    .sa = DENSE, .sb = DENSE, .sc = DENSE, .at = BT_DTYPE_F32, .bt = BT_DTYPE_F32,
+                    .compute = GEMM_COMPUTE_BF16, .alpha = 0.5f, .beta = 1.0f, .bias = 1};
+        gemm_args probe = {.trans_a = 1, .m = 70, .n = 1024, .k = 90, .a_type = BT_DTYPE_F32,
+                           .b_type = BT_DTYPE_F32, .a = &probe, .lda = 73, .b = &probe,
+                           .ldb = 1024, .c = (float *)&probe, .ldc = 1024, .alpha = 0.5f,
+                           .beta = 1.0f, .compute = GEMM_COMPUTE_BF16};
+        const char *impl = gemm_onednn_impl_name(&probe);
+        int widened = strstr(impl, "widened") != NULL;
+        tu_check(widened == (mode == 1 || !gemm_cpu_has_bf16()),
+                 "BT_GEMM_BF16=%s, native bf16 %d: implementation '%s'", mode ? "fp32" : "native",
+                 gemm_cpu_has_bf16(), impl);
+        run_case(GEMM_BACKEND_ONEDNN, &tc, MODE_SAME, mode ? "bf16-widen" : "bf16-native");
+        run_case(GEMM_BACKEND_ONEDNN, &tc, MODE_BF16_VS_F32, mode ? "bf16-widen-vs-f32ref" : "bf16-native-vs-f32ref");
+        tcase mixed = tc;
+        mixed.at = BT_DTYPE_BF16;
+        mixed.tb = 1;
+        mixed.batch = 3;
+        mixed.sb = 0;
+        run_case(GEMM_BACKEND_ONEDNN, &mixed, MODE_SAME, mode ? "bf16-widen" : "bf16-native");
+    }
+    unsetenv("BT_GEMM_BF16");
+    gemm_init_from_env();
+    gemm_release();
+}
+
 /* BT_GEMM and the selection API. */
 static void test_selection(void) {
     gemm_backend b = GEMM_BACKEND_COUNT;
@@ -633,6 +672,7 @@ int main(void) {
     test_batched();
     test_cache();
     test_threads();
+    test_bf16_widen();
     test_selection();
     gemm_release();
     return tu_finish();

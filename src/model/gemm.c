@@ -69,8 +69,21 @@ static gemm_backend gemm_default_backend(void) {
 }
 
 bt_status gemm_init_from_env(void) {
+    const char *w = getenv("BT_GEMM_BF16");
+    int widen = 0;
+    if (w && *w) {
+        if (strcmp(w, "fp32") == 0) {
+            widen = 1;
+        } else if (strcmp(w, "native") != 0) {
+            return bt_fail(BT_ERR_ARG,
+                           "environment variable BT_GEMM_BF16: '%s' is unknown; expected native "
+                           "or fp32",
+                           w);
+        }
+    }
     const char *v = getenv("BT_GEMM");
     if (!v || !*v) {
+        gemm_onednn_set_bf16_widen(widen);
         atomic_store(&gemm_current, (int)gemm_default_backend());
         return BT_OK;
     }
@@ -79,6 +92,7 @@ bt_status gemm_init_from_env(void) {
     if (s != BT_OK) return bt_fail_context(s, "environment variable BT_GEMM");
     s = gemm_set_backend(b);
     if (s != BT_OK) return bt_fail_context(s, "environment variable BT_GEMM=%s", v);
+    gemm_onednn_set_bf16_widen(widen);
     return BT_OK;
 }
 

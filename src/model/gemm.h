@@ -17,11 +17,14 @@
  *
  * Backends (chosen at run time): REF (plain loops, the oracle tests use), OPENBLAS (fp32
  * sgemm; bf16 compute rounds operands into scratch, then sgemm), ONEDNN (fp32 and bf16 matmul
- * primitives, cached per shape so the hot loop creates nothing). Where the CPU has no native
- * bf16 instructions bf16 still runs, with the same results: on AVX-512 CPUs oneDNN emulates
- * it; below (AVX2) gemm_onednn.c feeds the bf16-rounded operands, widened to fp32, to an fp32
- * primitive. The engine never refuses. Speed: docs/benchmarks.md "GEMM" (on the reference
- * 2-core VM bf16 is NOT faster than fp32: its vdpbf16ps runs at half the fp32 FMA rate).
+ * primitives, cached per shape so the hot loop creates nothing). ONEDNN runs bf16 compute in
+ * one of two ways with the same semantics: "native" (bf16 primitive, vdpbf16ps) or "fp32"
+ * (the bf16-rounded operands widened to fp32 and an fp32 primitive). Where the CPU has no
+ * native bf16 (ISA below avx512_core_bf16) it always uses "fp32" (oneDNN's own emulation on
+ * AVX512_CORE measured 4-5x slower; AVX2 has no bf16 matmul at all): the engine never
+ * refuses. Where it has, "native" is the default and BT_GEMM_BF16=fp32 selects the other;
+ * on the reference 2-core VM "fp32" is faster (vdpbf16ps runs at half the fp32 FMA rate
+ * there), see docs/benchmarks.md "GEMM". The two differ only in summation order.
  *
  * Edge cases: m == 0 or n == 0 is a no-op; k == 0 or alpha == 0 gives C = beta*C + bias
  * without reading A or B (the BLAS convention, so NaN in an unused A cannot leak). With batch > 1,
@@ -81,9 +84,10 @@ typedef struct gemm_args {
 } gemm_args;
 
 /* Reads BT_GEMM (ref | openblas | onednn) if set, else picks the fastest available backend
- * (oneDNN when built, else OpenBLAS). Returns an error naming the value if BT_GEMM is not a
- * backend name or names one not built (the current backend is then left unchanged). Safe to
- * call more than once. main() should call it so a bad BT_GEMM is reported as an error; a
+ * (oneDNN when built, else OpenBLAS), and BT_GEMM_BF16 (native | fp32, default native; see
+ * above). Returns an error naming the variable and value if either is not one of its names or
+ * BT_GEMM names a backend not built (the settings are then left unchanged). Safe to call
+ * more than once. main() should call it so a bad BT_GEMM is reported as an error; a
  * gemm() call before any selection runs this once and, on a bad value, prints the message to
  * stderr and uses the default backend. */
 bt_status gemm_init_from_env(void);
@@ -127,6 +131,9 @@ const char *gemm_onednn_impl_name(const gemm_args *g);
 void gemm_ref_run(const gemm_args *g);
 void gemm_openblas_run(const gemm_args *g);
 int gemm_onednn_built(void);
+/* 1: ONEDNN runs bf16 compute on fp32 primitives (BT_GEMM_BF16=fp32); takes effect for
+ * shapes not yet cached (gemm_init_from_env sets it at start). */
+void gemm_onednn_set_bf16_widen(int on);
 void gemm_onednn_run(const gemm_args *g);
 void gemm_onednn_release(void);
 /* oneDNN's effective CPU ISA as dnnl_cpu_isa_t bits (0 when oneDNN is not built). */

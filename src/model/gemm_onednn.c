@@ -14,12 +14,16 @@
  *     the exact alternative, but oneDNN 2.6 reads the wrong bias element with it when the
  *     batch items of C have gaps (stride_c > m*ldc): tried, and the test caught it.
  *     gemm.c never passes alpha == 0 here.
- *   - bf16: src and weights bf16, dst and bias fp32. fp32 operands under GEMM_COMPUTE_BF16
- *     are rounded into per-thread bf16 scratch (bt_bf16_from_f32, round to nearest even).
- *     oneDNN's fpmath_mode=bf16 is not used: it only PERMITS down-conversion, so the rounding
- *     would depend on which implementation oneDNN picks. Where oneDNN has no bf16 matmul for
- *     the ISA (e.g. DNNL_MAX_CPU_ISA=AVX2), the operands are instead widened to fp32 (after
- *     the same bf16 rounding) and an fp32 primitive runs: same semantics, no bf16 speed.
+ *   - bf16 "native": src and weights bf16, dst and bias fp32. fp32 operands under
+ *     GEMM_COMPUTE_BF16 are rounded into per-thread bf16 scratch (bt_bf16_from_f32, round to
+ *     nearest even). oneDNN's fpmath_mode=bf16 is not used: it only PERMITS down-conversion,
+ *     so the rounding would depend on which implementation oneDNN picks.
+ *   - bf16 "fp32" (widen): both operands are packed dense as fp32 after the same bf16
+ *     rounding (bf16 operands widened exactly) and an fp32 primitive runs: same semantics.
+ *     Used where the ISA lacks avx512_core_bf16 (measured, 2 threads: oneDNN's bf16
+ *     emulation under DNNL_MAX_CPU_ISA=AVX512_CORE ran 55-60 GFLOP/s where the fp32
+ *     primitive runs 250-300; under AVX2 oneDNN 2.6 has no bf16 matmul at all), when
+ *     BT_GEMM_BF16=fp32 asks for it, and as a fallback if a bf16 primitive is unimplemented.
  *
  * Primitive cache: keyed by every field that changes the primitive (shape, transposes, lds,
  * strides, operand types, compute, bias presence, alpha, beta, and the thread context:
@@ -68,7 +72,8 @@ typedef struct dn_key {
     int64_t stride_a, stride_b, stride_c;
     int64_t a_type, b_type, compute, has_bias;
     int64_t alpha_bits, beta_bits;
-    int64_t nthr; /* threads oneDNN plans for: 1 inside a parallel region */
+    int64_t nthr;       /* threads oneDNN plans for: 1 inside a parallel region */
+    int64_t bf16_widen; /* bf16 compute on an fp32 primitive */
 } dn_key;
 
 enum { DN_SRC, DN_WEI, DN_DST, DN_BIAS, DN_SCRATCH, DN_MEMS };
@@ -111,11 +116,23 @@ static size_t dn_count;
 static unsigned dn_next_id;
 static dn_thread *dn_threads;
 static _Atomic unsigned dn_generation = 1;
+static _Atomic int dn_bf16_widen_requested;
 static _Thread_local dn_thread *dn_mine;
 static _Thread_local unsigned dn_mine_generation;
 
 int gemm_onednn_built(void) {
     return 1;
+}
+
+void gemm_onednn_set_bf16_widen(int on) {
+    atomic_store(&dn_bf16_widen_requested, on ? 1 : 0);
+}
+
+/* Native bf16 matmul only where oneDNN dispatches avx512_core_bf16 or better. */
+static int dn_bf16_widen(void) {
+    unsigned bf16_isa = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    return atomic_load(&dn_bf16_widen_requested) ||
+           ((unsigned)dnnl_get_effective_cpu_isa() & bf16_isa) != bf16_isa;
 }
 
 unsigned gemm_onednn_cpu_isa(void) {
@@ -166,11 +183,12 @@ static void dn_make_key(dn_key *key, const gemm_args *g) {
     key->alpha_bits = dn_float_bits(g->alpha);
     key->beta_bits = dn_float_bits(g->beta);
     key->nthr = dn_threads_now();
+    key->bf16_widen = g->compute == GEMM_COMPUTE_BF16 && dn_bf16_widen();
 }
 
 static uint64_t dn_hash(const dn_key *key) {
     const unsigned char *p = (const unsigned char *)key;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    uint64_t h = 14695981039346656037ull; /* FNV-1a offset basis */
     for (size_t i = 0; i < sizeof *key; i++) {
         h ^= p[i];
         h *= 1099511628211ull;
@@ -238,8 +256,9 @@ static void dn_operand_md(dnnl_memory_desc_t *md, dn_operand o, int trans, dn_pa
  * each other (e.g. fwd 2600x3072x768 224 vs 254, dW 768x768x650 299 vs 222). gemm:jit packs
  * B into panels, so for exactly those cases we take the first non-brgemm implementation. */
 static int dn_b_rows_alias(const dn_key *k, dnnl_data_type_t ta, dnnl_data_type_t tb, dn_pack pb) {
-    return ta == dnnl_f32 && tb == dnnl_f32 && pb == DN_PASS && !k->trans_b && k->k > 1 &&
-           ((size_t)k->ldb * sizeof(float)) % 4096 == 0;
+    int64_t ldb = pb == DN_PASS ? k->ldb : k->n; /* packed B is dense (k, n) */
+    return ta == dnnl_f32 && tb == dnnl_f32 && !k->trans_b && k->k > 1 &&
+           ((size_t)ldb * sizeof(float)) % 4096 == 0;
 }
 
 /* Returns a primitive desc for the first implementation whose name does not start with
@@ -328,7 +347,7 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb) {
     const char *impl = NULL;
     DN_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
     snprintf(e->impl, sizeof e->impl, "%s%s", impl ? impl : "?",
-             (pa == DN_PACK_F32 || pb == DN_PACK_F32) ? " (bf16 emulated: f32 primitive)" : "");
+             (pa == DN_PACK_F32 || pb == DN_PACK_F32) ? " (bf16 widened to f32)" : "");
     st = dnnl_primitive_create(&e->prim, pd);
     DN_CHECK(dnnl_primitive_desc_destroy(pd));
     e->pack_a = pa;
@@ -342,14 +361,15 @@ static void dn_create(dn_entry *e) {
         DN_CHECK(dn_try_create(e, DN_PASS, DN_PASS));
         return;
     }
-    /* bf16: fp32 operands are rounded into bf16 scratch; bf16 operands pass as they are */
+    if (k->bf16_widen) {
+        DN_CHECK(dn_try_create(e, DN_PACK_F32, DN_PACK_F32));
+        return;
+    }
+    /* native: fp32 operands are rounded into bf16 scratch; bf16 operands pass as they are */
     dn_pack pa = k->a_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
     dn_pack pb = k->b_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
     dnnl_status_t st = dn_try_create(e, pa, pb);
-    if (st == dnnl_unimplemented) {
-        /* no bf16 matmul on this ISA: same bf16-rounded operands, widened to fp32 */
-        st = dn_try_create(e, DN_PACK_F32, DN_PACK_F32);
-    }
+    if (st == dnnl_unimplemented) st = dn_try_create(e, DN_PACK_F32, DN_PACK_F32);
     DN_CHECK(st);
 }
 
@@ -550,6 +570,10 @@ size_t gemm_onednn_cache_size(void) {
 const char *gemm_onednn_impl_name(const gemm_args *g) {
     (void)g;
     return "n/a";
+}
+
+void gemm_onednn_set_bf16_widen(int on) {
+    (void)on;
 }
 
 void gemm_onednn_run(const gemm_args *g) {
