@@ -4,7 +4,7 @@
  *
  * Deliberately not here: any arithmetic beyond the trivial k == 0 case (gemm_ref.c,
  * gemm_openblas.c, gemm_onednn.c do the products), oneDNN objects (gemm_onednn.c). */
-#include "gemm.h"
+#include "gemm_backend.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

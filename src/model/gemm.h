@@ -125,22 +125,4 @@ size_t gemm_onednn_cache_size(void);
  * gemm_release(). */
 const char *gemm_onednn_impl_name(const gemm_args *g);
 
-/* --- internal: backend entry points (gemm_ref.c, gemm_openblas.c, gemm_onednn.c) --------
- * Called by gemm_with() after it validated g, resolved batch 0 to 1 and handled the empty
- * and k == 0 cases; not for use outside src/model/gemm*.c. */
-void gemm_ref_run(const gemm_args *g);
-void gemm_openblas_run(const gemm_args *g);
-int gemm_onednn_built(void);
-/* 1: ONEDNN runs bf16 compute on fp32 primitives (BT_GEMM_BF16=fp32); takes effect for
- * shapes not yet cached (gemm_init_from_env sets it at start). */
-void gemm_onednn_set_bf16_widen(int on);
-void gemm_onednn_run(const gemm_args *g);
-void gemm_onednn_release(void);
-/* oneDNN's effective CPU ISA as dnnl_cpu_isa_t bits (0 when oneDNN is not built). */
-unsigned gemm_onednn_cpu_isa(void);
-/* A buffer of at least `bytes` owned by the calling thread, one per slot, kept (and grown)
- * across calls and freed by gemm_release(). Contents are undefined on return. */
-enum { GEMM_SCRATCH_A, GEMM_SCRATCH_B, GEMM_SCRATCH_BIAS, GEMM_SCRATCH_DNNL, GEMM_SCRATCH_SLOTS };
-void *gemm_thread_scratch(int slot, size_t bytes);
-
 #endif

@@ -41,7 +41,7 @@
  * oneDNN's own primitive cache (ours is keyed by gemm_args, cheaper than hashing oneDNN
  * descriptors). */
 #include "bt_config.h"
-#include "gemm.h"
+#include "gemm_backend.h"
 
 #if BT_HAVE_ONEDNN
 
