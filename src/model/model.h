@@ -58,6 +58,31 @@ typedef struct bt_batch {
     const int32_t *mlm_labels;     /* (B, T) target ids or -100, or NULL: no MLM loss */
 } bt_batch;
 
+/* --- phased API inputs (see "Phases" below) ------------------------------------------------ */
+
+/* Bt texts. The model copies ids, mask and keys (the caller's buffers may change). */
+typedef struct bt_text_input {
+    size_t B, T;                    /* Bt rows of T tokens (Bt may be 0: no text tower) */
+    const int32_t *input_ids;       /* (Bt, T) */
+    const int32_t *attention_mask;  /* (Bt, T) 0/1, NULL = all ones */
+    const uint64_t *sample_keys;    /* (Bt) global key of each row for the dropout masks (e.g.
+                                       the dataset index, | 1<<63 for a masked-MLM copy);
+                                       NULL = the row index */
+} bt_text_input;
+
+/* Bi images. pixel_values is read during bt_towers_forward only. */
+typedef struct bt_image_input {
+    size_t B;                       /* Bi images (may be 0: no vision tower) */
+    const float *pixel_values;      /* (Bi, 3, R, R) normalized, R = image_size */
+    const uint64_t *sample_keys;    /* (Bi) NULL = the row index */
+} bt_image_input;
+
+/* One cross-modal pair: rows of the last bt_towers_forward. mlm: 1 = MLM logits wanted. */
+typedef struct bt_pair {
+    int32_t text_row, image_row;
+    int32_t mlm;
+} bt_pair;
+
 /* --- activation slots ---------------------------------------------------------------------
  * Nt = B*T text rows, Nv = B*Np image rows. */
 
@@ -183,6 +208,16 @@ typedef struct bt_model {
     int32_t *ids, *mask, *pos_ids, *mlm_labels, *itm_labels, *itc_targets;
     int has_itm_labels, has_mlm_labels;
 
+    /* phased API (see "Phases"): shapes of the last phase forwards, the phase outputs and
+     * the gradient slots a loss accumulates into */
+    size_t Bt, Bi, P, Pm;
+    float *itc_text, *d_itc_text;         /* (Bt, C) */
+    float *itc_image, *d_itc_image;       /* (Bi, C) */
+    float *pooler_out;                    /* (P, 2H) */
+    float *itc_cross, *d_itc_cross;       /* (P, C) */
+    float *itm_logits_out, *d_itm_logits; /* (P, 2) */
+    float *mlm_logits_out, *d_mlm_logits; /* (Pm*T, V) */
+
     /* dropout */
     int training;
     uint64_t dropout_seed, step;
@@ -230,5 +265,91 @@ void bt_backward(bt_model *m, const bt_loss_weights *w);
 
 /* m->grads = 0. */
 void bt_zero_grad(bt_model *m);
+
+/* --- Phases ------------------------------------------------------------------------------
+ * The trainer runs the model in phases instead of one bt_forward:
+ *
+ *   bt_towers_forward(m, texts, images)   (a) text tower on Bt texts, vision tower on Bi
+ *       images, the uni-modal half of every bridge per row (ut_k = Tt(T_k) + tt0 per text,
+ *       ui_k = Ti(ln_post(I_k)) + tt1 per image), (b) the ITC uni-modal embeddings
+ *       m->itc_text (Bt, C) and m->itc_image (Bi, C), L2-normalized (ITC head built).
+ *   bt_cross_forward_pairs(m, pairs, P)   (c) the cross stack on P (text_row, image_row)
+ *       pairs: link towers, cross layers, poolers m->pooler_out (P, 2H), ITC cross
+ *       m->itc_cross (P, C) normalized, ITM m->itm_logits_out (P, 2), MLM
+ *       m->mlm_logits_out (Pm*T, V) for the Pm pairs with mlm = 1, in pair order.
+ *   a loss (outside the model: src/train/loss.c) reads those outputs and ACCUMULATES its
+ *       gradients into m->d_itc_text (Bt, C), m->d_itc_image (Bi, C), m->d_itc_cross (P, C),
+ *       m->d_itm_logits (P, 2), m->d_mlm_logits (Pm*T, V) (zeroed by the forward that
+ *       produced them), and the logit_scale gradient into *m->g.logit_scale directly.
+ *   bt_cross_backward_pairs(m)   parameter gradients of the cross phase; the gradients of the
+ *       tower rows the pairs read (ut_k, ui_k, the ITC-shared ui_{X-1}) are ACCUMULATED per
+ *       row, so a text row used by 3 pairs receives the sum of 3 gradients.
+ *   bt_towers_backward(m)   the towers from d_itc_text / d_itc_image plus what the cross
+ *       backward(s) accumulated; parameter gradients accumulate into m->grads.
+ *
+ * Rules: a cross forward reads the rows of the LAST bt_towers_forward; several
+ * forward/backward rounds of the cross phase may run on one tower pass (their row gradients
+ * add up) before the one bt_towers_backward of that pass. Internal gradient slots are zeroed
+ * lazily (once per forward of their phase); parameter gradients are never zeroed here
+ * (bt_zero_grad). Outputs and d_* pointers stay valid until the next forward of their phase
+ * or a reserve that grows the arena.
+ *
+ * Memory: each phase has an activation arena and an activation-gradient arena, each ONE
+ * allocation laid out by a walk over named slots (model.c); sizes depend on (Bt, Bi, T) for
+ * the towers and (P, Pm, T) for the pairs. Arenas only grow (a smaller batch reuses the
+ * memory, no allocation); bt_model_reserve_phases sizes them up front so a training step
+ * allocates nothing. bt_model_activation_bytes runs the same walk without allocating.
+ * Running out of memory is a bt_status (BT_ERR_NOMEM, naming the bytes needed and what to
+ * reduce), checked against MemAvailable before allocating, never an abort.
+ *
+ * Dropout keys: every dropout mask is drawn per row from (run seed, step, site, row key):
+ * row key = the text's sample key for text-tower rows, hash(text key, image key) for both
+ * sides of a pair's cross layers (the vision tower has no dropout). Masks therefore follow
+ * the samples, not their local row index: a batch split across ranks, or its rows permuted,
+ * sees the same masks (for the same T: the attention masks are indexed within a row's
+ * (heads, T, T) block). A pair listed twice with the same keys gets the same masks.
+ *
+ * bt_forward / bt_backward are thin users: towers on (B texts, B images, keys = row index),
+ * pairs (i, i) all flagged mlm when the MLM head is built; the HF-style losses they report
+ * (ITC with arange targets, ITM with labels, MLM with labels) are computed by small
+ * model-internal code (heads.c, bt_hf_loss scratch) kept for bt_forward only: the trainer's
+ * losses live in src/train and write the d_* slots. */
+
+/* (a)+(b). Sizes the tower arenas for (Bt, Bi, T) (grow-only). Zeroes d_itc_text and
+ * d_itc_image. Errors (naming the input and element): ids out of range, mask values other
+ * than 0/1, T too long for the position table, NULL input_ids / pixel_values with a nonzero
+ * count, BT_ERR_NOMEM (see Memory). */
+bt_status bt_towers_forward(bt_model *m, const bt_text_input *t, const bt_image_input *im);
+
+/* (c). pairs index the last bt_towers_forward (copied; both rows must exist). Sizes the pair
+ * arenas for (P, Pm, T). Zeroes d_itc_cross, d_itm_logits, d_mlm_logits. Errors: a row
+ * index out of range (named), P = 0, no tower pass, BT_ERR_NOMEM. */
+bt_status bt_cross_forward_pairs(bt_model *m, const bt_pair *pairs, size_t P);
+
+/* Backward of the last bt_cross_forward_pairs from the d_* pair slots (see Phases). */
+void bt_cross_backward_pairs(bt_model *m);
+
+/* Backward of the last bt_towers_forward: from d_itc_text / d_itc_image plus what the cross
+ * backward(s) accumulated. Call after bt_cross_backward_pairs (or alone when no cross phase
+ * ran, e.g. an ITC-only step with the cross stack frozen). Once per bt_towers_forward. */
+void bt_towers_backward(bt_model *m);
+
+/* Bytes of the activation and activation-gradient arenas of both phases for (Bt, Bi, P,
+ * Pm, T) with this config, head set and precision, computed by the walk that lays out the
+ * arenas (what bt_model_reserve_phases allocates). Excludes parameters, gradients, the
+ * optimizer and bt_forward's HF loss scratch (bt_model_hf_loss_bytes). */
+size_t bt_model_activation_bytes(const bt_model_config *c, unsigned heads, bt_precision prec,
+                                 size_t Bt, size_t Bi, size_t P, size_t Pm, size_t T);
+/* Bytes of bt_forward's HF loss scratch for batch B x T (allocated by bt_model_reserve). */
+size_t bt_model_hf_loss_bytes(const bt_model_config *c, unsigned heads, size_t B, size_t T);
+
+/* Sizes both phases' arenas for the largest shapes a run will use (grow-only). Errors: T
+ * too long for the position table, BT_ERR_NOMEM with the bytes needed and the machine's
+ * available memory, naming what to reduce (batch size, max text length, image size). */
+bt_status bt_model_reserve_phases(bt_model *m, size_t Bt, size_t Bi, size_t P, size_t Pm,
+                                  size_t T);
+
+/* Dropout row key of a pair (text key, image key); order matters. */
+uint64_t bt_pair_key(uint64_t text_key, uint64_t image_key);
 
 #endif
