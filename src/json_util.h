@@ -4,6 +4,9 @@
  * - bt_json_read_text: a JSON file as one NUL-terminated string, with the messages every
  *   loader gives (cannot open, read error, a NUL byte inside).
  * - bt_json_type_name: "a number", "an array", ... for "expected X, got Y" messages.
+ * - bt_json_parse / bt_json_check / bt_json_load: the one JSON rule of bt (Python's meaning
+ *   or refusal: no \u0000 in strings, no duplicate keys, UTF-8, nothing after the value).
+ * - bt_escape_text: untrusted text made safe to echo in a message.
  *
  * Deliberately not here: parsing (cJSON does it), schema checks (each loader owns its keys
  * and their messages), size limits (callers that need one, e.g. the tokenizer, read with
@@ -25,5 +28,46 @@ bt_status bt_json_read_text(const char *path, const char *what, char **text);
 /* The type of a JSON value with its article ("a boolean", "an object", "null"); "nothing"
  * for NULL (an absent key). */
 const char *bt_json_type_name(const struct cJSON *j);
+
+/* --- JSON that means what Python means (docs/guarantees.md, "JSON") --------------------
+ *
+ * One rule for every JSON bt reads (model and preprocessor configs, tokenizer files,
+ * manifests, safetensors headers, training configs): a text is accepted only when Python's
+ * json module would read the same values from it; otherwise it is refused. cJSON alone
+ * differs from Python in four ways, all refused here:
+ *   - a string (key or value) holding the escape \u0000: cJSON's C string would end there
+ *     ("cap\u0000tion" would read as "cap");
+ *   - an object with the same key twice: Python keeps the LAST value, cJSON finds the
+ *     first. bt refuses (rather than picking one) so that no file means two things;
+ *   - a raw control character (below 0x20) inside a string, which Python's strict
+ *     json.loads refuses too, and bytes that are not UTF-8;
+ *   - anything but whitespace after the value (cJSON_Parse ignores trailing text).
+ * Messages name the source, the key path in JSONPath style ($.vision_config.hidden_size,
+ * $.model.merges[3]) and what was expected. */
+
+/* Parses text[0..len) (need not be NUL-terminated) and applies the checks above. `source`
+ * names the text in messages: a path ("model/config.json") or a record ("train.jsonl:12").
+ * On success *out is the tree (free with cJSON_Delete); on error *out is NULL and the status
+ * is BT_ERR_FORMAT ("<source>: not valid JSON at byte N (line L): ..." or "<source>: key
+ * \"k\" appears twice in $.a; ..."), or BT_ERR_NOMEM. */
+bt_status bt_json_parse(const char *text, size_t len, const char *source, struct cJSON **out);
+
+/* The checks of bt_json_parse on a tree a caller parsed itself from text[0..len) (for
+ * loaders that keep their own parse-error messages). BT_OK or BT_ERR_FORMAT. */
+bt_status bt_json_check(const struct cJSON *root, const char *text, size_t len,
+                        const char *source);
+
+/* Reads the file at path (bt_json_read_text) and parses it with bt_json_parse. */
+bt_status bt_json_load(const char *path, const char *what, struct cJSON **out);
+
+/* Copies untrusted text (n bytes of s) into out (cap bytes, always NUL-terminated) so it
+ * is safe to print on a terminal: printable ASCII and valid UTF-8 are kept, a backslash,
+ * a quote, control bytes and bytes that are not UTF-8 become \\, \", \n, \t, \xNN. Cut with
+ * "..." when it does not fit. Returns out. */
+char *bt_escape_text(char *out, size_t cap, const char *s, size_t n);
+
+/* Length of the longest valid UTF-8 prefix of s[0..n) (strict: no overlong forms, no
+ * surrogates, nothing above U+10FFFF); n when all of it is valid. */
+size_t bt_utf8_valid_prefix(const unsigned char *s, size_t n);
 
 #endif

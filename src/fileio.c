@@ -1,0 +1,340 @@
+/* fileio.c: regular-file inputs and atomic outputs; see fileio.h. */
+#include "fileio.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *bt_file_type_name(mode_t m) {
+    if (S_ISREG(m)) return "a regular file";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISLNK(m)) return "a symbolic link";
+    return "not a regular file";
+}
+
+/* "PATH: cannot open WHAT: REASON" with clearer reasons for the common cases. */
+static bt_status open_error(const char *path, const char *what, int err) {
+    const char *w = what ? what : "file";
+    if (!path[0]) return bt_fail(BT_ERR_IO, "the %s path is empty; expected a file name", w);
+    if (err == ELOOP)
+        return bt_fail(BT_ERR_IO, "%s: cannot open %s: too many levels of symbolic links (a "
+                       "symlink loop?)", path, w);
+    if (err == ENOENT) {
+        /* Say which part is missing: the directory or the file. */
+        const char *slash = strrchr(path, '/');
+        if (slash && slash != path) {
+            char *dir = strndup(path, (size_t)(slash - path));
+            struct stat sb;
+            int missing_dir = dir && stat(dir, &sb) != 0;
+            int not_dir = dir && !missing_dir && !S_ISDIR(sb.st_mode);
+            bt_status s = BT_ERR_IO;
+            if (missing_dir)
+                s = bt_fail(BT_ERR_IO, "%s: cannot open %s: the directory %s does not exist",
+                            path, w, dir);
+            else if (not_dir)
+                s = bt_fail(BT_ERR_IO, "%s: cannot open %s: %s is not a directory", path, w, dir);
+            free(dir);
+            if (missing_dir || not_dir) return s;
+        }
+    }
+    return bt_fail(BT_ERR_IO, "%s: cannot open %s: %s", path, w, strerror(err));
+}
+
+bt_status bt_open_regular(const char *path, const char *what, int *fd, struct stat *st) {
+    *fd = -1;
+    if (!path || !path[0]) return open_error("", what, ENOENT);
+    struct stat pre;
+    if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode)) /* refused without opening it */
+        return bt_fail(BT_ERR_IO, "%s: is %s; expected a regular %s file", path,
+                       bt_file_type_name(pre.st_mode), what ? what : "input");
+    /* O_NONBLOCK: opening a FIFO without a writer returns at once instead of blocking. */
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (f < 0) {
+        int err = errno;
+        struct stat sb;
+        if (err == ENXIO || (err != ENOENT && err != ELOOP && stat(path, &sb) == 0 &&
+                             !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)))
+            return bt_fail(BT_ERR_IO, "%s: the %s is not a regular file; expected a regular file",
+                           path, what ? what : "input");
+        return open_error(path, what, err);
+    }
+    struct stat sb;
+    if (fstat(f, &sb) != 0) {
+        int err = errno;
+        close(f);
+        return bt_fail(BT_ERR_IO, "%s: cannot stat: %s", path, strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        return bt_fail(BT_ERR_IO, "%s: is %s; expected a regular %s file", path,
+                       bt_file_type_name(sb.st_mode), what ? what : "input");
+    }
+    int flags = fcntl(f, F_GETFL);
+    if (flags >= 0) fcntl(f, F_SETFL, flags & ~O_NONBLOCK);
+    if (st) *st = sb;
+    *fd = f;
+    return BT_OK;
+}
+
+bt_status bt_fopen_regular(const char *path, const char *what, FILE **out) {
+    *out = NULL;
+    int fd;
+    bt_status s = bt_open_regular(path, what, &fd, NULL);
+    if (s != BT_OK) return s;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        return bt_fail(BT_ERR_IO, "%s: cannot open: %s", path, strerror(err));
+    }
+    *out = f;
+    return BT_OK;
+}
+
+bt_status bt_check_output_file(const char *path, const char *what) {
+    const char *w = what ? what : "output";
+    if (!path || !path[0]) return bt_fail(BT_ERR_ARG, "the %s path is empty; expected a file name", w);
+    size_t n = strlen(path);
+    if (path[n - 1] == '/')
+        return bt_fail(BT_ERR_IO, "%s: the %s path ends with '/'; expected a file name", path, w);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        int err = errno;
+        if (err == ENOENT) {
+            /* Absent (or a dangling symlink): the directory must exist. */
+            const char *slash = strrchr(path, '/');
+            if (slash && slash != path) {
+                char *dir = strndup(path, (size_t)(slash - path));
+                struct stat db;
+                bt_status s = BT_OK;
+                if (!dir)
+                    s = bt_fail(BT_ERR_NOMEM, "out of memory");
+                else if (stat(dir, &db) != 0)
+                    s = bt_fail(BT_ERR_IO, "%s: cannot write the %s: the directory %s does not "
+                                "exist", path, w, dir);
+                else if (!S_ISDIR(db.st_mode))
+                    s = bt_fail(BT_ERR_IO, "%s: cannot write the %s: %s is %s, not a directory",
+                                path, w, dir, bt_file_type_name(db.st_mode));
+                free(dir);
+                return s;
+            }
+            return BT_OK;
+        }
+        if (err == ELOOP)
+            return bt_fail(BT_ERR_IO, "%s: cannot write the %s: too many levels of symbolic "
+                           "links (a symlink loop?)", path, w);
+        return bt_fail(BT_ERR_IO, "%s: cannot write the %s: %s", path, w, strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode))
+        return bt_fail(BT_ERR_IO, "%s: exists and is %s; refusing to replace it with the %s "
+                       "(expected a regular file or a new name)",
+                       path, bt_file_type_name(sb.st_mode), w);
+    return BT_OK;
+}
+
+bt_status bt_check_output_dir(const char *dir, const char *what, int create) {
+    const char *w = what ? what : "output directory";
+    if (!dir || !dir[0]) return bt_fail(BT_ERR_ARG, "the %s path is empty; expected a directory", w);
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) return BT_OK;
+        return bt_fail(BT_ERR_IO, "%s: exists and is %s; expected a directory for the %s", dir,
+                       bt_file_type_name(sb.st_mode), w);
+    }
+    int err = errno;
+    if (err == ENOENT && create) {
+        if (mkdir(dir, 0777) == 0 || errno == EEXIST) return bt_check_output_dir(dir, what, 0);
+        err = errno;
+        return bt_fail(BT_ERR_IO, "%s: cannot create the %s: %s", dir, w, strerror(err));
+    }
+    if (err == ELOOP)
+        return bt_fail(BT_ERR_IO, "%s: too many levels of symbolic links (a symlink loop?)", dir);
+    return bt_fail(BT_ERR_IO, "%s: %s: %s", dir, w, strerror(err));
+}
+
+/* Splits path into a malloc'd directory ("." for a bare name) and a pointer to the name. */
+static char *dir_of(const char *path, const char **base) {
+    const char *slash = strrchr(path, '/');
+    *base = slash ? slash + 1 : path;
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+int bt_sync_dir_of(const char *path, int is_dir) {
+    const char *base;
+    char *dir = is_dir ? strdup(path) : dir_of(path, &base);
+    if (!dir) return ENOMEM;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int err = 0;
+    if (fd < 0) {
+        err = errno;
+    } else {
+        if (fsync(fd) != 0) err = errno;
+        close(fd);
+    }
+    free(dir);
+    return err;
+}
+
+/* A pid that no longer exists (kill(pid, 0) says ESRCH). A pid of another user (EPERM)
+ * counts as alive. */
+static int pid_dead(long pid) {
+    if (pid <= 0) return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Parses "<digits>" or "<digits>.<digits>" at s (whole string); returns the first number
+ * or -1. */
+static long parse_pid_suffix(const char *s, int allow_counter) {
+    if (*s < '0' || *s > '9') return -1;
+    char *end;
+    long pid = strtol(s, &end, 10);
+    if (*end == '.' && allow_counter) {
+        const char *c = end + 1;
+        if (*c < '0' || *c > '9') return -1;
+        strtoul(c, &end, 10);
+    }
+    return *end ? -1 : pid;
+}
+
+/* Removes ".<base>.bt-tmp.<pid>.<n>" and "<base>.tmp.<pid>" files of dead processes. */
+static void remove_stale_temps(const char *dir, const char *base) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t bl = strlen(base);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *n = e->d_name;
+        long pid = -1;
+        if (n[0] == '.' && strncmp(n + 1, base, bl) == 0 && strncmp(n + 1 + bl, ".bt-tmp.", 8) == 0)
+            pid = parse_pid_suffix(n + 1 + bl + 8, 1);
+        else if (strncmp(n, base, bl) == 0 && strncmp(n + bl, ".tmp.", 5) == 0)
+            pid = parse_pid_suffix(n + bl + 5, 0);
+        if (pid < 0 || !pid_dead(pid)) continue;
+        size_t cap = strlen(dir) + strlen(n) + 2;
+        char *p = malloc(cap);
+        if (!p) break;
+        snprintf(p, cap, "%s/%s", dir, n);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(p);
+        free(p);
+    }
+    closedir(d);
+}
+
+static atomic_uint tmp_counter;
+
+bt_status bt_atomic_open(bt_atomic_file *af, const char *path, const char *what) {
+    memset(af, 0, sizeof *af);
+    bt_status s = bt_check_output_file(path, what);
+    if (s != BT_OK) return s;
+    const char *base;
+    char *dir = dir_of(path, &base);
+    size_t cap = strlen(path) + 64;
+    af->path = strdup(path);
+    af->tmp = malloc(cap);
+    if (!dir || !af->path || !af->tmp) {
+        free(dir);
+        bt_atomic_abort(af);
+        return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
+    }
+    remove_stale_temps(dir, base);
+    unsigned n = atomic_fetch_add(&tmp_counter, 1);
+    snprintf(af->tmp, cap, "%s/.%s.bt-tmp.%ld.%u", dir, base, (long)getpid(), n);
+    free(dir);
+    int fd = open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        s = bt_fail(BT_ERR_IO, "%s: cannot create the temporary file %s: %s", path, af->tmp,
+                    strerror(errno));
+        free(af->tmp);
+        af->tmp = NULL;
+        bt_atomic_abort(af);
+        return s;
+    }
+    af->fp = fdopen(fd, "wb");
+    if (!af->fp) {
+        s = bt_fail(BT_ERR_IO, "%s: cannot open the temporary file %s: %s", path, af->tmp,
+                    strerror(errno));
+        close(fd);
+        bt_atomic_abort(af);
+        return s;
+    }
+    return BT_OK;
+}
+
+void bt_atomic_abort(bt_atomic_file *af) {
+    if (!af) return;
+    if (af->fp) fclose(af->fp);
+    if (af->tmp) unlink(af->tmp);
+    free(af->tmp);
+    free(af->path);
+    memset(af, 0, sizeof *af);
+}
+
+bt_status bt_atomic_commit(bt_atomic_file *af) {
+    BT_ASSERT(af && af->fp && af->tmp && af->path);
+    int err = 0;
+    if (fflush(af->fp) != 0) err = errno ? errno : EIO;
+    if (!err && ferror(af->fp)) err = EIO;
+    if (!err && fsync(fileno(af->fp)) != 0) err = errno;
+    if (fclose(af->fp) != 0 && !err) err = errno ? errno : EIO;
+    af->fp = NULL;
+    bt_status s = BT_OK;
+    if (err) {
+        s = bt_fail(BT_ERR_IO, "%s: writing the temporary file %s failed: %s; the previous file "
+                    "(if any) is unchanged", af->path, af->tmp, strerror(err));
+    } else if ((s = bt_check_output_file(af->path, NULL)) != BT_OK) {
+        /* The target changed type while we wrote (re-checked right before the rename). */
+    } else if (rename(af->tmp, af->path) != 0) {
+        s = bt_fail(BT_ERR_IO, "%s: cannot rename the temporary file %s over it: %s; the "
+                    "previous file (if any) is unchanged", af->path, af->tmp, strerror(errno));
+    } else {
+        free(af->tmp);
+        af->tmp = NULL; /* renamed: nothing to remove */
+        if ((err = bt_sync_dir_of(af->path, 0)) != 0)
+            s = bt_fail(BT_ERR_IO, "%s: written, but syncing its directory failed: %s; the new "
+                        "file may not survive a crash", af->path, strerror(err));
+    }
+    bt_atomic_abort(af);
+    return s;
+}
+
+bt_status bt_write_file_atomic(const char *path, const char *what, const void *data, size_t n) {
+    bt_atomic_file af;
+    bt_status s = bt_atomic_open(&af, path, what);
+    if (s != BT_OK) return s;
+    if (n && fwrite(data, 1, n, af.fp) != n) {
+        s = bt_fail(BT_ERR_IO, "%s: writing the temporary file %s failed: %s; the previous file "
+                    "(if any) is unchanged", path, af.tmp, strerror(errno ? errno : EIO));
+        bt_atomic_abort(&af);
+        return s;
+    }
+    return bt_atomic_commit(&af);
+}
+
+bt_status bt_remove_owned_file(const char *path, const char *what) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) return BT_OK;
+        return bt_fail(BT_ERR_IO, "%s: cannot inspect the stale %s: %s", path,
+                       what ? what : "file", strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
+        return bt_fail(BT_ERR_IO, "%s: is %s; refusing to remove it (expected the %s as a "
+                       "regular file, or nothing)", path, bt_file_type_name(sb.st_mode),
+                       what ? what : "file");
+    if (unlink(path) != 0)
+        return bt_fail(BT_ERR_IO, "%s: cannot remove the stale %s: %s", path,
+                       what ? what : "file", strerror(errno));
+    return BT_OK;
+}

@@ -1,0 +1,76 @@
+/* fileio.h: the two ways bt touches the file system for user-named paths (docs/guarantees.md).
+ *
+ * Reading: bt_open_regular / bt_fopen_regular open an input only if it is a regular file.
+ * The open is non-blocking (O_NONBLOCK, then fstat, then the flag is cleared), so a FIFO
+ * with no writer, a terminal or a device is refused with a message instead of hanging.
+ * Every loader (configs, tokenizer files, manifests, images, safetensors) opens through it.
+ *
+ * Writing: bt_atomic_* write a file under a temporary name in the target's directory,
+ * ".<name>.bt-tmp.<pid>.<n>", fsync it, rename it over the target and fsync the directory:
+ * a crash never leaves a half-written file under the final name and never loses the
+ * previous file. Before anything is written, an existing target that is not a regular file
+ * (a device such as /dev/null, a FIFO, a socket, a directory) is refused: bt never replaces
+ * what is not its own. A symlink to a regular file is replaced by a regular file (the file
+ * it pointed to is left alone). Temp files of the same target left by a process that no
+ * longer exists (a save killed with SIGKILL) are removed at the next save, as are those of
+ * the older "<name>.tmp.<pid>" naming.
+ *
+ * Deliberately not here: locking against two processes saving the same path at once (the
+ * last rename wins, each file whole), and the time-of-check-to-time-of-use gap between the
+ * type check and the rename (a target replaced by a device in that window is replaced). */
+#ifndef BT_FILEIO_H
+#define BT_FILEIO_H
+
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "status.h"
+
+/* Opens path read-only if it is a regular file. `what` names its role in messages ("model
+ * config" gives "PATH: cannot open model config: No such file or directory"; "PATH: model
+ * config is a FIFO; expected a regular file"). *fd is -1 on error; st (may be NULL) gets
+ * the file's stat. Errors: BT_ERR_IO (missing, unreadable, a symlink loop, not a regular
+ * file). */
+bt_status bt_open_regular(const char *path, const char *what, int *fd, struct stat *st);
+/* The same, as a stdio stream ("rb"). */
+bt_status bt_fopen_regular(const char *path, const char *what, FILE **f);
+
+/* "a directory", "a FIFO", "a character device", ... for messages. */
+const char *bt_file_type_name(mode_t mode);
+
+/* Checks that path may be used as an output file: not empty, and either absent or (after
+ * symlinks) a regular file. Errors (BT_ERR_IO, naming path and `what`) otherwise. Writers
+ * call it through bt_atomic_open; CLIs may call it early, before hours of work. */
+bt_status bt_check_output_file(const char *path, const char *what);
+
+/* Checks that dir may be used as an output directory: absent (created with mkdir when
+ * create != 0, one level) or a directory. Errors: BT_ERR_IO. */
+bt_status bt_check_output_dir(const char *dir, const char *what, int create);
+
+typedef struct bt_atomic_file {
+    char *path; /* final name */
+    char *tmp;  /* temporary name in the same directory */
+    FILE *fp;   /* write here */
+} bt_atomic_file;
+
+/* Checks the target (bt_check_output_file), removes stale temp files of it, and creates a
+ * new temp file (O_EXCL, mode 0666 & ~umask). On error *af is zeroed. */
+bt_status bt_atomic_open(bt_atomic_file *af, const char *path, const char *what);
+/* fflush + fsync + close, checks the target again, renames over it, fsyncs the directory.
+ * Any failure removes the temp file and leaves the previous file unchanged (the message
+ * says so). *af is released either way. */
+bt_status bt_atomic_commit(bt_atomic_file *af);
+/* Closes and removes the temp file (safe on a zeroed or released struct). */
+void bt_atomic_abort(bt_atomic_file *af);
+/* Writes n bytes atomically (open + fwrite + commit). */
+bt_status bt_write_file_atomic(const char *path, const char *what, const void *data, size_t n);
+
+/* Removes path if it exists and is a regular file or a symlink (used for files a directory
+ * format owns but a save does not write, e.g. an old tokenizer.json). BT_OK when absent;
+ * BT_ERR_IO when it is something else or cannot be removed. */
+bt_status bt_remove_owned_file(const char *path, const char *what);
+
+/* fsync of the directory holding path (or of path itself when is_dir != 0). 0 or errno. */
+int bt_sync_dir_of(const char *path, int is_dir);
+
+#endif

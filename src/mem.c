@@ -1,0 +1,163 @@
+/* mem.c: available memory and the pre-allocation check; see mem.h. */
+#include "mem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t bt_mul_sat(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t bt_add_sat(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+/* A byte count with an optional K/M/G/T suffix (powers of 1024); 0 on failure. */
+static int parse_bytes(const char *s, uint64_t *out) {
+    char *end;
+    if (!s || *s < '0' || *s > '9') return 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    uint64_t mul = 1;
+    switch (*end) {
+    case 'K': case 'k': mul = 1ull << 10; end++; break;
+    case 'M': case 'm': mul = 1ull << 20; end++; break;
+    case 'G': case 'g': mul = 1ull << 30; end++; break;
+    case 'T': case 't': mul = 1ull << 40; end++; break;
+    default: break;
+    }
+    if (*end) return 0;
+    *out = bt_mul_sat(v, mul);
+    return 1;
+}
+
+/* The first line of a file as an unsigned number; 0 when absent or "max". */
+static int read_u64_file(const char *path, uint64_t *out) {
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    char buf[64] = {0};
+    int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    if (!ok) return 0;
+    buf[strcspn(buf, "\n")] = '\0';
+    return parse_bytes(buf, out);
+}
+
+/* The cgroup path of this process for controller `ctl` (v1) or the unified one (ctl NULL). */
+static int cgroup_path(const char *ctl, char *out, size_t cap) {
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (!f) return 0;
+    char line[1024];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':');
+        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = '\0';
+        const char *ctls = c1 + 1;
+        if (ctl ? strstr(ctls, ctl) != NULL : (ctls[0] == '\0' && line[0] == '0')) {
+            snprintf(out, cap, "%s", c2 + 1);
+            found = 1;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+uint64_t bt_mem_available(const char **source) {
+    const char *src = "nothing measurable";
+    uint64_t best = UINT64_MAX;
+    const char *env = getenv("BT_MEM_AVAILABLE");
+    uint64_t v;
+    if (env && parse_bytes(env, &v)) {
+        if (source) *source = "BT_MEM_AVAILABLE";
+        return v;
+    }
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            unsigned long long kb;
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                best = bt_mul_sat(kb, 1024);
+                src = "MemAvailable in /proc/meminfo";
+                break;
+            }
+        }
+        fclose(f);
+    }
+    char cg[768], p[1024];
+    uint64_t lim, cur;
+    if (cgroup_path(NULL, cg, sizeof cg)) { /* cgroup v2 */
+        /* The limit of the process's own cgroup and of each ancestor up to the root. */
+        for (;;) {
+            snprintf(p, sizeof p, "/sys/fs/cgroup%s/memory.max", strcmp(cg, "/") ? cg : "");
+            if (read_u64_file(p, &lim)) {
+                snprintf(p, sizeof p, "/sys/fs/cgroup%s/memory.current", strcmp(cg, "/") ? cg : "");
+                if (!read_u64_file(p, &cur)) cur = 0;
+                uint64_t room = lim > cur ? lim - cur : 0;
+                if (room < best) {
+                    best = room;
+                    src = "the cgroup v2 limit memory.max";
+                }
+            }
+            char *slash = strrchr(cg, '/');
+            if (!slash || slash == cg) break;
+            *slash = '\0';
+        }
+    }
+    if (cgroup_path("memory", cg, sizeof cg)) { /* cgroup v1 */
+        snprintf(p, sizeof p, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", cg);
+        if (!read_u64_file(p, &lim)) {
+            snprintf(p, sizeof p, "/sys/fs/cgroup/memory/memory.limit_in_bytes");
+            if (!read_u64_file(p, &lim)) lim = UINT64_MAX;
+        }
+        snprintf(p, sizeof p, "/sys/fs/cgroup/memory%s/memory.usage_in_bytes", cg);
+        if (!read_u64_file(p, &cur)) cur = 0;
+        /* v1 reports "no limit" as a huge page-rounded number. */
+        if (lim < (1ull << 60)) {
+            uint64_t room = lim > cur ? lim - cur : 0;
+            if (room < best) {
+                best = room;
+                src = "the cgroup v1 limit memory.limit_in_bytes";
+            }
+        }
+    }
+    if (source) *source = src;
+    return best;
+}
+
+const char *bt_mem_format(char *buf, int cap, uint64_t bytes) {
+    static const char *units[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1000.0 && u < 6) {
+        v /= 1000.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, (size_t)cap, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, (size_t)cap, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint) {
+    const char *off = getenv("BT_MEM_CHECK");
+    if (off && strcmp(off, "0") == 0) return BT_OK;
+    const char *src;
+    uint64_t avail = bt_mem_available(&src);
+    if (bytes <= avail) return BT_OK;
+    char need[32], have[32];
+    bt_mem_format(need, sizeof need, bytes);
+    if (avail == UINT64_MAX) snprintf(have, sizeof have, "?");
+    else bt_mem_format(have, sizeof have, avail);
+    return bt_fail(BT_ERR_NOMEM,
+                   "%s needs %s%s but this machine has %s available (%s); reduce %s "
+                   "(BT_MEM_CHECK=0 skips this check)",
+                   what, bytes == UINT64_MAX ? "more than " : "", bytes == UINT64_MAX ? "16 EB" : need,
+                   have, src, hint);
+}

@@ -1,0 +1,39 @@
+/* mem.h: how much memory this machine can give bt, and the check every run makes before it
+ * allocates (docs/guarantees.md, "Memory").
+ *
+ * Available memory is the smallest of: MemAvailable in /proc/meminfo; the cgroup v2 limit
+ * (memory.max - memory.current of the process's cgroup); the cgroup v1 limit
+ * (memory.limit_in_bytes - memory.usage_in_bytes). The environment variable
+ * BT_MEM_AVAILABLE (a byte count, suffixes K/M/G/T accepted) replaces the measurement, for
+ * tests and for users who know better; BT_MEM_CHECK=0 turns the check off.
+ *
+ * Deliberately not here: the estimate itself (each caller knows what it allocates: the
+ * model plan in src/model, a batch in bt-data, an image in src/data/image.c), and swap
+ * (counting it would let a run start that then crawls). */
+#ifndef BT_MEM_H
+#define BT_MEM_H
+
+#include <stdint.h>
+
+#include "status.h"
+
+/* Bytes this process can still allocate without swapping or hitting its cgroup limit;
+ * UINT64_MAX when nothing can be measured. *source (may be NULL) gets a static string
+ * saying where the number comes from ("MemAvailable", "cgroup v2 memory.max", ...). */
+uint64_t bt_mem_available(const char **source);
+
+/* BT_OK when `bytes` fit in bt_mem_available(); otherwise BT_ERR_NOMEM with
+ * "<what> needs 104.2 GB but this machine has 31.0 GB available (MemAvailable); reduce
+ * <hint>". `what` says what is being planned ("the model at batch 64, 512 tokens"), `hint`
+ * which knobs lower it ("--batch-size or --max-length"). */
+bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint);
+
+/* Formats a byte count for people: "512 B", "3.4 MB", "104.2 GB" (decimal units). */
+const char *bt_mem_format(char *buf, int cap, uint64_t bytes);
+
+/* a * b, or UINT64_MAX on overflow; for multiplying sizes out before comparing them. */
+uint64_t bt_mul_sat(uint64_t a, uint64_t b);
+/* a + b, or UINT64_MAX on overflow. */
+uint64_t bt_add_sat(uint64_t a, uint64_t b);
+
+#endif
