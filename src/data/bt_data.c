@@ -42,6 +42,7 @@
 #include <cjson/cJSON.h>
 
 #include "config.h"
+#include "cpu.h"
 #include "data/image.h"
 #include "data/loader.h"
 #include "data/manifest.h"
@@ -723,6 +724,8 @@ static int cmd_batch(const args *a) {
 }
 
 int main(int argc, char **argv) {
+    const int info_rc = bt_runtime_cli_info(argc, argv, "bt-data"); /* --info (cpu.h) */
+    if (info_rc >= 0) return info_rc;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(usage_text, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : EXIT_OK;

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "cpu.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -74,6 +75,8 @@ static void heads_str(char *out, size_t cap, unsigned m) {
 }
 
 int main(int argc, char **argv) {
+    const int info_rc = bt_runtime_cli_info(argc, argv, "bt-checkpoint"); /* --info (cpu.h) */
+    if (info_rc >= 0) return info_rc;
     const char *model = NULL, *save = NULL;
     int init = 0;
     bt_checkpoint_load_options lo;

@@ -37,6 +37,7 @@
 #endif
 
 #include "checkpoint.h"
+#include "cpu.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -348,6 +349,8 @@ static void out_add(out_list *o, const char *name, const float *data, int ndim, 
 }
 
 int main(int argc, char **argv) {
+    const int info_rc = bt_runtime_cli_info(argc, argv, "bt-forward"); /* --info (cpu.h) */
+    if (info_rc >= 0) return info_rc;
     fwd_args a;
     if (!parse_args(&a, argc, argv)) {
         usage(stderr);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bt_config.h"
+#include "cpu.h"
 
 /* -1 = not selected yet; otherwise a gemm_backend. Atomic because gemm() may run on many
  * threads while main() selects (selection is meant for program start, see gemm.h). */
@@ -69,6 +70,8 @@ static gemm_backend gemm_default_backend(void) {
 }
 
 bt_status gemm_init_from_env(void) {
+    /* BT_CPU_ISA first: it may set DNNL_MAX_CPU_ISA, which oneDNN reads once (cpu.h) */
+    if (bt_cpu_isa_init_from_env() != BT_OK) return BT_ERR_ARG;
     const char *w = getenv("BT_GEMM_BF16");
     int widen = 0;
     if (w && *w) {

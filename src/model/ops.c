@@ -5,8 +5,12 @@
  * the reference table.
  *
  * The fast kernels are plain C that gcc vectorizes without -ffast-math:
- *   - Row and span kernels carry OPS_VEC (target_clones: an AVX-512, an AVX2 and a baseline
- *     clone chosen at load time), so the build needs no -march flag and still runs anywhere.
+ *   - The fast kernels are compiled once per ISA level (cpu.h): this file is the library's
+ *     unit (kernels at the x86-64 baseline, level "scalar", plus the dispatch), and on x86-64
+ *     meson compiles it again with -march=x86-64-v3 / -v4 and OPS_VARIANT set (see "ISA
+ *     variants" below). kernels_init() fills the table from the level bt_cpu_isa_active()
+ *     names (the CPU's best, capped by BT_CPU_ISA), so the build needs no -march flag, runs
+ *     anywhere, and every level can be tested on one machine.
  *   - ISO C (-std=c11) compiles with -ffp-contract=off and gcc never reassociates float sums
  *     on its own, so reductions (sum, dot, max) use a GNU C vector of OPS_LANES partial
  *     results folded by a fixed tree (ops_sum & co.). The summation order is therefore fixed
@@ -57,11 +61,19 @@ static int ops_thread_num(void) { return 0; }
 static int ops_max_threads(void) { return 1; }
 #endif
 
-/* Function multiversioning for the vectorizable kernels (x86-64 gcc; elsewhere one version). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OPS_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
+/* ISA variants. Compiled with OPS_VARIANT=<name> (src/model/meson.build: -march=x86-64-v3
+ * with ops_fill_fast_avx2, -march=x86-64-v4 with ops_fill_fast_avx512), this file yields only
+ * the fast kernels and one function of that name filling a kernel table with them; the
+ * library's own unit (OPS_VARIANT undefined) has the baseline fill (ops_fill_fast_scalar),
+ * the reference table, the dispatch and the public entry points. The same source at every
+ * level (no FMA contraction: ISO C mode, and -ffp-contract=off on the variants) gives the
+ * same bits; only the instructions differ. OPS_VEC marks the vectorizable row and span
+ * kernels (it used to be target_clones; the level is now chosen per unit). */
 #define OPS_VEC
+#ifdef OPS_VARIANT
+#define OPS_FILL OPS_VARIANT
+#else
+#define OPS_FILL ops_fill_fast_scalar
 #endif
 #define OPS_INLINE static inline __attribute__((always_inline))
 
@@ -295,10 +307,12 @@ static ops_drop ops_drop_make(const bt_dropout *d) {
     return dr;
 }
 
+#ifndef OPS_VARIANT
 int dropout_keep(const bt_dropout *d, uint64_t i) {
     const ops_drop dr = ops_drop_make(d);
     return !dr.on || ops_keep(&dr, i);
 }
+#endif
 
 /* dst[j] = src[j] * m(base + j) */
 OPS_VEC static void dropout_span(float *dst, const float *src, size_t n, const ops_drop *dr,
@@ -653,7 +667,11 @@ static void softmax_backward_fast(float *dx, const float *dout, const float *y, 
 
 /* Which of the two is used. AUTO: (a) unless the GEMM backend is OpenBLAS, then (b). */
 typedef enum { OPS_ATTN_AUTO, OPS_ATTN_BLOCKS, OPS_ATTN_GEMM } ops_attn_mode;
-static ops_attn_mode ops_attention_mode = OPS_ATTN_AUTO;
+/* One setting shared by every ISA variant unit (defined in the library's unit). */
+extern ops_attn_mode ops_attention_mode;
+#ifndef OPS_VARIANT
+ops_attn_mode ops_attention_mode = OPS_ATTN_AUTO;
+#endif
 
 static ops_attn_mode ops_attention_resolve(void) {
     if (ops_attention_mode != OPS_ATTN_AUTO) return ops_attention_mode;
@@ -1125,9 +1143,10 @@ static void l2_normalize_backward_fast(float *dx, const float *dout, const float
                                             norm + i0, rows, c));
 }
 
+#ifndef OPS_VARIANT /* the bf16 conversions and the dispatch: the library's unit only */
 /* --- fp32 <-> bf16 ------------------------------------------------------------------------
  * Three implementations of the same bits (dtype.h's scalar rule: round to nearest even, NaN
- * stays a quiet NaN with its sign and top payload bits), picked once from the CPU:
+ * stays a quiet NaN with its sign and top payload bits), picked by the ISA level (cpu.h):
  *   AVX512-BF16  vcvtne2ps2bf16 for 32 floats at a time. That instruction flushes subnormal
  *                inputs to zero, which the scalar rule does not, so blocks holding a
  *                subnormal take the integer path instead (never in real weights).
@@ -1196,7 +1215,7 @@ __attribute__((target("avx512f"))) static void f32_from_bf16_avx512(float *out,
 typedef void (*bf16_from_f32_fn)(bt_bf16 *, const float *, size_t);
 typedef void (*f32_from_bf16_fn)(float *, const bt_bf16 *, size_t);
 
-/* Chosen in kernels_init (ops_bf16_select); the scalar references until then. */
+/* Chosen in kernels_init per ISA level (ops_fast_fill); the scalar references until then. */
 static bf16_from_f32_fn ops_bf16_from_f32_impl = bf16_from_f32_ref;
 static f32_from_bf16_fn ops_f32_from_bf16_impl = f32_from_bf16_ref;
 static const char *ops_bf16_impl_name = "scalar";
@@ -1236,11 +1255,6 @@ static int ops_bf16_set(const char *name) {
     return 1;
 }
 
-/* Best first. */
-static void ops_bf16_select(void) {
-    if (!ops_bf16_set("avx512bf16") && !ops_bf16_set("avx512f")) ops_bf16_set("scalar");
-}
-
 static void bf16_from_f32_fast(bt_bf16 *out, const float *in, size_t n) {
     BT_ASSERT(n == 0 || (out && in));
     const bf16_from_f32_fn fn = ops_bf16_from_f32_impl;
@@ -1252,6 +1266,8 @@ static void f32_from_bf16_fast(float *out, const bt_bf16 *in, size_t n) {
     const f32_from_bf16_fn fn = ops_f32_from_bf16_impl;
     OPS_FOR_CHUNKS(n, lo, len, fn(out + lo, in + lo, len));
 }
+
+#endif /* !OPS_VARIANT */
 
 /* --- the kernel table ------------------------------------------------------------------------ */
 
@@ -1300,6 +1316,62 @@ typedef struct ops_kernels {
     void (*f32_from_bf16)(float *, const bt_bf16 *, size_t);
 } ops_kernels;
 
+/* Overrides t's entries with this unit's fast kernels (all but the bf16 conversions, which
+ * the library's unit sets per level). One per ISA variant; see "ISA variants" above. */
+void OPS_FILL(ops_kernels *t);
+void OPS_FILL(ops_kernels *t) {
+    t->dropout_forward = dropout_forward_fast;
+    t->dropout_backward = dropout_backward_fast;
+    t->linear_forward = linear_forward_fast;
+    t->linear_backward = linear_backward_fast;
+    t->layernorm_forward = layernorm_forward_fast;
+    t->layernorm_backward = layernorm_backward_fast;
+    t->gelu_forward = gelu_forward_fast;
+    t->gelu_backward = gelu_backward_fast;
+    t->quick_gelu_forward = quick_gelu_forward_fast;
+    t->quick_gelu_backward = quick_gelu_backward_fast;
+    t->tanh_forward = tanh_forward_fast;
+    t->tanh_backward = tanh_backward_fast;
+    t->softmax_forward = softmax_forward_fast;
+    t->softmax_backward = softmax_backward_fast;
+    t->attention_forward = attention_forward_fast;
+    t->attention_backward = attention_backward_fast;
+    /* attention_key_bias_from_mask keeps the reference: N comparisons, nothing to gain. */
+    t->embedding_forward = embedding_forward_fast;
+    t->embedding_backward = embedding_backward_fast;
+    t->bias_add_forward = bias_add_forward_fast;
+    t->bias_add_backward = bias_add_backward_fast;
+    t->residual_forward = residual_forward_fast;
+    t->residual_backward = residual_backward_fast;
+    t->cross_entropy_forward = cross_entropy_forward_fast;
+    t->cross_entropy_backward = cross_entropy_backward_fast;
+    t->l2_normalize_forward = l2_normalize_forward_fast;
+    t->l2_normalize_backward = l2_normalize_backward_fast;
+}
+
+#ifndef OPS_VARIANT
+#ifdef BT_OPS_ISA_VARIANTS /* meson built the x86-64-v3 and -v4 units */
+void ops_fill_fast_avx2(ops_kernels *t);
+void ops_fill_fast_avx512(ops_kernels *t);
+#endif
+
+/* The fill function of a level, or NULL when this build has no unit for it. */
+static void (*ops_fill_for(bt_isa isa))(ops_kernels *) {
+    switch (isa) {
+    case BT_ISA_SCALAR:
+        return ops_fill_fast_scalar;
+#ifdef BT_OPS_ISA_VARIANTS
+    case BT_ISA_AVX2:
+        return ops_fill_fast_avx2;
+    case BT_ISA_AVX512:
+    case BT_ISA_AVX512_BF16: /* the same kernels; only the bf16 conversion differs */
+        return ops_fill_fast_avx512;
+#endif
+    default:
+        return NULL;
+    }
+}
+
 static const ops_kernels ops_ref_table = {
     .dropout_forward = dropout_forward_ref,
     .dropout_backward = dropout_backward_ref,
@@ -1333,6 +1405,7 @@ static const ops_kernels ops_ref_table = {
 };
 
 static ops_kernels ops_fast_table; /* filled once by ops_init_once */
+static bt_isa ops_isa = BT_ISA_SCALAR; /* its level */
 static _Atomic(const ops_kernels *) ops_active = NULL;
 static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
 
@@ -1344,39 +1417,27 @@ static int ops_attention_set(const char *name) {
     return 1;
 }
 
-static void ops_init_once(void) {
-    ops_bf16_select();
+/* Fills ops_fast_table with the kernels of level `isa` and that level's bf16 conversion;
+ * 0 (nothing changed) when this build has no unit for it or the CPU does not run it. */
+static int ops_fast_fill(bt_isa isa) {
+    void (*fill)(ops_kernels *) = ops_fill_for(isa);
+    if (!fill || !bt_isa_supported(isa)) return 0;
     ops_kernels t = ops_ref_table; /* reference first, then the fast overrides */
-    t.dropout_forward = dropout_forward_fast;
-    t.dropout_backward = dropout_backward_fast;
-    t.linear_forward = linear_forward_fast;
-    t.linear_backward = linear_backward_fast;
-    t.layernorm_forward = layernorm_forward_fast;
-    t.layernorm_backward = layernorm_backward_fast;
-    t.gelu_forward = gelu_forward_fast;
-    t.gelu_backward = gelu_backward_fast;
-    t.quick_gelu_forward = quick_gelu_forward_fast;
-    t.quick_gelu_backward = quick_gelu_backward_fast;
-    t.tanh_forward = tanh_forward_fast;
-    t.tanh_backward = tanh_backward_fast;
-    t.softmax_forward = softmax_forward_fast;
-    t.softmax_backward = softmax_backward_fast;
-    t.attention_forward = attention_forward_fast;
-    t.attention_backward = attention_backward_fast;
-    /* attention_key_bias_from_mask keeps the reference: N comparisons, nothing to gain. */
-    t.embedding_forward = embedding_forward_fast;
-    t.embedding_backward = embedding_backward_fast;
-    t.bias_add_forward = bias_add_forward_fast;
-    t.bias_add_backward = bias_add_backward_fast;
-    t.residual_forward = residual_forward_fast;
-    t.residual_backward = residual_backward_fast;
-    t.cross_entropy_forward = cross_entropy_forward_fast;
-    t.cross_entropy_backward = cross_entropy_backward_fast;
-    t.l2_normalize_forward = l2_normalize_forward_fast;
-    t.l2_normalize_backward = l2_normalize_backward_fast;
+    fill(&t);
+    ops_bf16_set(isa >= BT_ISA_AVX512_BF16 ? "avx512bf16"
+                 : isa >= BT_ISA_AVX512    ? "avx512f"
+                                           : "scalar");
     t.bf16_from_f32 = bf16_from_f32_fast;
     t.f32_from_bf16 = f32_from_bf16_fast;
     ops_fast_table = t;
+    ops_isa = isa;
+    return 1;
+}
+
+static void ops_init_once(void) {
+    /* the active level, or the best level below it that this build has */
+    for (int isa = (int)bt_cpu_isa_active(); isa >= 0; isa--)
+        if (ops_fast_fill((bt_isa)isa)) break;
 
     const char *mode = getenv("BT_ATTENTION_THREADS");
     if (mode && *mode && !ops_attention_set(mode))
@@ -1403,6 +1464,21 @@ void kernels_init(void) { pthread_once(&ops_once, ops_init_once); }
 void ops_use_reference(int on) {
     kernels_init();
     atomic_store(&ops_active, on ? &ops_ref_table : &ops_fast_table);
+}
+
+const char *ops_kernels_name(void) {
+    kernels_init();
+    return atomic_load(&ops_active) == &ops_ref_table ? "ref" : "fast";
+}
+
+bt_isa ops_cpu_isa(void) {
+    kernels_init();
+    return ops_isa;
+}
+
+int ops_cpu_isa_select(bt_isa isa) {
+    kernels_init();
+    return ops_fast_fill(isa);
 }
 
 const char *ops_bf16_conversion_name(void) {
@@ -1536,3 +1612,4 @@ void bf16_from_f32(bt_bf16 *out, const float *in, size_t n) {
 void f32_from_bf16(float *out, const bt_bf16 *in, size_t n) {
     ops_k()->f32_from_bf16(out, in, n);
 }
+#endif /* !OPS_VARIANT */

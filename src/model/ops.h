@@ -19,6 +19,10 @@
  * Tests pit every fast kernel against its reference (tests/test_ops_fast.c) and every
  * reference backward against central finite differences in double (tests/test_ops_grad.c).
  *
+ * ISA levels (cpu.h): the fast kernels are built once per level (baseline "scalar", "avx2",
+ * "avx512"); kernels_init() takes the table of bt_cpu_isa_active(), i.e. the best the CPU
+ * runs, capped by BT_CPU_ISA. Every level gives the same bits (tests/test_determinism.c).
+ *
  * Deliberately not here: the GEMM itself (gemm.h), model wiring (the towers in src/model/). */
 #ifndef BT_OPS_H
 #define BT_OPS_H
@@ -26,13 +30,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu.h"
 #include "dtype.h"
 #include "gemm.h"
 
-/* Fills the kernel table (idempotent; called implicitly on first use). Honors BT_KERNELS. */
+/* Fills the kernel table (idempotent; called implicitly on first use). Honors BT_KERNELS,
+ * BT_CPU_ISA (cpu.h) and BT_ATTENTION_THREADS. */
 void kernels_init(void);
 /* 1: route every public kernel to its reference version; 0: fastest available. */
 void ops_use_reference(int on);
+/* "fast" or "ref": the table the public kernels call now. */
+const char *ops_kernels_name(void);
+/* The ISA level of the fast kernel table (also that of the bf16 conversion). */
+bt_isa ops_cpu_isa(void);
+/* For tests: switch the fast table to ISA level `isa` if this build has that
+ * variant and the CPU runs it (returns 1), else change nothing and return 0. Also selects
+ * the bf16 conversion of that level. Not while kernels run on other threads. */
+int ops_cpu_isa_select(bt_isa isa);
 
 /* --- dropout --------------------------------------------------------------------------
  * keep(i) is a pure function of (seed, i) (a counter-based hash, see ops.c), so the backward
@@ -159,7 +173,7 @@ void f32_from_bf16(float *out, const bt_bf16 *in, size_t n);
 
 /* --- for tests and benchmarks -------------------------------------------------------------
  * The fp32 -> bf16 conversion in use: "avx512bf16" (vcvtne2ps2bf16), "avx512f" (integer
- * rounding on 16 lanes) or "scalar"; chosen once from the CPU by kernels_init(). */
+ * rounding on 16 lanes) or "scalar"; chosen by kernels_init() from the ISA level (cpu.h). */
 const char *ops_bf16_conversion_name(void);
 /* Selects one of those by name; returns 0 (and changes nothing) when the name is unknown or
  * the CPU lacks the instructions. Lets tests compare every vector path with the scalar one. */

@@ -1,0 +1,193 @@
+/* cpu.c: BT_CPU_ISA (the cap on bt's kernel level, cpu.h), CPU detection, and the run-time
+ * report behind the tools' --info.
+ *
+ * Deliberately not here: picking the kernel table (ops.c reads bt_cpu_isa_active() in
+ * kernels_init), the GEMM backend choice (gemm.c). */
+#include "cpu.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gemm.h"
+#include "ops.h"
+
+static const char *const isa_names[BT_ISA_COUNT] = {"scalar", "avx2", "avx512", "avx512_bf16"};
+static const char *const isa_onednn[BT_ISA_COUNT] = {"SSE41", "AVX2", "AVX512_CORE",
+                                                     "AVX512_CORE_BF16"};
+#define ISA_ALLOWED "scalar, avx2, avx512 or avx512_bf16"
+
+const char *bt_isa_name(bt_isa isa) {
+    return (int)isa >= 0 && isa < BT_ISA_COUNT ? isa_names[isa] : "unknown";
+}
+
+const char *bt_isa_onednn_cap(bt_isa isa) {
+    return (int)isa >= 0 && isa < BT_ISA_COUNT ? isa_onednn[isa] : "ALL";
+}
+
+bt_status bt_isa_from_name(const char *name, bt_isa *out) {
+    for (int i = 0; name && i < BT_ISA_COUNT; i++) {
+        if (strcmp(name, isa_names[i]) == 0) {
+            *out = (bt_isa)i;
+            return BT_OK;
+        }
+    }
+    return bt_fail(BT_ERR_ARG, "CPU ISA level '%s' is unknown; expected " ISA_ALLOWED,
+                   name ? name : "(null)");
+}
+
+int bt_isa_supported(bt_isa isa) {
+    if (isa == BT_ISA_SCALAR) return 1;
+#if defined(__x86_64__) && defined(__GNUC__)
+    /* libgcc's checks include the OS side (XGETBV: AVX / AVX-512 state enabled). */
+    __builtin_cpu_init();
+    const int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c") &&
+                   __builtin_cpu_supports("movbe");
+    const int v4 = v3 && __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") &&
+                   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    switch (isa) {
+    case BT_ISA_AVX2:
+        return v3;
+    case BT_ISA_AVX512:
+        return v4;
+    case BT_ISA_AVX512_BF16:
+        return v4 && __builtin_cpu_supports("avx512bf16");
+    default:
+        return 0;
+    }
+#else
+    return 0;
+#endif
+}
+
+bt_isa bt_isa_detected(void) {
+    bt_isa best = BT_ISA_SCALAR;
+    for (int i = 1; i < BT_ISA_COUNT; i++)
+        if (bt_isa_supported((bt_isa)i)) best = (bt_isa)i;
+    return best;
+}
+
+/* --- BT_CPU_ISA, read once ------------------------------------------------------------ */
+
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+static bt_status isa_env_status = BT_OK;
+static char isa_env_message[512];
+static bt_isa isa_cap = BT_ISA_COUNT; /* none */
+static const char *isa_dnnl_note = ""; /* how DNNL_MAX_CPU_ISA came to be */
+
+static void isa_init_once(void) {
+    const char *v = getenv("BT_CPU_ISA");
+    if (!v || !*v) return;
+    bt_isa cap;
+    if (bt_isa_from_name(v, &cap) != BT_OK) {
+        isa_env_status = bt_fail(BT_ERR_ARG,
+                                 "environment variable BT_CPU_ISA='%s' is unknown; expected "
+                                 ISA_ALLOWED " (or unset: the best level the CPU runs)", v);
+        snprintf(isa_env_message, sizeof isa_env_message, "%s", bt_error_message());
+        return;
+    }
+    isa_cap = cap;
+    /* oneDNN reads DNNL_MAX_CPU_ISA once, at its first ISA query; nothing in bt queries it
+     * before this runs (gemm_init_from_env calls here first). */
+    const char *d = getenv("DNNL_MAX_CPU_ISA");
+    if (d && *d) {
+        isa_dnnl_note = "set by the user";
+    } else {
+        setenv("DNNL_MAX_CPU_ISA", bt_isa_onednn_cap(cap), 1);
+        isa_dnnl_note = "set from BT_CPU_ISA";
+    }
+}
+
+bt_status bt_cpu_isa_init_from_env(void) {
+    pthread_once(&isa_once, isa_init_once);
+    if (isa_env_status != BT_OK) return bt_fail(isa_env_status, "%s", isa_env_message);
+    return BT_OK;
+}
+
+bt_isa bt_cpu_isa_cap(void) {
+    pthread_once(&isa_once, isa_init_once);
+    return isa_cap;
+}
+
+bt_isa bt_cpu_isa_active(void) {
+    static _Atomic int warned;
+    if (bt_cpu_isa_init_from_env() != BT_OK && !warned++)
+        fprintf(stderr, "bt: error: %s; using the best level\n", isa_env_message);
+    const bt_isa best = bt_isa_detected();
+    return isa_cap < best ? isa_cap : best;
+}
+
+/* --- the report ---------------------------------------------------------------------- */
+
+static const char *env_or(const char *name, const char *dflt) {
+    const char *v = getenv(name);
+    return v && *v ? v : dflt;
+}
+
+void bt_runtime_info_print(FILE *out, const char *tool) {
+    kernels_init();
+    fprintf(out, "%s: run-time configuration\n", tool);
+    fprintf(out, "cpu isa levels supported: ");
+    for (int i = 0; i < BT_ISA_COUNT; i++)
+        if (bt_isa_supported((bt_isa)i)) fprintf(out, "%s%s", i ? " " : "", isa_names[i]);
+    fprintf(out, "\n");
+    const bt_isa cap = bt_cpu_isa_cap();
+    fprintf(out, "bt kernels isa: %s (", bt_isa_name(ops_cpu_isa()));
+    if (cap < BT_ISA_COUNT)
+        fprintf(out, "BT_CPU_ISA=%s caps the CPU's %s", bt_isa_name(cap),
+                bt_isa_name(bt_isa_detected()));
+    else
+        fprintf(out, "best of this CPU; BT_CPU_ISA unset");
+    fprintf(out, ")\n");
+    fprintf(out, "bt kernels: %s (BT_KERNELS=%s)\n", ops_kernels_name(), env_or("BT_KERNELS", "unset"));
+    fprintf(out, "bf16 conversion: %s\n", ops_bf16_conversion_name());
+    fprintf(out, "attention threads: %s\n", ops_attention_threads_name());
+    const gemm_backend b = gemm_get_backend();
+    fprintf(out, "gemm backend: %s (BT_GEMM=%s)\n", gemm_backend_name(b), env_or("BT_GEMM", "unset"));
+    fprintf(out, "onednn isa: %s (DNNL_MAX_CPU_ISA=%s%s%s)\n", gemm_cpu_isa_name(),
+            env_or("DNNL_MAX_CPU_ISA", "unset"), *isa_dnnl_note ? ", " : "", isa_dnnl_note);
+    /* The routes of a typical Linear product, as the backend runs them. */
+    static float a[256 * 256], c[256 * 256];
+    gemm_args g = {.m = 256, .n = 256, .k = 256, .a_type = BT_DTYPE_F32,
+                   .b_type = BT_DTYPE_F32, .a = a, .lda = 256, .b = a, .ldb = 256, .trans_b = 1,
+                   .c = c, .ldc = 256, .alpha = 1.0f, .compute = GEMM_COMPUTE_F32};
+    const char *route_f32, *route_bf16;
+    if (b == GEMM_BACKEND_ONEDNN) {
+        route_f32 = gemm_onednn_impl_name(&g);
+        g.compute = GEMM_COMPUTE_BF16;
+        route_bf16 = gemm_onednn_impl_name(&g);
+    } else if (b == GEMM_BACKEND_OPENBLAS) {
+        route_f32 = "openblas sgemm (kernels chosen at load time; OPENBLAS_CORETYPE caps them)";
+        route_bf16 = "operands rounded to bf16, then openblas sgemm";
+    } else {
+        route_f32 = route_bf16 = "reference loops";
+    }
+    fprintf(out, "gemm fp32 route: %s\n", route_f32);
+    fprintf(out, "gemm bf16 route: %s (BT_GEMM_BF16=%s)\n", route_bf16,
+            env_or("BT_GEMM_BF16", "native"));
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    fprintf(out, "threads: %d (OMP_NUM_THREADS=%s)\n", threads, env_or("OMP_NUM_THREADS", "unset"));
+    gemm_release();
+}
+
+int bt_runtime_cli_info(int argc, char **argv, const char *tool) {
+    int want = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--info") == 0) want = 1;
+    if (!want) return -1;
+    if (bt_cpu_isa_init_from_env() != BT_OK || gemm_init_from_env() != BT_OK) {
+        fprintf(stderr, "%s: error: %s\n", tool, bt_error_message());
+        return 1;
+    }
+    bt_runtime_info_print(stdout, tool);
+    return 0;
+}

@@ -1,0 +1,76 @@
+/* cpu.h: the instruction-set level of bt's own kernels (BT_CPU_ISA) and the run-time report
+ * the tools print with --info.
+ *
+ * Levels, lowest first. Each is the SAME C source of the fast kernels (ops.c) compiled for
+ * that instruction set (src/model/meson.build builds the variants), picked at run time:
+ *   scalar       the x86-64 baseline build (SSE2, what any 64-bit x86 CPU runs): the plain C
+ *                path, no AVX; on other architectures the only level.
+ *   avx2         x86-64-v3 (AVX2, FMA, BMI2, F16C, MOVBE): most desktops, laptops, AMD before
+ *                Zen 4, cloud VMs that hide AVX-512.
+ *   avx512       x86-64-v4 (AVX-512 F/BW/CD/DQ/VL); fp32 -> bf16 by integer rounding on 16 lanes.
+ *   avx512_bf16  avx512 plus AVX512-BF16 (vcvtne2ps2bf16 for the fp32 -> bf16 conversion).
+ * The active level is min(BT_CPU_ISA, best the CPU and OS support); unset = the best.
+ *
+ * BT_CPU_ISA also caps oneDNN: when DNNL_MAX_CPU_ISA is not set, bt_cpu_isa_init_from_env()
+ * sets it to the matching oneDNN level (scalar -> SSE41, oneDNN's lowest; avx2 -> AVX2;
+ * avx512 -> AVX512_CORE; avx512_bf16 -> AVX512_CORE_BF16, i.e. no AMX), before oneDNN reads
+ * it. A DNNL_MAX_CPU_ISA already set wins (oneDNN can be capped on its own). OpenBLAS picks
+ * its kernels when the library loads, before main(): cap it with OPENBLAS_CORETYPE (e.g.
+ * Haswell for AVX2), as scripts/test.sh does for its capped runs.
+ *
+ * bt's own kernels give the same bits at every level (fixed summation order, no FMA
+ * contraction: docs/determinism.md, tests/test_determinism.c); the levels differ in speed.
+ *
+ * Deliberately not here: the kernels (ops.c), the GEMM backends (gemm*.c), argument parsing
+ * of the tools (each CLI only asks bt_runtime_cli_info() whether --info was given). */
+#ifndef BT_CPU_H
+#define BT_CPU_H
+
+#include <stdio.h>
+
+#include "status.h"
+
+typedef enum {
+    BT_ISA_SCALAR,
+    BT_ISA_AVX2,
+    BT_ISA_AVX512,
+    BT_ISA_AVX512_BF16,
+    BT_ISA_COUNT,
+} bt_isa;
+
+/* "scalar", "avx2", "avx512", "avx512_bf16"; "unknown" out of range. */
+const char *bt_isa_name(bt_isa isa);
+/* Level by name; an error naming the value and the allowed names otherwise. */
+bt_status bt_isa_from_name(const char *name, bt_isa *out);
+/* oneDNN's DNNL_MAX_CPU_ISA value matching a level ("SSE41", "AVX2", ...). */
+const char *bt_isa_onednn_cap(bt_isa isa);
+
+/* Best level this CPU (and OS: AVX state enabled) runs. */
+bt_isa bt_isa_detected(void);
+/* 1 if the CPU runs `isa`. */
+int bt_isa_supported(bt_isa isa);
+
+/* Reads BT_CPU_ISA (once; later calls return the first result): an unknown value is an
+ * error naming the variable and the allowed values (the cap is then not applied). Sets
+ * DNNL_MAX_CPU_ISA to the matching cap when BT_CPU_ISA is set and DNNL_MAX_CPU_ISA is not.
+ * gemm_init_from_env() calls it; main() should call one of them before any kernel runs. */
+bt_status bt_cpu_isa_init_from_env(void);
+/* The level bt's kernels use: min(cap, detected). Runs bt_cpu_isa_init_from_env() on first
+ * use; a bad BT_CPU_ISA is then printed to stderr and the best level is used. */
+bt_isa bt_cpu_isa_active(void);
+/* The BT_CPU_ISA cap in force (BT_ISA_COUNT when none). */
+bt_isa bt_cpu_isa_cap(void);
+
+/* Prints the run-time configuration, one `key: value` per line: CPU ISA levels supported,
+ * the level bt's kernels run (and why), the kernel table (fast/ref), bf16 conversion,
+ * attention threading, GEMM backend, oneDNN's ISA and the implementations it picks for fp32
+ * and bf16 products, OpenMP threads. Creates two small oneDNN primitives (a few ms). */
+void bt_runtime_info_print(FILE *out, const char *tool);
+
+/* For the tools' main(): if argv holds --info, initializes from the environment, prints the
+ * report to stdout and returns 0 (exit status), or prints the error and returns 1 when
+ * BT_CPU_ISA / BT_GEMM / BT_GEMM_BF16 is invalid. Returns -1 when --info is absent (the tool
+ * goes on; nothing is changed). */
+int bt_runtime_cli_info(int argc, char **argv, const char *tool);
+
+#endif
