@@ -281,19 +281,29 @@ void bt_atomic_abort(bt_atomic_file *af) {
     memset(af, 0, sizeof *af);
 }
 
-bt_status bt_atomic_commit(bt_atomic_file *af) {
-    BT_ASSERT(af && af->fp && af->tmp && af->path);
+bt_status bt_atomic_close(bt_atomic_file *af) {
+    BT_ASSERT(af && af->tmp && af->path);
+    if (!af->fp) return BT_OK;
     int err = 0;
     if (fflush(af->fp) != 0) err = errno ? errno : EIO;
     if (!err && ferror(af->fp)) err = EIO;
     if (!err && fsync(fileno(af->fp)) != 0) err = errno;
     if (fclose(af->fp) != 0 && !err) err = errno ? errno : EIO;
     af->fp = NULL;
-    bt_status s = BT_OK;
-    if (err) {
-        s = bt_fail(BT_ERR_IO, "%s: writing the temporary file %s failed: %s; the previous file "
-                    "(if any) is unchanged", af->path, af->tmp, strerror(err));
-    } else if ((s = bt_check_output_file(af->path, NULL)) != BT_OK) {
+    if (!err) return BT_OK;
+    bt_status s = bt_fail(BT_ERR_IO, "%s: writing the temporary file %s failed: %s; the "
+                          "previous file (if any) is unchanged", af->path, af->tmp,
+                          strerror(err));
+    bt_atomic_abort(af);
+    return s;
+}
+
+bt_status bt_atomic_commit(bt_atomic_file *af) {
+    BT_ASSERT(af && af->tmp && af->path);
+    bt_status s = bt_atomic_close(af);
+    if (s != BT_OK) return s;
+    int err;
+    if ((s = bt_check_output_file(af->path, NULL)) != BT_OK) {
         /* The target changed type while we wrote (re-checked right before the rename). */
     } else if (rename(af->tmp, af->path) != 0) {
         s = bt_fail(BT_ERR_IO, "%s: cannot rename the temporary file %s over it: %s; the "

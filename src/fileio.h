@@ -56,7 +56,11 @@ typedef struct bt_atomic_file {
 /* Checks the target (bt_check_output_file), removes stale temp files of it, and creates a
  * new temp file (O_EXCL, mode 0666 & ~umask). On error *af is zeroed. */
 bt_status bt_atomic_open(bt_atomic_file *af, const char *path, const char *what);
-/* fflush + fsync + close, checks the target again, renames over it, fsyncs the directory.
+/* fflush + fsync + close of the temp file, without renaming (for saves of several files
+ * that rename only once all are written). On failure the temp file is removed and *af
+ * released. */
+bt_status bt_atomic_close(bt_atomic_file *af);
+/* bt_atomic_close (when not done yet), checks the target again, renames over it, fsyncs the directory.
  * Any failure removes the temp file and leaves the previous file unchanged (the message
  * says so). *af is released either way. */
 bt_status bt_atomic_commit(bt_atomic_file *af);

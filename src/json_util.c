@@ -173,14 +173,11 @@ static void jpath_of(char *path, const jframe *st, size_t depth) {
     }
 }
 
-/* Text-level checks on text that cJSON accepted: strings (\u0000, raw control characters),
- * UTF-8, and only whitespace after the value. `end` is where cJSON stopped. */
+/* Text-level checks on text that cJSON accepted: strings (\u0000, raw control characters,
+ * bytes that are not UTF-8; outside strings cJSON accepts ASCII only), and only whitespace
+ * after the value. `end` is where cJSON stopped. */
 static bt_status json_scan(const char *text, size_t len, size_t end, const char *source) {
     const unsigned char *u = (const unsigned char *)text;
-    size_t bad = bt_utf8_valid_prefix(u, len);
-    if (bad < len)
-        return bt_fail(BT_ERR_FORMAT, "%s: byte %zu (0x%02x) is not UTF-8; expected a UTF-8 JSON text",
-                       source, bad, u[bad]);
     for (size_t i = end; i < len; i++)
         if (u[i] != ' ' && u[i] != '\t' && u[i] != '\n' && u[i] != '\r')
             return bt_fail(BT_ERR_FORMAT,
@@ -218,6 +215,13 @@ static bt_status json_scan(const char *text, size_t len, size_t end, const char 
                 if (u[i] < 0x20 && !problem) {
                     problem = "a raw control character (JSON requires it escaped)";
                     at = i;
+                } else if (u[i] >= 0x80) {
+                    size_t k = utf8_seq(u + i, end - i);
+                    if (!k && !problem) {
+                        problem = "bytes that are not UTF-8";
+                        at = i;
+                    }
+                    if (k) i += k - 1;
                 } else if (u[i] == '\\') {
                     if (i + 5 < end && u[i + 1] == 'u' && memcmp(text + i + 2, "0000", 4) == 0 &&
                         !problem) {
@@ -230,17 +234,21 @@ static bt_status json_scan(const char *text, size_t len, size_t end, const char 
             }
             jframe *f = depth && depth <= JSTACK ? &st[depth - 1] : NULL;
             int is_key = f && f->is_object && f->want_key;
-            if (is_key) {
-                f->key = text + start;
-                f->key_len = i - start;
+            if (is_key) { /* a key's problem is reported in its object */
+                f->key = NULL;
                 f->want_key = 0;
             }
             if (problem) {
                 char path[JPATH_CAP];
                 jpath_of(path, st, depth < JSTACK ? depth : JSTACK);
-                s = bt_fail(BT_ERR_FORMAT, "%s: %s %s holds %s at byte %zu; expected a string "
-                            "without NUL or raw control characters",
-                            source, is_key ? "a key in" : "the string at", path, problem, at);
+                s = bt_fail(BT_ERR_FORMAT, "%s: %s %s holds %s (byte %zu: 0x%02x); expected "
+                            "UTF-8 text without NUL or raw control characters",
+                            source, is_key ? "a key in" : "the string at", path, problem, at,
+                            u[at]);
+            }
+            if (is_key) {
+                f->key = text + start;
+                f->key_len = i - start;
             }
         }
     }

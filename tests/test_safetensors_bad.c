@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "safetensors.h"
@@ -88,7 +89,7 @@ static int count_temp_files(void) {
     int n = 0;
     if (!d) return -1;
     for (struct dirent *de; (de = readdir(d));)
-        if (strstr(de->d_name, ".tmp.")) n++;
+        if (strstr(de->d_name, ".tmp.") || strstr(de->d_name, ".bt-tmp.")) n++;
     closedir(d);
     return n;
 }
@@ -247,15 +248,21 @@ static void test_bad_headers(void) {
     header_case("entry_unknown_key", "\"dtype\":\"F32\"", "\"dtype\":\"F32\",\"offsets\":[0,24]",
                 BT_ERR_FORMAT, "tensor 'alpha'", "unknown key \"offsets\"");
     header_case("entry_duplicate_key", "\"dtype\":\"F32\"", "\"dtype\":\"F32\",\"dtype\":\"F32\"",
-                BT_ERR_FORMAT, "tensor 'alpha'", "\"dtype\" appears twice");
-    header_case("duplicate_name", "\"beta\":", "\"alpha\":", BT_ERR_FORMAT, "tensor 'alpha'",
-                "appears twice");
+                BT_ERR_FORMAT, "$.alpha", "\"dtype\" appears twice");
+    header_case("duplicate_name", "\"beta\":", "\"alpha\":", BT_ERR_FORMAT,
+                "key \"alpha\" appears twice in $", NULL);
+    /* JSON Python reads differently (src/json_util.h): a name holding \u0000 would read as
+     * the name before it. */
+    header_case("name_u0000", "\"beta\":", "\"alpha\\u0000x\":", BT_ERR_FORMAT,
+                "a key in $ holds the escape \\u0000", NULL);
+    header_case("metadata_u0000", "{\"format\":\"pt\"}", "{\"format\":\"p\\u0000t\"}",
+                BT_ERR_FORMAT, "$.__metadata__.format holds the escape \\u0000", NULL);
     header_case("metadata_number", "{\"format\":\"pt\"}", "{\"format\":1}", BT_ERR_FORMAT,
                 "\"__metadata__\" key \"format\"", "expected a string");
     header_case("metadata_not_object", "{\"format\":\"pt\"}", "\"pt\"", BT_ERR_FORMAT,
                 "\"__metadata__\" is a JSON string", "expected an object of strings");
     header_case("metadata_twice", "{\"format\":\"pt\"}", "{\"format\":\"pt\"},\"__metadata__\":{}",
-                BT_ERR_FORMAT, "\"__metadata__\" appears 2 times", NULL);
+                BT_ERR_FORMAT, "key \"__metadata__\" appears twice", NULL);
 }
 
 static void test_read_errors(void) {
@@ -372,17 +379,33 @@ static void test_write_errors(void) {
 
     char missing[512];
     snprintf(missing, sizeof missing, "%s/no_such_dir/x.safetensors", dir);
-    expect_write_fail("write_missing_dir", missing, &good, 1, NULL, BT_ERR_IO, strerror(ENOENT),
-                      path, orig, len);
+    expect_write_fail("write_missing_dir", missing, &good, 1, NULL, BT_ERR_IO,
+                      "the directory", path, orig, len);
 
-    /* Rename onto a directory fails after the temp file was fully written. */
+    /* Outputs never replace what is not a regular file (fileio.h): a directory, a FIFO (as a
+     * device node such as /dev/null would be), a symlink to a FIFO. */
     char adir[512];
     snprintf(adir, sizeof adir, "%s/adir", dir);
     mkdir(adir, 0755);
-    expect_write_fail("write_onto_directory", adir, &good, 1, NULL, BT_ERR_IO, "cannot rename",
-                      NULL, NULL, 0);
+    expect_write_fail("write_onto_directory", adir, &good, 1, NULL, BT_ERR_IO,
+                      "exists and is a directory; refusing", NULL, NULL, 0);
     struct stat sb;
     tu_check(stat(adir, &sb) == 0 && S_ISDIR(sb.st_mode), "directory still there");
+    char fifo[512], link[512];
+    snprintf(fifo, sizeof fifo, "%s/out.fifo", dir);
+    snprintf(link, sizeof link, "%s/link_to_fifo", dir);
+    if (tu_check(mkfifo(fifo, 0600) == 0 && symlink(fifo, link) == 0, "make a FIFO and a link")) {
+        expect_write_fail("write_onto_fifo", fifo, &good, 1, NULL, BT_ERR_IO,
+                          "exists and is a FIFO; refusing", NULL, NULL, 0);
+        tu_check(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "FIFO still a FIFO");
+        expect_write_fail("write_onto_link_to_fifo", link, &good, 1, NULL, BT_ERR_IO,
+                          "exists and is a FIFO; refusing", NULL, NULL, 0);
+        tu_check(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "link still a link");
+        /* Reading a FIFO with no writer: refused at once instead of blocking forever. */
+        expect_open_fail("open_fifo", fifo, BT_ERR_IO, "is a FIFO; expected a regular", NULL);
+    }
+    expect_write_fail("write_empty_path", "", &good, 1, NULL, BT_ERR_ARG, "path is empty", NULL,
+                      NULL, 0);
 
     /* Disk full midway: the file size limit stops the data after the header is written. */
     enum { BIG = 64 * 1024 };
@@ -416,6 +439,41 @@ static void test_write_errors(void) {
     free(orig);
 }
 
+/* A pid that is not running: a child that has exited and been reaped. */
+static long dead_pid(void) {
+    pid_t p = fork();
+    if (p == 0) _exit(0);
+    int status;
+    waitpid(p, &status, 0);
+    return (long)p;
+}
+
+/* Temp files of a save killed with SIGKILL are removed by the next save of the same target;
+ * those of a live process and of other targets are left alone. */
+static void test_stale_temps(void) {
+    const char *path = case_path("stale");
+    char dead1[600], dead2[600], live[600], other[600];
+    long dp = dead_pid();
+    snprintf(dead1, sizeof dead1, "%s/.stale.safetensors.bt-tmp.%ld.3", dir, dp);
+    snprintf(dead2, sizeof dead2, "%s/stale.safetensors.tmp.%ld", dir, dp);
+    snprintf(live, sizeof live, "%s/.stale.safetensors.bt-tmp.%ld.0", dir, (long)getppid());
+    snprintf(other, sizeof other, "%s/.other.safetensors.bt-tmp.%ld.0", dir, dp);
+    tu_setup_text(dead1, "half a file");
+    tu_setup_text(dead2, "half a file");
+    tu_setup_text(live, "being written");
+    tu_setup_text(other, "someone else's");
+    float a[2] = {1, 2};
+    safetensors_entry e = {"a", BT_DTYPE_F32, BT_DTYPE_F32, 1, {2}, a};
+    tu_check(safetensors_write(path, &e, 1, NULL) == BT_OK, "save over stale temps");
+    struct stat sb;
+    tu_check(stat(dead1, &sb) != 0 && stat(dead2, &sb) != 0,
+             "stale temps of a dead writer removed (both namings)");
+    tu_check(stat(live, &sb) == 0, "temp of a live process kept");
+    tu_check(stat(other, &sb) == 0, "temp of another target kept");
+    unlink(live);
+    unlink(other);
+}
+
 int main(void) {
     dir = tu_tmpdir();
     make_base();
@@ -423,6 +481,7 @@ int main(void) {
     test_bad_headers();
     test_read_errors();
     test_write_errors();
+    test_stale_temps();
     free(base);
     return tu_finish();
 }

@@ -17,6 +17,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
+#include "json_util.h"
+
 manifest_options manifest_options_default(void) {
     manifest_options o = {
         .image_key = "image",
@@ -60,21 +63,27 @@ int manifest_utf8_valid(const char *str, size_t n) {
     return 1;
 }
 
+/* Makes room for `need` more arena bytes; 0 when out of memory. */
+static int arena_reserve(manifest *m, size_t need) {
+    if (m->arena_used + need <= m->arena_cap) return 1;
+    size_t cap = m->arena_cap ? m->arena_cap : 4096;
+    while (cap < m->arena_used + need)
+        cap *= 2;
+    char *grown = realloc(m->arena, cap);
+    if (!grown) return 0;
+    m->arena = grown;
+    m->arena_cap = cap;
+    return 1;
+}
+
 /* Appends a NUL-terminated copy of `len` bytes (optionally prefixed by `prefix`) to the
- * arena and returns its offset, or MANIFEST_NONE when the 4 GiB offset space is exhausted. */
+ * arena (room reserved by arena_reserve) and returns its offset, or MANIFEST_NONE when the
+ * 4 GiB offset space is exhausted. */
 static uint32_t arena_push(manifest *m, const char *prefix, size_t plen, const char *s,
                            size_t len) {
     size_t need = plen + len + 1;
     if (m->arena_used + need >= (size_t)MANIFEST_NONE) return MANIFEST_NONE;
-    if (m->arena_used + need > m->arena_cap) {
-        size_t cap = m->arena_cap ? m->arena_cap : 4096;
-        while (cap < m->arena_used + need)
-            cap *= 2;
-        char *grown = realloc(m->arena, cap);
-        BT_ASSERTF(grown, "out of memory growing the manifest arena to %zu bytes", cap);
-        m->arena = grown;
-        m->arena_cap = cap;
-    }
+    BT_ASSERT(m->arena_used + need <= m->arena_cap);
     uint32_t off = (uint32_t)m->arena_used;
     memcpy(m->arena + m->arena_used, prefix, plen);
     memcpy(m->arena + m->arena_used + plen, s, len);
@@ -94,6 +103,9 @@ static bt_status get_string(const line_ctx *c, const cJSON *obj, const char *key
     *out = NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) {
+        if (required && v)
+            return bt_fail(BT_ERR_FORMAT, "%s:%zu: key '%s' is null; expected a string", c->path,
+                           c->line, key);
         if (required)
             return bt_fail(BT_ERR_MISSING, "%s:%zu: key '%s' missing", c->path, c->line, key);
         return BT_OK;
@@ -179,13 +191,23 @@ static bt_status parse_record(const line_ctx *c, const cJSON *obj, const manifes
 static bt_status store_record(manifest *m, const line_ctx *c, const parsed_line *p, const char *dir,
                               size_t dir_len, size_t *cap) {
     if (m->n == *cap) {
-        *cap = *cap ? *cap * 2 : 1024;
-        manifest_record *grown = realloc(m->records, *cap * sizeof *grown);
-        BT_ASSERTF(grown, "out of memory growing the manifest to %zu records", *cap);
+        size_t ncap = *cap ? *cap * 2 : 1024;
+        manifest_record *grown = realloc(m->records, ncap * sizeof *grown);
+        if (!grown)
+            return bt_fail(BT_ERR_NOMEM, "%s:%zu: out of memory growing the manifest to %zu "
+                           "records", c->path, c->line, ncap);
         m->records = grown;
+        *cap = ncap;
     }
     manifest_record r;
     int absolute = p->image[0] == '/';
+    size_t need = (absolute ? 0 : dir_len) + strlen(p->image) + strlen(p->caption) + 2 +
+                  (p->id ? strlen(p->id) + 1 : 0);
+    for (int k = 0; k < MANIFEST_N_CHOICES; k++)
+        need += p->choices[k] ? strlen(p->choices[k]) + 1 : 0;
+    if (m->arena_used + need < (size_t)MANIFEST_NONE && !arena_reserve(m, need))
+        return bt_fail(BT_ERR_NOMEM, "%s:%zu: out of memory growing the manifest text past %zu "
+                       "bytes", c->path, c->line, m->arena_used);
     r.image = arena_push(m, dir, absolute ? 0 : dir_len, p->image, strlen(p->image));
     r.caption = arena_push(m, "", 0, p->caption, strlen(p->caption));
     r.id = p->id ? arena_push(m, "", 0, p->id, strlen(p->id)) : MANIFEST_NONE;
@@ -204,13 +226,15 @@ static bt_status store_record(manifest *m, const line_ctx *c, const parsed_line 
     return BT_OK;
 }
 
-static void add_problem(manifest *m, const char *msg) {
+static bt_status add_problem(manifest *m, const char *msg) {
     char **grown = realloc(m->problems, (m->n_skipped + 1) * sizeof *grown);
-    BT_ASSERTF(grown, "out of memory recording a manifest problem");
+    if (!grown) return bt_fail(BT_ERR_NOMEM, "%s: out of memory recording a problem", m->path);
     m->problems = grown;
     m->problems[m->n_skipped] = strdup(msg);
-    BT_ASSERTF(m->problems[m->n_skipped], "out of memory recording a manifest problem");
+    if (!m->problems[m->n_skipped])
+        return bt_fail(BT_ERR_NOMEM, "%s: out of memory recording a problem", m->path);
     m->n_skipped++;
+    return BT_OK;
 }
 
 static int is_blank(const char *s, size_t n) {
@@ -231,15 +255,11 @@ bt_status manifest_load(manifest *m, const char *path, const manifest_options *o
         if (opt->label_key) o.label_key = opt->label_key;
     }
     m->path = strdup(path);
-    BT_ASSERT(m->path);
+    if (!m->path) return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
 
-    FILE *f = fopen(path, "rb");
-    if (!f) return bt_fail(BT_ERR_IO, "%s: cannot open manifest: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fclose(f);
-        return bt_fail(BT_ERR_IO, "%s: is a directory, expected a JSON Lines manifest", path);
-    }
+    FILE *f;
+    bt_status ost = bt_fopen_regular(path, "manifest", &f);
+    if (ost != BT_OK) return ost;
 
     /* The directory part including its trailing '/', or "" for a bare file name. */
     const char *slash = strrchr(path, '/');
@@ -271,7 +291,10 @@ bt_status manifest_load(manifest *m, const char *path, const manifest_options *o
                 lst = bt_fail(BT_ERR_FORMAT, "%s:%zu: malformed JSON at column %zu", path, c.line,
                               col);
             } else {
-                lst = parse_record(&c, obj, &o, &p);
+                char source[4200];
+                snprintf(source, sizeof source, "%s:%zu", path, c.line);
+                lst = bt_json_check(obj, s, n, source);
+                if (lst == BT_OK) lst = parse_record(&c, obj, &o, &p);
             }
         }
         if (lst == BT_OK) lst = store_record(m, &c, &p, path, dir_len, &rec_cap);
@@ -281,7 +304,7 @@ bt_status manifest_load(manifest *m, const char *path, const manifest_options *o
                 st = lst;
                 break;
             }
-            add_problem(m, bt_error_message());
+            if ((st = add_problem(m, bt_error_message())) != BT_OK) break;
         }
     }
     int read_error = ferror(f);

@@ -282,13 +282,9 @@ bt_status bt_model_config_finish(bt_model_config *c, const char *name) {
 
 bt_status bt_model_config_parse(bt_model_config *c, const char *json, const char *name) {
     bt_model_config_default(c);
-    cJSON *root = cJSON_Parse(json);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        return bt_fail(BT_ERR_FORMAT, "%s: not valid JSON (near \"%.20s\")", name,
-                       at ? at : "?");
-    }
-    bt_status s = BT_OK;
+    cJSON *root;
+    bt_status s = bt_json_parse(json, strlen(json), name, &root);
+    if (s != BT_OK) return s;
     if (!cJSON_IsObject(root))
         s = bt_fail(BT_ERR_FORMAT, "%s: expected a JSON object at the top level", name);
     if (s == BT_OK) s = parse_top(c, root, name);

@@ -11,16 +11,19 @@
  *
  * Writer: header built with cJSON (compact), tensors stored contiguously in entry order,
  * header padded with spaces to a multiple of 8 bytes so the data section is 8-aligned (as
- * the reference implementation does). Temp file "<path>.tmp.<pid>" in the same directory,
- * fflush + fsync, rename, fsync of the directory; any failure removes the temp file and
- * leaves the previous file untouched.
+ * the reference implementation does). Written through bt_atomic_file (src/fileio.h: temp
+ * file in the same directory, fsync, rename, fsync of the directory; an existing target that
+ * is not a regular file is refused); any failure removes the temp file and leaves the
+ * previous file untouched.
  *
  * Deliberately not here: big-endian hosts (refused at compile time), the dtypes bt never
  * computes in (F64, F8, U16..U64 are read as metadata only, or refused), protection
  * against another process truncating the file while it is mapped (that would SIGBUS, as
- * with any mmap reader), and writers racing on the same path from two threads of one
- * process (the temp name holds only the pid). */
+ * with any mmap reader). */
 #include "safetensors.h"
+
+#include "fileio.h"
+#include "json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -411,6 +414,13 @@ static bt_status st_parse(safetensors_file *f) {
                            (unsigned)(uint8_t)*p, p - hdr);
         }
     }
+    /* The one JSON rule (json_util.h): no \\u0000 in names ("input_ids\\u0000x" would read
+     * as input_ids), no key twice. */
+    bt_status jst = bt_json_check(root, hdr, (size_t)(end - hdr), path);
+    if (jst != BT_OK) {
+        cJSON_Delete(root);
+        return jst;
+    }
     if (!cJSON_IsObject(root)) {
         bt_status st = st_fail(BT_ERR_FORMAT, path, NULL,
                                "header is a JSON %s; expected a JSON object "
@@ -460,21 +470,10 @@ static bt_status st_parse(safetensors_file *f) {
 bt_status safetensors_open(safetensors_file *f, const char *path) {
     BT_ASSERT(f && path);
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return st_fail(BT_ERR_IO, path, NULL, "cannot open: %s; expected a readable file",
-                       strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return st_fail(BT_ERR_IO, path, NULL, "cannot stat: %s", strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return st_fail(BT_ERR_IO, path, NULL, "is %s; expected a regular safetensors file",
-                       S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
-    }
+    bt_status ost = bt_open_regular(path, "safetensors", &fd, &sb);
+    if (ost != BT_OK) return ost;
     if (sb.st_size < 8) {
         close(fd);
         return st_fail(BT_ERR_FORMAT, path, NULL,
@@ -756,7 +755,8 @@ static char *st_build_header(const safetensors_entry *e, size_t n, const char *c
     return text;
 }
 
-/* Writes the whole file to the open stream; on failure returns errno-style code. */
+/* Writes the whole file to the open stream (flushed, not synced: the caller's atomic file
+ * does that); on failure returns an errno-style code. */
 static int st_write_stream(FILE *fp, const char *header, size_t hlen, size_t padded,
                            const safetensors_entry *e, size_t n, const size_t *nbytes) {
     uint8_t len8[8];
@@ -797,36 +797,12 @@ static int st_write_stream(FILE *fp, const char *header, size_t hlen, size_t pad
     }
     free(conv);
     if (fflush(fp) != 0) return ST_ERRNO();
-    if (fsync(fileno(fp)) != 0) return ST_ERRNO();
     return 0;
 }
 
-/* fsync of the directory holding path, so the rename itself is durable. */
-static int st_sync_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir;
-    if (!slash)
-        dir = strdup(".");
-    else if (slash == path)
-        dir = strdup("/");
-    else
-        dir = strndup(path, (size_t)(slash - path));
-    if (!dir) return ENOMEM;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int err = 0;
-    if (fd < 0) {
-        err = errno;
-    } else {
-        if (fsync(fd) != 0) err = errno;
-        close(fd);
-    }
-    free(dir);
-    return err;
-}
-
-bt_status safetensors_write(const char *path, const safetensors_entry *entries, size_t n,
-                            const char *const *metadata_kv) {
-    BT_ASSERT(path && (entries || n == 0));
+bt_status safetensors_write_stream(FILE *fp, const char *path, const safetensors_entry *entries,
+                                   size_t n, const char *const *metadata_kv) {
+    BT_ASSERT(fp && path && (entries || n == 0));
     size_t *nbytes = calloc(n ? n : 1, sizeof *nbytes);
     if (!nbytes) return st_fail(BT_ERR_NOMEM, path, NULL, "out of memory (%zu entries)", n);
     bt_status st = st_check_entries(path, entries, n, metadata_kv, nbytes);
@@ -841,44 +817,25 @@ bt_status safetensors_write(const char *path, const safetensors_entry *entries, 
     }
     size_t hlen = strlen(header);
     size_t padded = (hlen + 7) & ~(size_t)7; /* 8 + padded is a multiple of 8 */
-
-    size_t tmp_cap = strlen(path) + 32;
-    char *tmp = malloc(tmp_cap);
-    if (!tmp) {
-        cJSON_free(header);
-        free(nbytes);
-        return st_fail(BT_ERR_NOMEM, path, NULL, "out of memory");
-    }
-    snprintf(tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
-
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        st = st_fail(BT_ERR_IO, path, NULL, "cannot create temporary file %s: %s", tmp,
-                     strerror(errno));
-    } else {
-        int err = st_write_stream(fp, header, hlen, padded, entries, n, nbytes);
-        if (fclose(fp) != 0 && !err) err = ST_ERRNO();
-        if (err)
-            st = st_fail(BT_ERR_IO, path, NULL,
-                         "writing temporary file %s failed: %s; the previous file (if any) is "
-                         "unchanged",
-                         tmp, strerror(err));
-        else if (rename(tmp, path) != 0)
-            st = st_fail(BT_ERR_IO, path, NULL,
-                         "cannot rename %s over it: %s; the previous file (if any) is "
-                         "unchanged",
-                         tmp, strerror(errno));
-        if (st != BT_OK) {
-            unlink(tmp);
-        } else if ((err = st_sync_dir(path)) != 0) {
-            st = st_fail(BT_ERR_IO, path, NULL,
-                         "written, but syncing its directory failed: %s; the new file may not "
-                         "survive a crash",
-                         strerror(err));
-        }
-    }
-    free(tmp);
+    int err = st_write_stream(fp, header, hlen, padded, entries, n, nbytes);
+    if (err)
+        st = st_fail(BT_ERR_IO, path, NULL,
+                     "writing failed: %s; the previous file (if any) is unchanged", strerror(err));
     cJSON_free(header);
     free(nbytes);
     return st;
+}
+
+bt_status safetensors_write(const char *path, const safetensors_entry *entries, size_t n,
+                            const char *const *metadata_kv) {
+    BT_ASSERT(path && (entries || n == 0));
+    bt_atomic_file af;
+    bt_status st = bt_atomic_open(&af, path, "safetensors file");
+    if (st != BT_OK) return st;
+    st = safetensors_write_stream(af.fp, path, entries, n, metadata_kv);
+    if (st != BT_OK) {
+        bt_atomic_abort(&af);
+        return st;
+    }
+    return bt_atomic_commit(&af);
 }

@@ -23,11 +23,14 @@
  * Writing: F32, BF16, I64 and I32 tensors (F32 sources may be converted to BF16 on write,
  * rounding to nearest even with bt_bf16_from_f32), compact JSON header built with cJSON
  * ("__metadata__" first, then entries in the given order), data contiguous in entry order,
- * header padded with spaces so the data section starts 8-aligned. Written to
- * "<path>.tmp.<pid>" in the same directory, fflush + fsync, rename, fsync of the directory:
- * a crash never leaves a half-written file under the final name and never destroys the
- * previous one; on any error the temp file is removed. A path that is a symlink is
- * replaced by a regular file (rename semantics).
+ * header padded with spaces so the data section starts 8-aligned. Written through
+ * bt_atomic_file (src/fileio.h): a temp file ".<name>.bt-tmp.<pid>.<n>" in the same
+ * directory, fsync, rename, fsync of the directory: a crash never leaves a half-written file
+ * under the final name and never destroys the previous one; an existing target that is not
+ * a regular file (/dev/null, a FIFO, a directory) is refused; on any error the temp file is
+ * removed. A path that is a symlink to a regular file is replaced by a regular file.
+ * The header follows bt's one JSON rule (src/json_util.h): a name holding \u0000 or a key
+ * given twice is refused (BT_ERR_FORMAT).
  *
  * Host byte order must be little-endian (checked at compile time).
  * Deliberately not here: which tensors a model expects (src/model/params.h does that). */
@@ -36,6 +39,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dtype.h"
 #include "status.h"
@@ -106,9 +110,14 @@ typedef struct safetensors_entry {
  * I/O failures (create, write, fsync, rename) return BT_ERR_IO and leave the previous file
  * intact. An entry's data may point into an open safetensors_file, even one mapping `path`
  * itself (rename leaves the mapped old file alone); rewriting a file bt wrote, entries and
- * metadata in file order, gives a byte-identical file. Not safe for two threads of one
- * process writing the same path at once (they would share the temp name). */
+ * metadata in file order, gives a byte-identical file. Two threads writing the same path
+ * get distinct temp names (the last rename wins). */
 bt_status safetensors_write(const char *path, const safetensors_entry *entries, size_t n,
                             const char *const *metadata_kv);
+/* The same file written into an open stream (flushed, not synced), for callers that make
+ * several files atomic together (bt_checkpoint_save with bt_atomic_open/close/commit).
+ * `path` names the file in messages. Same checks and errors. */
+bt_status safetensors_write_stream(FILE *fp, const char *path, const safetensors_entry *entries,
+                                   size_t n, const char *const *metadata_kv);
 
 #endif
