@@ -8,11 +8,13 @@
  * (for shapes: the key, the expected and the found shape), and that a failed load leaves
  * nothing allocated (ASan/UBSan build: build-ckpt-asan).
  *
- * Failing saves: the staged files are made unwritable by putting a directory where a staged
- * file must go ("<name>.new.<pid>": weights, config, an aux copy), the disk is "full"
+ * Failing saves: an aux source that is a FIFO (fails after weights and config are staged),
+ * an aux target that is a FIFO (refused before writing), the disk is "full"
  * (RLIMIT_FSIZE below the weights size, SIGXFSZ ignored), the target is a regular file, the
  * base config is not JSON, the dtype is not savable. After each: the previous checkpoint's
- * files are byte-identical, no staged or temp file is left, and it still loads. */
+ * files are byte-identical, no staged or temp file is left, and it still loads. Saving over
+ * another model's directory leaves no mix of the two (its tokenizer files removed). */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -30,7 +33,7 @@ static const char *tmp;
 static char fixture_dir[1024];
 
 static const char *pjoin(const char *dir, const char *name) {
-    static char buf[4][1200];
+    static char buf[4][2600];
     static int k;
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
@@ -182,7 +185,8 @@ static int previous_intact(const char *blocker) {
     int clean = dd != NULL;
     for (struct dirent *de; dd && (de = readdir(dd));) {
         if (blocker && strcmp(de->d_name, blocker) == 0) continue;
-        if (strstr(de->d_name, ".new.") || strstr(de->d_name, ".tmp.")) {
+        if (strstr(de->d_name, ".new.") || strstr(de->d_name, ".tmp.") ||
+            strstr(de->d_name, ".bt-tmp.")) {
             printf("  leftover %s\n", de->d_name);
             clean = 0;
         }
@@ -194,24 +198,104 @@ static int previous_intact(const char *blocker) {
     return clean && loads;
 }
 
-/* Blocks staged file `name`.new.<pid> with a directory, saves, expects failure. */
-static void blocked_save(const char *label, const char *name, const bt_checkpoint_weights *w,
-                         const float *params) {
-    char blocker[256];
-    snprintf(blocker, sizeof blocker, "%s.new.%ld", name, (long)getpid());
-    mkdir(pjoin(prev_dir, blocker), 0755);
+/* A config.json whose sizes are each in range but multiply out beyond any machine's memory
+ * (2^24 x 2^16 word embeddings alone: 4.4 TB), and the tiny model on a "machine" of 1 MB
+ * (BT_MEM_AVAILABLE): refused with a message before allocating, not an abort. */
+static void test_memory_estimate(void) {
+    size_t n;
+    char *text = (char *)tu_read_file(pjoin(fixture_dir, "config.json"), &n);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "text_config");
+    if (!tu_check(tc != NULL, "fixture config has text_config")) {
+        cJSON_Delete(j);
+        free(text);
+        return;
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(tc, "vocab_size", cJSON_CreateNumber(1 << 24));
+    cJSON_ReplaceItemInObjectCaseSensitive(tc, "hidden_size", cJSON_CreateNumber(1 << 16));
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "hidden_size", cJSON_CreateNumber(1 << 16));
+    char *huge = cJSON_Print(j);
+    const char *d = case_dir("huge_config");
+    tu_setup_text(pjoin(d, "config.json"), huge);
+    bt_checkpoint_weights w;
+    bt_error_clear();
+    bt_status s = bt_checkpoint_init(&w, d, BT_HEADS_ALL, 1);
+    const char *msg = bt_error_message();
+    tu_check(s == BT_ERR_NOMEM && strstr(msg, "huge_config/config.json") &&
+                 strstr(msg, "parameters") && strstr(msg, "needs") &&
+                 strstr(msg, "available") && strstr(msg, "reduce"),
+             "config.json beyond memory: refused before allocating: %s", msg);
+    bt_checkpoint_weights_free(&w);
+    setenv("BT_MEM_AVAILABLE", "1M", 1);
+    bt_error_clear();
+    s = bt_checkpoint_load(&w, fixture_dir, NULL, NULL);
+    msg = bt_error_message();
+    tu_check(s == BT_ERR_NOMEM && strstr(msg, "BT_MEM_AVAILABLE") && strstr(msg, "1.0 MB"),
+             "tiny model on a 1 MB machine: refused: %s", msg);
+    unsetenv("BT_MEM_AVAILABLE");
+    s = bt_checkpoint_load(&w, fixture_dir, NULL, NULL);
+    tu_check(s == BT_OK, "the same load with the machine's real memory succeeds");
+    bt_checkpoint_weights_free(&w);
+    free(huge);
+    cJSON_Delete(j);
+    free(text);
+}
+
+/* A save that must fail, from the source directory `src`: the previous checkpoint must be
+ * intact afterwards and no temp file left. `want` is a fragment of the message. */
+static void failing_save(const char *label, const char *src, const bt_checkpoint_weights *w,
+                         const float *params, const char *want) {
     bt_checkpoint_save_options o;
     bt_checkpoint_save_options_default(&o);
     o.base_config_json = w->config_json;
-    o.copy_from_dir = fixture_dir;
+    o.copy_from_dir = src;
     bt_error_clear();
     bt_status s = bt_checkpoint_save(prev_dir, &w->table, params, &o);
     const char *msg = bt_error_message();
-    tu_check(s == BT_ERR_IO && strstr(msg, prev_dir) && strstr(msg, "previous files kept"),
-             "%s: save fails: %s", label, msg);
-    tu_check(previous_intact(blocker), "%s: previous checkpoint intact, nothing staged left",
-             label);
-    rmdir(pjoin(prev_dir, blocker));
+    tu_check(s == BT_ERR_IO && strstr(msg, want), "%s: save fails: %s", label, msg);
+    tu_check(previous_intact(NULL), "%s: previous checkpoint intact, nothing staged left", label);
+}
+
+/* A model directory holding another model's files: saving over it must not leave a mix
+ * (checkpoint.h: every aux file is this model's copy or removed). */
+static void test_no_mix(const bt_checkpoint_weights *w) {
+    const char *other = pjoin(tmp, "other_model");
+    static char od[1200];
+    snprintf(od, sizeof od, "%s", other);
+    mkdir(od, 0755);
+    tu_setup_text(pjoin(od, "tokenizer.json"), "{\"other\": \"model's tokenizer\"}");
+    tu_setup_text(pjoin(od, "vocab.json"), "{\"other\": 1}");
+    tu_setup_text(pjoin(od, "preprocessor_config.json"), "{\"size\": 999}");
+    bt_checkpoint_save_options o;
+    bt_checkpoint_save_options_default(&o);
+    o.base_config_json = w->config_json;
+    o.copy_from_dir = fixture_dir; /* has preprocessor_config.json, no tokenizer files */
+    bt_status s = bt_checkpoint_save(od, &w->table, w->params, &o);
+    struct stat sb;
+    tu_check(s == BT_OK && stat(pjoin(od, "tokenizer.json"), &sb) != 0 &&
+                 stat(pjoin(od, "vocab.json"), &sb) != 0 &&
+                 tu_files_equal(pjoin(od, "preprocessor_config.json"),
+                                pjoin(fixture_dir, "preprocessor_config.json")),
+             "save over another model: its tokenizer removed, preprocessor replaced: %s",
+             bt_error_message());
+    /* No copy_from_dir: every aux file the directory owns goes. */
+    s = bt_checkpoint_save(od, &w->table, w->params, NULL);
+    tu_check(s == BT_OK && stat(pjoin(od, "preprocessor_config.json"), &sb) != 0,
+             "save without a source directory removes the old preprocessor config");
+    /* Saving into the source directory itself keeps its files. */
+    tu_setup_text(pjoin(od, "vocab.json"), "{\"mine\": 1}");
+    o.copy_from_dir = od;
+    s = bt_checkpoint_save(od, &w->table, w->params, &o);
+    tu_check(s == BT_OK && stat(pjoin(od, "vocab.json"), &sb) == 0,
+             "save into its own source directory keeps the tokenizer");
+    /* An aux file that is not a regular file is refused, not removed. */
+    unlink(pjoin(od, "vocab.json"));
+    mkfifo(pjoin(od, "vocab.json"), 0600);
+    s = bt_checkpoint_save(od, &w->table, w->params, NULL);
+    tu_check(s == BT_ERR_IO && strstr(bt_error_message(), "is a FIFO") &&
+                 stat(pjoin(od, "vocab.json"), &sb) == 0 && S_ISFIFO(sb.st_mode),
+             "a FIFO where the vocab goes: refused and left alone: %s", bt_error_message());
+    unlink(pjoin(od, "vocab.json"));
 }
 
 int main(void) {
@@ -377,10 +461,22 @@ int main(void) {
     for (size_t i = 0; i < w.table.numel; i++)
         changed[i] = w.params[i] * 0.5f + 1.0f;
 
-    blocked_save("weights staging blocked", "model.safetensors", &w, changed);
-    blocked_save("config staging blocked (weights already staged)", "config.json", &w, changed);
-    blocked_save("aux copy staging blocked (weights+config staged)", "preprocessor_config.json", &w,
-                 changed);
+    { /* an aux source that is a FIFO fails after the weights and config are staged */
+        static char src[1200];
+        snprintf(src, sizeof src, "%s", pjoin(tmp, "fifo_source"));
+        mkdir(src, 0755);
+        mkfifo(pjoin(src, "vocab.json"), 0600);
+        failing_save("aux copy fails (weights+config staged)", src, &w, changed, "is a FIFO");
+    }
+    { /* a target that is not a regular file is refused before anything is written */
+        static char pp[1200];
+        snprintf(pp, sizeof pp, "%s", pjoin(prev_dir, "tokenizer.json"));
+        mkfifo(pp, 0600);
+        failing_save("target file is a FIFO", fixture_dir, &w, changed, "is a FIFO");
+        unlink(pp);
+    }
+    test_no_mix(&w);
+    test_memory_estimate();
     { /* disk full while writing the weights */
         struct rlimit old, lim;
         getrlimit(RLIMIT_FSIZE, &old);

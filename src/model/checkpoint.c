@@ -27,7 +27,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "json_util.h"
+#include "mem.h"
 
 enum { CK_LIST_SHOWN = 5 }; /* keys named in an error message before "... and N more" */
 
@@ -92,9 +94,11 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static int path_kind(const char *path) { /* 0 absent, 1 regular file, 2 directory, 3 other */
+/* 0 absent, 1 regular file, 2 directory, 3 other (a FIFO, a device; also a path that
+ * cannot be examined, e.g. a symlink loop: its opener then says why). */
+static int path_kind(const char *path) {
     struct stat sb;
-    if (stat(path, &sb) != 0) return 0;
+    if (stat(path, &sb) != 0) return errno == ENOENT || errno == ENOTDIR ? 0 : 3;
     if (S_ISREG(sb.st_mode)) return 1;
     if (S_ISDIR(sb.st_mode)) return 2;
     return 3;
@@ -424,6 +428,12 @@ bt_status bt_checkpoint_load(bt_checkpoint_weights *w, const char *dir,
     unsigned heads = o->heads == BT_CHECKPOINT_HEADS_AUTO ? ck.heads_in_file : o->heads;
     w->cfg = ck.cfg;
     bt_param_table_init(&w->table, &ck.cfg, heads & BT_HEADS_ALL);
+    s = bt_param_table_check_memory(&w->table, 1, ck.config_path);
+    if (s != BT_OK) {
+        bt_checkpoint_close(&ck);
+        bt_checkpoint_weights_free(w);
+        return s;
+    }
     w->params = bt_calloc(w->table.numel * sizeof *w->params);
     s = bt_checkpoint_read(&ck, &w->table, w->params, o, r);
     if (s == BT_OK) {
@@ -451,12 +461,15 @@ bt_status bt_checkpoint_init(bt_checkpoint_weights *w, const char *dir, unsigned
     else
         s = bt_json_read_text(path, NULL, &w->config_json);
     if (s == BT_OK) s = bt_model_config_parse(&w->cfg, w->config_json, path);
+    if (s == BT_OK) {
+        bt_param_table_init(&w->table, &w->cfg, heads & BT_HEADS_ALL);
+        s = bt_param_table_check_memory(&w->table, 1, path);
+    }
     free(path);
     if (s != BT_OK) {
         bt_checkpoint_weights_free(w);
         return s;
     }
-    bt_param_table_init(&w->table, &w->cfg, heads & BT_HEADS_ALL);
     w->params = bt_calloc(w->table.numel * sizeof *w->params);
     bt_params_init(&w->table, w->params, seed);
     return BT_OK;
@@ -676,37 +689,16 @@ static bt_status mkdir_p(const char *dir) {
     return BT_OK;
 }
 
-/* Writes n bytes to path (created/truncated), fflush + fsync. On failure the file is
- * removed. */
-static bt_status write_synced(const char *path, const void *data, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return bt_fail(BT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    int err = 0;
-    if (n && fwrite(data, 1, n, fp) != n) err = errno ? errno : EIO;
-    if (!err && fflush(fp) != 0) err = errno ? errno : EIO;
-    if (!err && fsync(fileno(fp)) != 0) err = errno;
-    if (fclose(fp) != 0 && !err) err = errno ? errno : EIO;
-    if (err) {
-        unlink(path);
-        return bt_fail(BT_ERR_IO, "%s: write failed: %s", path, strerror(err));
-    }
-    return BT_OK;
-}
-
-static bt_status copy_synced(const char *src, const char *dst) {
-    FILE *in = fopen(src, "rb");
-    if (!in) return bt_fail(BT_ERR_IO, "%s: cannot open for copying: %s", src, strerror(errno));
-    FILE *out = fopen(dst, "wb");
-    if (!out) {
-        int e = errno;
-        fclose(in);
-        return bt_fail(BT_ERR_IO, "%s: cannot create: %s", dst, strerror(e));
-    }
+/* Copies the regular file src into the open temp file of af. */
+static bt_status copy_into(const char *src, bt_atomic_file *af) {
+    FILE *in;
+    bt_status s = bt_fopen_regular(src, "file to copy", &in);
+    if (s != BT_OK) return s;
     char buf[65536];
     int err = 0, rerr = 0;
     for (;;) {
         size_t got = fread(buf, 1, sizeof buf, in);
-        if (got && fwrite(buf, 1, got, out) != got) {
+        if (got && fwrite(buf, 1, got, af->fp) != got) {
             err = errno ? errno : EIO;
             break;
         }
@@ -716,22 +708,9 @@ static bt_status copy_synced(const char *src, const char *dst) {
         }
     }
     fclose(in);
-    if (!err && fflush(out) != 0) err = errno ? errno : EIO;
-    if (!err && fsync(fileno(out)) != 0) err = errno;
-    if (fclose(out) != 0 && !err) err = errno ? errno : EIO;
-    if (err || rerr) {
-        unlink(dst);
-        if (rerr) return bt_fail(BT_ERR_IO, "%s: read error while copying", src);
-        return bt_fail(BT_ERR_IO, "%s: write failed: %s", dst, strerror(err));
-    }
+    if (rerr) return bt_fail(BT_ERR_IO, "%s: read error while copying", src);
+    if (err) return bt_fail(BT_ERR_IO, "%s: write failed: %s", af->tmp, strerror(err));
     return BT_OK;
-}
-
-static void fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return;
-    (void)fsync(fd); /* best effort: some filesystems refuse fsync on directories */
-    close(fd);
 }
 
 static int same_dir(const char *a, const char *b) {
@@ -752,6 +731,8 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
     if (o->dtype != BT_DTYPE_F32 && o->dtype != BT_DTYPE_BF16)
         return bt_fail(BT_ERR_ARG, "%s: checkpoint dtype %s not supported; expected F32 or BF16",
                        dir, bt_dtype_name(o->dtype));
+    if (!dir || !dir[0])
+        return bt_fail(BT_ERR_ARG, "the checkpoint directory path is empty; expected a directory");
     char *json = bt_checkpoint_config_json(&t->cfg, t->heads, o->dtype, o->base_config_json);
     if (!json) return bt_fail_context(BT_ERR_FORMAT, "%s", dir);
     bt_status s = mkdir_p(dir);
@@ -760,26 +741,44 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
         return s;
     }
 
-    /* Staged files: [0] weights, [1] config, then aux copies. */
+    /* Files: [0] weights, [1] config, then every aux file the directory format owns. Each
+     * aux file is the copy from o->copy_from_dir, or removed when that has none (or there
+     * is no copy_from_dir): a directory never mixes this model with another's tokenizer. */
     const char *final_names[CK_MAX_FILES];
-    char *finals[CK_MAX_FILES] = {0}, *staged[CK_MAX_FILES] = {0};
-    int written[CK_MAX_FILES] = {0};
+    char *finals[CK_MAX_FILES] = {0}, *sources[CK_MAX_FILES] = {0};
+    bt_atomic_file af[CK_MAX_FILES];
+    memset(af, 0, sizeof af);
     size_t nf = 0;
-    long pid = (long)getpid();
     final_names[nf++] = "model.safetensors";
     final_names[nf++] = "config.json";
-    int copy = o->copy_from_dir && !same_dir(o->copy_from_dir, dir);
-    for (size_t i = 0; copy && bt_checkpoint_aux_files[i]; i++) {
+    int keep_aux = o->copy_from_dir && same_dir(o->copy_from_dir, dir);
+    for (size_t i = 0; bt_checkpoint_aux_files[i]; i++) {
         BT_ASSERT(nf < CK_MAX_FILES);
         final_names[nf++] = bt_checkpoint_aux_files[i];
     }
     for (size_t i = 0; i < nf; i++) {
         finals[i] = ck_join(dir, final_names[i]);
-        size_t cap = strlen(finals[i]) + 32;
-        staged[i] = malloc(cap);
-        BT_ASSERT(staged[i]);
-        snprintf(staged[i], cap, "%s.new.%ld", finals[i], pid);
+        if (i >= 2 && o->copy_from_dir && !keep_aux) {
+            char *src = ck_join(o->copy_from_dir, final_names[i]);
+            if (path_kind(src) != 0)
+                sources[i] = src; /* copied (or refused with a message when not a file) */
+            else
+                free(src);
+        }
     }
+    /* Check every target before writing anything (refuse a device, FIFO or directory). */
+    for (size_t i = 0; i < nf && s == BT_OK; i++)
+        if (i < 2 || sources[i]) s = bt_check_output_file(finals[i], final_names[i]);
+    for (size_t i = 2; i < nf && s == BT_OK && !keep_aux; i++) {
+        struct stat sb;
+        if (!sources[i] && lstat(finals[i], &sb) == 0 && !S_ISREG(sb.st_mode) &&
+            !S_ISLNK(sb.st_mode))
+            s = bt_fail(BT_ERR_IO, "%s: is %s; refusing to remove it (the model directory owns "
+                        "%s)", finals[i], bt_file_type_name(sb.st_mode), final_names[i]);
+    }
+    for (size_t i = 0; i < nf && s == BT_OK; i++)
+        if (i < 2 || sources[i]) s = bt_atomic_open(&af[i], finals[i], final_names[i]);
+    if (s != BT_OK) goto done;
 
     /* 1. weights: the parameters, then the two persistent int64 buffers of transformers
      * 4.27's state_dict (from_pretrained there lists them as "newly initialized" when a file
@@ -788,13 +787,18 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
     const bt_model_config *c = &t->cfg;
     int64_t *tpos = malloc((size_t)c->max_position_embeddings * sizeof *tpos);
     int64_t *vpos = malloc((size_t)c->np * sizeof *vpos);
-    BT_ASSERT(tpos && vpos);
+    safetensors_entry *e = calloc(t->n_tensors + 2, sizeof *e);
+    if (!tpos || !vpos || !e) {
+        free(tpos);
+        free(vpos);
+        free(e);
+        s = bt_fail(BT_ERR_NOMEM, "%s: out of memory preparing the weights file", dir);
+        goto done;
+    }
     for (int i = 0; i < c->max_position_embeddings; i++)
         tpos[i] = i;
     for (int i = 0; i < c->np; i++)
         vpos[i] = i;
-    safetensors_entry *e = calloc(t->n_tensors + 2, sizeof *e);
-    BT_ASSERT(e);
     for (size_t i = 0; i < t->n_tensors; i++) {
         const bt_param_tensor *x = &t->tensors[i];
         e[i].name = x->key;
@@ -819,49 +823,43 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
                             {1, c->np},
                             vpos};
     static const char *const meta[] = {"format", "pt", NULL};
-    s = safetensors_write(staged[0], e, t->n_tensors + 2, meta);
+    s = safetensors_write_stream(af[0].fp, finals[0], e, t->n_tensors + 2, meta);
     free(e);
     free(tpos);
     free(vpos);
-    if (s == BT_OK) written[0] = 1;
     /* 2. config */
-    if (s == BT_OK) {
-        s = write_synced(staged[1], json, strlen(json));
-        if (s == BT_OK) written[1] = 1;
-    }
+    if (s == BT_OK && fwrite(json, 1, strlen(json), af[1].fp) != strlen(json))
+        s = bt_fail(BT_ERR_IO, "%s: write failed: %s", af[1].tmp, strerror(errno ? errno : EIO));
     /* 3. aux copies (those that exist in the source) */
-    for (size_t i = 2; i < nf && s == BT_OK; i++) {
-        char *src = ck_join(o->copy_from_dir, final_names[i]);
-        int kind = path_kind(src);
-        if (kind == 1) {
-            s = copy_synced(src, staged[i]);
-            if (s == BT_OK) written[i] = 1;
-        } else if (kind != 0) {
-            s = bt_fail(BT_ERR_IO, "%s: not a regular file; cannot copy it into %s", src, dir);
-        }
-        free(src);
+    for (size_t i = 2; i < nf && s == BT_OK; i++)
+        if (sources[i]) s = copy_into(sources[i], &af[i]);
+    /* Every temp file complete and synced before the first rename. */
+    for (size_t i = 0; i < nf && s == BT_OK; i++)
+        if (af[i].tmp) s = bt_atomic_close(&af[i]);
+    if (s != BT_OK) {
+        s = bt_fail_context(s, "%s: checkpoint not saved (previous files kept)", dir);
+        goto done;
     }
-    if (s != BT_OK) s = bt_fail_context(s, "%s: checkpoint not saved (previous files kept)", dir);
-    /* 4. renames, only once everything is written */
+    /* 4. renames, only once everything is written; then stale aux files go. */
     size_t renamed = 0;
     for (size_t i = 0; i < nf && s == BT_OK; i++) {
-        if (!written[i]) continue;
-        if (rename(staged[i], finals[i]) != 0) {
-            s = bt_fail(BT_ERR_IO,
-                        "%s: cannot rename %s over %s: %s (%zu file(s) of the new checkpoint "
-                        "already in place)",
-                        dir, staged[i], finals[i], strerror(errno), renamed);
-            break;
-        }
-        written[i] = 0;
-        renamed++;
+        if (!af[i].tmp) continue;
+        s = bt_atomic_commit(&af[i]);
+        if (s != BT_OK)
+            s = bt_fail_context(s, "%s: %zu file(s) of the new checkpoint already in place", dir,
+                                renamed);
+        else
+            renamed++;
     }
+    for (size_t i = 2; i < nf && s == BT_OK && !keep_aux; i++)
+        if (!sources[i]) s = bt_remove_owned_file(finals[i], final_names[i]);
+    if (s == BT_OK && !keep_aux) bt_sync_dir_of(dir, 1);
+done:
     for (size_t i = 0; i < nf; i++) {
-        if (written[i]) unlink(staged[i]);
-        free(staged[i]);
+        bt_atomic_abort(&af[i]);
         free(finals[i]);
+        free(sources[i]);
     }
-    if (renamed) fsync_dir(dir);
     free(json);
     return s;
 }

@@ -25,10 +25,19 @@
  * keys of a base config.json kept), model.safetensors (F32 or BF16; backbone keys with the
  * `bridgetower.` prefix, head keys bare, plus the two int64 position_ids buffers transformers
  * 4.27 keeps in its state_dict; "__metadata__" {"format": "pt"}), and copies the
- * tokenizer / preprocessor files of a source directory. Every file is first written in full
- * to "<dir>/<name>.new.<pid>" (fsync'ed); only when all of them are written are they renamed
- * over the final names (then the directory is fsync'ed). A failure before the renames
- * removes the staged files and leaves the previous checkpoint untouched.
+ * tokenizer / preprocessor files of a source directory. The directory OWNS config.json,
+ * model.safetensors and every file of bt_checkpoint_aux_files: after a save each aux file is
+ * the copy from copy_from_dir, or absent (removed) when that has none or no copy_from_dir is
+ * given, so a directory never mixes this model with another model's tokenizer (kept as is
+ * only when copy_from_dir is the target itself). Every target is checked first: one that
+ * exists and is not a regular file (a FIFO, a device, a directory) is refused before
+ * anything is written. Every file is first written in full to a temp file
+ * ".<name>.bt-tmp.<pid>.<n>" (src/fileio.h; fsync'ed); only when all of them are written are
+ * they renamed over the final names, then stale aux files are removed and the directory is
+ * fsync'ed. A failure before the renames removes the temp files and leaves the previous
+ * checkpoint untouched; temp files of a killed save are removed by the next save.
+ * Loading and initializing check the weights' size against available memory first
+ * (bt_param_table_check_memory: BT_ERR_NOMEM with a message, not an abort).
  *
  * Deliberately not here: pytorch_model.bin (pickle) reading: bt reads safetensors only;
  * scripts/convert_checkpoint.py converts (the load error says how); sharded checkpoints
@@ -147,7 +156,8 @@ extern const char *const bt_checkpoint_aux_files[];
 
 /* Writes the model directory `dir` (created, parents included, if absent) from the table's
  * config and heads and `arena` (t->numel floats): config.json, model.safetensors and the
- * aux files of o->copy_from_dir that exist there (skipped when it is `dir` itself). `o` may
+ * aux files of o->copy_from_dir that exist there; the other aux files in `dir` are removed
+ * (all kept when copy_from_dir is `dir` itself). `o` may
  * be NULL (F32, fresh config, no copies). Atomic as described in the header comment; errors
  * (BT_ERR_IO, BT_ERR_ARG, BT_ERR_FORMAT for a base config that is not a JSON object) name
  * the path. */

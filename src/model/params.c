@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "ops.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -335,4 +336,15 @@ bt_status bt_params_load_safetensors(const bt_param_table *t, float *arena, cons
     if (s == BT_OK && n_unused) *n_unused = f.n_tensors - used;
     safetensors_close(&f);
     return s;
+}
+
+bt_status bt_param_table_check_memory(const bt_param_table *t, unsigned copies,
+                                      const char *source) {
+    uint64_t bytes = bt_mul_sat(bt_mul_sat((uint64_t)t->numel, sizeof(float)), copies);
+    char what[1200];
+    snprintf(what, sizeof what, "%s: %zu parameters (%u fp32 cop%s)", source ? source : "model",
+             t->n_params, copies, copies == 1 ? "y" : "ies");
+    return bt_mem_check(bytes, what,
+                        "the model's sizes in config.json (hidden_size, intermediate_size, "
+                        "num_hidden_layers, vocab_size, max_position_embeddings, image_size)");
 }

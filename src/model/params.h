@@ -282,6 +282,14 @@ typedef struct bt_param_table {
 void bt_param_table_init(bt_param_table *t, const bt_model_config *c, unsigned heads);
 void bt_param_table_free(bt_param_table *t);
 
+/* Checks, before any arena is allocated, that `copies` fp32 arenas of t (t->numel floats
+ * each) fit in the memory this machine has (bt_mem_check, src/mem.h): 1 to load or
+ * initialize weights, more for training (weights, gradients, AdamW m and v). `source` names
+ * the config in the message ("model/config.json"). BT_OK or BT_ERR_NOMEM saying the
+ * parameter count, the bytes needed, the bytes available and which config keys to reduce. */
+bt_status bt_param_table_check_memory(const bt_param_table *t, unsigned copies,
+                                      const char *source);
+
 /* Tensor by HF key: accepts backbone keys with or without the `bridgetower.` prefix and head
  * keys bare. NULL when the key is not a parameter of this table. */
 const bt_param_tensor *bt_param_table_find(const bt_param_table *t, const char *key);
