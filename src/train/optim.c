@@ -1,6 +1,6 @@
-/* optim.c: fused AdamW + global grad norm (see optim.h).
+/* optim.c: fused AdamW with parameter groups + global grad norm (see optim.h).
  *
- * Deliberately not here: schedules and parameter groups (the trainer passes lr per step). */
+ * Deliberately not here: schedules (schedule.c; the trainer passes lr per step). */
 #include "optim.h"
 
 #include <math.h>
@@ -9,23 +9,77 @@
 
 #include "status.h"
 
+enum { NORM_CHUNK = 1 << 16 };
+
+bt_optim_groups bt_optim_groups_default(void) {
+    bt_optim_groups g = {1.0, 1.0, 0, 0};
+    return g;
+}
+
+static int starts_with(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+double bt_optim_lr_mult(const bt_param_tensor *x, const bt_optim_groups *g) {
+    if (x->head != BT_HEAD_BACKBONE) return g->lr_mult_heads;
+    if (strstr(x->bare_key, "cross_modal")) return g->lr_mult_cross;
+    return 1.0;
+}
+
+int bt_optim_frozen(const bt_param_tensor *x, const bt_optim_groups *g) {
+    if (x->head != BT_HEAD_BACKBONE) return 0;
+    return (g->freeze_text && starts_with(x->bare_key, "text_model.")) ||
+           (g->freeze_vision && starts_with(x->bare_key, "vision_model."));
+}
+
 void bt_adamw_init(bt_adamw *o, const bt_param_table *table) {
+    const bt_optim_groups g = bt_optim_groups_default();
+    bt_adamw_init_groups(o, table, &g);
+}
+
+void bt_adamw_init_groups(bt_adamw *o, const bt_param_table *table, const bt_optim_groups *g) {
     memset(o, 0, sizeof *o);
     o->numel = table->numel;
-    o->m = bt_calloc(o->numel * sizeof *o->m);
-    o->v = bt_calloc(o->numel * sizeof *o->v);
-    /* tensors are in arena order in table->tensors; merge runs with equal decay flags,
-     * absorbing the zero padding between them */
+    /* tensors are in arena order in table->tensors; merge runs with equal (decay, mult,
+     * frozen), absorbing the zero padding between them */
     o->segs = calloc(table->n_tensors ? table->n_tensors : 1, sizeof *o->segs);
     BT_ASSERT(o->segs);
     for (size_t i = 0; i < table->n_tensors; i++) {
         const bt_param_tensor *x = &table->tensors[i];
+        const double mult = bt_optim_lr_mult(x, g);
+        const int frozen = bt_optim_frozen(x, g);
         bt_optim_segment *last = o->n_segs ? &o->segs[o->n_segs - 1] : NULL;
         BT_ASSERT(!last || x->offset >= last->offset + last->numel);
-        if (last && last->decay == x->decay) {
+        if (last && last->decay == x->decay && last->lr_mult == mult && last->frozen == frozen) {
             last->numel = x->offset + x->numel - last->offset;
         } else {
-            o->segs[o->n_segs++] = (bt_optim_segment){x->offset, x->numel, x->decay};
+            o->segs[o->n_segs++] = (bt_optim_segment){.offset = x->offset, .numel = x->numel,
+                                                      .decay = x->decay, .frozen = frozen,
+                                                      .lr_mult = mult};
+        }
+    }
+    size_t nchunks = 0;
+    for (size_t s = 0; s < o->n_segs; s++) {
+        bt_optim_segment *seg = &o->segs[s];
+        if (seg->frozen) continue;
+        seg->moff = o->mnumel;
+        o->mnumel += seg->numel;
+        nchunks += (seg->numel + NORM_CHUNK - 1) / NORM_CHUNK;
+    }
+    o->m = bt_calloc((o->mnumel ? o->mnumel : 1) * sizeof *o->m);
+    o->v = bt_calloc((o->mnumel ? o->mnumel : 1) * sizeof *o->v);
+    o->chunk_off = calloc(nchunks ? nchunks : 1, sizeof *o->chunk_off);
+    o->chunk_len = calloc(nchunks ? nchunks : 1, sizeof *o->chunk_len);
+    o->chunk_sum = calloc(nchunks ? nchunks : 1, sizeof *o->chunk_sum);
+    BT_ASSERT(o->chunk_off && o->chunk_len && o->chunk_sum);
+    for (size_t s = 0; s < o->n_segs; s++) {
+        const bt_optim_segment *seg = &o->segs[s];
+        if (seg->frozen) continue;
+        for (size_t lo = 0; lo < seg->numel; lo += NORM_CHUNK) {
+            o->chunk_off[o->n_chunks] = seg->offset + lo;
+            o->chunk_len[o->n_chunks] = seg->numel - lo < NORM_CHUNK ? seg->numel - lo
+                                                                     : NORM_CHUNK;
+            o->n_chunks++;
         }
     }
 }
@@ -34,10 +88,24 @@ void bt_adamw_free(bt_adamw *o) {
     bt_free(o->m);
     bt_free(o->v);
     free(o->segs);
+    free(o->chunk_off);
+    free(o->chunk_len);
+    free(o->chunk_sum);
     memset(o, 0, sizeof *o);
 }
 
-enum { NORM_CHUNK = 1 << 16 };
+int bt_adamw_moments(const bt_adamw *o, size_t offset, float **m, float **v) {
+    for (size_t s = 0; s < o->n_segs; s++) {
+        const bt_optim_segment *seg = &o->segs[s];
+        if (offset < seg->offset || offset >= seg->offset + seg->numel) continue;
+        if (seg->frozen) break;
+        *m = o->m + seg->moff + (offset - seg->offset);
+        *v = o->v + seg->moff + (offset - seg->offset);
+        return 1;
+    }
+    *m = *v = NULL;
+    return 0;
+}
 
 double bt_grad_norm(const float *g, size_t n) {
     const long nchunks = (long)((n + NORM_CHUNK - 1) / NORM_CHUNK);
@@ -56,6 +124,21 @@ double bt_grad_norm(const float *g, size_t n) {
     return sqrt(total);
 }
 
+double bt_adamw_grad_norm(const bt_adamw *o, const float *grads) {
+    const long nc = (long)o->n_chunks;
+    double *part = o->chunk_sum;
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < nc; c++) {
+        const float *g = grads + o->chunk_off[c];
+        double s = 0.0;
+        for (size_t i = 0; i < o->chunk_len[c]; i++) s += (double)g[i] * g[i];
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (long c = 0; c < nc; c++) total += part[c]; /* fixed order: deterministic */
+    return sqrt(total);
+}
+
 float bt_clip_coef(double norm, float max_norm) {
     if (max_norm <= 0.0f) return 1.0f;
     /* torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1 */
@@ -70,15 +153,16 @@ void bt_adamw_step(bt_adamw *o, float *params, const float *grads, float grad_sc
      * then the per-element math in fp32 in torch's order */
     const double bc1 = 1.0 - pow(h->beta1, (double)o->t);
     const double bc2 = 1.0 - pow(h->beta2, (double)o->t);
-    const float step_size = (float)(h->lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
     const float b1 = (float)h->beta1, b2 = (float)h->beta2, eps = (float)h->eps;
     const float ob1 = (float)(1.0 - h->beta1), ob2 = (float)(1.0 - h->beta2);
-    const float wdecay = (float)(1.0 - h->lr * h->weight_decay);
     for (size_t s = 0; s < o->n_segs; s++) {
         const bt_optim_segment *seg = &o->segs[s];
-        const float decay = seg->decay ? wdecay : 1.0f;
-        float *p = params + seg->offset, *m = o->m + seg->offset, *v = o->v + seg->offset;
+        if (seg->frozen) continue;
+        const double lr = h->lr * seg->lr_mult; /* the group's lr, as torch holds it */
+        const float step_size = (float)(lr / bc1);
+        const float decay = seg->decay ? (float)(1.0 - lr * h->weight_decay) : 1.0f;
+        float *p = params + seg->offset, *m = o->m + seg->moff, *v = o->v + seg->moff;
         const float *g = grads + seg->offset;
         bt_bf16 *sh = shadow ? shadow + seg->offset : NULL;
         const long n = (long)seg->numel;
