@@ -9,8 +9,14 @@
  * from the other modality's layer input. Masks: the text padding mask on text keys (text
  * self-attention and image->text cross-attention), none on image keys.
  *
+ * Two phases (model.h "Phases"): cross_towers_* computes the uni-modal halves ut_k (per text
+ * row) and lnp_k, ui_k (per image row); cross_pairs_* runs everything else on P pairs
+ * (text_row, image_row), reading the ut / ui rows of each pair and accumulating their
+ * gradients back into those rows (a row read by several pairs gets the sum). Dropout in the
+ * cross layers is keyed by the pair key (both sides, m->pair_keys).
+ *
  * Deliberately not here: ITC's use of the last bridge's ui CLS row (heads.c reads
- * acts.bridges[X-1].ui and accumulates into its gradient before cross_backward runs). */
+ * acts.bridges[X-1].ui and accumulates into its gradient before cross_towers_backward). */
 #include <stddef.h>
 
 #include "towers.h"
@@ -64,8 +70,8 @@ static cross_side cross_side_get(const bt_model *m, int side) {
     s.side = side;
     s.T1 = side ? (size_t)m->cfg.np : m->T;
     s.T2 = side ? m->T : (size_t)m->cfg.np;
-    s.self_bias = side ? NULL : m->acts.key_bias;
-    s.enc_bias = side ? m->acts.key_bias : NULL;
+    s.self_bias = side ? NULL : m->acts.pair_key_bias;
+    s.enc_bias = side ? m->acts.pair_key_bias : NULL;
     s.site_tower = side ? BT_SITE_CROSS_IMAGE : BT_SITE_CROSS_TEXT;
     return s;
 }
@@ -89,7 +95,7 @@ static cross_layer_drops cross_layer_drops_get(const bt_model *m, const cross_si
 
 static attention_dims cross_dims(const bt_model *m, size_t Tq, size_t Tk) {
     size_t H = (size_t)m->cfg.hidden;
-    attention_dims d = {.B = m->B, .Tq = Tq, .Tk = Tk, .NH = (size_t)m->cfg.text_heads,
+    attention_dims d = {.B = m->P, .Tq = Tq, .Tk = Tk, .NH = (size_t)m->cfg.text_heads,
                         .D = H / (size_t)m->cfg.text_heads, .ldq = H, .ldk = H, .ldv = H,
                         .ldo = H};
     return d;
@@ -102,7 +108,7 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
     bt_cross_layer_acts *a = s->side ? &m->acts.xi[k] : &m->acts.xt[k];
     const cross_layer_params p = cross_layer_params_get(m, s->side, k);
     const size_t H = (size_t)m->cfg.hidden, I = (size_t)m->cfg.text_intermediate;
-    const size_t N1 = m->B * s->T1, N2 = m->B * s->T2;
+    const size_t N1 = m->P * s->T1, N2 = m->P * s->T2;
     const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
     const cross_layer_drops dr = cross_layer_drops_get(m, s, k);
@@ -110,26 +116,28 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
     lin_forward(m, a->q, x, &p.q, N1);
     lin_forward(m, a->k, x, &p.k, N1);
     lin_forward(m, a->v, x, &p.v, N1);
-    attention_forward(a->ctx, a->probs, a->q, a->k, a->v, s->self_bias, &sd, &dr.self_probs, cp);
+    rows_attention_forward(a->ctx, a->probs, a->q, a->k, a->v, s->self_bias, &sd, &dr.self_probs,
+                           m->pair_keys, cp);
     lin_forward(m, a->attn_lin, a->ctx, &p.o, N1);
-    dropout_forward(a->attn_lin, a->attn_lin, N1 * H, &dr.self_out);
+    rows_dropout_forward(a->attn_lin, a->attn_lin, m->P, s->T1 * H, &dr.self_out, m->pair_keys);
     residual_forward(a->res1, a->attn_lin, x, N1 * H);
     norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N1);
     /* c = LN2(dropout(CrossAttn(q = a, k/v = e)·Wo2ᵀ + bo2) + a) */
     lin_forward(m, a->cq, a->a, &p.cq, N1);
     lin_forward(m, a->ck, e, &p.ck, N2);
     lin_forward(m, a->cv, e, &p.cv, N2);
-    attention_forward(a->cctx, a->cprobs, a->cq, a->ck, a->cv, s->enc_bias, &cd, &dr.cross_probs,
-                      cp);
+    rows_attention_forward(a->cctx, a->cprobs, a->cq, a->ck, a->cv, s->enc_bias, &cd,
+                           &dr.cross_probs, m->pair_keys, cp);
     lin_forward(m, a->cattn_lin, a->cctx, &p.co, N1);
-    dropout_forward(a->cattn_lin, a->cattn_lin, N1 * H, &dr.cross_out);
+    rows_dropout_forward(a->cattn_lin, a->cattn_lin, m->P, s->T1 * H, &dr.cross_out,
+                         m->pair_keys);
     residual_forward(a->res2, a->cattn_lin, a->a, N1 * H);
     norm_forward(a->c, a->mean2, a->rstd2, a->res2, &p.ln2, N1);
     /* out = LN3(dropout(GELU(c·W1ᵀ + b1)·W2ᵀ + b2) + c) */
     lin_forward(m, a->f_pre, a->c, &p.fc1, N1);
     gelu_forward(a->f, a->f_pre, N1 * I);
     lin_forward(m, a->ffn_lin, a->f, &p.fc2, N1);
-    dropout_forward(a->ffn_lin, a->ffn_lin, N1 * H, &dr.ffn_out);
+    rows_dropout_forward(a->ffn_lin, a->ffn_lin, m->P, s->T1 * H, &dr.ffn_out, m->pair_keys);
     residual_forward(a->res3, a->ffn_lin, a->c, N1 * H);
     norm_forward(a->out, a->mean3, a->rstd3, a->res3, &p.ln3, N1);
 }
@@ -141,34 +149,34 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     bt_cross_layer_acts *d = s->side ? &m->dacts.xi[k] : &m->dacts.xt[k];
     const cross_layer_params p = cross_layer_params_get(m, s->side, k);
     const size_t H = (size_t)m->cfg.hidden, I = (size_t)m->cfg.text_intermediate;
-    const size_t N1 = m->B * s->T1, N2 = m->B * s->T2;
+    const size_t N1 = m->P * s->T1, N2 = m->P * s->T2;
     const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
     const cross_layer_drops dr = cross_layer_drops_get(m, s, k);
     /* out = LN3(res3), res3 = dropout(ffn_lin) + c, ffn_lin = GELU(c·W1ᵀ + b1)·W2ᵀ + b2 */
     norm_backward(d->res3, d->out, a->res3, a->mean3, a->rstd3, &p.ln3, N1);
     residual_backward(d->c, NULL, d->res3, N1 * H);
-    dropout_backward(d->ffn_lin, d->res3, N1 * H, &dr.ffn_out);
+    rows_dropout_backward(d->ffn_lin, d->res3, m->P, s->T1 * H, &dr.ffn_out, m->pair_keys);
     lin_backward(m, d->f, d->ffn_lin, a->f, &p.fc2, N1);
     gelu_backward(d->f_pre, d->f, a->f_pre, N1 * I);
     lin_backward(m, d->c, d->f_pre, a->c, &p.fc1, N1);
     /* c = LN2(res2), res2 = dropout(cattn_lin) + a, cattn_lin = CrossAttn(a, e)·Wo2ᵀ + bo2 */
     norm_backward(d->res2, d->c, a->res2, a->mean2, a->rstd2, &p.ln2, N1);
     residual_backward(d->a, NULL, d->res2, N1 * H);
-    dropout_backward(d->cattn_lin, d->res2, N1 * H, &dr.cross_out);
+    rows_dropout_backward(d->cattn_lin, d->res2, m->P, s->T1 * H, &dr.cross_out, m->pair_keys);
     lin_backward(m, d->cctx, d->cattn_lin, a->cctx, &p.co, N1);
-    attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv, &cd,
-                       &dr.cross_probs, cp);
+    rows_attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv, &cd,
+                            &dr.cross_probs, m->pair_keys, cp);
     lin_backward(m, de, d->ck, e, &p.ck, N2);
     lin_backward(m, de, d->cv, e, &p.cv, N2);
     lin_backward(m, d->a, d->cq, a->a, &p.cq, N1);
     /* a = LN1(res1), res1 = dropout(attn_lin) + x, attn_lin = SelfAttn(x)·Woᵀ + bo */
     norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N1);
     residual_backward(dx, NULL, d->res1, N1 * H);
-    dropout_backward(d->attn_lin, d->res1, N1 * H, &dr.self_out);
+    rows_dropout_backward(d->attn_lin, d->res1, m->P, s->T1 * H, &dr.self_out, m->pair_keys);
     lin_backward(m, d->ctx, d->attn_lin, a->ctx, &p.o, N1);
-    attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &sd, &dr.self_probs,
-                       cp);
+    rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &sd,
+                            &dr.self_probs, m->pair_keys, cp);
     lin_backward(m, dx, d->q, x, &p.q, N1);
     lin_backward(m, dx, d->k, x, &p.k, N1);
     lin_backward(m, dx, d->v, x, &p.v, N1);
@@ -262,36 +270,150 @@ static cross_stack_params cross_stack_params_get(const bt_model *m) {
     return p;
 }
 
-void cross_forward(bt_model *m) {
+/* Tower row of pair p on one side (0 text, 1 image). */
+static size_t pair_row(const bt_model *m, size_t p, int side) {
+    return (size_t)(side ? m->pairs[p].image_row : m->pairs[p].text_row);
+}
+
+/* 1 when pair p reads tower row p on this side for every p (bt_forward's (i, i) pairs): the
+ * per-pair loops below then run as one call over all rows (same result, fewer calls). */
+static int pairs_identity(const bt_model *m, int side) {
+    for (size_t p = 0; p < m->P; p++)
+        if (pair_row(m, p, side) != p) return 0;
+    return 1;
+}
+
+/* out rows of pair p (L rows of C) = LN(u rows of the pair's tower row): one call per pair, or
+ * one call in all when the pairs are the identity. */
+static void pairs_norm_forward(const bt_model *m, int side, float *out, float *mean, float *rstd,
+                               const float *u, const bt_norm *N, size_t L) {
+    const size_t C = N->c;
+    if (pairs_identity(m, side)) {
+        norm_forward(out, mean, rstd, u, N, m->P * L);
+        return;
+    }
+    for (size_t p = 0; p < m->P; p++)
+        norm_forward(out + p * L * C, mean + p * L, rstd + p * L, u + pair_row(m, p, side) * L * C,
+                     N, L);
+}
+
+/* du rows of the pair's tower row += LN backward of pair p's rows. */
+static void pairs_norm_backward(const bt_model *m, int side, float *du, const float *dout,
+                                const float *u, const float *mean, const float *rstd,
+                                const bt_norm *N, size_t L) {
+    const size_t C = N->c;
+    if (pairs_identity(m, side)) {
+        norm_backward(du, dout, u, mean, rstd, N, m->P * L);
+        return;
+    }
+    for (size_t p = 0; p < m->P; p++) {
+        const size_t r = pair_row(m, p, side);
+        norm_backward(du + r * L * C, dout + p * L * C, u + r * L * C, mean + p * L, rstd + p * L,
+                      N, L);
+    }
+}
+
+/* sum rows of pair p (L rows of H) = mix(u rows of the pair's tower row, c rows of p). */
+static void pairs_mix_forward(const bt_model *m, int side, float *sum, const float *u,
+                              const float *c, const float *scalar, size_t L) {
+    const size_t H = (size_t)m->cfg.hidden, n = L * H;
+    if (pairs_identity(m, side)) {
+        link_mix_forward(sum, u, c, scalar, m->cfg.link_tower_type, m->P * n);
+        return;
+    }
+    for (size_t p = 0; p < m->P; p++)
+        link_mix_forward(sum + p * n, u + pair_row(m, p, side) * n, c + p * n, scalar,
+                         m->cfg.link_tower_type, n);
+}
+
+static void pairs_mix_backward(const bt_model *m, int side, float *du, float *dc, float *dscalar,
+                               const float *dsum, const float *u, const float *c,
+                               const float *scalar, size_t L) {
+    const size_t H = (size_t)m->cfg.hidden, n = L * H;
+    if (pairs_identity(m, side)) {
+        link_mix_backward(du, dc, dscalar, dsum, u, c, scalar, m->cfg.link_tower_type, m->P * n);
+        return;
+    }
+    for (size_t p = 0; p < m->P; p++) {
+        const size_t r = pair_row(m, p, side);
+        link_mix_backward(du + r * n, dc + p * n, dscalar, dsum + p * n, u + r * n, c + p * n,
+                          scalar, m->cfg.link_tower_type, n);
+    }
+}
+
+void cross_towers_forward(bt_model *m) {
     bt_acts *a = &m->acts;
     const bt_model_config *c = &m->cfg;
-    const size_t B = m->B, H = (size_t)c->hidden;
-    const size_t Nt = B * m->T, Nv = B * (size_t)c->np;
+    const size_t H = (size_t)c->hidden;
+    const size_t Nt = m->Bt * m->T, Nv = m->Bi * (size_t)c->np;
     const cross_stack_params sp = cross_stack_params_get(m);
     const float *tt0 = m->p.type_emb, *tt1 = m->p.type_emb + H; /* modality rows 0 and 1 */
+
+    for (int k = 0; k < c->cross_layers; k++) {
+        bt_bridge_acts *br = &a->bridges[k];
+        /* ut = Tt(T_k) + tt0 */
+        if (Nt) {
+            lin_forward(m, br->ut, a->text_h[c->split + k], &sp.tt, Nt);
+            bias_add_forward(br->ut, br->ut, tt0, Nt, H);
+        }
+        /* ui = Ti(ln_post(I_k)) + tt1 */
+        if (Nv) {
+            norm_forward(br->lnp, br->lnp_mean, br->lnp_rstd, a->vis_h[c->split + k], &sp.ln_post,
+                         Nv);
+            lin_forward(m, br->ui, br->lnp, &sp.ti, Nv);
+            bias_add_forward(br->ui, br->ui, tt1, Nv, H);
+        }
+    }
+}
+
+void cross_towers_backward(bt_model *m) {
+    const bt_acts *a = &m->acts;
+    bt_acts *d = &m->dacts;
+    const bt_model_config *c = &m->cfg;
+    const size_t H = (size_t)c->hidden;
+    const size_t Nt = m->Bt * m->T, Nv = m->Bi * (size_t)c->np;
+    const cross_stack_params sp = cross_stack_params_get(m);
+    float *dtt0 = m->g.type_emb, *dtt1 = m->g.type_emb ? m->g.type_emb + H : NULL;
+
+    for (int k = c->cross_layers - 1; k >= 0; k--) {
+        const bt_bridge_acts *br = &a->bridges[k];
+        bt_bridge_acts *dbr = &d->bridges[k];
+        /* ut = Tt(T_k) + tt0 */
+        if (Nt) {
+            bias_add_backward(NULL, dtt0, dbr->ut, Nt, H);
+            lin_backward(m, d->text_h[c->split + k], dbr->ut, a->text_h[c->split + k], &sp.tt,
+                         Nt);
+        }
+        /* ui = Ti(lnp) + tt1, lnp = ln_post(I_k) */
+        if (Nv) {
+            bias_add_backward(NULL, dtt1, dbr->ui, Nv, H);
+            lin_backward(m, dbr->lnp, dbr->ui, br->lnp, &sp.ti, Nv);
+            norm_backward(d->vis_h[c->split + k], dbr->lnp, a->vis_h[c->split + k], br->lnp_mean,
+                          br->lnp_rstd, &sp.ln_post, Nv);
+        }
+    }
+}
+
+void cross_pairs_forward(bt_model *m) {
+    bt_acts *a = &m->acts;
+    const bt_model_config *c = &m->cfg;
+    const size_t P = m->P, H = (size_t)c->hidden, T = m->T, Np = (size_t)c->np;
+    const size_t Nt = P * T, Nv = P * Np;
+    const cross_stack_params sp = cross_stack_params_get(m);
     const cross_side st = cross_side_get(m, 0), si = cross_side_get(m, 1);
 
     for (int k = 0; k < c->cross_layers; k++) {
         bt_bridge_acts *br = &a->bridges[k];
-        const float *Tk = a->text_h[c->split + k], *Ik = a->vis_h[c->split + k];
-        /* ut = Tt(T_k) + tt0;  ui = Ti(ln_post(I_k)) + tt1 */
-        lin_forward(m, br->ut, Tk, &sp.tt, Nt);
-        bias_add_forward(br->ut, br->ut, tt0, Nt, H);
-        norm_forward(br->lnp, br->lnp_mean, br->lnp_rstd, Ik, &sp.ln_post, Nv);
-        lin_forward(m, br->ui, br->lnp, &sp.ti, Nv);
-        bias_add_forward(br->ui, br->ui, tt1, Nv, H);
         if (k == 0) {
-            /* X'_0 = LN_text(ut), Y'_0 = LN_image(ui) */
-            norm_forward(br->xin, br->t_mean, br->t_rstd, br->ut, &sp.ln_t0, Nt);
-            norm_forward(br->yin, br->i_mean, br->i_rstd, br->ui, &sp.ln_i0, Nv);
+            /* X'_0 = LN_text(ut[t_p]), Y'_0 = LN_image(ui[i_p]) */
+            pairs_norm_forward(m, 0, br->xin, br->t_mean, br->t_rstd, br->ut, &sp.ln_t0, T);
+            pairs_norm_forward(m, 1, br->yin, br->i_mean, br->i_rstd, br->ui, &sp.ln_i0, Np);
         } else {
-            /* X'_k = LN_link(mix(ut, X_{k-1})), Y'_k likewise */
+            /* X'_k = LN_link(mix(ut[t_p], X_{k-1})), Y'_k likewise */
             const link_params lt = link_params_get(m, 0, k - 1), li = link_params_get(m, 1, k - 1);
-            link_mix_forward(br->t_sum, br->ut, a->xt[k - 1].out, lt.scalar, c->link_tower_type,
-                             Nt * H);
+            pairs_mix_forward(m, 0, br->t_sum, br->ut, a->xt[k - 1].out, lt.scalar, T);
             norm_forward(br->xin, br->t_mean, br->t_rstd, br->t_sum, &lt.ln, Nt);
-            link_mix_forward(br->i_sum, br->ui, a->xi[k - 1].out, li.scalar, c->link_tower_type,
-                             Nv * H);
+            pairs_mix_forward(m, 1, br->i_sum, br->ui, a->xi[k - 1].out, li.scalar, Np);
             norm_forward(br->yin, br->i_mean, br->i_rstd, br->i_sum, &li.ln, Nv);
         }
         /* both layers read the same pre-update pair (X'_k, Y'_k) */
@@ -301,42 +423,41 @@ void cross_forward(bt_model *m) {
 
     /* poolers: tanh(dense(CLS)) per side; pooler_output = [text | image] */
     const int last = c->cross_layers - 1;
-    cls_gather(a->cls_t, a->xt[last].out, B, m->T, H);
-    cls_gather(a->cls_i, a->xi[last].out, B, (size_t)c->np, H);
-    lin_forward(m, a->pool_t_pre, a->cls_t, &sp.pt, B);
-    lin_forward(m, a->pool_i_pre, a->cls_i, &sp.pi, B);
-    tanh_forward(a->pool_t, a->pool_t_pre, B * H);
-    tanh_forward(a->pool_i, a->pool_i_pre, B * H);
-    for (size_t b = 0; b < B; b++)
+    cls_gather(a->cls_t, a->xt[last].out, P, T, H);
+    cls_gather(a->cls_i, a->xi[last].out, P, Np, H);
+    lin_forward(m, a->pool_t_pre, a->cls_t, &sp.pt, P);
+    lin_forward(m, a->pool_i_pre, a->cls_i, &sp.pi, P);
+    tanh_forward(a->pool_t, a->pool_t_pre, P * H);
+    tanh_forward(a->pool_i, a->pool_i_pre, P * H);
+    for (size_t b = 0; b < P; b++)
         for (size_t i = 0; i < H; i++) {
             a->pooler[b * 2 * H + i] = a->pool_t[b * H + i];
             a->pooler[b * 2 * H + H + i] = a->pool_i[b * H + i];
         }
 }
 
-void cross_backward(bt_model *m) {
+void cross_pairs_backward(bt_model *m) {
     const bt_acts *a = &m->acts;
     bt_acts *d = &m->dacts;
     const bt_model_config *c = &m->cfg;
-    const size_t B = m->B, H = (size_t)c->hidden;
-    const size_t Nt = B * m->T, Nv = B * (size_t)c->np;
+    const size_t P = m->P, H = (size_t)c->hidden, T = m->T, Np = (size_t)c->np;
+    const size_t Nt = P * T, Nv = P * Np;
     const cross_stack_params sp = cross_stack_params_get(m);
-    float *dtt0 = m->g.type_emb, *dtt1 = m->g.type_emb ? m->g.type_emb + H : NULL;
     const cross_side st = cross_side_get(m, 0), si = cross_side_get(m, 1);
 
     /* poolers: pooler = [tanh(pool_t_pre) | tanh(pool_i_pre)], pool_*_pre = dense(CLS) */
     const int last = c->cross_layers - 1;
-    for (size_t b = 0; b < B; b++)
+    for (size_t b = 0; b < P; b++)
         for (size_t i = 0; i < H; i++) {
             d->pool_t[b * H + i] += d->pooler[b * 2 * H + i];
             d->pool_i[b * H + i] += d->pooler[b * 2 * H + H + i];
         }
-    tanh_backward(d->pool_t_pre, d->pool_t, a->pool_t, B * H);
-    tanh_backward(d->pool_i_pre, d->pool_i, a->pool_i, B * H);
-    lin_backward(m, d->cls_t, d->pool_t_pre, a->cls_t, &sp.pt, B);
-    lin_backward(m, d->cls_i, d->pool_i_pre, a->cls_i, &sp.pi, B);
-    cls_scatter_add(d->xt[last].out, d->cls_t, B, m->T, H);
-    cls_scatter_add(d->xi[last].out, d->cls_i, B, (size_t)c->np, H);
+    tanh_backward(d->pool_t_pre, d->pool_t, a->pool_t, P * H);
+    tanh_backward(d->pool_i_pre, d->pool_i, a->pool_i, P * H);
+    lin_backward(m, d->cls_t, d->pool_t_pre, a->cls_t, &sp.pt, P);
+    lin_backward(m, d->cls_i, d->pool_i_pre, a->cls_i, &sp.pi, P);
+    cls_scatter_add(d->xt[last].out, d->cls_t, P, T, H);
+    cls_scatter_add(d->xi[last].out, d->cls_i, P, Np, H);
 
     for (int k = last; k >= 0; k--) {
         const bt_bridge_acts *br = &a->bridges[k];
@@ -344,24 +465,20 @@ void cross_backward(bt_model *m) {
         /* X_k = CrossText_k(X'_k, Y'_k), Y_k = CrossImage_k(Y'_k, X'_k) */
         cross_layer_backward(m, &si, k, dbr->yin, dbr->xin, br->yin, br->xin);
         cross_layer_backward(m, &st, k, dbr->xin, dbr->yin, br->xin, br->yin);
+        /* into the tower rows: dut[t_p] += ..., dui[i_p] += ... */
         if (k == 0) {
-            norm_backward(dbr->ut, dbr->xin, br->ut, br->t_mean, br->t_rstd, &sp.ln_t0, Nt);
-            norm_backward(dbr->ui, dbr->yin, br->ui, br->i_mean, br->i_rstd, &sp.ln_i0, Nv);
+            pairs_norm_backward(m, 0, dbr->ut, dbr->xin, br->ut, br->t_mean, br->t_rstd,
+                                &sp.ln_t0, T);
+            pairs_norm_backward(m, 1, dbr->ui, dbr->yin, br->ui, br->i_mean, br->i_rstd,
+                                &sp.ln_i0, Np);
         } else {
             const link_params lt = link_params_get(m, 0, k - 1), li = link_params_get(m, 1, k - 1);
             norm_backward(dbr->t_sum, dbr->xin, br->t_sum, br->t_mean, br->t_rstd, &lt.ln, Nt);
-            link_mix_backward(dbr->ut, d->xt[k - 1].out, lt.dscalar, dbr->t_sum, br->ut,
-                              a->xt[k - 1].out, lt.scalar, c->link_tower_type, Nt * H);
+            pairs_mix_backward(m, 0, dbr->ut, d->xt[k - 1].out, lt.dscalar, dbr->t_sum, br->ut,
+                               a->xt[k - 1].out, lt.scalar, T);
             norm_backward(dbr->i_sum, dbr->yin, br->i_sum, br->i_mean, br->i_rstd, &li.ln, Nv);
-            link_mix_backward(dbr->ui, d->xi[k - 1].out, li.dscalar, dbr->i_sum, br->ui,
-                              a->xi[k - 1].out, li.scalar, c->link_tower_type, Nv * H);
+            pairs_mix_backward(m, 1, dbr->ui, d->xi[k - 1].out, li.dscalar, dbr->i_sum, br->ui,
+                               a->xi[k - 1].out, li.scalar, Np);
         }
-        /* ut = Tt(T_k) + tt0;  ui = Ti(lnp) + tt1, lnp = ln_post(I_k) */
-        bias_add_backward(NULL, dtt0, dbr->ut, Nt, H);
-        lin_backward(m, d->text_h[c->split + k], dbr->ut, a->text_h[c->split + k], &sp.tt, Nt);
-        bias_add_backward(NULL, dtt1, dbr->ui, Nv, H);
-        lin_backward(m, dbr->lnp, dbr->ui, br->lnp, &sp.ti, Nv);
-        norm_backward(d->vis_h[c->split + k], dbr->lnp, a->vis_h[c->split + k], br->lnp_mean,
-                      br->lnp_rstd, &sp.ln_post, Nv);
     }
 }

@@ -1,20 +1,26 @@
-/* heads.c: the ITM, MLM and ITC heads and their losses, as HF computes them (design model.md
- * §4.1-§4.3), forward and backward.
- *   ITM: logits = pooler_output·Wᵀ + b (B, 2); loss = mean CE over labelled rows.
- *   MLM: logits = LN(GELU(X_{X-1}·Wtᵀ + bt))·W_decᵀ + mlm_score.bias (Nt, V); loss = mean
- *        CE over positions whose label is not -100 (0 when there is none; HF gives NaN).
- *   ITC: t = norm(itc_text(T_{Lt}[:,0])), i = norm(itc_image(ui_{X-1}[:,0])) where ui is the
- *        last bridge's Ti(ln_post(I)) + tt1, c = norm(itc_cross(pooler_output));
- *        s = exp(logit_scale) (no clamp);
- *        loss = (CE(s·t·iᵀ) + CE(s·t·cᵀ) + CE(s·i·cᵀ)) / 3,
- *        targets = the diagonal (one-directional: the transposed terms are not included).
+/* heads.c: the ITM, MLM and ITC heads (design model.md §4.1-§4.3), forward and backward, split
+ * by phase (model.h "Phases"), and the HF-style losses that bt_forward reports.
+ *   towers phase, ITC uni-modal: t = norm(itc_text(T_{Lt}[:,0])) per text row (Bt, C),
+ *        i = norm(itc_image(ui_{X-1}[:,0])) per image row (Bi, C), where ui is the last
+ *        bridge's Ti(ln_post(I)) + tt1.
+ *   pairs phase: ITM logits = pooler_output·Wᵀ + b (P, 2); MLM logits = LN(GELU(X_{X-1}·Wtᵀ
+ *        + bt))·W_decᵀ + mlm_score.bias on the Pm flagged pairs (Pm*T, V); ITC cross
+ *        c = norm(itc_cross(pooler_output)) (P, C).
+ *   HF losses (bt_forward only, B = Bt = Bi = P = Pm, m->hf scratch):
+ *        ITM mean CE over labelled rows; MLM mean CE over positions whose label is not -100
+ *        (0 when there is none; HF gives NaN); ITC with s = exp(logit_scale) (no clamp)
+ *        loss = (CE(s·t·iᵀ) + CE(s·t·cᵀ) + CE(s·i·cᵀ)) / 3, targets = the diagonal
+ *        (one-directional: the transposed terms are not included). Their backward writes the
+ *        phase gradient slots d_itc_*, d_itm_logits, d_mlm_logits and logit_scale's gradient,
+ *        as the trainer's losses (src/train) do.
  * The head Linears run in the model's precision; the ITC score matrices and all losses are
  * fp32 (part of the loss).
  *
- * Deliberately not here: hard-negative ITM mining and the original repo's symmetric ITC
- * (training loop), cross-rank gathering of ITC embeddings (src/dist). */
+ * Deliberately not here: the trainer's losses (hard-negative ITM, duplicate-aware ITC,
+ * weighting: src/train/loss.c), cross-rank gathering of ITC embeddings (src/dist). */
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "towers.h"
 
@@ -72,126 +78,169 @@ static itc_params itc_params_get(const bt_model *m) {
     return p;
 }
 
-static void itm_forward(bt_model *m) {
-    bt_acts *a = &m->acts;
-    const bt_linear fc = model_linear(m, BT_P_ITM_W, BT_P_ITM_B, 0);
-    lin_forward(m, a->itm_logits, a->pooler, &fc, m->B);
-    m->loss_itm = 0.0f;
-    if (m->has_itm_labels)
-        m->loss_itm = cross_entropy_forward(a->itm_probs, a->itm_logits, m->itm_labels, m->B, 2,
-                                            -100, NULL);
-}
+/* --- towers phase: ITC uni-modal embeddings --------------------------------------------- */
 
-static void itm_backward(bt_model *m, float w) {
-    const bt_acts *a = &m->acts;
-    bt_acts *d = &m->dacts;
-    const bt_linear fc = model_linear(m, BT_P_ITM_W, BT_P_ITM_B, 0);
-    cross_entropy_backward(d->itm_logits, a->itm_probs, m->itm_labels, m->B, 2, -100, w);
-    lin_backward(m, d->pooler, d->itm_logits, a->pooler, &fc, m->B);
-}
-
-static void mlm_forward(bt_model *m) {
+void heads_towers_forward(bt_model *m) {
+    if (!(m->heads & BT_HEADS_ITC)) return;
     bt_acts *a = &m->acts;
     const bt_model_config *c = &m->cfg;
-    const size_t Nt = m->B * m->T, H = (size_t)c->hidden, V = (size_t)c->vocab_size;
-    const mlm_params p = mlm_params_get(m);
-    const float *x = a->xt[c->cross_layers - 1].out; /* text_features (Nt, H) */
-    /* transform: LN(GELU(dense(x))); decoder (no bias) + the separate mlm_score.bias */
-    lin_forward(m, a->mlm_tr, x, &p.tr, Nt);
-    gelu_forward(a->mlm_act, a->mlm_tr, Nt * H);
-    norm_forward(a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, &p.ln, Nt);
-    lin_forward(m, a->mlm_logits, a->mlm_ln, &p.dec, Nt);
-    m->loss_mlm = 0.0f;
+    const size_t Bt = m->Bt, Bi = m->Bi, H = (size_t)c->hidden;
+    const size_t C = (size_t)c->contrastive_hidden;
+    const itc_params p = itc_params_get(m);
+    /* text: raw last uni-modal text layer CLS */
+    if (Bt) {
+        cls_gather(a->itc_t_cls, a->text_h[c->text_layers], Bt, m->T, H);
+        lin_forward(m, a->itc_t_proj, a->itc_t_cls, &p.text, Bt);
+        l2_normalize_forward(a->itc_t, a->itc_t_norm, a->itc_t_proj, Bt, C);
+    }
+    /* image: last bridge's Ti(ln_post(I)) + tt1 CLS */
+    if (Bi) {
+        cls_gather(a->itc_i_cls, a->bridges[c->cross_layers - 1].ui, Bi, (size_t)c->np, H);
+        lin_forward(m, a->itc_i_proj, a->itc_i_cls, &p.image, Bi);
+        l2_normalize_forward(a->itc_i, a->itc_i_norm, a->itc_i_proj, Bi, C);
+    }
+}
+
+void heads_towers_backward(bt_model *m) {
+    if (!(m->heads & BT_HEADS_ITC)) return;
+    const bt_acts *a = &m->acts;
+    bt_acts *d = &m->dacts;
+    const bt_model_config *c = &m->cfg;
+    const size_t Bt = m->Bt, Bi = m->Bi, H = (size_t)c->hidden;
+    const size_t C = (size_t)c->contrastive_hidden;
+    const itc_params p = itc_params_get(m);
+    if (Bt) {
+        l2_normalize_backward(d->itc_t_proj, d->itc_t, a->itc_t, a->itc_t_norm, Bt, C);
+        lin_backward(m, d->itc_t_cls, d->itc_t_proj, a->itc_t_cls, &p.text, Bt);
+        cls_scatter_add(d->text_h[c->text_layers], d->itc_t_cls, Bt, m->T, H);
+    }
+    if (Bi) {
+        l2_normalize_backward(d->itc_i_proj, d->itc_i, a->itc_i, a->itc_i_norm, Bi, C);
+        lin_backward(m, d->itc_i_cls, d->itc_i_proj, a->itc_i_cls, &p.image, Bi);
+        cls_scatter_add(d->bridges[c->cross_layers - 1].ui, d->itc_i_cls, Bi, (size_t)c->np, H);
+    }
+}
+
+/* --- pairs phase: ITM, MLM, ITC cross ----------------------------------------------------- */
+
+void heads_pairs_forward(bt_model *m) {
+    bt_acts *a = &m->acts;
+    const bt_model_config *c = &m->cfg;
+    const size_t P = m->P, T = m->T, H = (size_t)c->hidden;
+    if (m->heads & BT_HEADS_ITM) {
+        const bt_linear fc = model_linear(m, BT_P_ITM_W, BT_P_ITM_B, 0);
+        lin_forward(m, a->itm_logits, a->pooler, &fc, P);
+    }
+    if ((m->heads & BT_HEADS_MLM) && m->Pm) {
+        const size_t Nm = m->Pm * T;
+        const mlm_params p = mlm_params_get(m);
+        const float *x = a->xt[c->cross_layers - 1].out; /* text_features (P*T, H) */
+        /* the flagged pairs' rows, in pair order */
+        for (size_t j = 0; j < m->Pm; j++)
+            memcpy(a->mlm_x + j * T * H, x + (size_t)m->mlm_rows[j] * T * H,
+                   T * H * sizeof *a->mlm_x);
+        /* transform: LN(GELU(dense(x))); decoder (no bias) + the separate mlm_score.bias */
+        lin_forward(m, a->mlm_tr, a->mlm_x, &p.tr, Nm);
+        gelu_forward(a->mlm_act, a->mlm_tr, Nm * H);
+        norm_forward(a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, &p.ln, Nm);
+        lin_forward(m, a->mlm_logits, a->mlm_ln, &p.dec, Nm);
+    }
+    if (m->heads & BT_HEADS_ITC) {
+        const itc_params p = itc_params_get(m);
+        lin_forward(m, a->itc_c_proj, a->pooler, &p.cross, P);
+        l2_normalize_forward(a->itc_c, a->itc_c_norm, a->itc_c_proj, P,
+                             (size_t)c->contrastive_hidden);
+    }
+}
+
+void heads_pairs_backward(bt_model *m) {
+    const bt_acts *a = &m->acts;
+    bt_acts *d = &m->dacts;
+    const bt_model_config *c = &m->cfg;
+    const size_t P = m->P, T = m->T, H = (size_t)c->hidden;
+    if (m->heads & BT_HEADS_ITC) {
+        const itc_params p = itc_params_get(m);
+        l2_normalize_backward(d->itc_c_proj, d->itc_c, a->itc_c, a->itc_c_norm, P,
+                              (size_t)c->contrastive_hidden);
+        lin_backward(m, d->pooler, d->itc_c_proj, a->pooler, &p.cross, P);
+    }
+    if ((m->heads & BT_HEADS_MLM) && m->Pm) {
+        const size_t Nm = m->Pm * T;
+        const mlm_params p = mlm_params_get(m);
+        lin_backward(m, d->mlm_ln, d->mlm_logits, a->mlm_ln, &p.dec, Nm);
+        norm_backward(d->mlm_act, d->mlm_ln, a->mlm_act, a->mlm_mean, a->mlm_rstd, &p.ln, Nm);
+        gelu_backward(d->mlm_tr, d->mlm_act, a->mlm_tr, Nm * H);
+        lin_backward(m, d->mlm_x, d->mlm_tr, a->mlm_x, &p.tr, Nm);
+        float *dx = d->xt[c->cross_layers - 1].out;
+        for (size_t j = 0; j < m->Pm; j++) {
+            float *dst = dx + (size_t)m->mlm_rows[j] * T * H;
+            const float *src = d->mlm_x + j * T * H;
+            for (size_t i = 0; i < T * H; i++) dst[i] += src[i];
+        }
+    }
+    if (m->heads & BT_HEADS_ITM) {
+        const bt_linear fc = model_linear(m, BT_P_ITM_W, BT_P_ITM_B, 0);
+        lin_backward(m, d->pooler, d->itm_logits, a->pooler, &fc, P);
+    }
+}
+
+/* --- HF losses (bt_forward) ----------------------------------------------------------------- */
+
+void hf_losses_forward(bt_model *m) {
+    bt_hf_loss *h = &m->hf;
+    const size_t B = m->B, C = (size_t)m->cfg.contrastive_hidden;
+    m->loss_itc = m->loss_itm = m->loss_mlm = 0.0f;
     m->mlm_valid = 0;
-    if (m->has_mlm_labels)
-        m->loss_mlm = cross_entropy_forward(a->mlm_probs, a->mlm_logits, m->mlm_labels, Nt, V,
-                                            -100, &m->mlm_valid);
-}
-
-static void mlm_backward(bt_model *m, float w) {
-    const bt_acts *a = &m->acts;
-    bt_acts *d = &m->dacts;
-    const bt_model_config *c = &m->cfg;
-    const size_t Nt = m->B * m->T, H = (size_t)c->hidden, V = (size_t)c->vocab_size;
-    const mlm_params p = mlm_params_get(m);
-    const int last = c->cross_layers - 1;
-    if (m->mlm_valid == 0) return; /* the loss is a constant 0 */
-    cross_entropy_backward(d->mlm_logits, a->mlm_probs, m->mlm_labels, Nt, V, -100, w);
-    lin_backward(m, d->mlm_ln, d->mlm_logits, a->mlm_ln, &p.dec, Nt);
-    norm_backward(d->mlm_act, d->mlm_ln, a->mlm_act, a->mlm_mean, a->mlm_rstd, &p.ln, Nt);
-    gelu_backward(d->mlm_tr, d->mlm_act, a->mlm_tr, Nt * H);
-    lin_backward(m, d->xt[last].out, d->mlm_tr, a->xt[last].out, &p.tr, Nt);
-}
-
-static void itc_forward(bt_model *m) {
-    bt_acts *a = &m->acts;
-    const bt_model_config *c = &m->cfg;
-    const size_t B = m->B, H = (size_t)c->hidden, C = (size_t)c->contrastive_hidden;
-    const itc_params p = itc_params_get(m);
-    /* text: raw last uni-modal text layer CLS; image: last bridge's Ti(ln_post(I)) + tt1 CLS */
-    cls_gather(a->itc_t_cls, a->text_h[c->text_layers], B, m->T, H);
-    cls_gather(a->itc_i_cls, a->bridges[c->cross_layers - 1].ui, B, (size_t)c->np, H);
-    lin_forward(m, a->itc_t_proj, a->itc_t_cls, &p.text, B);
-    lin_forward(m, a->itc_i_proj, a->itc_i_cls, &p.image, B);
-    lin_forward(m, a->itc_c_proj, a->pooler, &p.cross, B);
-    l2_normalize_forward(a->itc_t, a->itc_t_norm, a->itc_t_proj, B, C);
-    l2_normalize_forward(a->itc_i, a->itc_i_norm, a->itc_i_proj, B, C);
-    l2_normalize_forward(a->itc_c, a->itc_c_norm, a->itc_c_proj, B, C);
-    /* s = exp(logit_scale); three one-directional score matrices with diagonal targets */
-    const float s = expf(*m->p.logit_scale);
-    const float *lhs[3] = {a->itc_t, a->itc_t, a->itc_i};
-    const float *rhs[3] = {a->itc_i, a->itc_c, a->itc_c};
-    double loss = 0.0;
-    for (int j = 0; j < 3; j++) {
-        float *S = a->itc_scores + (size_t)j * B * B;
-        scores_forward(S, lhs[j], rhs[j], B, C, s);
-        loss += cross_entropy_forward(a->itc_probs + (size_t)j * B * B, S, m->itc_targets, B, B,
-                                      -100, NULL);
+    if ((m->heads & BT_HEADS_ITM) && h->has_itm_labels)
+        m->loss_itm =
+            cross_entropy_forward(h->itm_probs, m->itm_logits_out, h->itm_labels, B, 2, -100, NULL);
+    if ((m->heads & BT_HEADS_MLM) && h->has_mlm_labels)
+        m->loss_mlm = cross_entropy_forward(h->mlm_probs, m->mlm_logits_out, h->mlm_labels,
+                                            B * m->T, (size_t)m->cfg.vocab_size, -100,
+                                            &m->mlm_valid);
+    if (m->heads & BT_HEADS_ITC) {
+        /* s = exp(logit_scale); three one-directional score matrices with diagonal targets */
+        const float s = expf(*m->p.logit_scale);
+        const float *lhs[3] = {m->itc_text, m->itc_text, m->itc_image};
+        const float *rhs[3] = {m->itc_image, m->itc_cross, m->itc_cross};
+        double loss = 0.0;
+        for (int j = 0; j < 3; j++) {
+            float *S = h->itc_scores + (size_t)j * B * B;
+            scores_forward(S, lhs[j], rhs[j], B, C, s);
+            loss += cross_entropy_forward(h->itc_probs + (size_t)j * B * B, S, h->itc_targets, B,
+                                          B, -100, NULL);
+        }
+        m->loss_itc = (float)(loss / 3.0);
     }
-    m->loss_itc = (float)(loss / 3.0);
 }
 
-static void itc_backward(bt_model *m, float w) {
-    const bt_acts *a = &m->acts;
-    bt_acts *d = &m->dacts;
-    const bt_model_config *c = &m->cfg;
-    const size_t B = m->B, H = (size_t)c->hidden, C = (size_t)c->contrastive_hidden;
-    const itc_params p = itc_params_get(m);
-    const float s = expf(*m->p.logit_scale);
-    const float *lhs[3] = {a->itc_t, a->itc_t, a->itc_i};
-    const float *rhs[3] = {a->itc_i, a->itc_c, a->itc_c};
-    float *dlhs[3] = {d->itc_t, d->itc_t, d->itc_i};
-    float *drhs[3] = {d->itc_i, d->itc_c, d->itc_c};
-    double dlogit = 0.0;
-    for (int j = 0; j < 3; j++) {
-        const float *S = a->itc_scores + (size_t)j * B * B;
-        float *dS = d->itc_scores + (size_t)j * B * B;
-        /* loss = (CE_0 + CE_1 + CE_2) / 3 */
-        cross_entropy_backward(dS, a->itc_probs + (size_t)j * B * B, m->itc_targets, B, B, -100,
-                               w / 3.0f);
-        /* S = s · x·yᵀ with s = exp(logit_scale): d logit_scale = Σ dS ⊙ S */
-        for (size_t e = 0; e < B * B; e++) dlogit += (double)dS[e] * S[e];
-        scores_backward(dlhs[j], drhs[j], dS, lhs[j], rhs[j], B, C, s);
+void hf_losses_backward(bt_model *m, const bt_loss_weights *w) {
+    bt_hf_loss *h = &m->hf;
+    const size_t B = m->B, C = (size_t)m->cfg.contrastive_hidden;
+    if ((m->heads & BT_HEADS_ITC) && w->itc != 0.0f) {
+        const float s = expf(*m->p.logit_scale);
+        const float *lhs[3] = {m->itc_text, m->itc_text, m->itc_image};
+        const float *rhs[3] = {m->itc_image, m->itc_cross, m->itc_cross};
+        float *dlhs[3] = {m->d_itc_text, m->d_itc_text, m->d_itc_image};
+        float *drhs[3] = {m->d_itc_image, m->d_itc_cross, m->d_itc_cross};
+        double dlogit = 0.0;
+        memset(h->d_itc_scores, 0, 3 * B * B * sizeof *h->d_itc_scores);
+        for (int j = 0; j < 3; j++) {
+            const float *S = h->itc_scores + (size_t)j * B * B;
+            float *dS = h->d_itc_scores + (size_t)j * B * B;
+            /* loss = (CE_0 + CE_1 + CE_2) / 3 */
+            cross_entropy_backward(dS, h->itc_probs + (size_t)j * B * B, h->itc_targets, B, B,
+                                   -100, w->itc / 3.0f);
+            /* S = s · x·yᵀ with s = exp(logit_scale): d logit_scale = Σ dS ⊙ S */
+            for (size_t e = 0; e < B * B; e++) dlogit += (double)dS[e] * S[e];
+            scores_backward(dlhs[j], drhs[j], dS, lhs[j], rhs[j], B, C, s);
+        }
+        if (m->g.logit_scale) *m->g.logit_scale += (float)dlogit;
     }
-    if (m->g.logit_scale) *m->g.logit_scale += (float)dlogit;
-    l2_normalize_backward(d->itc_t_proj, d->itc_t, a->itc_t, a->itc_t_norm, B, C);
-    l2_normalize_backward(d->itc_i_proj, d->itc_i, a->itc_i, a->itc_i_norm, B, C);
-    l2_normalize_backward(d->itc_c_proj, d->itc_c, a->itc_c, a->itc_c_norm, B, C);
-    lin_backward(m, d->itc_t_cls, d->itc_t_proj, a->itc_t_cls, &p.text, B);
-    lin_backward(m, d->itc_i_cls, d->itc_i_proj, a->itc_i_cls, &p.image, B);
-    lin_backward(m, d->pooler, d->itc_c_proj, a->pooler, &p.cross, B);
-    cls_scatter_add(d->text_h[c->text_layers], d->itc_t_cls, B, m->T, H);
-    cls_scatter_add(d->bridges[c->cross_layers - 1].ui, d->itc_i_cls, B, (size_t)c->np, H);
-}
-
-void heads_forward(bt_model *m) {
-    if (m->heads & BT_HEADS_ITM) itm_forward(m);
-    if (m->heads & BT_HEADS_MLM) mlm_forward(m);
-    if (m->heads & BT_HEADS_ITC) itc_forward(m);
-}
-
-void heads_backward(bt_model *m, const bt_loss_weights *w) {
-    if ((m->heads & BT_HEADS_ITC) && w->itc != 0.0f) itc_backward(m, w->itc);
-    if ((m->heads & BT_HEADS_MLM) && m->has_mlm_labels && w->mlm != 0.0f) mlm_backward(m, w->mlm);
-    if ((m->heads & BT_HEADS_ITM) && m->has_itm_labels && w->itm != 0.0f) itm_backward(m, w->itm);
+    /* MLM: a loss over no position is a constant 0 */
+    if ((m->heads & BT_HEADS_MLM) && h->has_mlm_labels && m->mlm_valid > 0 && w->mlm != 0.0f)
+        cross_entropy_backward(m->d_mlm_logits, h->mlm_probs, h->mlm_labels, B * m->T,
+                               (size_t)m->cfg.vocab_size, -100, w->mlm);
+    if ((m->heads & BT_HEADS_ITM) && h->has_itm_labels && w->itm != 0.0f)
+        cross_entropy_backward(m->d_itm_logits, h->itm_probs, h->itm_labels, B, 2, -100, w->itm);
 }

@@ -1,10 +1,13 @@
-/* model.c: bt_model lifetime (parameter, gradient, bf16 and activation arenas), the batch
- * checks, and bt_forward / bt_backward as lists of tower calls (see model.h).
+/* model.c: bt_model lifetime (parameter, gradient, bf16 and activation arenas), the layout
+ * walk that sizes and places every activation slot, the memory check, row-keyed dropout, the
+ * input checks, the phases (bt_towers_forward, bt_cross_forward_pairs and their backwards) as
+ * lists of tower calls, and bt_forward / bt_backward on top of them (see model.h).
  *
- * Deliberately not here: the towers themselves (vit.c, text.c, cross.c, heads.c), checkpoint
- * files with key reports, the optimizer. */
+ * Deliberately not here: the towers themselves (vit.c, text.c, cross.c, heads.c), the
+ * trainer's losses (src/train), checkpoint files with key reports, the optimizer. */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +52,11 @@ bt_norm model_norm(const bt_model *m, bt_param_id w, bt_param_id b, int layer, f
     return N;
 }
 
+/* --- dropout: site seeds, row keys ------------------------------------------------------
+ * site seed = mix(mix(run seed + φ·(step + 1)) ^ c·site); row seed = mix(site seed ^
+ * mix(row key ^ c')). The mask of element i of a row is ops' keep(row seed, i), i counted
+ * from the row's start, so it depends on (run seed, step, site, row key, i) only. */
+
 bt_dropout model_dropout(const bt_model *m, uint32_t site, float p) {
     bt_dropout d = {0.0f, 0};
     if (!m->training || p <= 0.0f) return d;
@@ -56,6 +64,77 @@ bt_dropout model_dropout(const bt_model *m, uint32_t site, float p) {
     d.seed = bt_mix64(bt_mix64(m->dropout_seed + 0x9e3779b97f4a7c15ull * (m->step + 1)) ^
                       (0xd1b54a32d192ed03ull * site));
     return d;
+}
+
+bt_dropout row_dropout(const bt_dropout *site, uint64_t key) {
+    bt_dropout d = *site;
+    if (d.p > 0.0f) d.seed = bt_mix64(site->seed ^ bt_mix64(key ^ 0x94d049bb133111ebull));
+    return d;
+}
+
+uint64_t bt_pair_key(uint64_t text_key, uint64_t image_key) {
+    return bt_mix64(bt_mix64(text_key + 0x2545f4914f6cdd1dull) ^ (image_key * 0xbf58476d1ce4e5b9ull));
+}
+
+void rows_dropout_forward(float *out, const float *x, size_t rows, size_t n,
+                          const bt_dropout *site, const uint64_t *keys) {
+    if (site->p <= 0.0f) {
+        dropout_forward(out, x, rows * n, NULL);
+        return;
+    }
+    for (size_t r = 0; r < rows; r++) {
+        const bt_dropout d = row_dropout(site, keys[r]);
+        dropout_forward(out + r * n, x + r * n, n, &d);
+    }
+}
+
+void rows_dropout_backward(float *dx, const float *dout, size_t rows, size_t n,
+                           const bt_dropout *site, const uint64_t *keys) {
+    if (site->p <= 0.0f) {
+        dropout_backward(dx, dout, rows * n, NULL);
+        return;
+    }
+    for (size_t r = 0; r < rows; r++) {
+        const bt_dropout d = row_dropout(site, keys[r]);
+        dropout_backward(dx + r * n, dout + r * n, n, &d);
+    }
+}
+
+void rows_attention_forward(float *out, float *probs, const float *q, const float *k,
+                            const float *v, const float *key_bias, const attention_dims *d,
+                            const bt_dropout *site, const uint64_t *keys, gemm_compute compute) {
+    if (site->p <= 0.0f) {
+        attention_forward(out, probs, q, k, v, key_bias, d, NULL, compute);
+        return;
+    }
+    attention_dims d1 = *d;
+    d1.B = 1;
+    const size_t pb = d->NH * d->Tq * d->Tk;
+    for (size_t b = 0; b < d->B; b++) {
+        const bt_dropout r = row_dropout(site, keys[b]);
+        attention_forward(out + b * d->Tq * d->ldo, probs + b * pb, q + b * d->Tq * d->ldq,
+                          k + b * d->Tk * d->ldk, v + b * d->Tk * d->ldv,
+                          key_bias ? key_bias + b * d->Tk : NULL, &d1, &r, compute);
+    }
+}
+
+void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                             const float *probs, const float *q, const float *k,
+                             const float *v, const attention_dims *d, const bt_dropout *site,
+                             const uint64_t *keys, gemm_compute compute) {
+    if (site->p <= 0.0f) {
+        attention_backward(dq, dk, dv, dout, probs, q, k, v, d, NULL, compute);
+        return;
+    }
+    attention_dims d1 = *d;
+    d1.B = 1;
+    const size_t pb = d->NH * d->Tq * d->Tk;
+    for (size_t b = 0; b < d->B; b++) {
+        const bt_dropout r = row_dropout(site, keys[b]);
+        const size_t oq = b * d->Tq * d->ldq, ok = b * d->Tk * d->ldk, ov = b * d->Tk * d->ldv;
+        attention_backward(dq + oq, dk + ok, dv + ov, dout + b * d->Tq * d->ldo, probs + b * pb,
+                           q + oq, k + ok, v + ov, &d1, &r, compute);
+    }
 }
 
 void cls_gather(float *out, const float *x, size_t B, size_t T, size_t C) {
@@ -68,6 +147,35 @@ void cls_scatter_add(float *dx, const float *dout, size_t B, size_t T, size_t C)
 }
 
 /* --- lifetime --------------------------------------------------------------------------- */
+
+static void acts_alloc_arrays(bt_acts *a, const bt_model_config *c) {
+    memset(a, 0, sizeof *a);
+    a->text_h = calloc((size_t)c->text_layers + 1, sizeof *a->text_h);
+    a->text_layers = calloc((size_t)c->text_layers, sizeof *a->text_layers);
+    a->vis_h = calloc((size_t)c->vision_layers + 1, sizeof *a->vis_h);
+    a->vis_layers = calloc((size_t)c->vision_layers, sizeof *a->vis_layers);
+    a->bridges = calloc((size_t)c->cross_layers, sizeof *a->bridges);
+    a->xt = calloc((size_t)c->cross_layers, sizeof *a->xt);
+    a->xi = calloc((size_t)c->cross_layers, sizeof *a->xi);
+    BT_ASSERT(a->text_h && a->text_layers && a->vis_h && a->vis_layers && a->bridges && a->xt &&
+              a->xi);
+}
+
+static void acts_free_arrays(bt_acts *a) {
+    free(a->text_h);
+    free(a->text_layers);
+    free(a->vis_h);
+    free(a->vis_layers);
+    free(a->bridges);
+    free(a->xt);
+    free(a->xi);
+    memset(a, 0, sizeof *a);
+}
+
+static void arena_free(bt_arena *ar) {
+    free(ar->mem);
+    memset(ar, 0, sizeof *ar);
+}
 
 bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
                         bt_precision precision) {
@@ -85,38 +193,19 @@ bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
     bt_param_views_bind(&m->g, &m->table, m->grads);
     m->hidden_dropout = c->hidden_dropout_prob;
     m->attn_dropout = c->attention_probs_dropout_prob;
+    acts_alloc_arrays(&m->acts, c);
+    acts_alloc_arrays(&m->dacts, c);
     return BT_OK;
 }
 
-static void acts_free_arrays(bt_acts *a) {
-    free(a->text_h);
-    free(a->text_layers);
-    free(a->vis_h);
-    free(a->vis_layers);
-    free(a->bridges);
-    free(a->xt);
-    free(a->xi);
-    memset(a, 0, sizeof *a);
-}
-
-static void model_free_acts(bt_model *m) {
+void bt_model_free(bt_model *m) {
     acts_free_arrays(&m->acts);
     acts_free_arrays(&m->dacts);
-    bt_free(m->act_mem);
-    bt_free(m->dact_mem);
-    free(m->ids);
-    free(m->mask);
-    free(m->pos_ids);
-    free(m->mlm_labels);
-    free(m->itm_labels);
-    free(m->itc_targets);
-    m->act_mem = m->dact_mem = NULL;
-    m->ids = m->mask = m->pos_ids = m->mlm_labels = m->itm_labels = m->itc_targets = NULL;
-    m->B = m->T = 0;
-}
-
-void bt_model_free(bt_model *m) {
-    model_free_acts(m);
+    arena_free(&m->tower_act);
+    arena_free(&m->tower_dact);
+    arena_free(&m->pair_act);
+    arena_free(&m->pair_dact);
+    arena_free(&m->hf_mem);
     bt_free(m->params);
     bt_free(m->grads);
     bt_free(m->params_bf16);
@@ -150,25 +239,43 @@ void bt_zero_grad(bt_model *m) {
 }
 
 /* --- activation layout -------------------------------------------------------------------
- * One walk assigns every slot of an arena; slot() is a slot with a gradient, slot_ng() one
- * without (statistics, probabilities, gathered rows): in the gradient walk it is NULL and
- * takes no space. A walk with base NULL only counts. */
+ * One walk per arena assigns every slot; slot() is a slot with a gradient, slot_ng() one
+ * without (statistics, probabilities, gathered rows, copied inputs): in the gradient walk it
+ * is NULL and takes no space. A walk with base NULL only counts; bt_model_activation_bytes,
+ * the memory check and the allocation all use these walks. Slots are 64-byte aligned. The
+ * d_* output slots come first, so a gradient arena is [outputs | internal] (bt_arena.head).
+ * `approx` follows `off` in double so absurd shapes are reported instead of wrapping. */
 
 typedef struct arena_walk {
-    float *base;
+    unsigned char *base;
     size_t off;
+    double approx;
     int grad;
 } arena_walk;
 
-static float *slot(arena_walk *w, size_t n) {
-    w->off = (w->off + 15) / 16 * 16; /* 64-byte aligned slots */
-    float *p = w->base ? w->base + w->off : NULL;
-    w->off += n;
+typedef struct phase_dims {
+    size_t Bt, Bi, T, P, Pm;
+} phase_dims;
+
+static void *take(arena_walk *w, size_t n, size_t elem) {
+    w->off = (w->off + 63) / 64 * 64;
+    w->approx = ceil(w->approx / 64.0) * 64.0 + (double)n * (double)elem;
+    void *p = w->base ? w->base + w->off : NULL;
+    w->off += n * elem;
     return p;
+}
+
+static float *slot(arena_walk *w, size_t n) {
+    return take(w, n, sizeof(float));
 }
 
 static float *slot_ng(arena_walk *w, size_t n) {
     return w->grad ? NULL : slot(w, n);
+}
+
+static void walk_end(arena_walk *w) {
+    w->off = (w->off + 63) / 64 * 64;
+    w->approx = ceil(w->approx / 64.0) * 64.0;
 }
 
 static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_model_config *c,
@@ -204,13 +311,30 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
     x->out = slot(w, N1 * H);
 }
 
-static void acts_layout(bt_acts *a, arena_walk *w, const bt_model_config *c, unsigned heads,
-                        size_t B, size_t T) {
+/* The towers arena: (Bt, Bi, T). *head = end of the d_* output slots. */
+static void towers_layout(bt_model *m, bt_acts *a, arena_walk *w, const phase_dims *d,
+                          size_t *head) {
+    const bt_model_config *c = &m->cfg;
+    const size_t Bt = d->Bt, Bi = d->Bi, T = d->T;
     const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
     const size_t Hv = (size_t)c->vision_hidden, Np = (size_t)c->np, H = (size_t)c->hidden;
-    const size_t Nt = B * T, Nv = B * Np, Gp = B * (size_t)c->num_patches;
-    const size_t V = (size_t)c->vocab_size, C = (size_t)c->contrastive_hidden;
-    const size_t P = (size_t)c->patch_size, CH = (size_t)c->num_channels;
+    const size_t Nt = Bt * T, Nv = Bi * Np, Gp = Bi * (size_t)c->num_patches;
+    const size_t C = (size_t)c->contrastive_hidden;
+    const size_t PP = (size_t)c->patch_size, CH = (size_t)c->num_channels;
+    const int itc = (m->heads & BT_HEADS_ITC) != 0;
+    /* outputs whose gradient a loss writes */
+    a->itc_t = itc ? slot(w, Bt * C) : NULL;
+    a->itc_i = itc ? slot(w, Bi * C) : NULL;
+    walk_end(w);
+    *head = w->off;
+    /* copied inputs */
+    if (!w->grad) {
+        m->ids = take(w, Nt, sizeof(int32_t));
+        m->mask = take(w, Nt, sizeof(int32_t));
+        m->pos_ids = take(w, Nt, sizeof(int32_t));
+        m->text_keys = take(w, Bt, sizeof(uint64_t));
+        m->image_keys = take(w, Bi, sizeof(uint64_t));
+    }
     /* text */
     a->text_emb = slot(w, Nt * Ht);
     a->text_pos_rows = slot_ng(w, Nt * Ht);
@@ -224,7 +348,7 @@ static void acts_layout(bt_acts *a, arena_walk *w, const bt_model_config *c, uns
         x->q = slot(w, Nt * Ht);
         x->k = slot(w, Nt * Ht);
         x->v = slot(w, Nt * Ht);
-        x->probs = slot_ng(w, B * NH * T * T);
+        x->probs = slot_ng(w, Bt * NH * T * T);
         x->ctx = slot(w, Nt * Ht);
         x->attn_lin = slot(w, Nt * Ht);
         x->res1 = slot(w, Nt * Ht);
@@ -240,7 +364,7 @@ static void acts_layout(bt_acts *a, arena_walk *w, const bt_model_config *c, uns
     }
     a->key_bias = slot_ng(w, Nt);
     /* vision */
-    a->patches = slot_ng(w, Gp * CH * P * P);
+    a->patches = slot_ng(w, Gp * CH * PP * PP);
     a->patch_emb = slot(w, Gp * Hv);
     a->vis_emb = slot(w, Nv * Hv);
     a->vis_emb_mean = slot_ng(w, Nv);
@@ -253,7 +377,7 @@ static void acts_layout(bt_acts *a, arena_walk *w, const bt_model_config *c, uns
         x->mean1 = slot_ng(w, Nv);
         x->rstd1 = slot_ng(w, Nv);
         x->qkv = slot(w, Nv * 3 * Hv);
-        x->probs = slot_ng(w, B * NH * Np * Np);
+        x->probs = slot_ng(w, Bi * NH * Np * Np);
         x->ctx = slot(w, Nv * Hv);
         x->attn_out = slot(w, Nv * Hv);
         x->x_mid = slot(w, Nv * Hv);
@@ -264,116 +388,438 @@ static void acts_layout(bt_acts *a, arena_walk *w, const bt_model_config *c, uns
         x->f = slot(w, Nv * 4 * Hv);
         x->mlp_out = slot(w, Nv * Hv);
     }
-    /* bridges and cross layers */
+    /* the uni-modal halves of the bridges */
     for (int k = 0; k < c->cross_layers; k++) {
         bt_bridge_acts *br = &a->bridges[k];
         br->ut = slot(w, Nt * H);
-        br->t_sum = k > 0 ? slot(w, Nt * H) : NULL;
-        br->t_mean = slot_ng(w, Nt);
-        br->t_rstd = slot_ng(w, Nt);
-        br->xin = slot(w, Nt * H);
         br->lnp = slot(w, Nv * Hv);
         br->lnp_mean = slot_ng(w, Nv);
         br->lnp_rstd = slot_ng(w, Nv);
         br->ui = slot(w, Nv * H);
+    }
+    /* ITC uni-modal head */
+    if (itc) {
+        a->itc_t_cls = slot(w, Bt * H);
+        a->itc_i_cls = slot(w, Bi * H);
+        a->itc_t_proj = slot(w, Bt * C);
+        a->itc_i_proj = slot(w, Bi * C);
+        a->itc_t_norm = slot_ng(w, Bt);
+        a->itc_i_norm = slot_ng(w, Bi);
+    }
+    walk_end(w);
+}
+
+/* The pairs arena: (P, Pm, T). *head = end of the d_* output slots. */
+static void pairs_layout(bt_model *m, bt_acts *a, arena_walk *w, const phase_dims *d,
+                         size_t *head) {
+    const bt_model_config *c = &m->cfg;
+    const size_t P = d->P, Pm = d->Pm, T = d->T;
+    const size_t Np = (size_t)c->np, H = (size_t)c->hidden, V = (size_t)c->vocab_size;
+    const size_t Nt = P * T, Nv = P * Np, Nm = Pm * T, C = (size_t)c->contrastive_hidden;
+    const int itc = (m->heads & BT_HEADS_ITC) != 0, itm = (m->heads & BT_HEADS_ITM) != 0;
+    const int mlm = (m->heads & BT_HEADS_MLM) != 0;
+    /* outputs whose gradient a loss writes */
+    a->itc_c = itc ? slot(w, P * C) : NULL;
+    a->itm_logits = itm ? slot(w, P * 2) : NULL;
+    a->mlm_logits = mlm ? slot(w, Nm * V) : NULL;
+    walk_end(w);
+    *head = w->off;
+    /* copied inputs */
+    if (!w->grad) {
+        m->pairs = take(w, P, sizeof(bt_pair));
+        m->mlm_rows = take(w, Pm, sizeof(int32_t));
+        m->pair_keys = take(w, P, sizeof(uint64_t));
+    }
+    a->pair_key_bias = slot_ng(w, Nt);
+    /* the per-pair halves of the bridges, cross layers */
+    for (int k = 0; k < c->cross_layers; k++) {
+        bt_bridge_acts *br = &a->bridges[k];
+        br->t_sum = k > 0 ? slot(w, Nt * H) : NULL;
+        br->t_mean = slot_ng(w, Nt);
+        br->t_rstd = slot_ng(w, Nt);
+        br->xin = slot(w, Nt * H);
         br->i_sum = k > 0 ? slot(w, Nv * H) : NULL;
         br->i_mean = slot_ng(w, Nv);
         br->i_rstd = slot_ng(w, Nv);
         br->yin = slot(w, Nv * H);
-        cross_layer_layout(&a->xt[k], w, c, B, T, Np);
-        cross_layer_layout(&a->xi[k], w, c, B, Np, T);
+        cross_layer_layout(&a->xt[k], w, c, P, T, Np);
+        cross_layer_layout(&a->xi[k], w, c, P, Np, T);
     }
     /* poolers */
-    a->cls_t = slot(w, B * H);
-    a->cls_i = slot(w, B * H);
-    a->pool_t_pre = slot(w, B * H);
-    a->pool_i_pre = slot(w, B * H);
-    a->pool_t = slot(w, B * H);
-    a->pool_i = slot(w, B * H);
-    a->pooler = slot(w, B * 2 * H);
-    if (heads & BT_HEADS_ITM) {
-        a->itm_logits = slot(w, B * 2);
-        a->itm_probs = slot_ng(w, B * 2);
+    a->cls_t = slot(w, P * H);
+    a->cls_i = slot(w, P * H);
+    a->pool_t_pre = slot(w, P * H);
+    a->pool_i_pre = slot(w, P * H);
+    a->pool_t = slot(w, P * H);
+    a->pool_i = slot(w, P * H);
+    a->pooler = slot(w, P * 2 * H);
+    if (mlm) {
+        a->mlm_x = slot(w, Nm * H);
+        a->mlm_tr = slot(w, Nm * H);
+        a->mlm_act = slot(w, Nm * H);
+        a->mlm_ln = slot(w, Nm * H);
+        a->mlm_mean = slot_ng(w, Nm);
+        a->mlm_rstd = slot_ng(w, Nm);
     }
-    if (heads & BT_HEADS_MLM) {
-        a->mlm_tr = slot(w, Nt * H);
-        a->mlm_act = slot(w, Nt * H);
-        a->mlm_ln = slot(w, Nt * H);
-        a->mlm_mean = slot_ng(w, Nt);
-        a->mlm_rstd = slot_ng(w, Nt);
-        a->mlm_logits = slot(w, Nt * V);
-        a->mlm_probs = slot_ng(w, Nt * V);
+    if (itc) {
+        a->itc_c_proj = slot(w, P * C);
+        a->itc_c_norm = slot_ng(w, P);
     }
-    if (heads & BT_HEADS_ITC) {
-        a->itc_t_cls = slot(w, B * H);
-        a->itc_i_cls = slot(w, B * H);
-        a->itc_t_proj = slot(w, B * C);
-        a->itc_i_proj = slot(w, B * C);
-        a->itc_c_proj = slot(w, B * C);
-        a->itc_t = slot(w, B * C);
-        a->itc_i = slot(w, B * C);
-        a->itc_c = slot(w, B * C);
-        a->itc_t_norm = slot_ng(w, B);
-        a->itc_i_norm = slot_ng(w, B);
-        a->itc_c_norm = slot_ng(w, B);
-        a->itc_scores = slot(w, 3 * B * B);
-        a->itc_probs = slot_ng(w, 3 * B * B);
-    }
-    w->off = (w->off + 15) / 16 * 16;
+    walk_end(w);
 }
 
-static void acts_alloc_arrays(bt_acts *a, const bt_model_config *c) {
-    a->text_h = calloc((size_t)c->text_layers + 1, sizeof *a->text_h);
-    a->text_layers = calloc((size_t)c->text_layers, sizeof *a->text_layers);
-    a->vis_h = calloc((size_t)c->vision_layers + 1, sizeof *a->vis_h);
-    a->vis_layers = calloc((size_t)c->vision_layers, sizeof *a->vis_layers);
-    a->bridges = calloc((size_t)c->cross_layers, sizeof *a->bridges);
-    a->xt = calloc((size_t)c->cross_layers, sizeof *a->xt);
-    a->xi = calloc((size_t)c->cross_layers, sizeof *a->xi);
-    BT_ASSERT(a->text_h && a->text_layers && a->vis_h && a->vis_layers && a->bridges && a->xt &&
-              a->xi);
-}
-
-bt_status bt_model_reserve(bt_model *m, size_t B, size_t T) {
+/* bt_forward's HF loss scratch for B x T (one arena, no gradient twin). */
+static void hf_layout(bt_model *m, arena_walk *w, size_t B, size_t T) {
     const bt_model_config *c = &m->cfg;
-    if (B == 0 || T == 0)
-        return bt_fail(BT_ERR_SHAPE, "batch: B=%zu, T=%zu: both must be positive", B, T);
+    bt_hf_loss *h = &m->hf;
+    const int itc = (m->heads & BT_HEADS_ITC) != 0, itm = (m->heads & BT_HEADS_ITM) != 0;
+    const int mlm = (m->heads & BT_HEADS_MLM) != 0;
+    h->itc_scores = itc ? slot(w, 3 * B * B) : NULL;
+    h->d_itc_scores = itc ? slot(w, 3 * B * B) : NULL;
+    h->itc_probs = itc ? slot(w, 3 * B * B) : NULL;
+    h->itm_probs = itm ? slot(w, B * 2) : NULL;
+    h->mlm_probs = mlm ? slot(w, B * T * (size_t)c->vocab_size) : NULL;
+    h->itc_targets = take(w, B, sizeof(int32_t));
+    h->itm_labels = take(w, B, sizeof(int32_t));
+    h->mlm_labels = take(w, B * T, sizeof(int32_t));
+    h->pairs = take(w, B, sizeof(bt_pair));
+    walk_end(w);
+}
+
+enum { PHASE_TOWERS, PHASE_PAIRS };
+
+/* Bytes of a phase's activation (grad = 0) or gradient (grad = 1) arena; *approx gets the
+ * same in double (overflow detection). Lays out a scratch copy of the slot pointers. */
+static size_t phase_count(bt_model *m, int phase, int grad, const phase_dims *d, double *approx) {
+    bt_acts scratch;
+    acts_alloc_arrays(&scratch, &m->cfg);
+    /* the input pointers of m must not change: count on a copy */
+    bt_model mc = *m;
+    arena_walk w = {NULL, 0, 0.0, grad};
+    size_t head;
+    if (phase == PHASE_TOWERS) towers_layout(&mc, &scratch, &w, d, &head);
+    else pairs_layout(&mc, &scratch, &w, d, &head);
+    acts_free_arrays(&scratch);
+    if (approx) *approx = w.approx;
+    return w.off;
+}
+
+size_t bt_model_activation_bytes(const bt_model_config *c, unsigned heads, bt_precision prec,
+                                 size_t Bt, size_t Bi, size_t P, size_t Pm, size_t T) {
+    (void)prec; /* activations are fp32 in both precisions (model.h "Precision") */
+    bt_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *c;
+    m.heads = heads & BT_HEADS_ALL;
+    const phase_dims d = {Bt, Bi, T, P, Pm};
+    size_t total = 0;
+    for (int phase = PHASE_TOWERS; phase <= PHASE_PAIRS; phase++)
+        for (int grad = 0; grad <= 1; grad++) total += phase_count(&m, phase, grad, &d, NULL);
+    return total;
+}
+
+size_t bt_model_hf_loss_bytes(const bt_model_config *c, unsigned heads, size_t B, size_t T) {
+    bt_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *c;
+    m.heads = heads & BT_HEADS_ALL;
+    arena_walk w = {NULL, 0, 0.0, 0};
+    hf_layout(&m, &w, B, T);
+    return w.off;
+}
+
+/* --- memory ------------------------------------------------------------------------------ */
+
+/* MemAvailable of /proc/meminfo in bytes, 0 when unknown (then no check is made). A small
+ * local reader: the base layer has no "memory available" function yet. */
+static size_t mem_available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024;
+}
+
+static double gib(double bytes) {
+    return bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+static bt_status nomem(const bt_model *m, const phase_dims *d, double need, double extra,
+                       const char *why) {
+    return bt_fail(BT_ERR_NOMEM,
+                   "activations for %zu texts x %zu tokens, %zu images of %d px, %zu pairs (%zu "
+                   "with MLM) need %.2f GiB (%.2f GiB more than allocated); %s: reduce the batch "
+                   "size, the max text length or the image size",
+                   d->Bt, d->T, d->Bi, m->cfg.image_size, d->P, d->Pm, gib(need), gib(extra),
+                   why);
+}
+
+/* Grows the n arenas to need[i] bytes (grow-only; contents are lost when an arena grows),
+ * refusing growth beyond MemAvailable and reporting a failed allocation, before changing
+ * anything. */
+static bt_status arenas_grow(const bt_model *m, bt_arena **ars, const double *need, int n,
+                             const phase_dims *d) {
+    double total = 0.0, extra = 0.0;
+    for (int i = 0; i < n; i++) {
+        total += need[i];
+        if (need[i] > (double)ars[i]->bytes) extra += need[i] - (double)ars[i]->bytes;
+    }
+    if (extra == 0.0) return BT_OK;
+    char why[160];
+    if (total > 0x1p62) return nomem(m, d, total, extra, "that is beyond any address space");
+    const size_t avail = mem_available_bytes();
+    if (avail && extra > (double)avail) {
+        snprintf(why, sizeof why, "the machine has %.2f GiB available (MemAvailable)",
+                 gib((double)avail));
+        return nomem(m, d, total, extra, why);
+    }
+    for (int i = 0; i < n; i++) {
+        if (need[i] <= (double)ars[i]->bytes) continue;
+        const size_t bytes = (size_t)need[i];
+        free(ars[i]->mem);
+        ars[i]->mem = aligned_alloc(64, bytes);
+        ars[i]->bytes = ars[i]->mem ? bytes : 0;
+        ars[i]->used = ars[i]->head = 0;
+        if (!ars[i]->mem) {
+            snprintf(why, sizeof why, "allocating %.2f GiB failed", gib(need[i]));
+            return nomem(m, d, total, extra, why);
+        }
+    }
+    return BT_OK;
+}
+
+/* Places the slots of one phase for dims d in its (large enough) arenas. */
+static void phase_place(bt_model *m, int phase, const phase_dims *d) {
+    bt_arena *act = phase == PHASE_TOWERS ? &m->tower_act : &m->pair_act;
+    bt_arena *dact = phase == PHASE_TOWERS ? &m->tower_dact : &m->pair_dact;
+    arena_walk wa = {act->mem, 0, 0.0, 0}, wd = {dact->mem, 0, 0.0, 1};
+    size_t head_a, head_d;
+    if (phase == PHASE_TOWERS) {
+        towers_layout(m, &m->acts, &wa, d, &head_a);
+        towers_layout(m, &m->dacts, &wd, d, &head_d);
+    } else {
+        pairs_layout(m, &m->acts, &wa, d, &head_a);
+        pairs_layout(m, &m->dacts, &wd, d, &head_d);
+    }
+    BT_ASSERT(wa.off <= act->bytes && wd.off <= dact->bytes);
+    act->used = wa.off;
+    act->head = head_a;
+    dact->used = wd.off;
+    dact->head = head_d;
+    m->act_numel = (m->tower_act.used + m->pair_act.used) / sizeof(float);
+    m->dact_numel = (m->tower_dact.used + m->pair_dact.used) / sizeof(float);
+}
+
+/* Makes the arenas of the given phases large enough for d (no placement). */
+static bt_status phases_fit(bt_model *m, int towers, int pairs, const phase_dims *d) {
+    bt_arena *ars[4];
+    double need[4];
+    int n = 0;
+    for (int phase = PHASE_TOWERS; phase <= PHASE_PAIRS; phase++) {
+        if ((phase == PHASE_TOWERS && !towers) || (phase == PHASE_PAIRS && !pairs)) continue;
+        for (int grad = 0; grad <= 1; grad++) {
+            double approx;
+            phase_count(m, phase, grad, d, &approx);
+            ars[n] = phase == PHASE_TOWERS ? (grad ? &m->tower_dact : &m->tower_act)
+                                           : (grad ? &m->pair_dact : &m->pair_act);
+            need[n++] = approx;
+        }
+    }
+    bt_status s = arenas_grow(m, ars, need, n, d);
+    if (s != BT_OK) return s;
+    /* a grown arena lost its contents */
+    if (towers && (m->tower_act.used == 0 || m->tower_dact.used == 0)) m->have_towers = 0;
+    if (pairs && (m->pair_act.used == 0 || m->pair_dact.used == 0)) m->have_pairs = 0;
+    return BT_OK;
+}
+
+static bt_status check_text_length(const bt_model *m, size_t T) {
+    const bt_model_config *c = &m->cfg;
     /* RoBERTa positions run up to T + pad_token_id */
     if (T + (size_t)c->pad_token_id >= (size_t)c->max_position_embeddings)
         return bt_fail(BT_ERR_SHAPE,
                        "batch: text length T=%zu exceeds the position table (max_position_"
-                       "embeddings %d allows at most %d tokens)", T, c->max_position_embeddings,
+                       "embeddings %d allows at most %d tokens)",
+                       T, c->max_position_embeddings,
                        c->max_position_embeddings - c->pad_token_id - 1);
-    if (m->B == B && m->T == T && m->act_mem) return BT_OK;
-    model_free_acts(m);
-    acts_alloc_arrays(&m->acts, c);
-    acts_alloc_arrays(&m->dacts, c);
-    arena_walk wa = {NULL, 0, 0}, wd = {NULL, 0, 1};
-    acts_layout(&m->acts, &wa, c, m->heads, B, T);
-    acts_layout(&m->dacts, &wd, c, m->heads, B, T);
-    m->act_numel = wa.off;
-    m->dact_numel = wd.off;
-    m->act_mem = bt_calloc(m->act_numel * sizeof(float));
-    m->dact_mem = bt_calloc(m->dact_numel * sizeof(float));
-    wa = (arena_walk){m->act_mem, 0, 0};
-    wd = (arena_walk){m->dact_mem, 0, 1};
-    acts_layout(&m->acts, &wa, c, m->heads, B, T);
-    acts_layout(&m->dacts, &wd, c, m->heads, B, T);
-    BT_ASSERT(wa.off == m->act_numel && wd.off == m->dact_numel);
-    m->ids = calloc(B * T, sizeof *m->ids);
-    m->mask = calloc(B * T, sizeof *m->mask);
-    m->pos_ids = calloc(B * T, sizeof *m->pos_ids);
-    m->mlm_labels = calloc(B * T, sizeof *m->mlm_labels);
-    m->itm_labels = calloc(B, sizeof *m->itm_labels);
-    m->itc_targets = calloc(B, sizeof *m->itc_targets);
-    BT_ASSERT(m->ids && m->mask && m->pos_ids && m->mlm_labels && m->itm_labels &&
-              m->itc_targets);
-    m->B = B;
-    m->T = T;
     return BT_OK;
 }
 
-/* --- forward / backward ----------------------------------------------------------------- */
+bt_status bt_model_reserve_phases(bt_model *m, size_t Bt, size_t Bi, size_t P, size_t Pm,
+                                  size_t T) {
+    bt_status s = check_text_length(m, T);
+    if (s != BT_OK) return s;
+    const phase_dims d = {Bt, Bi, T, P, Pm};
+    s = phases_fit(m, 1, 1, &d);
+    if (s != BT_OK) return s;
+    /* placed for d so every arena's bytes are in use; the next forward places again */
+    if (!m->have_towers) phase_place(m, PHASE_TOWERS, &d);
+    if (!m->have_pairs) phase_place(m, PHASE_PAIRS, &d);
+    return BT_OK;
+}
+
+bt_status bt_model_reserve(bt_model *m, size_t B, size_t T) {
+    if (B == 0 || T == 0)
+        return bt_fail(BT_ERR_SHAPE, "batch: B=%zu, T=%zu: both must be positive", B, T);
+    const size_t Pm = (m->heads & BT_HEADS_MLM) ? B : 0;
+    bt_status s = bt_model_reserve_phases(m, B, B, B, Pm, T);
+    if (s != BT_OK) return s;
+    arena_walk w = {NULL, 0, 0.0, 0};
+    hf_layout(m, &w, B, T);
+    bt_arena *ar = &m->hf_mem;
+    const double need = w.approx;
+    const phase_dims d = {B, B, T, B, Pm};
+    s = arenas_grow(m, &ar, &need, 1, &d);
+    if (s != BT_OK) return s;
+    w = (arena_walk){m->hf_mem.mem, 0, 0.0, 0};
+    hf_layout(m, &w, B, T);
+    m->hf_mem.used = w.off;
+    return BT_OK;
+}
+
+/* --- phases ------------------------------------------------------------------------------ */
+
+static bt_status text_check(const bt_model *m, const bt_text_input *t) {
+    const bt_model_config *c = &m->cfg;
+    if (!t->input_ids) return bt_fail(BT_ERR_ARG, "texts: input_ids is NULL");
+    if (t->T == 0) return bt_fail(BT_ERR_SHAPE, "texts: T=0 tokens per row");
+    for (size_t i = 0; i < t->B * t->T; i++) {
+        if (t->input_ids[i] < 0 || t->input_ids[i] >= c->vocab_size)
+            return bt_fail(BT_ERR_ARG, "texts: input_ids[%zu][%zu] = %d is outside [0, %d)",
+                           i / t->T, i % t->T, t->input_ids[i], c->vocab_size);
+        if (t->attention_mask && t->attention_mask[i] != 0 && t->attention_mask[i] != 1)
+            return bt_fail(BT_ERR_ARG, "texts: attention_mask[%zu][%zu] = %d (expected 0 or 1)",
+                           i / t->T, i % t->T, t->attention_mask[i]);
+    }
+    return check_text_length(m, t->T);
+}
+
+/* Zeroes the internal (non-output) part of a gradient arena. */
+static void grad_internal_zero(bt_arena *ar) {
+    if (ar->used > ar->head)
+        memset((unsigned char *)ar->mem + ar->head, 0, ar->used - ar->head);
+}
+
+static void outputs_bind(bt_model *m) {
+    m->itc_text = m->acts.itc_t;
+    m->d_itc_text = m->dacts.itc_t;
+    m->itc_image = m->acts.itc_i;
+    m->d_itc_image = m->dacts.itc_i;
+    m->pooler_out = m->acts.pooler;
+    m->itc_cross = m->acts.itc_c;
+    m->d_itc_cross = m->dacts.itc_c;
+    m->itm_logits_out = m->acts.itm_logits;
+    m->d_itm_logits = m->dacts.itm_logits;
+    m->mlm_logits_out = m->acts.mlm_logits;
+    m->d_mlm_logits = m->dacts.mlm_logits;
+}
+
+bt_status bt_towers_forward(bt_model *m, const bt_text_input *t, const bt_image_input *im) {
+    const size_t Bt = t ? t->B : 0, Bi = im ? im->B : 0, T = Bt ? t->T : 0;
+    if (Bt == 0 && Bi == 0) return bt_fail(BT_ERR_SHAPE, "towers: no text and no image rows");
+    if (Bt) {
+        bt_status s = text_check(m, t);
+        if (s != BT_OK) return s;
+    }
+    if (Bi && !im->pixel_values) return bt_fail(BT_ERR_ARG, "images: pixel_values is NULL");
+    const phase_dims d = {Bt, Bi, T, 0, 0};
+    bt_status s = phases_fit(m, 1, 0, &d);
+    if (s != BT_OK) return s;
+    m->have_towers = m->have_pairs = 0;
+    phase_place(m, PHASE_TOWERS, &d);
+    m->Bt = Bt;
+    m->Bi = Bi;
+    m->T = T;
+    m->P = m->Pm = m->B = 0;
+    if (Bt) {
+        memcpy(m->ids, t->input_ids, Bt * T * sizeof *m->ids);
+        for (size_t i = 0; i < Bt * T; i++) m->mask[i] = t->attention_mask ? t->attention_mask[i] : 1;
+    }
+    for (size_t r = 0; r < Bt; r++) m->text_keys[r] = t->sample_keys ? t->sample_keys[r] : r;
+    for (size_t r = 0; r < Bi; r++) m->image_keys[r] = im->sample_keys ? im->sample_keys[r] : r;
+    /* d_itc_text / d_itc_image = 0; the rest of the gradient arena when the backward starts */
+    memset(m->tower_dact.mem, 0, m->tower_dact.head);
+    m->tower_grad_dirty = 1;
+
+    if (Bi) vit_forward(m, im->pixel_values);
+    if (Bt) text_forward(m);
+    cross_towers_forward(m);
+    heads_towers_forward(m);
+    m->have_towers = 1;
+    outputs_bind(m);
+    return BT_OK;
+}
+
+bt_status bt_cross_forward_pairs(bt_model *m, const bt_pair *pairs, size_t P) {
+    if (!m->have_towers) return bt_fail(BT_ERR_ARG, "pairs: no tower pass to read rows from");
+    if (P == 0 || !pairs) return bt_fail(BT_ERR_SHAPE, "pairs: no pairs (P=%zu)", P);
+    size_t Pm = 0;
+    for (size_t p = 0; p < P; p++) {
+        const bt_pair *x = &pairs[p];
+        if (x->text_row < 0 || (size_t)x->text_row >= m->Bt)
+            return bt_fail(BT_ERR_ARG, "pairs[%zu].text_row = %d is outside [0, %zu) texts", p,
+                           x->text_row, m->Bt);
+        if (x->image_row < 0 || (size_t)x->image_row >= m->Bi)
+            return bt_fail(BT_ERR_ARG, "pairs[%zu].image_row = %d is outside [0, %zu) images", p,
+                           x->image_row, m->Bi);
+        if (x->mlm != 0 && x->mlm != 1)
+            return bt_fail(BT_ERR_ARG, "pairs[%zu].mlm = %d (expected 0 or 1)", p, x->mlm);
+        Pm += x->mlm;
+    }
+    if (!(m->heads & BT_HEADS_MLM)) Pm = 0; /* no MLM head: flags ignored */
+    const phase_dims d = {m->Bt, m->Bi, m->T, P, Pm};
+    bt_status s = phases_fit(m, 0, 1, &d);
+    if (s != BT_OK) return s;
+    m->have_pairs = 0;
+    phase_place(m, PHASE_PAIRS, &d);
+    m->P = P;
+    m->Pm = Pm;
+    m->B = 0;
+    const size_t T = m->T;
+    for (size_t p = 0, j = 0; p < P; p++) {
+        m->pairs[p] = pairs[p];
+        if (Pm && pairs[p].mlm) m->mlm_rows[j++] = (int32_t)p;
+        m->pair_keys[p] =
+            bt_pair_key(m->text_keys[pairs[p].text_row], m->image_keys[pairs[p].image_row]);
+        memcpy(m->acts.pair_key_bias + p * T, m->acts.key_bias + (size_t)pairs[p].text_row * T,
+               T * sizeof(float));
+    }
+    /* d_itc_cross / d_itm_logits / d_mlm_logits = 0; the rest when the backward starts */
+    memset(m->pair_dact.mem, 0, m->pair_dact.head);
+    m->pair_grad_dirty = 1;
+
+    cross_pairs_forward(m);
+    heads_pairs_forward(m);
+    m->have_pairs = 1;
+    outputs_bind(m);
+    return BT_OK;
+}
+
+void bt_cross_backward_pairs(bt_model *m) {
+    BT_ASSERTF(m->have_pairs && m->have_towers, "bt_cross_backward_pairs before its forwards");
+    if (m->pair_grad_dirty) grad_internal_zero(&m->pair_dact);
+    if (m->tower_grad_dirty) grad_internal_zero(&m->tower_dact);
+    m->pair_grad_dirty = m->tower_grad_dirty = 0;
+    heads_pairs_backward(m);
+    cross_pairs_backward(m);
+    m->pair_grad_dirty = 1; /* a second call starts again from the d_* slots */
+}
+
+void bt_towers_backward(bt_model *m) {
+    BT_ASSERTF(m->have_towers, "bt_towers_backward before bt_towers_forward");
+    if (m->tower_grad_dirty) grad_internal_zero(&m->tower_dact);
+    m->tower_grad_dirty = 0;
+    heads_towers_backward(m);
+    cross_towers_backward(m);
+    if (m->Bt) text_backward(m);
+    if (m->Bi) vit_backward(m);
+    m->tower_grad_dirty = 1;
+}
+
+/* --- bt_forward / bt_backward ------------------------------------------------------------ */
 
 static bt_status batch_check(const bt_model *m, const bt_batch *b) {
     const bt_model_config *c = &m->cfg;
@@ -404,28 +850,32 @@ bt_status bt_forward(bt_model *m, const bt_batch *b) {
     if (s != BT_OK) return s;
     s = batch_check(m, b);
     if (s != BT_OK) return s;
-    const size_t n = b->B * b->T;
-    memcpy(m->ids, b->input_ids, n * sizeof *m->ids);
-    for (size_t i = 0; i < n; i++) m->mask[i] = b->attention_mask ? b->attention_mask[i] : 1;
-    m->has_mlm_labels = b->mlm_labels != NULL;
-    if (b->mlm_labels) memcpy(m->mlm_labels, b->mlm_labels, n * sizeof *m->mlm_labels);
-    m->has_itm_labels = b->itm_labels != NULL;
-    if (b->itm_labels) memcpy(m->itm_labels, b->itm_labels, b->B * sizeof *m->itm_labels);
-    for (size_t i = 0; i < b->B; i++) m->itc_targets[i] = (int32_t)i;
-    m->loss_itc = m->loss_itm = m->loss_mlm = 0.0f;
-
-    vit_forward(m, b->pixel_values);
-    text_forward(m);
-    cross_forward(m);
-    heads_forward(m);
+    const size_t B = b->B, T = b->T;
+    const bt_text_input ti = {B, T, b->input_ids, b->attention_mask, NULL};
+    const bt_image_input ii = {B, b->pixel_values, NULL};
+    s = bt_towers_forward(m, &ti, &ii);
+    if (s != BT_OK) return s;
+    bt_hf_loss *h = &m->hf;
+    const int32_t mlm = (m->heads & BT_HEADS_MLM) != 0;
+    for (size_t i = 0; i < B; i++) h->pairs[i] = (bt_pair){(int32_t)i, (int32_t)i, mlm};
+    s = bt_cross_forward_pairs(m, h->pairs, B);
+    if (s != BT_OK) return s;
+    m->B = B;
+    h->has_mlm_labels = b->mlm_labels != NULL;
+    if (b->mlm_labels) memcpy(h->mlm_labels, b->mlm_labels, B * T * sizeof *h->mlm_labels);
+    h->has_itm_labels = b->itm_labels != NULL;
+    if (b->itm_labels) memcpy(h->itm_labels, b->itm_labels, B * sizeof *h->itm_labels);
+    for (size_t i = 0; i < B; i++) h->itc_targets[i] = (int32_t)i;
+    hf_losses_forward(m);
     return BT_OK;
 }
 
 void bt_backward(bt_model *m, const bt_loss_weights *w) {
-    BT_ASSERTF(m->dact_mem, "bt_backward before bt_forward");
-    memset(m->dact_mem, 0, m->dact_numel * sizeof *m->dact_mem);
-    heads_backward(m, w);
-    cross_backward(m);
-    text_backward(m);
-    vit_backward(m);
+    BT_ASSERTF(m->B && m->have_pairs, "bt_backward without a bt_forward");
+    memset(m->tower_dact.mem, 0, m->tower_dact.head);
+    memset(m->pair_dact.mem, 0, m->pair_dact.head);
+    m->tower_grad_dirty = m->pair_grad_dirty = 1;
+    hf_losses_backward(m, w);
+    bt_cross_backward_pairs(m);
+    bt_towers_backward(m);
 }

@@ -2,17 +2,18 @@
  * backward on CPU, fp32 or bf16 mixed precision.
  *
  * Memory (llm.c style): parameters, gradients and the bf16 shadow are arenas laid out by the
- * parameter table (params.h); activations are ONE arena of named slots sized from (B, T) and
- * the config, and activation gradients one arena mirroring the slots that carry a gradient
- * (saved statistics such as probs / mean / rstd have none). bt_forward keeps everything the
- * backward needs; bt_backward zeroes the activation-gradient arena once and then every op
- * backward ACCUMULATES (ops.h), so streams that merge (residuals, bridges, the shared ln_post,
- * transforms and type rows, the ITC image path) need no special case. Parameter gradients
- * also accumulate: call bt_zero_grad before a step (or keep them for accumulation).
+ * parameter table (params.h); activations live in named slots of two phase arenas (towers,
+ * pairs; see "Phases" at the end), and activation gradients in arenas mirroring the slots
+ * that carry a gradient (saved statistics such as probs / mean / rstd have none). Every op
+ * backward ACCUMULATES (ops.h), so streams that merge (residuals, bridges, the shared
+ * ln_post, transforms and type rows, the ITC image path, tower rows read by several pairs)
+ * need no special case. Parameter gradients also accumulate: call bt_zero_grad before a step
+ * (or keep them for accumulation).
  *
- * Order (design model.md §3): bt_forward = vit_forward, text_forward, cross_forward (bridges,
- * link towers, cross layers, poolers), heads_forward; bt_backward = the reverse:
- * heads_backward, cross_backward, text_backward, vit_backward.
+ * Order (design model.md §3): towers phase = vit_forward, text_forward, the uni-modal bridge
+ * halves (cross_towers_forward), the ITC uni-modal head; pairs phase = link towers, cross
+ * layers, poolers (cross_pairs_forward), ITM / MLM / ITC-cross heads; the backwards are the
+ * reverse. bt_forward = towers on the batch, pairs (i, i), the HF losses.
  *
  * Precision: BT_PRECISION_FP32 runs every GEMM in fp32. BT_PRECISION_BF16 runs every GEMM
  * (Linear layers incl. the patch embedding, attention products) with GEMM_COMPUTE_BF16,
@@ -23,8 +24,9 @@
  * Dropout (training only, design model.md §3.10): p = hidden_dropout_prob after the text
  * embedding LN and on the attention-output and FFN-output denses of text and cross layers,
  * p = attention_probs_dropout_prob on every text and cross attention-probability matrix.
- * Each call site draws its mask from seed = hash(run seed, step, site id), so a step is
- * reproducible and the backward regenerates the masks. Off (exactly identity) unless
+ * Each call site draws its mask per row from seed = hash(run seed, step, site id, row key)
+ * (row keys: see "Phases"), so a step is reproducible, the backward regenerates the masks,
+ * and masks follow samples, not local rows. Off (exactly identity) unless
  * bt_model_set_dropout(m, 1, ...) was called.
  *
  * Deliberately not here: checkpoint files with key reports (checkpoint module), the
@@ -84,11 +86,16 @@ typedef struct bt_pair {
 } bt_pair;
 
 /* --- activation slots ---------------------------------------------------------------------
- * Nt = B*T text rows, Nv = B*Np image rows. */
+ * Two phases own two arena pairs (activations + activation gradients, see "Phases" below):
+ *   tower arena:  text rows Nt = Bt*T, image rows Nv = Bi*Np, the uni-modal halves of the
+ *                 bridges, the ITC uni-modal embeddings (Bt / Bi rows);
+ *   pair arena:   the cross stack on P pairs (text rows P*T, image rows P*Np), poolers, ITM
+ *                 (P rows), MLM (Pm*T rows of the Pm flagged pairs), ITC cross (P rows).
+ * In the slot comments below B is the row count of the owning phase (Bt, Bi or P). */
 
 typedef struct bt_text_layer_acts {
     float *q, *k, *v;       /* (Nt, Ht) */
-    float *probs;           /* (B, NHt, T, T) softmax before dropout (no grad) */
+    float *probs;           /* (Bt, NHt, T, T) softmax before dropout (no grad) */
     float *ctx;             /* (Nt, Ht) attention output (heads concatenated) */
     float *attn_lin;        /* (Nt, Ht) attention.output.dense (dropout applied in place) */
     float *res1;            /* (Nt, Ht) LN1 input = attn_lin + x */
@@ -104,7 +111,7 @@ typedef struct bt_vit_layer_acts {
     float *y1;              /* (Nv, Hv) ln_1(x) */
     float *mean1, *rstd1;   /* (Nv) */
     float *qkv;             /* (Nv, 3Hv) [Q | K | V] */
-    float *probs;           /* (B, NHv, Np, Np) */
+    float *probs;           /* (Bi, NHv, Np, Np) */
     float *ctx;             /* (Nv, Hv) */
     float *attn_out;        /* (Nv, Hv) out_proj(ctx) */
     float *x_mid;           /* (Nv, Hv) x + attn_out */
@@ -114,16 +121,17 @@ typedef struct bt_vit_layer_acts {
     float *mlp_out;         /* (Nv, Hv) c_proj(f) */
 } bt_vit_layer_acts;
 
-/* One cross-modal layer of one side: rows N1 = B*T1 (this modality), N2 = B*T2 (other). */
+/* One cross-modal layer of one side (pair arena): rows N1 = P*T1 (this modality),
+ * N2 = P*T2 (other). */
 typedef struct bt_cross_layer_acts {
     float *q, *k, *v;       /* (N1, H) self-attention */
-    float *probs;           /* (B, NHt, T1, T1) */
+    float *probs;           /* (P, NHt, T1, T1) */
     float *ctx, *attn_lin, *res1;  /* (N1, H) */
     float *mean1, *rstd1;   /* (N1) */
     float *a;               /* (N1, H) LN1 output */
     float *cq;              /* (N1, H) cross-attention query (from a) */
     float *ck, *cv;         /* (N2, H) keys/values from the other modality's input */
-    float *cprobs;          /* (B, NHt, T1, T2) */
+    float *cprobs;          /* (P, NHt, T1, T2) */
     float *cctx, *cattn_lin, *res2; /* (N1, H) */
     float *mean2, *rstd2;   /* (N1) */
     float *c;               /* (N1, H) LN2 output */
@@ -133,21 +141,24 @@ typedef struct bt_cross_layer_acts {
     float *out;             /* (N1, H) X_k or Y_k */
 } bt_cross_layer_acts;
 
-/* Bridge k (design model.md §3.6): inputs of cross layer k. */
+/* Bridge k (design model.md §3.6): inputs of cross layer k. The uni-modal halves (ut, lnp,
+ * ui) are per tower row (tower arena); the rest per pair (pair arena), reading the ut / ui
+ * rows of the pair's text and image row. */
 typedef struct bt_bridge_acts {
-    float *ut;              /* (Nt, H) Tt(T_k) + tt0 */
-    float *t_sum;           /* (Nt, H) link-tower mix (k >= 1; LN input) */
-    float *t_mean, *t_rstd; /* (Nt) */
-    float *xin;             /* (Nt, H) X'_k */
-    float *lnp;             /* (Nv, Hv) ln_post(I_k) */
-    float *lnp_mean, *lnp_rstd; /* (Nv) */
-    float *ui;              /* (Nv, H) Ti(ln_post(I_k)) + tt1 */
-    float *i_sum;           /* (Nv, H) (k >= 1) */
-    float *i_mean, *i_rstd; /* (Nv) */
-    float *yin;             /* (Nv, H) Y'_k */
+    float *ut;              /* (Bt*T, H) Tt(T_k) + tt0                          [tower] */
+    float *lnp;             /* (Bi*Np, Hv) ln_post(I_k)                         [tower] */
+    float *lnp_mean, *lnp_rstd; /* (Bi*Np)                                      [tower] */
+    float *ui;              /* (Bi*Np, H) Ti(ln_post(I_k)) + tt1                [tower] */
+    float *t_sum;           /* (P*T, H) link-tower mix (k >= 1; LN input)        [pair] */
+    float *t_mean, *t_rstd; /* (P*T)                                              [pair] */
+    float *xin;             /* (P*T, H) X'_k                                      [pair] */
+    float *i_sum;           /* (P*Np, H) (k >= 1)                                 [pair] */
+    float *i_mean, *i_rstd; /* (P*Np)                                             [pair] */
+    float *yin;             /* (P*Np, H) Y'_k                                     [pair] */
 } bt_bridge_acts;
 
 typedef struct bt_acts {
+    /* --- tower arena --- */
     /* text embeddings */
     float *text_emb;        /* (Nt, Ht) word + position + type (LN input) */
     float *text_pos_rows;   /* (Nt, Ht) gathered position rows (no grad) */
@@ -155,40 +166,67 @@ typedef struct bt_acts {
     float *text_emb_ln;     /* (Nt, Ht) LN output, before the embedding dropout */
     float **text_h;         /* [Lt+1] (Nt, Ht): 0 = embeddings (after dropout), l+1 = layer l */
     bt_text_layer_acts *text_layers; /* [Lt] */
-    float *key_bias;        /* (B, T) 0 or -FLT_MAX (no grad) */
+    float *key_bias;        /* (Bt, T) 0 or -FLT_MAX (no grad) */
     /* vision */
-    float *patches;         /* (B*G², 3PP) unfolded pixels, (c, ky, kx) order (no grad) */
-    float *patch_emb;       /* (B*G², Hv) */
+    float *patches;         /* (Bi*G², 3PP) unfolded pixels, (c, ky, kx) order (no grad) */
+    float *patch_emb;       /* (Bi*G², Hv) */
     float *vis_emb;         /* (Nv, Hv) [CLS; patches] + positions (ln_pre input) */
     float *vis_emb_mean, *vis_emb_rstd; /* (Nv) */
     float **vis_h;          /* [Lv+1] (Nv, Hv): 0 = after ln_pre, l+1 = block l */
     bt_vit_layer_acts *vis_layers; /* [Lv] */
-    /* bridges and cross layers */
+    /* ITC uni-modal head */
+    float *itc_t_cls;       /* (Bt, H) uni-modal text CLS (text_h[Lt] row 0) */
+    float *itc_i_cls;       /* (Bi, H) image CLS of the last bridge's ui */
+    float *itc_t_proj, *itc_i_proj; /* (Bt, C), (Bi, C) head outputs */
+    float *itc_t, *itc_i;   /* (Bt, C), (Bi, C) L2-normalized = m->itc_text / m->itc_image */
+    float *itc_t_norm, *itc_i_norm; /* (Bt), (Bi) (no grad) */
+    /* --- both: bridges (see bt_bridge_acts) --- */
     bt_bridge_acts *bridges;       /* [X] */
+    /* --- pair arena --- */
+    float *pair_key_bias;   /* (P, T) key_bias rows of the pairs' texts (no grad) */
     bt_cross_layer_acts *xt, *xi;  /* [X] text side, image side */
     /* poolers */
-    float *cls_t, *cls_i;   /* (B, H) CLS rows of X_{X-1}, Y_{X-1} */
-    float *pool_t_pre, *pool_i_pre; /* (B, H) pooler dense outputs */
-    float *pool_t, *pool_i; /* (B, H) tanh */
-    float *pooler;          /* (B, 2H) [text | image] = pooler_output */
+    float *cls_t, *cls_i;   /* (P, H) CLS rows of X_{X-1}, Y_{X-1} */
+    float *pool_t_pre, *pool_i_pre; /* (P, H) pooler dense outputs */
+    float *pool_t, *pool_i; /* (P, H) tanh */
+    float *pooler;          /* (P, 2H) [text | image] = pooler_output = m->pooler_out */
     /* ITM head */
-    float *itm_logits;      /* (B, 2) */
-    float *itm_probs;       /* (B, 2) (no grad) */
-    /* MLM head */
-    float *mlm_tr;          /* (Nt, H) transform.dense */
-    float *mlm_act;         /* (Nt, H) GELU */
-    float *mlm_ln;          /* (Nt, H) transform.LayerNorm */
-    float *mlm_mean, *mlm_rstd; /* (Nt) */
-    float *mlm_logits;      /* (Nt, V) */
-    float *mlm_probs;       /* (Nt, V) (no grad) */
-    /* ITC head */
-    float *itc_t_cls, *itc_i_cls;   /* (B, H) uni-modal text CLS, image CLS after Ti + tt1 */
-    float *itc_t_proj, *itc_i_proj, *itc_c_proj; /* (B, C) head outputs */
-    float *itc_t, *itc_i, *itc_c;   /* (B, C) L2-normalized embeds */
-    float *itc_t_norm, *itc_i_norm, *itc_c_norm; /* (B) (no grad) */
-    float *itc_scores;      /* (3, B, B) s·T·Iᵀ, s·T·Cᵀ, s·I·Cᵀ */
-    float *itc_probs;       /* (3, B, B) (no grad) */
+    float *itm_logits;      /* (P, 2) = m->itm_logits_out */
+    /* MLM head, on the Pm pairs flagged mlm, in pair order */
+    float *mlm_x;           /* (Pm*T, H) X_{X-1} rows of those pairs (gathered) */
+    float *mlm_tr;          /* (Pm*T, H) transform.dense */
+    float *mlm_act;         /* (Pm*T, H) GELU */
+    float *mlm_ln;          /* (Pm*T, H) transform.LayerNorm */
+    float *mlm_mean, *mlm_rstd; /* (Pm*T) */
+    float *mlm_logits;      /* (Pm*T, V) = m->mlm_logits_out */
+    /* ITC cross head */
+    float *itc_c_proj;      /* (P, C) */
+    float *itc_c;           /* (P, C) L2-normalized = m->itc_cross */
+    float *itc_c_norm;      /* (P) (no grad) */
 } bt_acts;
+
+/* Scratch of the HF-style losses that bt_forward / bt_backward compute (heads.c), sized by
+ * bt_model_reserve for B = Bt = Bi = P = Pm; not used by the phased API. */
+typedef struct bt_hf_loss {
+    float *itc_scores, *d_itc_scores; /* (3, B, B) s·T·Iᵀ, s·T·Cᵀ, s·I·Cᵀ and their grads */
+    float *itc_probs;       /* (3, B, B) */
+    float *itm_probs;       /* (B, 2) */
+    float *mlm_probs;       /* (B*T, V) */
+    int32_t *itc_targets;   /* (B) arange */
+    int32_t *itm_labels;    /* (B) */
+    int32_t *mlm_labels;    /* (B*T) */
+    bt_pair *pairs;         /* (B) (i, i) */
+    int has_itm_labels, has_mlm_labels;
+} bt_hf_loss;
+
+/* One arena: activation memory (bytes, 64-byte aligned), grow-only. */
+typedef struct bt_arena {
+    void *mem;
+    size_t bytes;           /* allocated */
+    size_t used;            /* by the current layout */
+    size_t head;            /* gradient arenas: bytes of the leading d_* output slots (zeroed by
+                               the forward; the rest is zeroed lazily by the backward) */
+} bt_arena;
 
 typedef struct bt_model {
     bt_model_config cfg;
@@ -200,17 +238,24 @@ typedef struct bt_model {
     bt_bf16 *params_bf16;    /* (table.numel) GEMM weights in bf16 mode, else NULL */
     bt_param_views p, g;     /* named views of params and grads */
 
-    /* activations for (B, T) */
-    size_t B, T;
+    /* shapes of the last phase forwards: towers (Bt, Bi, T), pairs (P, Pm); B = the batch
+     * of the last bt_forward (0 after phase calls). */
+    size_t Bt, Bi, T, P, Pm, B;
     bt_acts acts, dacts;     /* dacts: gradient slots (NULL where a slot has none) */
-    float *act_mem, *dact_mem;
-    size_t act_numel, dact_numel;
-    int32_t *ids, *mask, *pos_ids, *mlm_labels, *itm_labels, *itc_targets;
-    int has_itm_labels, has_mlm_labels;
+    bt_arena tower_act, tower_dact, pair_act, pair_dact, hf_mem;
+    size_t act_numel, dact_numel; /* floats in use in acts / dacts (both phases) */
+    /* tower-phase inputs (copied), in the tower arena */
+    int32_t *ids, *mask, *pos_ids; /* (Bt, T) */
+    uint64_t *text_keys;     /* (Bt) dropout row keys */
+    uint64_t *image_keys;    /* (Bi) */
+    /* pair-phase inputs (copied), in the pair arena */
+    bt_pair *pairs;          /* (P) */
+    int32_t *mlm_rows;       /* (Pm) pair index of each MLM pair */
+    uint64_t *pair_keys;     /* (P) hash(text key, image key) */
+    int have_towers, have_pairs;           /* a phase forward ran on the current layout */
+    int tower_grad_dirty, pair_grad_dirty; /* internal gradient slots need zeroing */
 
-    /* phased API (see "Phases"): shapes of the last phase forwards, the phase outputs and
-     * the gradient slots a loss accumulates into */
-    size_t Bt, Bi, P, Pm;
+    /* the phase outputs and the gradient slots a loss accumulates into (see "Phases") */
     float *itc_text, *d_itc_text;         /* (Bt, C) */
     float *itc_image, *d_itc_image;       /* (Bi, C) */
     float *pooler_out;                    /* (P, 2H) */
@@ -223,7 +268,8 @@ typedef struct bt_model {
     uint64_t dropout_seed, step;
     float hidden_dropout, attn_dropout;
 
-    /* losses of the last forward (0 when not computed) */
+    /* bt_forward's HF losses (0 when not computed) */
+    bt_hf_loss hf;
     float loss_itc, loss_itm, loss_mlm;
     size_t mlm_valid;        /* non-ignored MLM positions */
 } bt_model;
@@ -246,11 +292,11 @@ bt_status bt_model_load_safetensors(bt_model *m, const char *path);
 /* Rewrites the bf16 shadow from the master weights (no-op in fp32 mode). */
 void bt_model_refresh_bf16(bt_model *m);
 
-/* Sizes the activation arenas for batch B and text length T (bt_forward calls it when the
- * batch shape changes). Errors: T too long for the position table. */
+/* Sizes everything bt_forward needs for batch B x T: the phase arenas for (B, B, B, B or 0
+ * (MLM head), T) and the HF loss scratch (grow-only). Errors: as bt_model_reserve_phases. */
 bt_status bt_model_reserve(bt_model *m, size_t B, size_t T);
 
-/* Training-mode dropout on/off; masks are drawn from (seed, step, site). */
+/* Training-mode dropout on/off; masks are drawn from (seed, step, site, row key). */
 void bt_model_set_dropout(bt_model *m, int training, uint64_t seed, uint64_t step);
 
 /* Forward of the backbone and the built heads. Losses are computed for heads whose labels
@@ -259,8 +305,10 @@ void bt_model_set_dropout(bt_model *m, int training, uint64_t seed, uint64_t ste
  * table, NULL pixel_values or input_ids. */
 bt_status bt_forward(bt_model *m, const bt_batch *b);
 
-/* Backward of Σ w·loss for the last forward: zeroes the activation gradients, then
- * accumulates into m->grads. Losses that were not computed are skipped. */
+/* Backward of Σ w·loss for the last bt_forward: zeroes the activation gradients, writes the
+ * HF losses' gradients into the d_* slots, then bt_cross_backward_pairs and
+ * bt_towers_backward, accumulating into m->grads. Losses that were not computed are skipped.
+ * May be called several times after one bt_forward (each call starts from zero). */
 void bt_backward(bt_model *m, const bt_loss_weights *w);
 
 /* m->grads = 0. */

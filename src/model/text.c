@@ -1,9 +1,10 @@
 /* text.c: the RoBERTa text tower of BridgeTower (design model.md §3.1-§3.3): embeddings
  * (word + RoBERTa positions + type 0, LayerNorm, dropout) and Lt post-LN BERT layers.
  *
- * The outputs of every layer stay in m->acts.text_h[l+1]; the bridges (cross.c) read the
- * last X of them and the ITC head reads the CLS row of the last one, and their gradients
- * arrive in m->dacts.text_h[] before text_backward runs.
+ * Runs on the Bt texts of the towers phase; dropout masks are keyed by each row's sample key
+ * (m->text_keys). The outputs of every layer stay in m->acts.text_h[l+1]; the bridges
+ * (cross.c) read the last X of them and the ITC head reads the CLS row of the last one, and
+ * their gradients arrive in m->dacts.text_h[] before text_backward runs.
  *
  * Deliberately not here: the text pooler (text_model.pooler is in the weights but unused by
  * BridgeTowerModel), token_type_ids (HF ignores them: every token has type 0). */
@@ -64,7 +65,7 @@ static void text_position_ids(int32_t *pos, const int32_t *ids, size_t B, size_t
 
 static attention_dims text_attn_dims(const bt_model *m) {
     size_t Ht = (size_t)m->cfg.text_hidden;
-    attention_dims d = {.B = m->B, .Tq = m->T, .Tk = m->T, .NH = (size_t)m->cfg.text_heads,
+    attention_dims d = {.B = m->Bt, .Tq = m->T, .Tk = m->T, .NH = (size_t)m->cfg.text_heads,
                         .D = (size_t)m->cfg.text_head_size,
                         .ldq = Ht, .ldk = Ht, .ldv = Ht, .ldo = Ht};
     return d;
@@ -74,7 +75,7 @@ static attention_dims text_attn_dims(const bt_model *m) {
 static void text_layer_forward(bt_model *m, int l, float *out, const float *x) {
     bt_text_layer_acts *a = &m->acts.text_layers[l];
     const text_layer_params p = text_layer_params_get(m, l);
-    const size_t N = m->B * m->T, C = (size_t)m->cfg.text_hidden;
+    const size_t N = m->Bt * m->T, C = (size_t)m->cfg.text_hidden;
     const size_t I = (size_t)m->cfg.text_intermediate;
     const attention_dims ad = text_attn_dims(m);
     const text_layer_drops dr = text_layer_drops_get(m, l);
@@ -82,18 +83,18 @@ static void text_layer_forward(bt_model *m, int l, float *out, const float *x) {
     lin_forward(m, a->q, x, &p.q, N);
     lin_forward(m, a->k, x, &p.k, N);
     lin_forward(m, a->v, x, &p.v, N);
-    attention_forward(a->ctx, a->probs, a->q, a->k, a->v, m->acts.key_bias, &ad, &dr.probs,
-                      model_compute(m));
+    rows_attention_forward(a->ctx, a->probs, a->q, a->k, a->v, m->acts.key_bias, &ad, &dr.probs,
+                           m->text_keys, model_compute(m));
     /* attention.output: LN1(dropout(ctx·Woᵀ + bo) + x) */
     lin_forward(m, a->attn_lin, a->ctx, &p.o, N);
-    dropout_forward(a->attn_lin, a->attn_lin, N * C, &dr.attn_out);
+    rows_dropout_forward(a->attn_lin, a->attn_lin, m->Bt, m->T * C, &dr.attn_out, m->text_keys);
     residual_forward(a->res1, a->attn_lin, x, N * C);
     norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N);
     /* intermediate + output: LN2(dropout(GELU(a·W1ᵀ + b1)·W2ᵀ + b2) + a) */
     lin_forward(m, a->f_pre, a->a, &p.fc1, N);
     gelu_forward(a->f, a->f_pre, N * I);
     lin_forward(m, a->ffn_lin, a->f, &p.fc2, N);
-    dropout_forward(a->ffn_lin, a->ffn_lin, N * C, &dr.ffn_out);
+    rows_dropout_forward(a->ffn_lin, a->ffn_lin, m->Bt, m->T * C, &dr.ffn_out, m->text_keys);
     residual_forward(a->res2, a->ffn_lin, a->a, N * C);
     norm_forward(out, a->mean2, a->rstd2, a->res2, &p.ln2, N);
 }
@@ -104,14 +105,14 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     const bt_text_layer_acts *a = &m->acts.text_layers[l];
     bt_text_layer_acts *d = &m->dacts.text_layers[l];
     const text_layer_params p = text_layer_params_get(m, l);
-    const size_t N = m->B * m->T, C = (size_t)m->cfg.text_hidden;
+    const size_t N = m->Bt * m->T, C = (size_t)m->cfg.text_hidden;
     const size_t I = (size_t)m->cfg.text_intermediate;
     const attention_dims ad = text_attn_dims(m);
     const text_layer_drops dr = text_layer_drops_get(m, l);
     /* out = LN2(res2), res2 = dropout(ffn_lin) + a */
     norm_backward(d->res2, dout, a->res2, a->mean2, a->rstd2, &p.ln2, N);
     residual_backward(d->a, NULL, d->res2, N * C);
-    dropout_backward(d->ffn_lin, d->res2, N * C, &dr.ffn_out);
+    rows_dropout_backward(d->ffn_lin, d->res2, m->Bt, m->T * C, &dr.ffn_out, m->text_keys);
     /* ffn_lin = f·W2ᵀ + b2, f = GELU(f_pre), f_pre = a·W1ᵀ + b1 */
     lin_backward(m, d->f, d->ffn_lin, a->f, &p.fc2, N);
     gelu_backward(d->f_pre, d->f, a->f_pre, N * I);
@@ -119,11 +120,11 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     /* a = LN1(res1), res1 = dropout(attn_lin) + x */
     norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N);
     residual_backward(dx, NULL, d->res1, N * C);
-    dropout_backward(d->attn_lin, d->res1, N * C, &dr.attn_out);
+    rows_dropout_backward(d->attn_lin, d->res1, m->Bt, m->T * C, &dr.attn_out, m->text_keys);
     /* attn_lin = ctx·Woᵀ + bo; ctx = attention(q, k, v) */
     lin_backward(m, d->ctx, d->attn_lin, a->ctx, &p.o, N);
-    attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &ad, &dr.probs,
-                       model_compute(m));
+    rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &ad,
+                            &dr.probs, m->text_keys, model_compute(m));
     /* q, k, v = x·Wᵀ + b */
     lin_backward(m, dx, d->q, x, &p.q, N);
     lin_backward(m, dx, d->k, x, &p.k, N);
@@ -133,7 +134,7 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
 void text_forward(bt_model *m) {
     bt_acts *a = &m->acts;
     const bt_model_config *c = &m->cfg;
-    const size_t N = m->B * m->T, C = (size_t)c->text_hidden;
+    const size_t N = m->Bt * m->T, C = (size_t)c->text_hidden;
     const bt_norm ln = model_norm(m, BT_P_TEXT_EMB_LN_W, BT_P_TEXT_EMB_LN_B, 0,
                                   c->text_layer_norm_eps);
     const bt_dropout de = model_dropout(m, bt_site(BT_SITE_TEXT_EMB, 0, 0), m->hidden_dropout);
@@ -141,14 +142,14 @@ void text_forward(bt_model *m) {
     /* extended mask as an additive key bias: (1 - mask) * finfo.min */
     attention_key_bias_from_mask(a->key_bias, m->mask, N);
     /* e = word[id] + position[pos] + type[0]; h0 = dropout(LN(e)) */
-    text_position_ids(m->pos_ids, m->ids, m->B, m->T, c->pad_token_id);
+    text_position_ids(m->pos_ids, m->ids, m->Bt, m->T, c->pad_token_id);
     embedding_forward(a->text_emb, m->ids, m->p.text_word_emb, N, C, (size_t)c->vocab_size);
     embedding_forward(a->text_pos_rows, m->pos_ids, m->p.text_pos_emb, N, C,
                       (size_t)c->max_position_embeddings);
     residual_forward(a->text_emb, a->text_emb, a->text_pos_rows, N * C);
     bias_add_forward(a->text_emb, a->text_emb, m->p.text_type_emb, N, C);
     norm_forward(a->text_emb_ln, a->text_emb_mean, a->text_emb_rstd, a->text_emb, &ln, N);
-    dropout_forward(a->text_h[0], a->text_emb_ln, N * C, &de);
+    rows_dropout_forward(a->text_h[0], a->text_emb_ln, m->Bt, m->T * C, &de, m->text_keys);
 
     for (int l = 0; l < c->text_layers; l++)
         text_layer_forward(m, l, a->text_h[l + 1], a->text_h[l]);
@@ -158,7 +159,7 @@ void text_backward(bt_model *m) {
     const bt_acts *a = &m->acts;
     bt_acts *d = &m->dacts;
     const bt_model_config *c = &m->cfg;
-    const size_t N = m->B * m->T, C = (size_t)c->text_hidden;
+    const size_t N = m->Bt * m->T, C = (size_t)c->text_hidden;
     const bt_norm ln = model_norm(m, BT_P_TEXT_EMB_LN_W, BT_P_TEXT_EMB_LN_B, 0,
                                   c->text_layer_norm_eps);
     const bt_dropout de = model_dropout(m, bt_site(BT_SITE_TEXT_EMB, 0, 0), m->hidden_dropout);
@@ -167,7 +168,7 @@ void text_backward(bt_model *m) {
         text_layer_backward(m, l, d->text_h[l], d->text_h[l + 1], a->text_h[l]);
 
     /* h0 = dropout(emb_ln), emb_ln = LN(e) */
-    dropout_backward(d->text_emb_ln, d->text_h[0], N * C, &de);
+    rows_dropout_backward(d->text_emb_ln, d->text_h[0], m->Bt, m->T * C, &de, m->text_keys);
     norm_backward(d->text_emb, d->text_emb_ln, a->text_emb, a->text_emb_mean, a->text_emb_rstd,
                   &ln, N);
     const float *d_e = d->text_emb;

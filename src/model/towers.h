@@ -3,7 +3,8 @@
  * the compute mode, dropout call sites, and the tower entry points.
  *
  * Every tower is a forward/backward pair over the model's named activation slots; the
- * backward restates the forward lines it differentiates and accumulates (ops.h).
+ * backward restates the forward lines it differentiates and accumulates (ops.h). Dropout
+ * is keyed per row (rows_dropout_*, rows_attention_*), see model.h "Dropout keys".
  *
  * Deliberately not here: anything public (model.h). */
 #ifndef BT_TOWERS_H
@@ -79,22 +80,54 @@ static inline uint32_t bt_site(uint32_t tower, uint32_t layer, uint32_t what) {
 }
 /* {p, seed(run seed, step, site)} in training mode, {0, 0} (identity) otherwise. */
 bt_dropout model_dropout(const bt_model *m, uint32_t site, float p);
+/* The mask seed of one row at a site: seed(site seed, row key); identity stays identity. */
+bt_dropout row_dropout(const bt_dropout *site, uint64_t key);
+
+/* Row-keyed dropout (model.h "Dropout keys"): x holds `rows` blocks of n elements, block r
+ * masked with row_dropout(site, keys[r]) (element index within the block).
+ * out = dropout(x) (out may alias x);  dx += dropout(dout). */
+void rows_dropout_forward(float *out, const float *x, size_t rows, size_t n,
+                          const bt_dropout *site, const uint64_t *keys);
+void rows_dropout_backward(float *dx, const float *dout, size_t rows, size_t n,
+                           const bt_dropout *site, const uint64_t *keys);
+/* attention_forward / _backward (ops.h) whose probability dropout is keyed per batch item:
+ * one call over all d->B items when the site is off, else one call per item b with
+ * row_dropout(site, keys[b]) (mask index within the item's (NH, Tq, Tk) block). */
+void rows_attention_forward(float *out, float *probs, const float *q, const float *k,
+                            const float *v, const float *key_bias, const attention_dims *d,
+                            const bt_dropout *site, const uint64_t *keys, gemm_compute compute);
+void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                             const float *probs, const float *q, const float *k,
+                             const float *v, const attention_dims *d, const bt_dropout *site,
+                             const uint64_t *keys, gemm_compute compute);
 
 /* Copies row 0 of each of B sequences: out (B, C) = x[b*T + 0]; x (B*T, C). */
 void cls_gather(float *out, const float *x, size_t B, size_t T, size_t C);
 /* dx[b*T + 0] += dout[b] */
 void cls_scatter_add(float *dx, const float *dout, size_t B, size_t T, size_t C);
 
-/* Tower pairs. Forwards read m->ids / m->mask / pixel values, write m->acts; backwards read
- * m->acts and m->dacts (gradient of their outputs already accumulated) and accumulate into
- * m->dacts and m->grads. */
+/* Phase pieces. Forwards read the phase inputs (m->ids / m->mask / pixel values, m->pairs)
+ * and write m->acts; backwards read m->acts and m->dacts (gradient of their outputs already
+ * accumulated) and accumulate into m->dacts and m->grads.
+ *   towers: vit (Bi images), text (Bt texts), cross_towers (ut_k, lnp_k, ui_k per tower row),
+ *           heads_towers (ITC text / image embeddings);
+ *   pairs:  cross_pairs (link towers, cross layers, poolers on P pairs), heads_pairs (ITM
+ *           logits, MLM logits of the flagged pairs, ITC cross embeddings);
+ *   bt_forward only: hf_losses (the HF head losses from the phase outputs into the d_*
+ *           slots, m->hf scratch). */
 void vit_forward(bt_model *m, const float *pixel_values);
 void vit_backward(bt_model *m);
 void text_forward(bt_model *m);
 void text_backward(bt_model *m);
-void cross_forward(bt_model *m);
-void cross_backward(bt_model *m);
-void heads_forward(bt_model *m);
-void heads_backward(bt_model *m, const bt_loss_weights *w);
+void cross_towers_forward(bt_model *m);
+void cross_towers_backward(bt_model *m);
+void cross_pairs_forward(bt_model *m);
+void cross_pairs_backward(bt_model *m);
+void heads_towers_forward(bt_model *m);
+void heads_towers_backward(bt_model *m);
+void heads_pairs_forward(bt_model *m);
+void heads_pairs_backward(bt_model *m);
+void hf_losses_forward(bt_model *m);
+void hf_losses_backward(bt_model *m, const bt_loss_weights *w);
 
 #endif

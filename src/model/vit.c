@@ -2,8 +2,9 @@
  * a GEMM over unfolded patches, CLS token, positions, ln_pre, and Lv pre-LN residual blocks
  * with fused [Q;K;V] in_proj and QuickGELU. No masks, no dropout in this tower.
  *
- * Block outputs stay in m->acts.vis_h[l+1] WITHOUT ln_post: ln_post is applied per bridge
- * (cross.c) and for the ITC image path, and its gradients arrive in m->dacts.vis_h[].
+ * Runs on the Bi images of the towers phase. Block outputs stay in m->acts.vis_h[l+1]
+ * WITHOUT ln_post: ln_post is applied per bridge (cross.c, which also feeds the ITC image
+ * path), and its gradients arrive in m->dacts.vis_h[].
  *
  * Deliberately not here: position-embedding interpolation for other image sizes, gradients
  * w.r.t. pixel values (nothing upstream needs them). */
@@ -32,7 +33,7 @@ static vit_layer_params vit_layer_params_get(const bt_model *m, int l) {
 
 static attention_dims vit_attn_dims(const bt_model *m) {
     size_t Hv = (size_t)m->cfg.vision_hidden, Np = (size_t)m->cfg.np;
-    attention_dims d = {.B = m->B, .Tq = Np, .Tk = Np, .NH = (size_t)m->cfg.vision_heads,
+    attention_dims d = {.B = m->Bi, .Tq = Np, .Tk = Np, .NH = (size_t)m->cfg.vision_heads,
                         .D = (size_t)m->cfg.vision_head_size,
                         .ldq = 3 * Hv, .ldk = 3 * Hv, .ldv = 3 * Hv, .ldo = Hv};
     return d;
@@ -91,7 +92,7 @@ static void vit_assemble_backward(float *dpatch_emb, float *dcls, float *dpos, c
 static void vit_layer_forward(bt_model *m, int l, float *out, const float *x) {
     bt_vit_layer_acts *a = &m->acts.vis_layers[l];
     const vit_layer_params p = vit_layer_params_get(m, l);
-    const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->B * (size_t)m->cfg.np;
+    const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->Bi * (size_t)m->cfg.np;
     const attention_dims ad = vit_attn_dims(m);
     /* x_mid = x + out_proj(attn(ln_1(x))) */
     norm_forward(a->y1, a->mean1, a->rstd1, x, &p.ln1, N);
@@ -113,7 +114,7 @@ static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
     const bt_vit_layer_acts *a = &m->acts.vis_layers[l];
     bt_vit_layer_acts *d = &m->dacts.vis_layers[l];
     const vit_layer_params p = vit_layer_params_get(m, l);
-    const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->B * (size_t)m->cfg.np;
+    const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->Bi * (size_t)m->cfg.np;
     const attention_dims ad = vit_attn_dims(m);
     /* out = x_mid + mlp_out */
     residual_backward(d->x_mid, d->mlp_out, dout, N * Hv);
@@ -135,7 +136,7 @@ static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
 void vit_forward(bt_model *m, const float *pixel_values) {
     bt_acts *a = &m->acts;
     const bt_model_config *c = &m->cfg;
-    const size_t B = m->B, Hv = (size_t)c->vision_hidden, Np = (size_t)c->np;
+    const size_t B = m->Bi, Hv = (size_t)c->vision_hidden, Np = (size_t)c->np;
     const size_t P = (size_t)c->patch_size, CH = (size_t)c->num_channels;
     const bt_linear patch = model_linear(m, BT_P_VIS_PATCH_W, BT_P_COUNT, 0);
     const bt_norm ln_pre = model_norm(m, BT_P_VIS_LN_PRE_W, BT_P_VIS_LN_PRE_B, 0,
@@ -155,7 +156,7 @@ void vit_backward(bt_model *m) {
     const bt_acts *a = &m->acts;
     bt_acts *d = &m->dacts;
     const bt_model_config *c = &m->cfg;
-    const size_t B = m->B, Hv = (size_t)c->vision_hidden, Np = (size_t)c->np;
+    const size_t B = m->Bi, Hv = (size_t)c->vision_hidden, Np = (size_t)c->np;
     const bt_linear patch = model_linear(m, BT_P_VIS_PATCH_W, BT_P_COUNT, 0);
     const bt_norm ln_pre = model_norm(m, BT_P_VIS_LN_PRE_W, BT_P_VIS_LN_PRE_B, 0,
                                       c->vision_layer_norm_eps);
