@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data/image.h"
 #include "test_util.h"
@@ -219,6 +220,9 @@ static void test_config_bad(void) {
         {"{\"rescale_factor\": \"1/255\"}", BT_ERR_CONFIG, "rescale_factor"},
         {"{\"rescale_factor\": -1}", BT_ERR_CONFIG, "rescale_factor"},
         {"{\"crop_size\": 288}", BT_ERR_CONFIG, "crop_size"},
+        /* JSON Python reads differently (src/json_util.h): refused. */
+        {"{\"size\": 288, \"size\": 32}", BT_ERR_FORMAT, "\"size\" appears twice"},
+        {"{\"processor_class\": \"Bridge\\u0000Tower\"}", BT_ERR_FORMAT, "\\u0000"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tu_setup_file(path, cases[i].json, strlen(cases[i].json));
@@ -232,7 +236,28 @@ static void test_config_bad(void) {
     snprintf(path, sizeof path, "%s/missing/preprocessor_config.json", dir);
     image_preprocess_config cfg;
     expect_error("config missing file", image_preprocess_config_from_json(&cfg, path), BT_ERR_IO,
-                 path, "No such file");
+                 path, "does not exist");
+    /* Special files are refused at once, not opened for a read that never returns. */
+    snprintf(path, sizeof path, "%s/fifo.jpg", dir);
+    if (tu_check(mkfifo(path, 0600) == 0, "make a FIFO")) {
+        image_u8 im;
+        bt_error_clear();
+        expect_error("image is a FIFO", image_load_file(&im, path, NULL), BT_ERR_IO, path,
+                     "is a FIFO");
+        expect_error("config is a FIFO", image_preprocess_config_from_json(&cfg, path), BT_ERR_IO,
+                     path, "is a FIFO");
+    }
+    expect_error("image is a directory", image_load_file(&(image_u8){0}, dir, NULL), BT_ERR_IO,
+                 dir, "is a directory");
+    /* Memory per image from the config: shortest_edge 32768 asks for tens of GB. */
+    image_preprocess_config big;
+    image_preprocess_config_default(&big, 32768);
+    uint64_t need = image_work_bytes(&big);
+    /* longest edge int(1333/800 * 32768) = 54599; decoded + resized + resampler rows at
+     * 54599 x 32768 x 3 bytes each, the fp32 crop 3 x 32768^2 x 4 bytes. */
+    uint64_t want = 3ull * 54599 * 32768 * 3 + 32768ull * 32768 * 12;
+    tu_check(need == want, "image_work_bytes(shortest_edge 32768) = %.2f GB, want %.2f GB",
+             (double)need / 1e9, (double)want / 1e9);
 }
 
 /* Seeded fuzz: a result is either an image of sane size or an error naming the source. */

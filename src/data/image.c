@@ -27,13 +27,17 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jerror.h>
 #include <jpeglib.h>
 
+#include "fileio.h"
 #include "json_util.h"
+#include "mem.h"
 
 static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
 static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
@@ -69,6 +73,17 @@ void image_preprocess_config_default(image_preprocess_config *cfg, int shortest_
         cfg->std[c] = clip_std[c];
     }
     cfg->use_dct_scaling = 0;
+}
+
+uint64_t image_work_bytes(const image_preprocess_config *cfg) {
+    /* Decoded image (at most the resize target when DCT scaling is on; without it bt
+     * decodes at full size, bounded by IMAGE_MAX_PIXELS, estimated here by the resize
+     * target), the resized image, the resampler's intermediate rows, the fp32 crop. */
+    uint64_t side_a = (uint64_t)(cfg->do_resize ? cfg->longest_edge : cfg->crop_size);
+    uint64_t side_b = (uint64_t)(cfg->do_resize ? cfg->shortest_edge : cfg->crop_size);
+    uint64_t resized = bt_mul_sat(bt_mul_sat(side_a, side_b), 3);
+    uint64_t crop = bt_mul_sat(bt_mul_sat((uint64_t)cfg->crop_size, (uint64_t)cfg->crop_size), 12);
+    return bt_add_sat(bt_mul_sat(resized, 3), crop);
 }
 
 bt_status image_preprocess_config_validate(const image_preprocess_config *cfg,
@@ -174,7 +189,13 @@ bt_status image_preprocess_config_from_json(image_preprocess_config *cfg, const 
         return bt_fail(BT_ERR_FORMAT, "%s: not valid JSON (parse error at byte %zu of %zu)", path,
                        off, n);
     }
+    st = bt_json_check(root, (const char *)bytes, end ? (size_t)(end - (const char *)bytes) : n,
+                       path);
     bt_free(bytes);
+    if (st) {
+        cJSON_Delete(root);
+        return st;
+    }
     if (!cJSON_IsObject(root)) {
         st = bt_fail(BT_ERR_CONFIG, "%s: expected a JSON object at the top level, got %s", path,
                      bt_json_type_name(root));
@@ -276,24 +297,24 @@ void image_resize_target(int *out_w, int *out_h, int w, int h, const image_prepr
 bt_status image_read_file(uint8_t **bytes, size_t *n, const char *path) {
     *bytes = NULL;
     *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return bt_fail(BT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
+    bt_status ost = bt_open_regular(path, NULL, &fd, &sb);
+    if (ost != BT_OK) return ost;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
         int e = errno;
-        fclose(f);
-        return bt_fail(BT_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        fclose(f);
-        return bt_fail(BT_ERR_IO, "%s: is a directory, expected a file", path);
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return bt_fail(BT_ERR_IO, "%s: not a regular file", path);
+        close(fd);
+        return bt_fail(BT_ERR_IO, "%s: cannot open: %s", path, strerror(e));
     }
     size_t size = (size_t)sb.st_size;
-    uint8_t *buf = bt_alloc(size ? size : 1);
+    /* malloc, not bt_alloc: the size is the file's, so running out is an error to report
+     * (bt_free is free). */
+    uint8_t *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fclose(f);
+        return bt_fail(BT_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, size);
+    }
     size_t got = size ? fread(buf, 1, size, f) : 0;
     int err = ferror(f) ? errno : 0;
     fclose(f);

@@ -96,6 +96,11 @@ void image_preprocess_config_default(image_preprocess_config *cfg, int shortest_
  * use_dct_scaling is set to 0 (it is a bt run option, not an HF field). */
 bt_status image_preprocess_config_from_json(image_preprocess_config *cfg, const char *path);
 
+/* Bytes one image needs while it is decoded and preprocessed with cfg (decoded and resized
+ * pixels, resampler rows, the fp32 crop), for memory estimates before allocating (a
+ * shortest_edge of 32768 asks for ~32 GB per image). */
+uint64_t image_work_bytes(const image_preprocess_config *cfg);
+
 /* Checks ranges (sizes >= 1, std > 0, finite numbers). `source` names the origin in the
  * message (a file path or "config"). */
 bt_status image_preprocess_config_validate(const image_preprocess_config *cfg,

@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "mem.h"
+
 typedef enum {
     SLOT_FREE,
     SLOT_FILLING,
@@ -408,6 +410,24 @@ bt_status loader_cursor_from_json(const loader_options *opt, int64_t n_records, 
     return st;
 }
 
+uint64_t loader_estimate_bytes(size_t n_records, const image_preprocess_config *img,
+                               const loader_options *opt) {
+    uint64_t B = opt->batch_size > 0 ? (uint64_t)opt->batch_size : 0;
+    uint64_t T = opt->max_length > 0 ? (uint64_t)opt->max_length : 0;
+    uint64_t R = img->crop_size > 0 ? (uint64_t)img->crop_size : 0;
+    uint64_t row = bt_mul_sat(bt_mul_sat(3 * R, R), bt_dtype_size(opt->pixel_dtype));
+    /* per row: pixels, ids + mask, sampled + record + id pointer, choices (upper bound) */
+    uint64_t per_row = bt_add_sat(row, bt_add_sat(T * 8, 24));
+    if (opt->with_choices) per_row = bt_add_sat(per_row, bt_mul_sat(T, 8 * MANIFEST_N_CHOICES) + 4);
+    int slots = opt->prefetch ? opt->prefetch : 2 * opt->num_workers;
+    uint64_t total = bt_mul_sat(bt_mul_sat(per_row, B), (uint64_t)(slots > 0 ? slots : 1));
+    uint64_t cache = bt_mul_sat(row, n_records);
+    if (cache > opt->cache_bytes) cache = opt->cache_bytes;
+    total = bt_add_sat(total, cache);
+    uint64_t per_worker = bt_add_sat(image_work_bytes(img), bt_mul_sat(n_records, 16));
+    return bt_add_sat(total, bt_mul_sat(per_worker, (uint64_t)(opt->num_workers > 0 ? opt->num_workers : 1)));
+}
+
 bt_status loader_init(loader **out, const manifest *m, const tokenizer *tok,
                       const image_preprocess_config *img, const loader_options *opt) {
     *out = NULL;
@@ -425,6 +445,18 @@ bt_status loader_init(loader **out, const manifest *m, const tokenizer *tok,
                        opt->max_epochs);
     bt_status st = image_preprocess_config_validate(img, "loader image config");
     if (st) return st;
+    {
+        char what[600];
+        int slots = opt->prefetch ? opt->prefetch : 2 * opt->num_workers;
+        snprintf(what, sizeof what,
+                 "the data loader (%d batches of %d rows, %d tokens, %dx%d %s images, %d "
+                 "workers)", slots, opt->batch_size, opt->max_length, img->crop_size,
+                 img->crop_size, bt_dtype_name(opt->pixel_dtype), opt->num_workers);
+        st = bt_mem_check(loader_estimate_bytes(m->n, img, opt), what,
+                          "the batch size, the prefetch depth, the number of workers, the "
+                          "image cache or the image size (preprocessor_config.json)");
+        if (st) return st;
+    }
 
     loader *l = calloc(1, sizeof *l);
     BT_ASSERT(l);

@@ -104,9 +104,16 @@ typedef struct loader_stats {
 
 typedef struct loader loader;
 
+/* Bytes loader_init allocates for these options over n_records records (batch slots, the
+ * image cache at its cap, each worker's image working set and sampler lists), for memory
+ * plans; loader_init checks it against available memory (src/mem.h) before allocating. */
+uint64_t loader_estimate_bytes(size_t n_records, const image_preprocess_config *img,
+                               const loader_options *opt);
+
 /* Validates the options against the manifest and starts the workers. m, tok and img must
  * outlive the loader. Errors: bad options (BT_ERR_ARG naming the option), a rank that gets
- * no full batch, a start cursor outside the epoch. */
+ * no full batch, a start cursor outside the epoch, BT_ERR_NOMEM when the estimate above
+ * exceeds available memory (the message says what to reduce). */
 bt_status loader_init(loader **out, const manifest *m, const tokenizer *tok,
                       const image_preprocess_config *img, const loader_options *opt);
 
