@@ -1,0 +1,647 @@
+/* log.c: the training log (see log.h): cadence, interval means, the metrics.jsonl records,
+ * TensorBoard scalars, the terminal lines and the end-of-run summary.
+ *
+ * Deliberately not here: terminal drawing (progress.c), event-file encoding
+ * (tensorboard.c), HTML (report.c). */
+#include "log.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Loss slots and phase slots of the interval accumulators. */
+enum { L_TOTAL, L_ITC, L_ITM, L_MLM, N_LOSS };
+static const char *const loss_keys[N_LOSS] = {"loss", "loss_itc", "loss_itm", "loss_mlm"};
+static const char *const loss_short[N_LOSS] = {"loss", "itc", "itm", "mlm"};
+enum { N_PHASE = 4 };
+static const char *const phase_keys[N_PHASE] = {"forward", "backward", "comm", "optim"};
+
+static double now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double now_wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bt_log_opts bt_log_opts_default(void) {
+    bt_log_opts o;
+    memset(&o, 0, sizeof o);
+    o.mode = BT_PROGRESS_AUTO;
+    o.logging_steps = 500;
+    o.tensorboard = 1;
+    o.min_redraw_s = 0.1;
+    return o;
+}
+
+void bt_log_step_init(bt_log_step_rec *r) {
+    memset(r, 0, sizeof *r);
+    r->epoch = r->loss = r->loss_itc = r->loss_itm = r->loss_mlm = NAN;
+    r->lr = r->grad_norm = r->step_s = r->data_wait_s = NAN;
+    r->forward_s = r->backward_s = r->comm_s = r->optim_s = NAN;
+}
+
+void bt_log_eval_init(bt_log_eval_rec *r) {
+    memset(r, 0, sizeof *r);
+    r->epoch = r->loss = NAN;
+    r->i2t_r1 = r->i2t_r5 = r->i2t_r10 = r->t2i_r1 = r->t2i_r5 = r->t2i_r10 = NAN;
+    r->i2t_mean_rank = r->t2i_mean_rank = r->accuracy_5way = r->seconds = NAN;
+}
+
+/* --- files ---------------------------------------------------------------------------- */
+
+bt_status bt_log_write_file_atomic(const char *path, const void *data, size_t n) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return bt_fail(BT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = n;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            close(fd);
+            unlink(tmp);
+            return bt_fail(BT_ERR_IO, "%s: cannot write: %s", tmp, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return bt_fail(BT_ERR_IO, "%s: cannot write: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return bt_fail(BT_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(e));
+    }
+    return BT_OK;
+}
+
+/* Rewrites metrics.jsonl keeping the records with step <= keep_step (see log.h). A missing
+ * file is fine (nothing to keep). *kept / *dropped count the lines. */
+static bt_status metrics_truncate(const char *path, int64_t keep_step, int *kept, int *dropped) {
+    *kept = *dropped = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT) return BT_OK;
+        return bt_fail(BT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    char *text = NULL, *out = NULL;
+    size_t len = 0, cap = 0;
+    char buf[65536];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (len + got + 1 > cap) {
+            cap = 2 * (len + got + 1);
+            char *t = realloc(text, cap);
+            if (!t) {
+                free(text);
+                fclose(f);
+                return bt_fail(BT_ERR_NOMEM, "%s: out of memory reading it", path);
+            }
+            text = t;
+        }
+        memcpy(text + len, buf, got);
+        len += got;
+    }
+    int rerr = ferror(f);
+    fclose(f);
+    if (rerr) {
+        free(text);
+        return bt_fail(BT_ERR_IO, "%s: read error", path);
+    }
+    out = malloc(len + 1);
+    if (!out) {
+        free(text);
+        return bt_fail(BT_ERR_NOMEM, "%s: out of memory rewriting it", path);
+    }
+    size_t n_out = 0;
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && text[j] != '\n') j++;
+        int complete = j < len; /* a last line without '\n' was cut by the kill */
+        if (j > i) {
+            cJSON *rec = complete ? cJSON_ParseWithLength(text + i, j - i) : NULL;
+            const cJSON *step = cJSON_GetObjectItemCaseSensitive(rec, "step");
+            if (cJSON_IsObject(rec) && cJSON_IsNumber(step) && step->valuedouble <= (double)keep_step) {
+                memcpy(out + n_out, text + i, j - i);
+                n_out += j - i;
+                out[n_out++] = '\n';
+                (*kept)++;
+            } else {
+                (*dropped)++;
+            }
+            cJSON_Delete(rec);
+        }
+        i = j + 1;
+    }
+    free(text);
+    bt_status s = bt_log_write_file_atomic(path, out, n_out);
+    free(out);
+    return s;
+}
+
+static void metrics_write(bt_log *log, cJSON *rec) {
+    if (!log->metrics) return;
+    char *line = cJSON_PrintUnformatted(rec);
+    int ok = line && fputs(line, log->metrics) >= 0 && fputc('\n', log->metrics) != EOF &&
+             fflush(log->metrics) == 0;
+    free(line);
+    if (!ok) {
+        bt_log_message(log, BT_LOG_WARN, "%s: cannot write: %s; metrics.jsonl is off from now on",
+                       log->metrics_path, strerror(errno ? errno : EIO));
+        fclose(log->metrics);
+        log->metrics = NULL;
+    }
+}
+
+static void tb_scalar(bt_log *log, const char *tag, int64_t step, double v, double wall) {
+    if (!log->tb_on || isnan(v)) return;
+    if (bt_tb_add_scalar(&log->tb, tag, step, v, wall) != BT_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", bt_error_message());
+        bt_tb_close(&log->tb);
+        log->tb_on = 0;
+        bt_log_message(log, BT_LOG_WARN, "%s; TensorBoard logging is off from now on", msg);
+    }
+}
+
+/* Adds key: v when v is not NaN (absent); a non-finite value becomes null (cJSON prints
+ * NaN and Inf as null, as JSON has neither). */
+static void add_num(cJSON *o, const char *key, double v) {
+    if (!isnan(v)) cJSON_AddNumberToObject(o, key, v);
+}
+
+/* --- open / close --------------------------------------------------------------------- */
+
+bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
+    memset(log, 0, sizeof *log);
+    log->o = *opts;
+    if (!log->o.out) log->o.out = stdout;
+    if (!log->o.err) log->o.err = stderr;
+    if (opts->total_steps <= 0 || opts->logging_steps <= 0 || opts->throughput_warmup_steps < 0 ||
+        opts->resume_step < 0 || opts->min_redraw_s < 0)
+        return bt_fail(BT_ERR_ARG,
+                       "bt_log_open: total_steps (%lld) and logging_steps (%lld) must be >= 1, "
+                       "throughput_warmup_steps (%lld), resume_step (%lld) and min_redraw_s (%g) "
+                       ">= 0",
+                       (long long)opts->total_steps, (long long)opts->logging_steps,
+                       (long long)opts->throughput_warmup_steps, (long long)opts->resume_step,
+                       opts->min_redraw_s);
+    if (strlen(dir) >= sizeof log->dir)
+        return bt_fail(BT_ERR_ARG, "output directory path too long (%zu bytes)", strlen(dir));
+    snprintf(log->dir, sizeof log->dir, "%s", dir);
+    snprintf(log->metrics_path, sizeof log->metrics_path, "%s/metrics.jsonl", dir);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return bt_fail(BT_ERR_IO, "%s: cannot create the output directory: %s", dir,
+                       strerror(errno));
+    bt_progress_init(&log->prog, log->o.out, log->o.mode, log->o.columns);
+
+    int kept = 0, dropped = 0;
+    if (opts->resume_step > 0) {
+        bt_status s = metrics_truncate(log->metrics_path, opts->resume_step, &kept, &dropped);
+        if (s != BT_OK) return s;
+    }
+    log->metrics = fopen(log->metrics_path, opts->resume_step > 0 ? "a" : "w");
+    if (!log->metrics)
+        return bt_fail(BT_ERR_IO, "%s: cannot open for writing: %s", log->metrics_path,
+                       strerror(errno));
+    if (opts->tensorboard) {
+        bt_status s = bt_tb_open(&log->tb, dir, now_wall(), opts->resume_step);
+        if (s != BT_OK) {
+            fclose(log->metrics);
+            log->metrics = NULL;
+            return s;
+        }
+        log->tb_on = 1;
+    }
+    if (opts->resume_step > 0)
+        bt_log_message(log, BT_LOG_INFO,
+                       "resuming at step %lld: %s keeps %d record(s) up to that step, dropped %d "
+                       "from the interrupted run",
+                       (long long)opts->resume_step, log->metrics_path, kept, dropped);
+    bt_log_step_init(&log->last);
+    bt_log_step_init(&log->logged);
+    bt_log_eval_init(&log->eval);
+    log->t_open = now_mono();
+    log->t_drawn = -1e30;
+    return BT_OK;
+}
+
+void bt_log_close(bt_log *log) {
+    bt_progress_end(&log->prog);
+    if (log->metrics) fclose(log->metrics);
+    log->metrics = NULL;
+    if (log->tb_on) bt_tb_close(&log->tb);
+    log->tb_on = 0;
+}
+
+void bt_log_message(bt_log *log, bt_log_level level, const char *fmt, ...) {
+    char msg[3072];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (level == BT_LOG_INFO) bt_progress_print(&log->prog, "%s", msg);
+    else
+        bt_progress_print_to(&log->prog, log->o.err, "%s: %s",
+                             level == BT_LOG_WARN ? "warning" : "error", msg);
+}
+
+/* --- formatting ----------------------------------------------------------------------- */
+
+/* "1:02:03", "12:34", or "?" when unknown. */
+static void fmt_duration(char *buf, size_t cap, double s) {
+    if (!(s >= 0) || s > 1e8) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* Appends printf output to buf (cap total), never past the end. */
+static void cat(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void cat(char *buf, size_t cap, const char *fmt, ...) {
+    size_t n = strlen(buf);
+    if (n + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+}
+
+/* Mean seconds per step for the ETA: after the warm-up when measured, else all steps. */
+static double sec_per_step(const bt_log *log) {
+    if (log->tp_steps > 0) return log->tp_s / (double)log->tp_steps;
+    if (log->steps_run > 0) return log->train_s / (double)log->steps_run;
+    return NAN;
+}
+
+/* The shared body of the live line and the plain line: "step 120/5000 | epoch 0.48 |
+ * loss 2.3412 (itc 1.0234 itm 0.6102 mlm 0.7076) | lr 9.80e-06 | grad_norm 1.234 |
+ * 45.2 samples/s | data wait 3% | ETA 1:02:03". */
+static void fmt_step(const bt_log *log, const bt_log_step_rec *v, double sps, double wait,
+                     char *buf, size_t cap) {
+    buf[0] = 0;
+    cat(buf, cap, "step %lld/%lld", (long long)v->step, (long long)log->o.total_steps);
+    if (!isnan(v->epoch)) cat(buf, cap, " | epoch %.2f", v->epoch);
+    cat(buf, cap, " | loss %.4f", v->loss);
+    const double terms[3] = {v->loss_itc, v->loss_itm, v->loss_mlm};
+    int any = 0;
+    for (int t = 0; t < 3; t++) {
+        if (isnan(terms[t])) continue;
+        cat(buf, cap, "%s%s %.4f", any ? " " : " (", loss_short[t + 1], terms[t]);
+        any = 1;
+    }
+    if (any) cat(buf, cap, ")");
+    if (!isnan(v->lr)) cat(buf, cap, " | lr %.3g", v->lr);
+    if (!isnan(v->grad_norm)) cat(buf, cap, " | grad_norm %.3g", v->grad_norm);
+    if (!isnan(sps)) cat(buf, cap, " | %.1f samples/s", sps);
+    if (!isnan(wait)) cat(buf, cap, " | data wait %.0f%%", 100 * wait);
+    char eta[32];
+    fmt_duration(eta, sizeof eta, sec_per_step(log) * (double)(log->o.total_steps - v->step));
+    cat(buf, cap, " | ETA %s", eta);
+}
+
+/* --- steps ---------------------------------------------------------------------------- */
+
+/* Interval means into *m (a copy of the last step with the losses and phases replaced). */
+static void interval_means(const bt_log *log, bt_log_step_rec *m, double *sps, double *wait) {
+    const bt_log_interval *iv = &log->iv;
+    *m = log->last;
+    double *lv[N_LOSS] = {&m->loss, &m->loss_itc, &m->loss_itm, &m->loss_mlm};
+    const double *last_l[N_LOSS] = {&log->last.loss, &log->last.loss_itc, &log->last.loss_itm,
+                                    &log->last.loss_mlm};
+    for (int k = 0; k < N_LOSS; k++) {
+        /* A term that was never given stays NaN (absent); a term given but never finite in
+         * the interval (every step skipped) is reported as Inf: "not finite", not "absent". */
+        if (iv->loss_n[k] > 0) *lv[k] = iv->loss_sum[k] / (double)iv->loss_n[k];
+        else *lv[k] = isnan(*last_l[k]) && k != L_TOTAL ? NAN : INFINITY;
+    }
+    double *pv[N_PHASE] = {&m->forward_s, &m->backward_s, &m->comm_s, &m->optim_s};
+    for (int k = 0; k < N_PHASE; k++)
+        *pv[k] = iv->phase_n[k] > 0 ? iv->phase_sum[k] / (double)iv->phase_n[k] : NAN;
+    *sps = iv->seconds > 0 ? (double)iv->samples / iv->seconds : NAN;
+    *wait = iv->seconds > 0 ? iv->wait_s / iv->seconds : NAN;
+}
+
+static void write_train_record(bt_log *log, const bt_log_step_rec *m, double sps, double wait) {
+    double wall = now_wall();
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    cJSON_AddStringToObject(o, "type", "train");
+    cJSON_AddNumberToObject(o, "step", (double)m->step);
+    add_num(o, "epoch", m->epoch);
+    const double lv[N_LOSS] = {m->loss, m->loss_itc, m->loss_itm, m->loss_mlm};
+    for (int k = 0; k < N_LOSS; k++) add_num(o, loss_keys[k], lv[k]);
+    add_num(o, "lr", m->lr);
+    add_num(o, "grad_norm", m->grad_norm);
+    add_num(o, "samples_per_s", sps);
+    add_num(o, "data_wait", wait);
+    cJSON_AddNumberToObject(o, "steps", (double)log->iv.steps);
+    cJSON_AddNumberToObject(o, "samples", (double)log->iv.samples);
+    add_num(o, "seconds", log->iv.seconds);
+    if (log->iv.skipped) cJSON_AddNumberToObject(o, "skipped", (double)log->iv.skipped);
+    const double pv[N_PHASE] = {m->forward_s, m->backward_s, m->comm_s, m->optim_s};
+    cJSON *ph = NULL;
+    for (int k = 0; k < N_PHASE; k++) {
+        if (isnan(pv[k])) continue;
+        if (!ph) ph = cJSON_AddObjectToObject(o, "phase_s");
+        add_num(ph, phase_keys[k], pv[k]);
+    }
+    cJSON_AddNumberToObject(o, "time", wall);
+    metrics_write(log, o);
+    cJSON_Delete(o);
+
+    static const char *const tags[N_LOSS] = {"train/loss", "train/loss_itc", "train/loss_itm",
+                                             "train/loss_mlm"};
+    for (int k = 0; k < N_LOSS; k++) tb_scalar(log, tags[k], m->step, lv[k], wall);
+    tb_scalar(log, "train/learning_rate", m->step, m->lr, wall);
+    tb_scalar(log, "train/grad_norm", m->step, m->grad_norm, wall);
+    tb_scalar(log, "train/epoch", m->step, m->epoch, wall);
+    tb_scalar(log, "train/samples_per_second", m->step, sps, wall);
+    tb_scalar(log, "train/data_wait", m->step, wait, wall);
+}
+
+void bt_log_step(bt_log *log, const bt_log_step_rec *r) {
+    BT_ASSERTF(r->step >= 1, "bt_log_step: step %lld (steps are 1-based)", (long long)r->step);
+    bt_log_interval *iv = &log->iv;
+    double step_s = isnan(r->step_s) ? 0 : r->step_s;
+    double wait_s = isnan(r->data_wait_s) ? 0 : r->data_wait_s;
+    iv->steps++;
+    iv->samples += r->samples;
+    iv->seconds += step_s;
+    iv->wait_s += wait_s;
+    iv->skipped += r->skipped != 0;
+    const double lv[N_LOSS] = {r->loss, r->loss_itc, r->loss_itm, r->loss_mlm};
+    for (int k = 0; k < N_LOSS; k++)
+        if (isfinite(lv[k])) {
+            iv->loss_sum[k] += lv[k];
+            iv->loss_n[k]++;
+        }
+    const double pv[N_PHASE] = {r->forward_s, r->backward_s, r->comm_s, r->optim_s};
+    for (int k = 0; k < N_PHASE; k++)
+        if (!isnan(pv[k])) {
+            iv->phase_sum[k] += pv[k];
+            iv->phase_n[k]++;
+        }
+    log->steps_run++;
+    log->samples_run += r->samples;
+    log->skipped_run += r->skipped != 0;
+    log->train_s += step_s;
+    log->wait_s += wait_s;
+    if (log->steps_run > log->o.throughput_warmup_steps) {
+        log->tp_steps++;
+        log->tp_samples += r->samples;
+        log->tp_s += step_s;
+    }
+    log->last = *r;
+
+    int logged = r->step % log->o.logging_steps == 0 || r->step >= log->o.total_steps;
+    bt_log_step_rec m;
+    double sps, wait;
+    interval_means(log, &m, &sps, &wait);
+    char line[BT_PROGRESS_LINE_MAX];
+    if (logged) {
+        write_train_record(log, &m, sps, wait);
+        log->logged = m;
+        log->logged_sps = sps;
+        log->logged_wait = wait;
+        log->have_logged = 1;
+        fmt_step(log, &m, sps, wait, line, sizeof line);
+        if (log->iv.skipped) cat(line, sizeof line, " | %lld step(s) skipped", (long long)log->iv.skipped);
+        bt_progress_print(&log->prog, "%s", line);
+        memset(&log->iv, 0, sizeof log->iv);
+    }
+    double t = now_mono();
+    if (log->prog.live && (logged || t - log->t_drawn >= log->o.min_redraw_s)) {
+        double pct = 100.0 * (double)r->step / (double)log->o.total_steps;
+        char body[BT_PROGRESS_LINE_MAX - 16];
+        fmt_step(log, &m, sps, wait, body, sizeof body);
+        snprintf(line, sizeof line, "[%3.0f%%] %s", pct, body);
+        bt_progress_set(&log->prog, line);
+        log->t_drawn = t;
+    }
+}
+
+/* --- evaluations, checkpoints --------------------------------------------------------- */
+
+static const struct {
+    const char *key, *tag;
+    size_t off;
+} eval_fields[] = {
+#define EF(f, tag) {#f, tag, offsetof(bt_log_eval_rec, f)}
+    EF(loss, "eval/loss"),
+    EF(i2t_r1, "eval/i2t_recall@1"),
+    EF(i2t_r5, "eval/i2t_recall@5"),
+    EF(i2t_r10, "eval/i2t_recall@10"),
+    EF(t2i_r1, "eval/t2i_recall@1"),
+    EF(t2i_r5, "eval/t2i_recall@5"),
+    EF(t2i_r10, "eval/t2i_recall@10"),
+    EF(i2t_mean_rank, "eval/i2t_mean_rank"),
+    EF(t2i_mean_rank, "eval/t2i_mean_rank"),
+    EF(accuracy_5way, "eval/accuracy_5way"),
+#undef EF
+};
+enum { N_EVAL_FIELDS = sizeof eval_fields / sizeof eval_fields[0] };
+
+static double eval_field(const bt_log_eval_rec *r, int i) {
+    return *(const double *)((const char *)r + eval_fields[i].off);
+}
+
+static cJSON *eval_json(const bt_log_eval_rec *r, int with_type) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    if (with_type) cJSON_AddStringToObject(o, "type", "eval");
+    cJSON_AddNumberToObject(o, "step", (double)r->step);
+    add_num(o, "epoch", r->epoch);
+    for (int i = 0; i < N_EVAL_FIELDS; i++) add_num(o, eval_fields[i].key, eval_field(r, i));
+    cJSON_AddNumberToObject(o, "samples", (double)r->samples);
+    add_num(o, "seconds", r->seconds);
+    return o;
+}
+
+/* "eval step 500 | loss 1.2345 | i2t R@1/5/10 40.1/70.2/80.3 mean rank 5.2 | t2i ... |
+ * 5-way accuracy 83.2% | 1200 samples in 12.3 s" */
+static void fmt_eval(const bt_log_eval_rec *r, char *buf, size_t cap) {
+    buf[0] = 0;
+    cat(buf, cap, "eval step %lld", (long long)r->step);
+    if (!isnan(r->loss)) cat(buf, cap, " | loss %.4f", r->loss);
+    const double mr[2] = {r->i2t_mean_rank, r->t2i_mean_rank};
+    static const char *const names[2] = {"i2t", "t2i"};
+    for (int d = 0; d < 2; d++) {
+        const double r1 = d ? r->t2i_r1 : r->i2t_r1, r5 = d ? r->t2i_r5 : r->i2t_r5,
+                     r10 = d ? r->t2i_r10 : r->i2t_r10;
+        if (isnan(r1) && isnan(r5) && isnan(r10)) continue;
+        cat(buf, cap, " | %s R@1/5/10 %.1f/%.1f/%.1f", names[d], 100 * r1, 100 * r5, 100 * r10);
+        if (!isnan(mr[d])) cat(buf, cap, " mean rank %.2f", mr[d]);
+    }
+    if (!isnan(r->accuracy_5way)) cat(buf, cap, " | 5-way accuracy %.1f%%", 100 * r->accuracy_5way);
+    cat(buf, cap, " | %lld samples", (long long)r->samples);
+    if (!isnan(r->seconds)) cat(buf, cap, " in %.1f s", r->seconds);
+}
+
+void bt_log_eval(bt_log *log, const bt_log_eval_rec *r) {
+    double wall = now_wall();
+    if (!isnan(r->seconds)) log->eval_s += r->seconds;
+    log->eval = *r;
+    log->have_eval = 1;
+    cJSON *o = eval_json(r, 1);
+    if (o) {
+        cJSON_AddNumberToObject(o, "time", wall);
+        metrics_write(log, o);
+        cJSON_Delete(o);
+    }
+    for (int i = 0; i < N_EVAL_FIELDS; i++)
+        tb_scalar(log, eval_fields[i].tag, r->step, eval_field(r, i), wall);
+    char line[BT_PROGRESS_LINE_MAX];
+    fmt_eval(r, line, sizeof line);
+    bt_progress_print(&log->prog, "%s", line);
+}
+
+void bt_log_checkpoint(bt_log *log, int64_t step, const char *path, double seconds) {
+    if (!isnan(seconds)) log->save_s += seconds;
+    bt_progress_print(&log->prog, "checkpoint step %lld saved to %s (%.1f s)", (long long)step,
+                      path, seconds);
+}
+
+/* --- summary -------------------------------------------------------------------------- */
+
+double bt_log_peak_rss_mib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        long kb = -1;
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "VmHWM:", 6) == 0) kb = strtol(line + 6, NULL, 10);
+        fclose(f);
+        if (kb >= 0) return (double)kb / 1024.0;
+    }
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
+    return NAN;
+}
+
+bt_status bt_log_summary(bt_log *log, const bt_log_summary_in *in, bt_log_summary_out *out) {
+    bt_log_summary_out s;
+    memset(&s, 0, sizeof s);
+    s.last_step = log->last.step;
+    s.steps_run = log->steps_run;
+    s.samples_run = log->samples_run;
+    s.skipped_steps = log->skipped_run;
+    s.measured_steps = log->tp_steps;
+    s.measured_samples = log->tp_samples;
+    s.measured_s = log->tp_s;
+    int measured = log->tp_steps > 0 && log->tp_s > 0;
+    s.samples_per_s = measured ? (double)log->tp_samples / log->tp_s : NAN;
+    s.steps_per_s = measured ? (double)log->tp_steps / log->tp_s : NAN;
+    s.gflops_per_s = measured && in->flops_per_sample > 0 ? in->flops_per_sample * s.samples_per_s / 1e9
+                                                          : NAN;
+    s.train_s = log->train_s;
+    s.data_wait_s = log->wait_s;
+    s.eval_s = log->eval_s;
+    s.save_s = log->save_s;
+    s.wall_s = now_mono() - log->t_open;
+    s.peak_rss_mib = bt_log_peak_rss_mib();
+    if (out) *out = s;
+
+    char line[BT_PROGRESS_LINE_MAX], dur[32];
+    const char *status = in->status ? in->status : "completed";
+    bt_progress_print(&log->prog, "summary: %s at step %lld (%lld step(s), %lld samples in this "
+                                  "run%s)",
+                      status, (long long)s.last_step, (long long)s.steps_run,
+                      (long long)s.samples_run, s.skipped_steps ? ", some skipped" : "");
+    line[0] = 0;
+    if (measured)
+        cat(line, sizeof line,
+            "  throughput: %.2f samples/s, %.3f steps/s over %lld step(s) after %lld warm-up "
+            "step(s)",
+            s.samples_per_s, s.steps_per_s, (long long)s.measured_steps,
+            (long long)log->o.throughput_warmup_steps);
+    else
+        cat(line, sizeof line, "  throughput: not measured (no step after %lld warm-up step(s))",
+            (long long)log->o.throughput_warmup_steps);
+    if (!isnan(s.gflops_per_s)) cat(line, sizeof line, ", %.1f GFLOP/s", s.gflops_per_s);
+    bt_progress_print(&log->prog, "%s", line);
+    fmt_duration(dur, sizeof dur, s.wall_s);
+    bt_progress_print(&log->prog,
+                      "  time: %s wall, %.1f s training (%.1f s data wait), %.1f s evaluation, "
+                      "%.1f s checkpoints; peak memory %.0f MiB",
+                      dur, s.train_s, s.data_wait_s, s.eval_s, s.save_s, s.peak_rss_mib);
+    if (log->have_logged) {
+        fmt_step(log, &log->logged, log->logged_sps, log->logged_wait, line, sizeof line);
+        bt_progress_print(&log->prog, "  last logged: %s", line);
+    }
+    if (log->have_eval) {
+        fmt_eval(&log->eval, line, sizeof line);
+        bt_progress_print(&log->prog, "  last %s", line);
+    }
+
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return bt_fail(BT_ERR_NOMEM, "summary.json: out of memory");
+    cJSON_AddStringToObject(o, "status", status);
+    cJSON_AddNumberToObject(o, "last_step", (double)s.last_step);
+    cJSON_AddNumberToObject(o, "total_steps", (double)log->o.total_steps);
+    cJSON_AddNumberToObject(o, "resumed_from_step", (double)log->o.resume_step);
+    cJSON_AddNumberToObject(o, "steps_run", (double)s.steps_run);
+    cJSON_AddNumberToObject(o, "samples_run", (double)s.samples_run);
+    cJSON_AddNumberToObject(o, "skipped_steps", (double)s.skipped_steps);
+    cJSON_AddNumberToObject(o, "throughput_warmup_steps", (double)log->o.throughput_warmup_steps);
+    cJSON_AddNumberToObject(o, "measured_steps", (double)s.measured_steps);
+    cJSON_AddNumberToObject(o, "measured_samples", (double)s.measured_samples);
+    cJSON_AddNumberToObject(o, "measured_seconds", s.measured_s);
+    add_num(o, "samples_per_s", s.samples_per_s);
+    add_num(o, "steps_per_s", s.steps_per_s);
+    if (in->flops_per_sample > 0) cJSON_AddNumberToObject(o, "flops_per_sample", in->flops_per_sample);
+    add_num(o, "gflops_per_s", s.gflops_per_s);
+    cJSON_AddNumberToObject(o, "train_seconds", s.train_s);
+    cJSON_AddNumberToObject(o, "data_wait_seconds", s.data_wait_s);
+    cJSON_AddNumberToObject(o, "eval_seconds", s.eval_s);
+    cJSON_AddNumberToObject(o, "save_seconds", s.save_s);
+    cJSON_AddNumberToObject(o, "wall_seconds", s.wall_s);
+    add_num(o, "peak_rss_mib", s.peak_rss_mib);
+    if (log->have_logged) {
+        cJSON *t = cJSON_AddObjectToObject(o, "final_train");
+        const bt_log_step_rec *m = &log->logged;
+        cJSON_AddNumberToObject(t, "step", (double)m->step);
+        add_num(t, "epoch", m->epoch);
+        const double lv[N_LOSS] = {m->loss, m->loss_itc, m->loss_itm, m->loss_mlm};
+        for (int k = 0; k < N_LOSS; k++) add_num(t, loss_keys[k], lv[k]);
+        add_num(t, "lr", m->lr);
+        add_num(t, "grad_norm", m->grad_norm);
+    }
+    if (log->have_eval) {
+        cJSON *e = eval_json(&log->eval, 0);
+        if (e) cJSON_AddItemToObject(o, "final_eval", e);
+    }
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) return bt_fail(BT_ERR_NOMEM, "summary.json: out of memory");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/summary.json", log->dir);
+    size_t n = strlen(text);
+    text[n] = '\n'; /* replaces the NUL: the file ends with a newline */
+    bt_status st = bt_log_write_file_atomic(path, text, n + 1);
+    free(text);
+    return st;
+}
