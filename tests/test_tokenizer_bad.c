@@ -69,7 +69,38 @@ static void test_loader_errors(void) {
     const char *merges_ok = "#version: 0.2\na b\n\xC4\xA0 a\n";
 
     expect_fail("missing directory", "/nonexistent/bt-tokenizer", BT_ERR_IO,
-                "/nonexistent/bt-tokenizer", "tokenizer.json");
+                "/nonexistent/bt-tokenizer", "cannot open the model directory");
+    /* Special files: refused with a message instead of a read that never returns, and not
+     * reported as absent. */
+    const char *fd = make_dir("fifo_tokenizer");
+    char fifo[1200];
+    snprintf(fifo, sizeof fifo, "%s/tokenizer.json", fd);
+    if (tu_check(mkfifo(fifo, 0600) == 0, "make a FIFO tokenizer.json"))
+        expect_fail("tokenizer.json is a FIFO", fd, BT_ERR_IO, "tokenizer.json", "is a FIFO");
+    /* JSON Python reads differently (src/json_util.h): a vocab key holding \u0000, a key
+     * given twice at the top level. */
+    {
+        char v0[4200];
+        snprintf(v0, sizeof v0, "%.*s, \"x\\u0000y\": 999}", (int)strlen(vocab) - 1, vocab);
+        const char *d0 = make_dir("vocab_u0000");
+        put(d0, "vocab.json", v0);
+        put(d0, "merges.txt", merges_ok);
+        expect_fail("vocab key holding \\u0000", d0, BT_ERR_FORMAT, "vocab.json",
+                    "holds the escape \\u0000");
+    }
+    /* Invalid UTF-8 from merges.txt is escaped when echoed, never printed raw. */
+    {
+        const char *d1 = make_dir("merges_bad_utf8");
+        put(d1, "vocab.json", vocab);
+        put(d1, "merges.txt", "a b\n\xff\x1b[2J b\n");
+        tokenizer t;
+        bt_status st = tokenizer_load(&t, d1);
+        const char *msg = bt_error_message();
+        tu_check(st == BT_ERR_FORMAT && strstr(msg, "\\xff\\x1b[2J") && !strchr(msg, '\xff') &&
+                     !strchr(msg, '\x1b'),
+                 "merges.txt with bytes that are not UTF-8: escaped in the message: %s", msg);
+        if (st == BT_OK) tokenizer_free(&t);
+    }
     const char *d = make_dir("only_vocab");
     put(d, "vocab.json", vocab);
     expect_fail("vocab.json without merges.txt", d, BT_ERR_IO, "only_vocab", "merges.txt");

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
 #include "json_util.h"
 #include "unicode_tables.h"
 
@@ -160,23 +161,13 @@ static uint32_t byte_symbol(int b) {
     return 256u + (uint32_t)n;
 }
 
-/* Quotes a token for an error message: at most 48 bytes, control bytes as \xNN. */
+/* Quotes a token for an error message: at most 48 bytes, escaped by bt_escape_text (control
+ * bytes and bytes that are not UTF-8 as \xNN: never raw to the terminal). */
 static const char *quote(const char *s, size_t len, char *buf, size_t cap) {
-    size_t o = 0;
-    buf[o++] = '"';
-    for (size_t i = 0; i < len && o + 8 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (i == 48) {
-            o += (size_t)snprintf(buf + o, cap - o, "...");
-            break;
-        }
-        if (c < 0x20 || c == 0x7F || c == '"' || c == '\\')
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
-        else
-            buf[o++] = (char)c;
-    }
-    buf[o++] = '"';
-    buf[o] = 0;
+    buf[0] = '"';
+    bt_escape_text(buf + 1, cap - 6, s, len > 48 ? 48 : len);
+    size_t o = strlen(buf);
+    snprintf(buf + o, cap - o, "%s\"", len > 48 ? "..." : "");
     return buf;
 }
 #define QUOTE(s, len) quote((s), (len), (char[128]){0}, 128)
@@ -490,11 +481,15 @@ const char *tokenizer_id_to_token(const tokenizer *t, int32_t id) {
  * ------------------------------------------------------------------------------------- */
 
 static bt_status read_whole_file(const char *path, char **data, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return bt_fail(BT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    bt_status ost = bt_fopen_regular(path, "tokenizer file", &f);
+    if (ost != BT_OK) return ost;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
-    BT_ASSERT(buf != NULL);
+    if (!buf) {
+        fclose(f);
+        return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
+    }
     for (;;) {
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
@@ -505,8 +500,13 @@ static bt_status read_whole_file(const char *path, char **data, size_t *len) {
             return bt_fail(BT_ERR_FORMAT, "%s: larger than 1 GiB, not a tokenizer file", path);
         }
         cap *= 2;
-        buf = realloc(buf, cap + 1);
-        BT_ASSERT(buf != NULL);
+        char *grown = realloc(buf, cap + 1);
+        if (!grown) {
+            fclose(f);
+            free(buf);
+            return bt_fail(BT_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, cap);
+        }
+        buf = grown;
     }
     int err = ferror(f);
     fclose(f);
@@ -545,7 +545,12 @@ static bt_status parse_json_file(const char *path, cJSON **out) {
         return bt_fail(BT_ERR_FORMAT, "%s: malformed JSON at byte %zu (line %zu)%s", path, off,
                        line, len == 0 ? ": the file is empty" : "");
     }
+    st = bt_json_check(j, buf, len, path);
     free(buf);
+    if (st) {
+        cJSON_Delete(j);
+        return st;
+    }
     *out = j;
     return BT_OK;
 }
@@ -957,17 +962,30 @@ bt_status tokenizer_load_files(tokenizer *t, const char *vocab_path, const char 
     return st;
 }
 
+/* Something is there (of any type: a FIFO or a symlink loop is then refused by the opener
+ * with a message, rather than reported as absent). */
 static int file_exists(const char *path) {
     struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    return stat(path, &sb) == 0 || errno != ENOENT;
 }
 
 bt_status tokenizer_load(tokenizer *t, const char *model_dir) {
     BT_ASSERT(t && model_dir);
     memset(t, 0, sizeof *t);
     size_t n = strlen(model_dir) + 32;
+    struct stat sb;
+    if (stat(model_dir, &sb) != 0)
+        return bt_fail(BT_ERR_IO, "%s: cannot open the model directory: %s", model_dir,
+                       strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return bt_fail(BT_ERR_IO, "%s: is %s; expected a model directory (tokenizer.json, or "
+                       "vocab.json + merges.txt)", model_dir, bt_file_type_name(sb.st_mode));
     char *a = malloc(n), *b = malloc(n);
-    BT_ASSERT(a && b);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return bt_fail(BT_ERR_NOMEM, "%s: out of memory", model_dir);
+    }
     bt_status st;
     snprintf(a, n, "%s/tokenizer.json", model_dir);
     if (file_exists(a)) {
