@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/loader.h"
 #include "data/synth.h"
@@ -337,8 +338,39 @@ static void test_loader_all_bad(const tokenizer *tok, const image_preprocess_con
     manifest_free(&m);
 }
 
+/* Generated datasets are outputs like any other (src/fileio.h): a split of size 0 leaves no
+ * old manifest, a manifest target that is a FIFO is refused before any image is written,
+ * and a manifest FIFO given as input is refused instead of blocking. */
+static void test_synth_outputs(void) {
+    char out[1200], train[1300], val[1300];
+    snprintf(out, sizeof out, "%s/synth_redo", dir);
+    snprintf(train, sizeof train, "%s/train.jsonl", out);
+    snprintf(val, sizeof val, "%s/val.jsonl", out);
+    synth_options so = {.out_dir = out, .n = {3, 2, 0}, .seed = 1, .size = 16};
+    tu_check(synth_generate(&so) == BT_OK, "synth 3/2/0");
+    so.n[0] = 0;
+    tu_check(synth_generate(&so) == BT_OK, "synth again with --train 0");
+    struct stat sb;
+    tu_check(stat(train, &sb) != 0 && stat(val, &sb) == 0,
+             "--train 0 removes the old train.jsonl, keeps val.jsonl");
+    unlink(val);
+    if (tu_check(mkfifo(val, 0600) == 0, "make a FIFO val.jsonl")) {
+        bt_error_clear();
+        bt_status st = synth_generate(&so);
+        tu_check(st == BT_ERR_IO && strstr(bt_error_message(), "is a FIFO"),
+                 "val.jsonl is a FIFO: refused: %s", bt_error_message());
+        tu_check(stat(val, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO is left alone");
+        manifest m;
+        st = manifest_load(&m, val, NULL);
+        tu_check(st == BT_ERR_IO && strstr(bt_error_message(), "is a FIFO"),
+                 "a FIFO manifest is refused at once: %s", bt_error_message());
+        manifest_free(&m);
+    }
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "%s", tu_tmpdir());
+    test_synth_outputs();
     test_manifest_stop();
     test_manifest_skip();
     test_manifest_files();

@@ -22,6 +22,7 @@
 
 #include <jpeglib.h>
 
+#include "fileio.h"
 #include "rng.h"
 
 static const char *const shape_names[SYNTH_N_SHAPES] = {"circle", "square", "triangle", "star"};
@@ -205,20 +206,21 @@ static void jpeg_error_jump(j_common_ptr cinfo) {
 bt_status synth_write_jpeg(const char *path, const uint8_t *rgb, int width, int height,
                            int quality) {
     BT_ASSERT(width > 0 && height > 0 && quality >= 1 && quality <= 100);
-    FILE *volatile f = fopen(path, "wb");
-    if (!f) return bt_fail(BT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    /* af is not modified between setjmp and a longjmp, so it is valid after one. */
+    bt_atomic_file af;
+    bt_status st = bt_atomic_open(&af, path, "JPEG image");
+    if (st) return st;
     struct jpeg_compress_struct ci;
     jpeg_error_ctx err;
     ci.err = jpeg_std_error(&err.mgr);
     err.mgr.error_exit = jpeg_error_jump;
     if (setjmp(err.jump)) {
         jpeg_destroy_compress(&ci);
-        fclose(f);
-        remove(path);
+        bt_atomic_abort(&af);
         return bt_fail(BT_ERR_IO, "%s: JPEG encoding failed: %s", path, err.message);
     }
     jpeg_create_compress(&ci);
-    jpeg_stdio_dest(&ci, f);
+    jpeg_stdio_dest(&ci, af.fp);
     ci.image_width = (JDIMENSION)width;
     ci.image_height = (JDIMENSION)height;
     ci.input_components = 3;
@@ -234,22 +236,13 @@ bt_status synth_write_jpeg(const char *path, const uint8_t *rgb, int width, int 
     }
     jpeg_finish_compress(&ci);
     jpeg_destroy_compress(&ci);
-    if (fclose(f) != 0) {
-        remove(path);
-        return bt_fail(BT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-    }
-    return BT_OK;
+    return bt_atomic_commit(&af);
 }
 
 /* ---- dataset ----------------------------------------------------------------------------- */
 
 static bt_status make_dir(const char *path) {
-    if (mkdir(path, 0777) == 0 || errno == EEXIST) {
-        struct stat stt;
-        if (stat(path, &stt) == 0 && S_ISDIR(stt.st_mode)) return BT_OK;
-        return bt_fail(BT_ERR_IO, "%s: exists and is not a directory", path);
-    }
-    return bt_fail(BT_ERR_IO, "%s: cannot create directory: %s", path, strerror(errno));
+    return bt_check_output_dir(path, "dataset directory", 1);
 }
 
 /* Caption of an independently sampled distractor scene for (split, index, attempt). */
@@ -269,8 +262,11 @@ static bt_status write_split(const synth_options *o, synth_split split, uint8_t 
     bt_status st = make_dir(path);
     if (st) return st;
     snprintf(path, sizeof path, "%s/%s.jsonl", o->out_dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) return bt_fail(BT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    /* The manifest is written atomically after its images: a killed run leaves the previous
+     * manifest (or none), never a half-written one. */
+    bt_atomic_file af;
+    if ((st = bt_atomic_open(&af, path, "manifest"))) return st;
+    FILE *f = af.fp;
     int matching = split != SYNTH_SPLIT_TRAIN;
     for (int64_t i = 0; i < o->n[split]; i++) {
         synth_scene sc;
@@ -311,9 +307,11 @@ static bt_status write_split(const synth_options *o, synth_split split, uint8_t 
         }
         fprintf(f, "}\n");
     }
-    if (fclose(f) != 0 && st == BT_OK)
-        st = bt_fail(BT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-    return st;
+    if (st != BT_OK) {
+        bt_atomic_abort(&af);
+        return st;
+    }
+    return bt_atomic_commit(&af);
 }
 
 bt_status synth_generate(const synth_options *o) {
@@ -329,10 +327,22 @@ bt_status synth_generate(const synth_options *o) {
     if (st) return st;
     snprintf(path, sizeof path, "%s/images", o->out_dir);
     if ((st = make_dir(path))) return st;
+    /* Every manifest target checked before any image is written. */
+    for (int s = 0; s < SYNTH_N_SPLITS && st == BT_OK; s++) {
+        snprintf(path, sizeof path, "%s/%s.jsonl", o->out_dir, split_names[s]);
+        st = bt_check_output_file(path, "manifest");
+    }
+    if (st) return st;
     uint8_t *rgb = malloc((size_t)o->size * o->size * 3);
-    BT_ASSERT(rgb);
-    for (int s = 0; s < SYNTH_N_SPLITS && st == BT_OK; s++)
-        if (o->n[s] > 0) st = write_split(o, (synth_split)s, rgb);
+    if (!rgb) return bt_fail(BT_ERR_NOMEM, "synth: out of memory for a %dx%d image", o->size, o->size);
+    for (int s = 0; s < SYNTH_N_SPLITS && st == BT_OK; s++) {
+        if (o->n[s] > 0) {
+            st = write_split(o, (synth_split)s, rgb);
+        } else { /* an empty split has no manifest: an old one would describe another dataset */
+            snprintf(path, sizeof path, "%s/%s.jsonl", o->out_dir, split_names[s]);
+            st = bt_remove_owned_file(path, "manifest");
+        }
+    }
     free(rgb);
     return st;
 }

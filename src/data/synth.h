@@ -16,6 +16,11 @@
  * caption_choices (the true caption and the captions of 4 other, independently sampled
  * scenes, in a shuffled order) and label (the true caption's position).
  *
+ * Outputs are written atomically (src/fileio.h): each JPEG, then each manifest once its
+ * images exist, so a killed run never leaves a half-written manifest. The directory owns
+ * {train,val,test}.jsonl: a split of size 0 has its manifest removed (images of an older,
+ * larger run may remain under images/, but no manifest names them).
+ *
  * Determinism: record i of split s depends only on (seed, s, i): a bigger --train N keeps the
  * first records identical. Same seed, same bytes (libjpeg-turbo is deterministic).
  *
