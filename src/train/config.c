@@ -34,6 +34,7 @@ enum {
 /* Integers are exact in a JSON double up to 2^53. */
 #define INT_MAX_JSON 9007199254740992.0
 
+/* In the order of bt_schedule_kind (schedule.h) and bt_precision (model.h). */
 static const char *const schedule_names[] = {"linear", "cosine", "constant", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", NULL};
 static const char *const itc_names[] = {"hf", "dedup", NULL};
@@ -211,9 +212,6 @@ size_t bt_run_config_n_keys(void) { return N_FIELDS; }
 const char *bt_run_config_key(size_t i) { return i < N_FIELDS ? FIELDS[i].key : NULL; }
 const char *bt_run_config_key_hf(size_t i) { return i < N_FIELDS ? FIELDS[i].hf : NULL; }
 
-const char *bt_lr_schedule_name(bt_lr_schedule s) {
-    return (unsigned)s < 3 ? schedule_names[s] : "?";
-}
 const char *bt_interval_name(bt_interval s) {
     return (unsigned)s < 3 ? interval_names[s] : "?";
 }
@@ -793,3 +791,9 @@ bt_status bt_run_config_check_resume(const bt_run_config *saved, const bt_run_co
     }
     return BT_OK;
 }
+
+/* The name tables above follow the enums of schedule.h and model.h. */
+_Static_assert(BT_SCHEDULE_LINEAR == 0 && BT_SCHEDULE_COSINE == 1 && BT_SCHEDULE_CONSTANT == 2,
+               "schedule_names follows bt_schedule_kind");
+_Static_assert(BT_PRECISION_FP32 == 0 && BT_PRECISION_BF16 == 1,
+               "precision_names follows bt_precision");

@@ -31,12 +31,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/model.h"    /* bt_precision */
 #include "status.h"
+#include "train/schedule.h" /* bt_schedule_kind */
 
 struct cJSON;
 
-typedef enum { BT_SCHEDULE_LINEAR, BT_SCHEDULE_COSINE, BT_SCHEDULE_CONSTANT } bt_lr_schedule;
-typedef enum { BT_PRECISION_FP32, BT_PRECISION_BF16 } bt_precision;
 /* ITC targets: "hf" = arange(B), as BridgeTowerForContrastiveLearning; "dedup" = the
  * original code's soft targets shared by the duplicates of an image or caption. */
 typedef enum { BT_ITC_HF, BT_ITC_DEDUP } bt_itc_variant;
@@ -81,7 +81,7 @@ typedef struct bt_run_config {
         double lr;
         int64_t warmup_steps;
         double warmup_ratio; /* of the total optimizer steps; warmup_steps wins when > 0 */
-        bt_lr_schedule schedule;
+        bt_schedule_kind schedule;
         double weight_decay, adam_beta1, adam_beta2, adam_eps;
         double max_grad_norm; /* 0: no clipping */
         bt_precision precision;
@@ -193,7 +193,6 @@ void bt_run_config_key_default(size_t i, char *out, size_t cap);
  * (finite v). cJSON's printer may drop the last bit of a double; this one never does. */
 struct cJSON *bt_json_exact_number(double v);
 
-const char *bt_lr_schedule_name(bt_lr_schedule s);
 const char *bt_interval_name(bt_interval s);
 
 #endif
