@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: the test command of the README. On a fresh Debian 12 machine it installs the
-# dependencies, builds bt (release and ASan/UBSan), runs the default test suite, runs the
+# dependencies, builds bt (release and ASan/UBSan), runs the default test suite, runs the op,
+# reference and determinism suites again at each lower CPU ISA level, runs the
 # bad-input suite again under the sanitizers, and ends with 'N passed, N failed, N skipped'.
 # Exit status is non-zero on any failure.
 set -uo pipefail
@@ -14,6 +15,19 @@ ninja -C build >build-log.txt 2>&1 || { cat build-log.txt; echo "0 passed, 1 fai
 meson test -C build --no-suite slow --print-errorlogs --num-processes 2 || status=1
 
 logs=(build/meson-logs/testlog.json)
+# The op, reference and determinism suites again at each ISA level below this CPU's best
+# (bt's kernels, oneDNN and OpenBLAS capped together: tests/meson.build setups isa_*), so an
+# AVX-512 machine also tests the AVX2 and scalar paths (docs/determinism.md).
+levels=$(build/src/model/bt-forward --info | sed -n 's/^cpu isa levels supported: //p')
+for lv in $levels; do
+    [ "$lv" = "${levels##* }" ] && break # the best level: the default run above
+    if ! BT_CPU_ISA=$lv build/src/model/bt-forward --info | grep -qx "bt kernels isa: $lv .*"; then
+        echo "BT_CPU_ISA=$lv did not take effect"; status=1; continue
+    fi
+    meson test -C build --setup "isa_$lv" --suite op --suite reference --suite determinism \
+        --print-errorlogs --num-processes 2 || status=1
+    logs+=("build/meson-logs/testlog-isa_$lv.json")
+done
 # The malformed-input tests again under AddressSanitizer + UBSan (style.md 9).
 if [ "${BT_SKIP_SANITIZE:-0}" != 1 ]; then
     meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debug \

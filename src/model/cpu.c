@@ -48,9 +48,9 @@ int bt_isa_supported(bt_isa isa) {
     const int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                    __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c") &&
                    __builtin_cpu_supports("movbe");
-    const int v4 = v3 && __builtin_cpu_supports("avx512f") &&
-                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") &&
-                   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    const int v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx512vl");
     switch (isa) {
     case BT_ISA_AVX2:
         return v3;
@@ -78,7 +78,7 @@ bt_isa bt_isa_detected(void) {
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static bt_status isa_env_status = BT_OK;
 static char isa_env_message[512];
-static bt_isa isa_cap = BT_ISA_COUNT; /* none */
+static bt_isa isa_cap = BT_ISA_COUNT;  /* none */
 static const char *isa_dnnl_note = ""; /* how DNNL_MAX_CPU_ISA came to be */
 
 static void isa_init_once(void) {
@@ -86,9 +86,11 @@ static void isa_init_once(void) {
     if (!v || !*v) return;
     bt_isa cap;
     if (bt_isa_from_name(v, &cap) != BT_OK) {
-        isa_env_status = bt_fail(BT_ERR_ARG,
-                                 "environment variable BT_CPU_ISA='%s' is unknown; expected "
-                                 ISA_ALLOWED " (or unset: the best level the CPU runs)", v);
+        isa_env_status =
+            bt_fail(BT_ERR_ARG,
+                    "environment variable BT_CPU_ISA='%s' is unknown; expected " ISA_ALLOWED
+                    " (or unset: the best level the CPU runs)",
+                    v);
         snprintf(isa_env_message, sizeof isa_env_message, "%s", bt_error_message());
         return;
     }
@@ -145,18 +147,31 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     else
         fprintf(out, "best of this CPU; BT_CPU_ISA unset");
     fprintf(out, ")\n");
-    fprintf(out, "bt kernels: %s (BT_KERNELS=%s)\n", ops_kernels_name(), env_or("BT_KERNELS", "unset"));
+    fprintf(out, "bt kernels: %s (BT_KERNELS=%s)\n", ops_kernels_name(),
+            env_or("BT_KERNELS", "unset"));
     fprintf(out, "bf16 conversion: %s\n", ops_bf16_conversion_name());
     fprintf(out, "attention threads: %s\n", ops_attention_threads_name());
     const gemm_backend b = gemm_get_backend();
-    fprintf(out, "gemm backend: %s (BT_GEMM=%s)\n", gemm_backend_name(b), env_or("BT_GEMM", "unset"));
+    fprintf(out, "gemm backend: %s (BT_GEMM=%s)\n", gemm_backend_name(b),
+            env_or("BT_GEMM", "unset"));
     fprintf(out, "onednn isa: %s (DNNL_MAX_CPU_ISA=%s%s%s)\n", gemm_cpu_isa_name(),
             env_or("DNNL_MAX_CPU_ISA", "unset"), *isa_dnnl_note ? ", " : "", isa_dnnl_note);
     /* The routes of a typical Linear product, as the backend runs them. */
     static float a[256 * 256], c[256 * 256];
-    gemm_args g = {.m = 256, .n = 256, .k = 256, .a_type = BT_DTYPE_F32,
-                   .b_type = BT_DTYPE_F32, .a = a, .lda = 256, .b = a, .ldb = 256, .trans_b = 1,
-                   .c = c, .ldc = 256, .alpha = 1.0f, .compute = GEMM_COMPUTE_F32};
+    gemm_args g = {.m = 256,
+                   .n = 256,
+                   .k = 256,
+                   .a_type = BT_DTYPE_F32,
+                   .b_type = BT_DTYPE_F32,
+                   .a = a,
+                   .lda = 256,
+                   .b = a,
+                   .ldb = 256,
+                   .trans_b = 1,
+                   .c = c,
+                   .ldc = 256,
+                   .alpha = 1.0f,
+                   .compute = GEMM_COMPUTE_F32};
     const char *route_f32, *route_bf16;
     if (b == GEMM_BACKEND_ONEDNN) {
         route_f32 = gemm_onednn_impl_name(&g);
