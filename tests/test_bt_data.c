@@ -48,7 +48,7 @@ static void test_usage(void) {
              "unknown command: exit 2");
     tu_check(run(NULL, "check") == 2 && strstr(err_text, "--data"), "check without --data: exit 2");
     tu_check(run(NULL, "synth --out x --train lots") == 2 &&
-                 strstr(err_text, "'--train' needs a non-negative integer"),
+                 strstr(err_text, "--train: expected an integer in [0, 100000000], got 'lots'"),
              "non-numeric --train: exit 2");
     tu_check(run(NULL, "check --data") == 2 && strstr(err_text, "needs a value"),
              "option without value: exit 2");

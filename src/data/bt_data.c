@@ -49,7 +49,10 @@
 #include "data/sampler.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
+#include "args.h"
+#include "fileio.h"
 #include "json_util.h"
+#include "mem.h"
 #include "safetensors.h"
 
 enum { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_USAGE = 2 };
@@ -79,51 +82,57 @@ static int fail(void) {
     return EXIT_PROBLEMS;
 }
 
-/* Parses a non-negative integer option value; -1 on a malformed one. */
-static long long parse_count(const char *s) {
-    if (!s || !*s) return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*end || errno || v < 0) return -1;
-    return v;
+/* --model DIR must be a directory: said as such, before any of its files is looked for. */
+static bt_status check_model_dir(const char *dir) {
+    struct stat sb;
+    if (!dir[0]) return bt_fail(BT_ERR_ARG, "--model: the path is empty; expected a directory");
+    if (stat(dir, &sb) != 0)
+        return bt_fail(BT_ERR_IO, "--model %s: %s%s", dir, strerror(errno),
+                       errno == ENOENT ? " (expected a model directory)" : "");
+    if (!S_ISDIR(sb.st_mode))
+        return bt_fail(BT_ERR_IO, "--model %s: is %s; expected a model directory", dir,
+                       bt_file_type_name(sb.st_mode));
+    return BT_OK;
 }
 
 typedef struct args {
     const char *data, *model, *image_key, *caption_key, *image, *output, *out, *dtype;
-    long long max_length, train, val, test, seed, size, captions, batch_size, index;
+    long long max_length, train, val, test, size, captions, batch_size, index;
+    uint64_t seed;
     int pair, pad, mask, dct;
 } args;
 
-typedef enum { OPT_STR, OPT_NUM, OPT_FLAG } opt_kind;
+typedef enum { OPT_STR, OPT_NUM, OPT_U64, OPT_FLAG } opt_kind;
 
-/* Every option of every command: one table, one parser. */
+/* Every option of every command: one table, one parser (numbers: src/args.h, strict, in
+ * [lo, hi]; seeds: the full uint64 range, as the loader's cursor stores them). */
 static const struct opt_spec {
     const char *name;
     opt_kind kind;
     size_t offset;
+    long long lo, hi;
 } opt_specs[] = {
-    {"--data", OPT_STR, offsetof(args, data)},
-    {"--model", OPT_STR, offsetof(args, model)},
-    {"--image-key", OPT_STR, offsetof(args, image_key)},
-    {"--caption-key", OPT_STR, offsetof(args, caption_key)},
-    {"--image", OPT_STR, offsetof(args, image)},
-    {"--output", OPT_STR, offsetof(args, output)},
-    {"--out", OPT_STR, offsetof(args, out)},
-    {"--dtype", OPT_STR, offsetof(args, dtype)},
-    {"--max-length", OPT_NUM, offsetof(args, max_length)},
-    {"--train", OPT_NUM, offsetof(args, train)},
-    {"--val", OPT_NUM, offsetof(args, val)},
-    {"--test", OPT_NUM, offsetof(args, test)},
-    {"--seed", OPT_NUM, offsetof(args, seed)},
-    {"--size", OPT_NUM, offsetof(args, size)},
-    {"--captions", OPT_NUM, offsetof(args, captions)},
-    {"--batch-size", OPT_NUM, offsetof(args, batch_size)},
-    {"--index", OPT_NUM, offsetof(args, index)},
-    {"--pair", OPT_FLAG, offsetof(args, pair)},
-    {"--pad", OPT_FLAG, offsetof(args, pad)},
-    {"--mask", OPT_FLAG, offsetof(args, mask)},
-    {"--dct-scaling", OPT_FLAG, offsetof(args, dct)},
+    {"--data", OPT_STR, offsetof(args, data), 0, 0},
+    {"--model", OPT_STR, offsetof(args, model), 0, 0},
+    {"--image-key", OPT_STR, offsetof(args, image_key), 0, 0},
+    {"--caption-key", OPT_STR, offsetof(args, caption_key), 0, 0},
+    {"--image", OPT_STR, offsetof(args, image), 0, 0},
+    {"--output", OPT_STR, offsetof(args, output), 0, 0},
+    {"--out", OPT_STR, offsetof(args, out), 0, 0},
+    {"--dtype", OPT_STR, offsetof(args, dtype), 0, 0},
+    {"--max-length", OPT_NUM, offsetof(args, max_length), 2, 65536},
+    {"--train", OPT_NUM, offsetof(args, train), 0, 100000000},
+    {"--val", OPT_NUM, offsetof(args, val), 0, 100000000},
+    {"--test", OPT_NUM, offsetof(args, test), 0, 100000000},
+    {"--seed", OPT_U64, offsetof(args, seed), 0, 0},
+    {"--size", OPT_NUM, offsetof(args, size), 16, 4096},
+    {"--captions", OPT_NUM, offsetof(args, captions), 0, 100000000},
+    {"--batch-size", OPT_NUM, offsetof(args, batch_size), 1, 65536},
+    {"--index", OPT_NUM, offsetof(args, index), 0, INT64_MAX / 2},
+    {"--pair", OPT_FLAG, offsetof(args, pair), 0, 0},
+    {"--pad", OPT_FLAG, offsetof(args, pad), 0, 0},
+    {"--mask", OPT_FLAG, offsetof(args, mask), 0, 0},
+    {"--dct-scaling", OPT_FLAG, offsetof(args, dct), 0, 0},
 };
 
 /* Returns EXIT_OK or EXIT_USAGE. */
@@ -131,6 +140,7 @@ static int parse_args(args *a, int argc, char **argv) {
     memset(a, 0, sizeof *a);
     a->max_length = a->captions = a->batch_size = -1;
     a->train = 1000, a->val = 200, a->test = 200, a->seed = 0, a->size = 64;
+    a->index = -1;
     for (int i = 2; i < argc; i++) {
         const struct opt_spec *spec = NULL;
         for (size_t k = 0; k < sizeof opt_specs / sizeof opt_specs[0] && !spec; k++)
@@ -145,9 +155,17 @@ static int parse_args(args *a, int argc, char **argv) {
         const char *v = argv[++i];
         if (spec->kind == OPT_STR) {
             *(const char **)field = v;
-        } else if ((*(long long *)field = parse_count(v)) < 0) {
-            return usage("option '%s' needs a non-negative integer", spec->name);
+            continue;
         }
+        bt_status st;
+        if (spec->kind == OPT_U64) {
+            st = bt_parse_u64(spec->name, v, 0, UINT64_MAX, (uint64_t *)field);
+        } else {
+            int64_t x = 0;
+            st = bt_parse_i64(spec->name, v, spec->lo, spec->hi, &x);
+            *(long long *)field = x;
+        }
+        if (st != BT_OK) return usage("%s", bt_error_message());
     }
     return EXIT_OK;
 }
@@ -236,7 +254,8 @@ static int cmd_check(const args *a) {
 
     tokenizer tok;
     memset(&tok, 0, sizeof tok);
-    if (a->model && tokenizer_load(&tok, a->model) != BT_OK) return fail();
+    if (a->model && (check_model_dir(a->model) != BT_OK || tokenizer_load(&tok, a->model) != BT_OK))
+        return fail();
 
     manifest m;
     bt_status st = manifest_load(&m, a->data, &mo);
@@ -255,7 +274,18 @@ static int cmd_check(const args *a) {
     /* Decode each distinct image once, in path order (records sorted by image). */
     size_t *order = malloc(m.n * sizeof *order);
     int *widths = malloc(m.n * sizeof *widths), *heights = malloc(m.n * sizeof *heights);
-    BT_ASSERT(order && widths && heights);
+    int *chars = malloc(m.n * sizeof *chars), *tokens = malloc(m.n * sizeof *tokens);
+    if (!order || !widths || !heights || !chars || !tokens) {
+        fprintf(stderr, "bt-data: error: out of memory for %zu records\n", m.n);
+        free(order);
+        free(widths);
+        free(heights);
+        free(chars);
+        free(tokens);
+        manifest_free(&m);
+        tokenizer_free(&tok);
+        return EXIT_PROBLEMS;
+    }
     for (size_t i = 0; i < m.n; i++)
         order[i] = i;
     sort_m = &m;
@@ -290,8 +320,6 @@ static int cmd_check(const args *a) {
     print_distribution("image height (px)", heights, n_images, 0);
 
     /* Caption lengths: characters always, tokens (with <s> and </s>) given a tokenizer. */
-    int *chars = malloc(m.n * sizeof *chars), *tokens = malloc(m.n * sizeof *tokens);
-    BT_ASSERT(chars && tokens);
     size_t over = 0, with_choices = 0;
     for (size_t i = 0; i < m.n; i++) {
         const char *c = manifest_caption(&m, i);
@@ -356,7 +384,8 @@ static int cmd_tokenize(const args *a) {
     if (a->max_length >= 0 && a->max_length < (a->pair ? 4 : 2))
         return usage("--max-length must be at least %s", a->pair ? "4 with --pair" : "2");
     tokenizer tok;
-    if (tokenizer_load(&tok, a->model) != BT_OK) return fail();
+    if (check_model_dir(a->model) != BT_OK || tokenizer_load(&tok, a->model) != BT_OK)
+        return fail();
     char *line = NULL;
     size_t cap = 0, line_no = 0;
     ssize_t len;
@@ -391,10 +420,17 @@ static int cmd_tokenize(const args *a) {
         size_t max_len = a->max_length >= 0 ? (size_t)a->max_length : full;
         size_t need = max_len > full ? max_len : full;
         if (need > ids_cap) {
+            int32_t *ni = realloc(ids, need * sizeof *ids);
+            if (ni) ids = ni;
+            int32_t *nm = ni ? realloc(mask, need * sizeof *mask) : NULL;
+            if (nm) mask = nm;
+            if (!ni || !nm) {
+                fprintf(stderr, "bt-data: stdin:%zu: out of memory for %zu tokens\n", line_no,
+                        need);
+                status = EXIT_PROBLEMS;
+                break;
+            }
             ids_cap = need;
-            ids = realloc(ids, ids_cap * sizeof *ids);
-            mask = realloc(mask, ids_cap * sizeof *mask);
-            BT_ASSERT(ids && mask);
         }
         size_t out_n = 0;
         bt_status st = a->pair ? tokenizer_encode_pair(&tok, line, an, b, bn, max_len, 1, a->pad,
@@ -440,15 +476,24 @@ static int cmd_preprocess(const args *a) {
         return usage("preprocess needs --model DIR --image FILE --output OUT.safetensors%s", "");
     int bf16, usage_rc = parse_dtype(a, &bf16);
     if (usage_rc) return usage_rc;
+    /* The output is checked first: refused (a device, a FIFO, a directory) before any work. */
+    if (bt_check_output_file(a->output, "--output") != BT_OK) return fail();
+    if (check_model_dir(a->model) != BT_OK) return fail();
     char path[4096];
     snprintf(path, sizeof path, "%s/preprocessor_config.json", a->model);
     image_preprocess_config cfg;
     if (image_preprocess_config_from_json(&cfg, path) != BT_OK) return fail();
     cfg.use_dct_scaling = a->dct;
+    size_t R = (size_t)cfg.crop_size, numel = 3 * R * R;
+    char what[4300];
+    snprintf(what, sizeof what, "preprocessing one image with %s (shortest_edge %d, crop %d)",
+             path, cfg.shortest_edge, cfg.crop_size);
+    if (bt_mem_check(bt_add_sat(image_work_bytes(&cfg), numel * (bf16 ? 2 : 4)), what,
+                     "size.shortest_edge / crop_size in preprocessor_config.json") != BT_OK)
+        return fail();
     image_u8 im;
     memset(&im, 0, sizeof im);
     if (image_load_file(&im, a->image, &cfg) != BT_OK) return fail();
-    size_t R = (size_t)cfg.crop_size, numel = 3 * R * R;
     void *px = bt_alloc(numel * (bf16 ? 2 : 4));
     if (bf16)
         image_preprocess_bf16(px, &im, &cfg);
@@ -480,7 +525,7 @@ static int cmd_synth(const args *a) {
         for (long long i = 0; i < a->captions; i++) {
             synth_scene sc;
             char cap[SYNTH_CAPTION_MAX];
-            synth_scene_sample(&sc, (uint64_t)a->seed, SYNTH_SPLIT_TRAIN, i);
+            synth_scene_sample(&sc, a->seed, SYNTH_SPLIT_TRAIN, i);
             synth_scene_caption(&sc, cap, sizeof cap);
             puts(cap);
         }
@@ -490,12 +535,12 @@ static int cmd_synth(const args *a) {
     synth_options o = {
         .out_dir = a->out,
         .n = {a->train, a->val, a->test},
-        .seed = (uint64_t)a->seed,
-        .size = a->size > 4096 ? 4097 : (int)a->size,
+        .seed = a->seed,
+        .size = (int)a->size, /* --size is parsed in [16, 4096] */
     };
     if (synth_generate(&o) != BT_OK) return fail();
-    printf("%s: %lld train, %lld val, %lld test records, %lldx%lld px, seed %lld\n", a->out,
-           a->train, a->val, a->test, a->size, a->size, a->seed);
+    printf("%s: %lld train, %lld val, %lld test records, %lldx%lld px, seed %llu\n", a->out,
+           a->train, a->val, a->test, a->size, a->size, (unsigned long long)a->seed);
     return EXIT_OK;
 }
 
@@ -556,12 +601,10 @@ static int cmd_batch(const args *a) {
         return usage("batch needs --data MANIFEST --model DIR --batch-size N "
                      "--output OUT.safetensors%s",
                      "");
-    if (a->batch_size < 1 || a->batch_size > 65536)
-        return usage("--batch-size must be in [1, 65536]%s", "");
     int bf16, usage_rc = parse_dtype(a, &bf16);
     if (usage_rc) return usage_rc;
-    if (a->max_length >= 0 && (a->max_length < 2 || a->max_length > 65536))
-        return usage("--max-length must be in [2, 65536]%s", "");
+    if (bt_check_output_file(a->output, "--output") != BT_OK) return fail();
+    if (check_model_dir(a->model) != BT_OK) return fail();
 
     /* Text length and image size: the run's, checked against the model when it has a
      * config.json (bt-forward would refuse the batch later, less clearly). */
@@ -603,8 +646,10 @@ static int cmd_batch(const args *a) {
     if (a->caption_key) mo.caption_key = a->caption_key;
     manifest m;
     if (manifest_load(&m, a->data, &mo) != BT_OK) {
+        int rc = fail();
+        manifest_free(&m); /* manifest.h: released also on error */
         tokenizer_free(&tok);
-        return fail();
+        return rc;
     }
 
     /* The trainer's loader options for a single process; prefetch 1 so the one worker
@@ -636,7 +681,14 @@ static int cmd_batch(const args *a) {
         lo.start.epoch = K / nb;
         lo.start.position = (K % nb) * lo.batch_size;
         lo.max_epochs = lo.start.epoch + 1;
-        st = loader_init(&l, &m, &tok, &img, &lo);
+        /* The batch is also copied into int64 ids and mask for the file. */
+        char what[600];
+        snprintf(what, sizeof what, "bt-data batch (--batch-size %d, %d tokens, %dx%d images)",
+                 lo.batch_size, T, img.crop_size, img.crop_size);
+        st = bt_mem_check(bt_add_sat(loader_estimate_bytes(m.n, &img, &lo),
+                                     (uint64_t)lo.batch_size * ((uint64_t)T * 16 + 8)),
+                          what, "--batch-size (or --max-length, or the image size)");
+        if (st == BT_OK) st = loader_init(&l, &m, &tok, &img, &lo);
     }
     if (st == BT_OK) st = loader_next(l, &b);
     if (st == BT_OK && !b) st = bt_fail(BT_ERR_MISSING, "%s: no batch delivered", a->data);
@@ -653,7 +705,17 @@ static int cmd_batch(const args *a) {
     int64_t *ids64 = malloc((size_t)(B * T) * sizeof *ids64);
     int64_t *mask64 = malloc((size_t)(B * T) * sizeof *mask64);
     int64_t *labels = malloc((size_t)B * sizeof *labels);
-    BT_ASSERT(ids64 && mask64 && labels);
+    if (!ids64 || !mask64 || !labels) {
+        fprintf(stderr, "bt-data: error: out of memory copying a batch of %" PRId64 " rows\n", B);
+        free(ids64);
+        free(mask64);
+        free(labels);
+        loader_release(l, b);
+        loader_free(l);
+        manifest_free(&m);
+        tokenizer_free(&tok);
+        return EXIT_PROBLEMS;
+    }
     for (int64_t i = 0; i < B * T; i++) {
         ids64[i] = b->input_ids[i];
         mask64[i] = b->attention_mask[i];

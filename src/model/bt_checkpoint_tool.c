@@ -22,8 +22,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "args.h"
 #include "checkpoint.h"
 #include "cpu.h"
+#include "fileio.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -117,13 +119,10 @@ int main(int argc, char **argv) {
             }
             lo.heads = (unsigned)m;
         } else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (*end || !*v) {
-                fprintf(stderr, "bt-checkpoint: --seed '%s': expected a non-negative integer\n", v);
+            if (bt_parse_u64("--seed", v, 0, UINT64_MAX, &lo.init_seed) != BT_OK) {
+                fprintf(stderr, "bt-checkpoint: %s\n", bt_error_message());
                 return 2;
             }
-            lo.init_seed = s;
         } else if (strcmp(a, "--dtype") == 0) {
             if (strcmp(v, "f32") == 0 || strcmp(v, "fp32") == 0)
                 so.dtype = BT_DTYPE_F32;
@@ -148,6 +147,15 @@ int main(int argc, char **argv) {
     if (init && lo.unknown_keys_are_errors) {
         fprintf(stderr, "bt-checkpoint: --strict checks a weights file; --init reads none\n");
         return 2;
+    }
+
+    /* --save is checked before loading: a file or a device where the directory goes is
+     * refused at once. */
+    struct stat save_sb;
+    if (save && (!save[0] || (stat(save, &save_sb) == 0 && !S_ISDIR(save_sb.st_mode))) &&
+        bt_check_output_dir(save, "--save directory", 0) != BT_OK) {
+        fprintf(stderr, "bt-checkpoint: error: %s\n", bt_error_message());
+        return 1;
     }
 
     bt_checkpoint_weights w;

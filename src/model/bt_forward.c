@@ -36,8 +36,12 @@
 #include <omp.h>
 #endif
 
+#include "args.h"
 #include "checkpoint.h"
 #include "cpu.h"
+#include "fileio.h"
+#include "finite.h"
+#include "mem.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -116,15 +120,9 @@ static int parse_args(fwd_args *a, int argc, char **argv) {
                 fprintf(stderr, "bt-forward: --precision '%s': expected fp32 or bf16\n", v);
                 return 0;
             }
-        } else {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || !*v || n < 1 || n > 4096) {
-                fprintf(stderr, "bt-forward: --threads '%s': expected an integer in [1, 4096]\n",
-                        v);
-                return 0;
-            }
-            a->threads = (int)n;
+        } else if (bt_parse_int("--threads", v, 1, 4096, &a->threads) != BT_OK) {
+            fprintf(stderr, "bt-forward: %s\n", bt_error_message());
+            return 0;
         }
     }
     if (!a->model || !a->inputs || !a->output) {
@@ -210,7 +208,10 @@ static bt_status read_inputs(fwd_inputs *in, const char *path, const bt_model_co
         goto done;
     }
     in->ids = malloc(n * sizeof *in->ids);
-    BT_ASSERT(in->ids);
+    if (!in->ids) {
+        s = bt_fail(BT_ERR_NOMEM, "%s: out of memory for input_ids (%zu ids)", path, n);
+        goto done;
+    }
     s = safetensors_read_i32(&f, t_ids, in->ids, n);
     for (size_t i = 0; s == BT_OK && i < n; i++)
         if (in->ids[i] < 0 || in->ids[i] >= c->vocab_size)
@@ -226,8 +227,8 @@ static bt_status read_inputs(fwd_inputs *in, const char *path, const bt_model_co
         s = check_shape(path, t_mask, 2, want, "(B, T) like input_ids");
         if (s == BT_OK) {
             in->mask = malloc(n * sizeof *in->mask);
-            BT_ASSERT(in->mask);
-            s = safetensors_read_i32(&f, t_mask, in->mask, n);
+            s = in->mask ? safetensors_read_i32(&f, t_mask, in->mask, n)
+                         : bt_fail(BT_ERR_NOMEM, "%s: out of memory for attention_mask", path);
         }
         for (size_t i = 0; s == BT_OK && i < n; i++)
             if (in->mask[i] != 0 && in->mask[i] != 1)
@@ -245,8 +246,15 @@ static bt_status read_inputs(fwd_inputs *in, const char *path, const bt_model_co
         if (s != BT_OK) goto done;
         size_t np = t_px->numel;
         in->pixels = malloc(np * sizeof *in->pixels);
-        BT_ASSERT(in->pixels);
+        if (!in->pixels) {
+            s = bt_fail(BT_ERR_NOMEM, "%s: out of memory for pixel_values (%zu values)", path, np);
+            goto done;
+        }
         s = safetensors_read_f32(&f, t_px, in->pixels, np);
+        if (s == BT_OK) {
+            long long shp[4] = {t_px->shape[0], t_px->shape[1], t_px->shape[2], t_px->shape[3]};
+            s = bt_check_finite(in->pixels, np, path, "pixel_values", 4, shp, "pixel values");
+        }
         if (s != BT_OK) goto done;
     }
 
@@ -259,8 +267,8 @@ static bt_status read_inputs(fwd_inputs *in, const char *path, const bt_model_co
         if (s != BT_OK) goto done;
         size_t nl = head == HEAD_ITM ? B : n;
         in->labels = malloc(nl * sizeof *in->labels);
-        BT_ASSERT(in->labels);
-        s = safetensors_read_i32(&f, t_lab, in->labels, nl);
+        s = in->labels ? safetensors_read_i32(&f, t_lab, in->labels, nl)
+                       : bt_fail(BT_ERR_NOMEM, "%s: out of memory for labels", path);
         for (size_t i = 0; s == BT_OK && i < nl; i++) {
             int32_t v = in->labels[i];
             int ok = v == -100 ||
@@ -273,6 +281,15 @@ static bt_status read_inputs(fwd_inputs *in, const char *path, const bt_model_co
                                                "vocab_size");
         }
         if (s != BT_OK) goto done;
+        size_t ignored = 0;
+        for (size_t i = 0; i < nl; i++)
+            ignored += in->labels[i] == -100;
+        if (ignored == nl)
+            fprintf(stderr,
+                    "bt-forward: warning: %s: every label is -100 (ignored): the loss of no "
+                    "element is reported as 0 here, where Hugging Face's mean over zero "
+                    "elements gives nan (docs/guarantees.md)\n",
+                    path);
     } else if (t_lab && head == HEAD_NONE) {
         fprintf(stderr, "bt-forward: notice: %s: 'labels' ignored (no --head)\n", path);
     }
@@ -362,12 +379,30 @@ int main(int argc, char **argv) {
     static const unsigned head_mask[] = {BT_HEADS_NONE, BT_HEADS_ITC, BT_HEADS_ITM, BT_HEADS_MLM};
     const unsigned heads = head_mask[a.head];
 
-    /* model */
-    bt_checkpoint ck;
-    bt_status s = bt_checkpoint_open(&ck, a.model);
+    /* The output is checked before any work: a device, FIFO or directory is refused. */
+    bt_status s = bt_check_output_file(a.output, "--output");
     if (s != BT_OK) {
         fprintf(stderr, "bt-forward: error: %s\n", bt_error_message());
         return FWD_ERROR;
+    }
+    /* model */
+    bt_checkpoint ck;
+    s = bt_checkpoint_open(&ck, a.model);
+    if (s != BT_OK) {
+        fprintf(stderr, "bt-forward: error: %s\n", bt_error_message());
+        return FWD_ERROR;
+    }
+    { /* weights + gradients (+ the bf16 shadow) before bt_model_init allocates them */
+        bt_param_table pt;
+        bt_param_table_init(&pt, &ck.cfg, heads);
+        s = bt_param_table_check_memory(&pt, a.precision == BT_PRECISION_BF16 ? 3 : 2,
+                                        ck.config_path);
+        bt_param_table_free(&pt);
+        if (s != BT_OK) {
+            fprintf(stderr, "bt-forward: error: %s\n", bt_error_message());
+            bt_checkpoint_close(&ck);
+            return FWD_ERROR;
+        }
     }
     bt_model m;
     bt_model_init(&m, &ck.cfg, heads, a.precision);
@@ -441,7 +476,7 @@ int main(int argc, char **argv) {
         break;
     case HEAD_ITC:
         itc_logits = malloc((size_t)(B * 3 * (size_t)C) * sizeof *itc_logits);
-        BT_ASSERT(itc_logits);
+        BT_ASSERT(itc_logits); /* B * 3 * C floats, far below the activations just allocated */
         for (size_t b = 0; b < B; b++) {
             memcpy(itc_logits + (b * 3 + 0) * (size_t)C, ac->itc_t + b * (size_t)C,
                    (size_t)C * sizeof(float));
@@ -512,6 +547,13 @@ int main(int argc, char **argv) {
     int rc = 0;
     if (s != BT_OK) {
         fprintf(stderr, "bt-forward: error: %s\n", bt_error_message());
+        rc = FWD_ERROR;
+    } else if (has_loss && !isfinite(loss)) {
+        /* finite.h: inputs and weights were finite, so this is the computation's doing. */
+        fprintf(stderr,
+                "bt-forward: error: the loss is %s (inputs and weights are finite); outputs "
+                "written to %s for inspection\n",
+                isnan(loss) ? "nan" : "inf", a.output);
         rc = FWD_ERROR;
     } else if (has_loss) {
         printf("bt-forward: wrote %s: %zu tensors, loss %.9g\n", a.output, n_out, (double)loss);

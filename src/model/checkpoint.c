@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "fileio.h"
+#include "finite.h"
 #include "json_util.h"
 #include "mem.h"
 
@@ -339,6 +340,13 @@ bt_status bt_checkpoint_read(const bt_checkpoint *ck, const bt_param_table *t, f
             continue;
         }
         s = safetensors_read_f32(f, st, arena + x->offset, x->numel);
+        if (s == BT_OK) {
+            long long shp[SAFETENSORS_MAX_DIMS];
+            for (int k = 0; k < st->ndim; k++)
+                shp[k] = st->shape[k];
+            s = bt_check_finite(arena + x->offset, x->numel, path, st->name, st->ndim, shp,
+                                "weights (finite.h)");
+        }
         if (s == BT_OK) r->n_loaded++;
     }
 
