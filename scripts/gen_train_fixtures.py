@@ -186,13 +186,163 @@ def gen_losses():
              out["itc_local.loss"], out["itm.loss"], out["mlm.loss"]))
 
 
+# ----------------------------------------------------------------------------------------------
+# Whole-step parity (tests/test_step_parity.c)
+
+STEP = dict(steps=5, accum=2, micro_B=3, T=12, lr=5e-4, betas=(0.9, 0.98), eps=1e-6, wd=0.01, clip=1.0,
+            warmup=2, lr_mult_cross=5.0, lr_mult_heads=5.0, w_itc=1.0, w_itm=0.7, w_mlm=0.5)
+SEED_STEP = 31337
+MASK_ID = 98   # the tiny vocabulary's last id stands in for <mask> (as in gen_model_fixtures.py)
+
+
+def no_decay(key):
+    """The HF Trainer rule as the parameter table states it (see gen_model_fixtures.py)."""
+    return key.endswith("bias") or any(s in key for s in ("LayerNorm", "layernorm", "ln_", "norm"))
+
+
+def lr_mult(key):
+    """Original recipe: heads x lr_mult_heads, other keys containing "cross_modal" x lr_mult_cross."""
+    if not key.startswith("bridgetower."):
+        return STEP["lr_mult_heads"]
+    return STEP["lr_mult_cross"] if "cross_modal" in key else 1.0
+
+
+def hf_linear_lambda(step, warmup, total):
+    """transformers get_linear_schedule_with_warmup's lr_lambda."""
+    if step < warmup:
+        return float(step) / float(max(1, warmup))
+    return max(0.0, float(total - step) / float(max(1, total - warmup)))
+
+
+def make_micro(cfg, g):
+    """One micro-batch: B captions of random lengths (bos ... eos, pads), pixels, fixed negatives
+    (any other row), fixed MLM masks (~30% of the real tokens, mask / random / keep)."""
+    B, T, V = STEP["micro_B"], STEP["T"], cfg.text.vocab_size
+    pad, bos, eos = cfg.text.pad_token_id, cfg.text.bos_token_id, cfg.text.eos_token_id
+    ids = torch.full((B, T), pad, dtype=torch.long)
+    for b in range(B):
+        n = int(torch.randint(5, T + 1, (1,), generator=g))
+        ids[b, 0] = bos
+        ids[b, 1:n - 1] = torch.randint(3, MASK_ID, (n - 2,), generator=g)
+        ids[b, n - 1] = eos
+    mask = (ids != pad).long()
+    mlm_ids = ids.clone()
+    labels = torch.full((B, T), -100, dtype=torch.long)
+    for b in range(B):
+        for t in range(T):
+            if ids[b, t] in (pad, bos, eos) or float(torch.rand(1, generator=g)) >= 0.3:
+                continue
+            labels[b, t] = ids[b, t]
+            u = float(torch.rand(1, generator=g))
+            if u < 0.8:
+                mlm_ids[b, t] = MASK_ID
+            elif u < 0.9:
+                mlm_ids[b, t] = int(torch.randint(0, V, (1,), generator=g))
+    if (labels != -100).sum() == 0:   # at least one target
+        labels[0, 1] = ids[0, 1]
+        mlm_ids[0, 1] = MASK_ID
+    neg_image = torch.tensor([(b + 1 + int(torch.randint(0, B - 1, (1,), generator=g))) % B for b in range(B)])
+    neg_text = torch.tensor([(b + 1 + int(torch.randint(0, B - 1, (1,), generator=g))) % B for b in range(B)])
+    pixels = torch.randn(B, 3, cfg.vision.image_size, cfg.vision.image_size, generator=g)
+    return dict(input_ids=ids, attention_mask=mask, pixel_values=pixels, mlm_input_ids=mlm_ids,
+                mlm_labels=labels, neg_image=neg_image, neg_text=neg_text)
+
+
+def micro_losses(model, mb):
+    """The three terms of one micro-batch, as the C step computes them from its phases:
+    ITC on the positives, ITM on [positives, (b, neg_image[b]), (neg_text[b], b)] with labels
+    1, 0, 0, MLM on the masked captions paired with their images."""
+    ids, am, pix = mb["input_ids"], mb["attention_mask"], mb["pixel_values"].to(F64)
+    ni, nt = mb["neg_image"], mb["neg_text"]
+    pos = model(ids, am, pix, itc_loss=False)
+    itc = itc_hf(pos["itc_text_embeds"], pos["itc_image_embeds"], pos["itc_cross_embeds"], model.logit_scale)
+    B = ids.shape[0]
+    all_ids = torch.cat([ids, ids, ids[nt]])
+    all_am = torch.cat([am, am, am[nt]])
+    all_pix = torch.cat([pix, pix[ni], pix])
+    itm_logits = model(all_ids, all_am, all_pix, itc_loss=False)["itm_logits"]
+    itm = itm_loss(itm_logits, torch.tensor([1] * B + [0] * (2 * B)))
+    mout = model(mb["mlm_input_ids"], am, pix, itc_loss=False)
+    V = mout["mlm_logits"].shape[-1]
+    mlm = mlm_loss(mout["mlm_logits"].reshape(-1, V), mb["mlm_labels"].reshape(-1))
+    return itc, itm, mlm
+
+
+def gen_step():
+    cfg = bt.load_config(os.path.join(FIX, "tiny"))
+    model = bt.BridgeTowerTwin(cfg, heads=bt.HEADS_ALL)
+    bt.load_weights(model, st.load_file(os.path.join(FIX, "tiny", "model.safetensors")))
+    model = model.to(F64).eval()
+    g = torch.Generator().manual_seed(SEED_STEP)
+    n_micro = STEP["steps"] * STEP["accum"]
+    micros = [make_micro(cfg, g) for _ in range(n_micro)]
+
+    named = list(model.named_parameters())
+    groups = {}
+    for k, p in named:
+        key = (lr_mult(k), not no_decay(k))
+        groups.setdefault(key, []).append(p)
+    param_groups = [{"params": ps, "lr": STEP["lr"] * mult, "weight_decay": STEP["wd"] if dec else 0.0}
+                    for (mult, dec), ps in sorted(groups.items())]
+    opt = torch.optim.AdamW(param_groups, lr=STEP["lr"], betas=STEP["betas"], eps=STEP["eps"])
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: hf_linear_lambda(s, STEP["warmup"], STEP["steps"]))
+    params = [p for _, p in named]
+    w = (STEP["w_itc"], STEP["w_itm"], STEP["w_mlm"])
+    rec = {k: [] for k in ("loss", "loss_itc", "loss_itm", "loss_mlm", "grad_norm", "lr")}
+    for step in range(STEP["steps"]):
+        opt.zero_grad(set_to_none=True)
+        terms = [0.0, 0.0, 0.0]
+        rec["lr"].append(STEP["lr"] * hf_linear_lambda(step, STEP["warmup"], STEP["steps"]))
+        for k in range(STEP["accum"]):
+            itc, itm, mlm = micro_losses(model, micros[step * STEP["accum"] + k])
+            total = w[0] * itc + w[1] * itm + w[2] * mlm
+            (total / STEP["accum"]).backward()   # HF Trainer: loss / gradient_accumulation_steps
+            for i, x in enumerate((itc, itm, mlm)):
+                terms[i] += x.item() / STEP["accum"]
+        for p in params:   # parameters without a gradient (text pooler) still decay, as in C
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        rec["grad_norm"].append(float(torch.nn.utils.clip_grad_norm_(params, STEP["clip"])))
+        rec["loss_itc"].append(terms[0])
+        rec["loss_itm"].append(terms[1])
+        rec["loss_mlm"].append(terms[2])
+        rec["loss"].append(w[0] * terms[0] + w[1] * terms[1] + w[2] * terms[2])
+        opt.step()
+        sched.step()
+    out = {}
+    for i, mb in enumerate(micros):
+        for k, v in mb.items():
+            out["micro.%d.%s" % (i, k)] = v.to(torch.float32) if v.is_floating_point() else v
+    for k, v in rec.items():
+        out["step." + k] = torch.tensor(v, dtype=torch.float32)
+    for k, p in named:
+        out["final." + k] = p.detach().to(torch.float32)
+    meta = {"generator": "scripts/gen_train_fixtures.py step (twin: scripts/bt_reference.py)",
+            "torch_version": torch.__version__, "seed": str(SEED_STEP),
+            "step": json.dumps(STEP),
+            "recipe": "per step: zero grads; per micro-batch: (w_itc*ITC + w_itm*ITM + w_mlm*MLM) / accum "
+                      "backward (ITC HF on the positives, ITM on positives + fixed negatives, MLM on the "
+                      "fixed masks); zero grads for unused parameters; clip_grad_norm_(all, clip); "
+                      "torch.optim.AdamW with one group per (lr multiplier, decay); LambdaLR with HF's "
+                      "linear warmup lambda; float64 from the F32 weights, stored rounded to F32",
+            "lr_mult_rule": "head keys (no bridgetower. prefix) x lr_mult_heads; other keys containing "
+                            "cross_modal x lr_mult_cross; else 1",
+            "no_decay_rule": "key ends with bias or contains LayerNorm, layernorm, ln_, norm"}
+    path = os.path.join(OUT, "step.safetensors")
+    st.save_file(out, path, meta)
+    print("wrote %s (%d bytes)" % (os.path.relpath(path, ROOT), os.path.getsize(path)))
+    for k in ("loss", "loss_itc", "loss_itm", "loss_mlm", "grad_norm", "lr"):
+        print("  %-9s %s" % (k, " ".join("%.6g" % x for x in rec[k])))
+
+
 def main(argv):
     torch.set_num_threads(1)
     what = argv[1] if len(argv) > 1 else "all"
     if what in ("losses", "all"):
         gen_losses()
-    if what in ("step", "all") and "gen_step" in globals():
-        globals()["gen_step"]()
+    if what in ("step", "all"):
+        gen_step()
     return 0
 
 

@@ -311,8 +311,7 @@ static void test_sampler(bt_loss_ws *ws) {
 
 static void test_masker(void) {
     enum { B = 2000, T = 64, V = 1000, MASK = 999 };
-    const int32_t special[] = {0, 1, 2, 3, MASK};
-    const bt_mlm_spec spec = {0.15, MASK, V, special, 5};
+    const bt_mlm_spec spec = {0.15, MASK, V, {0, 1, 2, 3, MASK}, 5};
     int32_t *ids = malloc(B * T * sizeof *ids), *am = malloc(B * T * sizeof *am);
     int32_t *out = malloc(B * T * sizeof *out), *lab = malloc(B * T * sizeof *lab);
     int32_t *out2 = malloc(B * T * sizeof *out2), *lab2 = malloc(B * T * sizeof *lab2);

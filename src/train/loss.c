@@ -175,6 +175,11 @@ float bt_itc_loss(const bt_itc_args *a, bt_loss_ws *ws) {
     return (float)(loss / (3.0 * (double)a->n_total));
 }
 
+void bt_itc_scores(float *out, const float *rows, const float *cols, size_t n_rows,
+                   size_t n_cols, size_t C, float logit_scale) {
+    scores_forward(out, rows, cols, n_rows, n_cols, C, expf(logit_scale));
+}
+
 /* --- ITM / MLM ------------------------------------------------------------------------- */
 
 float bt_itm_loss(float *d_logits, const float *logits, const int32_t *labels, size_t P,
@@ -278,7 +283,8 @@ bt_status bt_itm_sample_negatives(int32_t *neg_image, int32_t *neg_text, const f
 size_t bt_mlm_mask(int32_t *out_ids, int32_t *labels, const int32_t *ids,
                    const int32_t *attention_mask, size_t B, size_t T, const uint64_t *row_keys,
                    uint64_t seed, const bt_mlm_spec *spec) {
-    BT_ASSERT(spec->vocab_size > 0 && spec->mask_id >= 0 && spec->mask_id < spec->vocab_size);
+    BT_ASSERT(spec->vocab_size > 0 && spec->mask_id >= 0 && spec->mask_id < spec->vocab_size &&
+              spec->n_special <= 8);
     size_t selected = 0;
     for (size_t b = 0; b < B; b++) {
         bt_rng r;

@@ -98,6 +98,11 @@ typedef struct bt_itc_args {
 /* Returns this caller's share of the ITC loss (the loss itself on one process). */
 float bt_itc_loss(const bt_itc_args *a, bt_loss_ws *ws);
 
+/* out (n_rows, n_cols) = exp(logit_scale) · rows · colsᵀ (A above without a loss: the
+ * hard-negative sampler's input). */
+void bt_itc_scores(float *out, const float *rows, const float *cols, size_t n_rows,
+                   size_t n_cols, size_t C, float logit_scale);
+
 /* --- ITM / MLM ------------------------------------------------------------------------- */
 /* Mean CE over P pairs, labels (P) in {0, 1}; d_logits (P, 2) += weight · dloss. */
 float bt_itm_loss(float *d_logits, const float *logits, const int32_t *labels, size_t P,
@@ -123,8 +128,8 @@ typedef struct bt_mlm_spec {
     double probability;        /* 0.15 */
     int32_t mask_id;           /* <mask> */
     int32_t vocab_size;        /* random replacements are uniform in [0, vocab_size) */
-    const int32_t *special;    /* ids never selected (<s> <pad> </s> <unk> <mask>) */
-    size_t n_special;
+    int32_t special[8];        /* ids never selected (<s> <pad> </s> <unk> <mask>) */
+    size_t n_special;          /* <= 8 */
 } bt_mlm_spec;
 
 /* out_ids (B, T) = masked copy of ids, labels (B, T) = original id at selected positions,

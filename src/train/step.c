@@ -1,0 +1,385 @@
+/* step.c: the one training step (see step.h for the sequence and the contracts).
+ *
+ * Deliberately not here: the losses' math (loss.c), the optimizer's (optim.c), the model's
+ * phases (src/model), logging. */
+#include "step.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rng.h"
+
+/* stream tags mixed into the run seed, one per random stream of the step */
+enum {
+    STREAM_NEGATIVES = 0x4e4547, /* "NEG" */
+    STREAM_MLM = 0x4d4c4d,       /* "MLM" */
+};
+/* text rows of the masked MLM copies carry record | 2^63 as their dropout key */
+#define MLM_KEY_BIT (UINT64_C(1) << 63)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* seed of one stream for (run seed, step, micro-batch) */
+static uint64_t stream_seed(uint64_t seed, uint64_t tag, int64_t step, size_t micro) {
+    return bt_mix64(seed ^ bt_mix64(tag ^ bt_mix64((uint64_t)step ^ bt_mix64((uint64_t)micro))));
+}
+
+/* content hash of n bytes (8-byte words, then the tail), for duplicate keys */
+static uint64_t hash_bytes(const void *data, size_t n) {
+    const unsigned char *p = data;
+    uint64_t h = bt_mix64(n ^ UINT64_C(0x6a09e667f3bcc908));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = bt_mix64(h ^ w);
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, p + i, n - i);
+    return bt_mix64(h ^ tail);
+}
+
+bt_step_config bt_step_config_default(void) {
+    bt_step_config c;
+    memset(&c, 0, sizeof c);
+    c.w_itc = c.w_itm = c.w_mlm = 1.0f;
+    c.itm_hard_negatives = 1;
+    c.mlm.probability = 0.15;
+    c.adamw = (bt_adamw_hparams){.lr = 0.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                 .weight_decay = 0.01};
+    c.groups = bt_optim_groups_default();
+    c.max_grad_norm = 1.0;
+    c.nan_policy = BT_NAN_SKIP;
+    c.dropout = 1;
+    return c;
+}
+
+bt_status bt_trainer_init(bt_trainer *tr, bt_model *m, const bt_step_config *cfg) {
+    memset(tr, 0, sizeof *tr);
+    const float w[3] = {cfg->w_itc, cfg->w_itm, cfg->w_mlm};
+    const char *wname[3] = {"itc", "itm", "mlm"};
+    const unsigned head[3] = {BT_HEADS_ITC, BT_HEADS_ITM, BT_HEADS_MLM};
+    int any = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!(w[i] >= 0.0f) || !isfinite(w[i]))
+            return bt_fail(BT_ERR_CONFIG, "loss weight %s = %g: expected a finite value >= 0",
+                           wname[i], (double)w[i]);
+        if (w[i] > 0.0f && !(m->heads & head[i]))
+            return bt_fail(BT_ERR_CONFIG, "loss weight %s = %g but the model has no %s head",
+                           wname[i], (double)w[i], wname[i]);
+        any |= w[i] > 0.0f;
+    }
+    if (!any) return bt_fail(BT_ERR_CONFIG, "every loss weight is 0: nothing to train");
+    if (cfg->w_mlm > 0.0f) {
+        const bt_mlm_spec *s = &cfg->mlm;
+        if (!(s->probability > 0.0 && s->probability < 1.0))
+            return bt_fail(BT_ERR_CONFIG, "MLM probability %g: expected a value in (0, 1)",
+                           s->probability);
+        if (s->vocab_size != m->cfg.vocab_size || s->mask_id < 0 ||
+            s->mask_id >= s->vocab_size)
+            return bt_fail(BT_ERR_CONFIG, "MLM mask id %d / vocab size %d: expected a mask id "
+                           "inside the model's vocabulary of %d", s->mask_id, s->vocab_size,
+                           m->cfg.vocab_size);
+    }
+    if (cfg->schedule.total_steps < 1)
+        return bt_fail(BT_ERR_CONFIG, "the step config has no schedule (total steps %lld)",
+                       (long long)cfg->schedule.total_steps);
+    const bt_adamw_hparams *h = &cfg->adamw;
+    if (!(h->beta1 >= 0 && h->beta1 < 1) || !(h->beta2 >= 0 && h->beta2 < 1) || !(h->eps > 0) ||
+        !(h->weight_decay >= 0))
+        return bt_fail(BT_ERR_CONFIG, "AdamW betas (%g, %g) must be in [0, 1), eps %g > 0, "
+                       "weight decay %g >= 0", h->beta1, h->beta2, h->eps, h->weight_decay);
+    if (!(cfg->groups.lr_mult_cross >= 0) || !(cfg->groups.lr_mult_heads >= 0))
+        return bt_fail(BT_ERR_CONFIG, "learning-rate multipliers (cross %g, heads %g) must be "
+                       ">= 0", cfg->groups.lr_mult_cross, cfg->groups.lr_mult_heads);
+    tr->model = m;
+    tr->cfg = *cfg;
+    bt_adamw_init_groups(&tr->opt, &m->table, &cfg->groups);
+    return BT_OK;
+}
+
+static void free_scratch(bt_trainer *tr) {
+    free(tr->ids);
+    free(tr->mask);
+    free(tr->mlm_labels);
+    free(tr->text_keys);
+    free(tr->image_keys);
+    free(tr->dup_image);
+    free(tr->dup_caption);
+    free(tr->neg_image);
+    free(tr->neg_text);
+    free(tr->itm_labels);
+    free(tr->pairs);
+    free(tr->sims);
+}
+
+void bt_trainer_free(bt_trainer *tr) {
+    free_scratch(tr);
+    bt_adamw_free(&tr->opt);
+    bt_loss_ws_free(&tr->ws);
+    memset(tr, 0, sizeof *tr);
+}
+
+#define ALLOC_N(p, n) \
+    do { (p) = calloc((size_t)(n) + 1, sizeof *(p)); BT_ASSERT(p); } while (0)
+
+/* Grows the scratch (and the model's phase arenas) to hold micro-batches of B x T. */
+static bt_status reserve(bt_trainer *tr, size_t B, size_t T) {
+    if (B <= tr->cap_B && T <= tr->cap_T) return BT_OK;
+    const size_t nB = B > tr->cap_B ? B : tr->cap_B, nT = T > tr->cap_T ? T : tr->cap_T;
+    free_scratch(tr);
+    ALLOC_N(tr->ids, 2 * nB * nT);
+    ALLOC_N(tr->mask, 2 * nB * nT);
+    ALLOC_N(tr->mlm_labels, nB * nT);
+    ALLOC_N(tr->text_keys, 2 * nB);
+    ALLOC_N(tr->image_keys, nB);
+    ALLOC_N(tr->dup_image, nB);
+    ALLOC_N(tr->dup_caption, nB);
+    ALLOC_N(tr->neg_image, nB);
+    ALLOC_N(tr->neg_text, nB);
+    ALLOC_N(tr->itm_labels, 3 * nB);
+    ALLOC_N(tr->pairs, 4 * nB);
+    ALLOC_N(tr->sims, nB * nB);
+    tr->cap_B = nB;
+    tr->cap_T = nT;
+    const bt_step_config *c = &tr->cfg;
+    const int mlm = c->w_mlm > 0.0f, itm = c->w_itm > 0.0f;
+    const size_t Bt = mlm ? 2 * nB : nB;
+    const size_t P = (c->w_itc > 0.0f || itm ? nB : 0) + (itm ? 2 * nB : 0) + (mlm ? nB : 0);
+    return bt_model_reserve_phases(tr->model, Bt, nB, P, mlm ? nB : 0, nT);
+}
+
+static bt_status check_batch(const bt_step_batch *b, size_t k, const bt_step_config *c) {
+    if (b->B == 0 || b->T == 0)
+        return bt_fail(BT_ERR_ARG, "micro-batch %zu: empty (B = %zu, T = %zu)", k, b->B, b->T);
+    if (!b->input_ids || !b->pixel_values)
+        return bt_fail(BT_ERR_ARG, "micro-batch %zu: %s is NULL", k,
+                       b->input_ids ? "pixel_values" : "input_ids");
+    if (c->w_itm > 0.0f && b->B < 2 && !(b->neg_image && b->neg_text))
+        return bt_fail(BT_ERR_ARG, "micro-batch %zu: ITM hard negatives need at least 2 pairs, "
+                       "got %zu (drop the last partial batch or set the ITM weight to 0)",
+                       k, b->B);
+    if ((b->mlm_input_ids == NULL) != (b->mlm_labels == NULL) ||
+        (b->neg_image == NULL) != (b->neg_text == NULL))
+        return bt_fail(BT_ERR_ARG, "micro-batch %zu: test hooks come in pairs (mlm_input_ids "
+                       "with mlm_labels, neg_image with neg_text)", k);
+    for (size_t i = 0; b->neg_image && i < b->B; i++)
+        if (b->neg_image[i] < 0 || (size_t)b->neg_image[i] >= b->B || b->neg_text[i] < 0 ||
+            (size_t)b->neg_text[i] >= b->B)
+            return bt_fail(BT_ERR_ARG, "micro-batch %zu: fixed negative of row %zu out of "
+                           "range [0, %zu)", k, i, b->B);
+    return BT_OK;
+}
+
+typedef struct micro_losses {
+    double itc, itm, mlm;
+    size_t mlm_tokens, fallbacks;
+} micro_losses;
+
+/* Forward, losses and backward of one micro-batch; gradients scaled by 1/n_micro. Returns
+ * BT_ERR_NUMERIC (message set, nothing accumulated past the losses) on a non-finite loss. */
+static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, size_t n_micro,
+                           micro_losses *out, bt_step_result *res) {
+    bt_model *m = tr->model;
+    const bt_step_config *c = &tr->cfg;
+    const size_t B = b->B, T = b->T, C = (size_t)m->cfg.contrastive_hidden;
+    const int do_itc = c->w_itc > 0.0f, do_itm = c->w_itm > 0.0f, do_mlm = c->w_mlm > 0.0f;
+    const float inv_n = 1.0f / (float)n_micro;
+    memset(out, 0, sizeof *out);
+    double t0 = now_s();
+
+    /* keys: dropout / mask keys from the record, duplicate keys given or hashed */
+    for (size_t i = 0; i < B; i++) {
+        const uint64_t rec = b->record ? (uint64_t)b->record[i] : (uint64_t)i;
+        tr->image_keys[i] = rec;
+        tr->text_keys[i] = rec;
+        tr->text_keys[B + i] = rec | MLM_KEY_BIT;
+    }
+    const int need_dups = (do_itc && c->itc_duplicate_aware) || (do_itm && !b->neg_image);
+    if (need_dups) {
+        const size_t R = (size_t)m->cfg.image_size, npix = 3 * R * R;
+        for (size_t i = 0; i < B; i++) {
+            tr->dup_image[i] = b->image_key ? b->image_key[i]
+                                            : hash_bytes(b->pixel_values + i * npix,
+                                                         npix * sizeof(float));
+            tr->dup_caption[i] = b->caption_key ? b->caption_key[i]
+                                                : hash_bytes(b->input_ids + i * T,
+                                                             T * sizeof(int32_t));
+        }
+    }
+
+    /* texts: the captions, then (MLM) their masked copies */
+    size_t Bt = B;
+    memcpy(tr->ids, b->input_ids, B * T * sizeof *tr->ids);
+    for (size_t i = 0; i < B * T; i++) tr->mask[i] = b->attention_mask ? b->attention_mask[i] : 1;
+    if (do_mlm) {
+        if (b->mlm_input_ids) {
+            memcpy(tr->ids + B * T, b->mlm_input_ids, B * T * sizeof *tr->ids);
+            memcpy(tr->mlm_labels, b->mlm_labels, B * T * sizeof *tr->mlm_labels);
+        } else {
+            bt_mlm_mask(tr->ids + B * T, tr->mlm_labels, b->input_ids, tr->mask, B, T,
+                        tr->image_keys /* = the records */,
+                        stream_seed(c->seed, STREAM_MLM, tr->step, 0), &c->mlm);
+        }
+        memcpy(tr->mask + B * T, tr->mask, B * T * sizeof *tr->mask);
+        Bt = 2 * B;
+    }
+    bt_text_input ti = {.B = Bt, .T = T, .input_ids = tr->ids, .attention_mask = tr->mask,
+                        .sample_keys = tr->text_keys};
+    bt_image_input ii = {.B = B, .pixel_values = b->pixel_values, .sample_keys = tr->image_keys};
+    bt_status st = bt_towers_forward(m, &ti, &ii);
+    if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
+    double t1 = now_s();
+    res->t_towers_fwd += t1 - t0;
+
+    /* negatives from the ITC text -> image similarities (no gradient) */
+    if (do_itm) {
+        if (b->neg_image) {
+            memcpy(tr->neg_image, b->neg_image, B * sizeof *tr->neg_image);
+            memcpy(tr->neg_text, b->neg_text, B * sizeof *tr->neg_text);
+        } else {
+            const int hard = c->itm_hard_negatives && (m->heads & BT_HEADS_ITC);
+            if (hard)
+                bt_itc_scores(tr->sims, m->itc_text, m->itc_image, B, B, C, *m->p.logit_scale);
+            st = bt_itm_sample_negatives(tr->neg_image, tr->neg_text, hard ? tr->sims : NULL,
+                                         tr->dup_image, tr->dup_caption, B,
+                                         stream_seed(c->seed, STREAM_NEGATIVES, tr->step, k),
+                                         &out->fallbacks, &tr->ws);
+            if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
+        }
+    }
+    /* pairs: [positives][negative images][negative texts][MLM] */
+    size_t P = 0;
+    const size_t pos0 = P;
+    if (do_itc || do_itm)
+        for (size_t i = 0; i < B; i++) tr->pairs[P++] = (bt_pair){(int32_t)i, (int32_t)i, 0};
+    if (do_itm) {
+        for (size_t i = 0; i < B; i++) tr->pairs[P++] = (bt_pair){(int32_t)i, tr->neg_image[i], 0};
+        for (size_t i = 0; i < B; i++) tr->pairs[P++] = (bt_pair){tr->neg_text[i], (int32_t)i, 0};
+        for (size_t i = 0; i < 3 * B; i++) tr->itm_labels[i] = i < B;
+    }
+    if (do_mlm)
+        for (size_t i = 0; i < B; i++)
+            tr->pairs[P++] = (bt_pair){(int32_t)(B + i), (int32_t)i, 1};
+    st = bt_cross_forward_pairs(m, tr->pairs, P);
+    if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
+    double t2 = now_s();
+    res->t_cross_fwd += t2 - t1;
+
+    /* losses: fused forward + backward into the d_* slots */
+    if (do_itc) {
+        bt_itc_args a = {.n_rows = B, .n_cols = B, .row_offset = 0, .n_total = B, .C = C,
+                         .text_rows = m->itc_text, .image_rows = m->itc_image,
+                         .image_cols = m->itc_image, .cross_cols = m->itc_cross + pos0 * C,
+                         .logit_scale = *m->p.logit_scale,
+                         .image_key = c->itc_duplicate_aware ? tr->dup_image : NULL,
+                         .caption_key = c->itc_duplicate_aware ? tr->dup_caption : NULL,
+                         .weight = c->w_itc * inv_n,
+                         .d_text_rows = m->d_itc_text, .d_image_rows = m->d_itc_image,
+                         .d_image_cols = m->d_itc_image, .d_cross_cols = m->d_itc_cross + pos0 * C,
+                         .d_logit_scale = m->g.logit_scale};
+        out->itc = bt_itc_loss(&a, &tr->ws);
+    }
+    if (do_itm)
+        out->itm = bt_itm_loss(m->d_itm_logits + pos0 * 2, m->itm_logits_out + pos0 * 2,
+                               tr->itm_labels, 3 * B, c->w_itm * inv_n, &tr->ws);
+    if (do_mlm)
+        out->mlm = bt_mlm_loss(m->d_mlm_logits, m->mlm_logits_out, tr->mlm_labels, B * T,
+                               (size_t)m->cfg.vocab_size, c->w_mlm * inv_n, &out->mlm_tokens,
+                               &tr->ws);
+    double t3 = now_s();
+    res->t_losses += t3 - t2;
+    const double terms[3] = {out->itc, out->itm, out->mlm};
+    const char *names[3] = {"itc", "itm", "mlm"};
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(terms[i]))
+            return bt_fail(BT_ERR_NUMERIC, "loss_%s is %s in micro-batch %zu", names[i],
+                           isnan(terms[i]) ? "NaN" : "Inf", k);
+
+    bt_cross_backward_pairs(m);
+    bt_towers_backward(m);
+    res->t_backward += now_s() - t3;
+    return BT_OK;
+}
+
+bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_micro,
+                        bt_step_result *res) {
+    bt_model *m = tr->model;
+    const bt_step_config *c = &tr->cfg;
+    const double t_start = now_s();
+    memset(res, 0, sizeof *res);
+    res->step = tr->step;
+    res->grad_norm = NAN;
+    res->clip_coef = 1.0f;
+    res->lr = bt_schedule_lr(&c->schedule, (int64_t)tr->opt.t);
+    if (n_micro == 0) return bt_fail(BT_ERR_ARG, "step %lld: no micro-batch", (long long)tr->step);
+    for (size_t k = 0; k < n_micro; k++) {
+        bt_status st = check_batch(&micro[k], k, c);
+        if (st != BT_OK) return bt_fail_context(st, "step %lld", (long long)tr->step);
+    }
+    for (size_t k = 0; k < n_micro; k++) {
+        bt_status st = reserve(tr, micro[k].B, micro[k].T);
+        if (st != BT_OK) return st;
+    }
+    bt_model_set_dropout(m, c->dropout, c->seed, (uint64_t)tr->step);
+    bt_zero_grad(m);
+
+    bt_status st = BT_OK;
+    double sum[3] = {0, 0, 0};
+    for (size_t k = 0; k < n_micro && st == BT_OK; k++) {
+        micro_losses ml;
+        st = run_micro(tr, &micro[k], k, n_micro, &ml, res);
+        sum[0] += ml.itc;
+        sum[1] += ml.itm;
+        sum[2] += ml.mlm;
+        res->mlm_tokens += ml.mlm_tokens;
+        res->itm_fallbacks += ml.fallbacks;
+        res->samples += micro[k].B;
+    }
+    const double inv = 1.0 / (double)n_micro;
+    res->loss_itc = sum[0] * inv;
+    res->loss_itm = sum[1] * inv;
+    res->loss_mlm = sum[2] * inv;
+    res->loss = (c->w_itc * sum[0] + c->w_itm * sum[1] + c->w_mlm * sum[2]) * inv;
+
+    const double t_opt = now_s();
+    if (st == BT_OK) {
+        res->grad_norm = bt_adamw_grad_norm(&tr->opt, m->grads);
+        if (!isfinite(res->grad_norm))
+            st = bt_fail(BT_ERR_NUMERIC, "the gradient norm is %s (a non-finite gradient)",
+                         isnan(res->grad_norm) ? "NaN" : "Inf");
+    }
+    if (st == BT_ERR_NUMERIC) {
+        snprintf(res->nonfinite, sizeof res->nonfinite, "%s", bt_error_message());
+        res->skipped = 1;
+        tr->n_skipped++;
+        const int64_t s = tr->step++;
+        bt_zero_grad(m);
+        res->t_total = now_s() - t_start;
+        if (c->nan_policy == BT_NAN_STOP)
+            return bt_fail(BT_ERR_NUMERIC, "step %lld: %s; stopping (nan_policy stop; the "
+                           "weights are those before this step)", (long long)s, res->nonfinite);
+        bt_error_clear();
+        return BT_OK;
+    }
+    if (st != BT_OK) {
+        res->t_total = now_s() - t_start;
+        return bt_fail_context(st, "step %lld", (long long)tr->step);
+    }
+    res->clip_coef = bt_clip_coef(res->grad_norm, (float)c->max_grad_norm);
+    bt_adamw_hparams h = c->adamw;
+    h.lr = res->lr;
+    bt_adamw_step(&tr->opt, m->params, m->grads, res->clip_coef, &h, m->params_bf16);
+    tr->step++;
+    const double t_end = now_s();
+    res->t_optimizer = t_end - t_opt;
+    res->t_total = t_end - t_start;
+    return BT_OK;
+}

@@ -1,0 +1,148 @@
+/* step.h: THE training step of bt. bt-train, the tests and the benchmarks all call
+ * bt_train_step; nothing else writes its own step.
+ *
+ * One call = one optimizer step over n_micro micro-batches (gradient accumulation):
+ *   zero the parameter gradients; for each micro-batch k:
+ *     keys      image / caption keys per row (given, or hashes of the pixels / token ids) for
+ *               duplicate-aware ITC targets and for excluding duplicates from the negatives
+ *     MLM       (w_mlm > 0) a masked copy of the captions (loss.h's 15% recipe, seeded by
+ *               (seed, step) and each row's record key), appended as text rows B..2B-1
+ *     towers    bt_towers_forward on Bt = B (or 2B) texts and B images
+ *     negatives (w_itm > 0) one negative image per text and one negative text per image,
+ *               sampled ∝ exp(s·t·iᵀ) from the ITC similarities (uniform without an ITC
+ *               head), seeded by (seed, step, k); no gradient
+ *     cross     bt_cross_forward_pairs on [B positives (b, b)] [B (b, neg_image[b])]
+ *               [B (neg_text[b], b)] [B MLM pairs (B+b, b)], the blocks present as needed
+ *     losses    ITC on the positives (HF, or duplicate-aware), ITM over the 3B pairs with
+ *               labels 1 then 0, MLM over the masked copies; each term's gradient scaled by
+ *               its weight / n_micro (HF Trainer: every micro-batch loss / accumulation steps)
+ *     backward  bt_cross_backward_pairs, bt_towers_backward (accumulating into m->grads)
+ *   then the global grad norm over the trained parameters, the NaN/Inf policy, the clip
+ *   coefficient, and the fused AdamW step (optim.h) with lr = schedule(opt.t) and the
+ *   per-group multipliers, frozen towers untouched.
+ *
+ * Reported loss = Σ_k Σ_term w·term_k / n_micro (what HF logs); each term is the mean of the
+ * micro-batches' values.
+ *
+ * Schedule position: the count of updates applied (opt.t), as HF's LambdaLR, which is not
+ * stepped when an update is skipped. tr->step counts calls (applied or skipped) and keys
+ * the random streams (negatives, masks, dropout).
+ *
+ * NaN/Inf: a non-finite loss (checked after each micro-batch's losses, before its backward)
+ * or a non-finite gradient norm (any non-finite gradient element) is
+ *   BT_NAN_SKIP: no update, gradients zeroed, result.skipped = 1 and result.nonfinite says
+ *                what was found; BT_OK (the caller logs it);
+ *   BT_NAN_STOP: BT_ERR_NUMERIC with "step N: ..." naming the term or the gradient; the
+ *                weights and moments are those before the step.
+ *
+ * Memory: the trainer owns every buffer the step needs; they are sized on the first call (and
+ * grow only when a later batch is larger), so a steady-state step allocates nothing.
+ *
+ * Deliberately not here: the data loader (the caller fills bt_step_batch from a loader
+ * batch), logging and checkpoints (the caller reads bt_step_result and bt_trainer), MPI
+ * (src/dist will all-reduce the gradients between backward and the grad norm, and gather
+ * the ITC embeddings through loss.h's local-rows shape). */
+#ifndef BT_TRAIN_STEP_H
+#define BT_TRAIN_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loss.h"
+#include "model.h"
+#include "optim.h"
+#include "schedule.h"
+#include "status.h"
+
+typedef enum {
+    BT_NAN_SKIP, /* skip the update, report it */
+    BT_NAN_STOP, /* return BT_ERR_NUMERIC with the step number */
+} bt_nan_policy;
+
+typedef struct bt_step_config {
+    /* loss weights; 0 turns a term off (its head must be built when > 0) */
+    float w_itc, w_itm, w_mlm;
+    int itc_duplicate_aware;   /* soft ITC targets over pairs sharing an image or caption */
+    int itm_hard_negatives;    /* 1: ∝ exp(ITC sims) (needs the ITC head); 0: uniform */
+    bt_mlm_spec mlm;           /* probability, <mask>, vocab size, special ids */
+    /* optimizer */
+    bt_adamw_hparams adamw;    /* lr is ignored: the schedule gives it */
+    bt_schedule schedule;      /* base lr, total steps, warmup */
+    bt_optim_groups groups;    /* lr multipliers, frozen towers */
+    double max_grad_norm;      /* <= 0: no clipping */
+    bt_nan_policy nan_policy;
+    /* randomness */
+    uint64_t seed;             /* run seed: negatives, masks, dropout */
+    int dropout;               /* 1: training-mode dropout (HF p from the model config) */
+} bt_step_config;
+
+/* HF / original-recipe defaults: weights 1/1/1 (ITC HF targets, hard negatives), MLM 0.15,
+ * betas (0.9, 0.999), eps 1e-8, wd 0.01, clip 1.0, NaN skip, dropout on; multipliers 1; the
+ * caller still sets mlm (ids from the tokenizer), schedule and seed. */
+bt_step_config bt_step_config_default(void);
+
+/* One micro-batch, as the trainer fills it from a loader batch (data/loader.h). */
+typedef struct bt_step_batch {
+    size_t B, T;
+    const int32_t *input_ids;      /* (B, T) */
+    const int32_t *attention_mask; /* (B, T) 0/1, NULL = all ones */
+    const float *pixel_values;     /* (B, 3, R, R) fp32 */
+    const int64_t *record;         /* (B) dataset record index: keys of dropout and MLM masks
+                                      (NULL: the row index) */
+    const uint64_t *image_key;     /* (B) duplicate keys (e.g. hash of the image path);
+                                      NULL: a hash of the pixel values */
+    const uint64_t *caption_key;   /* (B) NULL: a hash of the token ids */
+    /* test hooks (NULL in training): fixed masking and fixed negatives */
+    const int32_t *mlm_input_ids;  /* (B, T) masked captions */
+    const int32_t *mlm_labels;     /* (B, T) ids or -100 */
+    const int32_t *neg_image;      /* (B) negative image for text b */
+    const int32_t *neg_text;       /* (B) negative text for image b */
+} bt_step_batch;
+
+typedef struct bt_step_result {
+    int64_t step;                  /* index of this step (tr->step before the call) */
+    double loss;                   /* Σ w·term, mean over micro-batches */
+    double loss_itc, loss_itm, loss_mlm; /* unweighted terms, mean over micro-batches */
+    double lr;                     /* base lr of this step (multipliers apply on top) */
+    double grad_norm;              /* global norm before clipping (NaN when skipped early) */
+    float clip_coef;
+    int skipped;                   /* 1: no update (non-finite loss or gradient) */
+    char nonfinite[96];            /* what was non-finite, "" otherwise */
+    size_t mlm_tokens;             /* masked positions over the micro-batches */
+    size_t itm_fallbacks;          /* negatives drawn uniformly (all-duplicate rows) */
+    size_t samples;                /* Σ B */
+    /* seconds, summed over micro-batches */
+    double t_towers_fwd, t_cross_fwd, t_losses, t_backward, t_optimizer, t_total;
+} bt_step_result;
+
+typedef struct bt_trainer {
+    bt_model *model;               /* not owned */
+    bt_step_config cfg;
+    bt_adamw opt;                  /* moments and opt.t (= schedule position) */
+    int64_t step;                  /* steps called (applied or skipped) */
+    int64_t n_skipped;
+    bt_loss_ws ws;
+    /* scratch sized by the largest micro-batch seen (grow-only) */
+    size_t cap_B, cap_T;
+    int32_t *ids, *mask, *mlm_labels;      /* (2B, T), (2B, T), (B, T) */
+    uint64_t *text_keys, *image_keys;      /* (2B), (B) dropout keys */
+    uint64_t *dup_image, *dup_caption;     /* (B) duplicate keys */
+    int32_t *neg_image, *neg_text;         /* (B) */
+    int32_t *itm_labels;                   /* (3B) */
+    bt_pair *pairs;                        /* (4B) */
+    float *sims;                           /* (B, B) */
+} bt_trainer;
+
+/* Checks the config against the model (heads for nonzero weights, positive accumulation is
+ * the caller's, mask id inside the vocabulary, a schedule set) and builds the optimizer.
+ * Errors: BT_ERR_CONFIG naming the field. */
+bt_status bt_trainer_init(bt_trainer *tr, bt_model *m, const bt_step_config *cfg);
+void bt_trainer_free(bt_trainer *tr);
+
+/* One optimizer step over micro[0..n_micro). Errors: a bad batch (BT_ERR_ARG naming the
+ * micro-batch and field), the model's input errors, BT_ERR_NUMERIC under BT_NAN_STOP.
+ * *res is filled in every case (as far as the step got). */
+bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_micro,
+                        bt_step_result *res);
+
+#endif
