@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """export_newyorker.py: exports the Hugging Face `jmhessel/newyorker_caption_contest` dataset
-(config `matching`) to JPEG files + JSON Lines manifests that bt reads.
+(config `matching`) to JPEG files + JSON Lines manifests that bt reads (docs/newyorker.md).
 
 For users who have the `datasets` library and the dataset in their HF cache (or network
 access to the Hub); bt itself never needs Python. Usage:
@@ -9,26 +9,173 @@ access to the Hub); bt itself never needs Python. Usage:
             [--splits train validation test] [--quality 95]
 
 Writes, per split, OUT/<split>.jsonl with one record per example:
-    {"id": "<instance_id>", "image": "images/<contest_number>.jpg",
+    {"id": "<instance_id>", "image": "images/<contest_number>.jpg", "contest_number": N,
      "image_description": "...", "caption_choices": [5 strings], "label": 0..4}
 and OUT/images/<contest_number>.jpg once per cartoon (the set repeats ~700 cartoons over
 thousands of records, so images are deduplicated by contest number). `label` is the index
-of the correct choice (the dataset's letter label "A".."E" mapped to 0..4). Records whose
-image cannot be saved are reported and skipped; the script exits non-zero if any were.
+of the correct choice (the dataset's letter "A".."E" mapped to 0..4). bt trains on
+`image_description` (--caption-key image_description / data.caption_key).
+
+The conversion (convert_rows / export_split) takes any iterable of rows shaped like the
+dataset's `matching` config, so it is tested without `datasets`
+(tests/test_export_newyorker.py). The `image` of a row may be
+  - a dict {"bytes": b"...", "path": ...} (what `datasets` yields with decode=False and what
+    its parquet files hold), or the bytes themselves: JPEG bytes are written unchanged (no
+    re-encoding, no Pillow needed); other formats are converted with Pillow when present;
+  - a decoded PIL image (what `datasets` yields by default): converted to RGB and saved as
+    JPEG at --quality.
+Bad rows (missing column, a label outside A..E, not exactly 5 choices, an image that cannot
+be saved) are reported as "<split> record <i> (<instance_id>): <problem>" and skipped; the
+script exits 1 when any were. Manifests are written to a temporary name and renamed.
 """
 import argparse
+import io
 import json
 import os
 import sys
 
+N_CHOICES = 5
+JPEG_MAGIC = b"\xff\xd8\xff"
 
-def letter_to_index(label):
+
+def letter_to_index(label, n_choices=N_CHOICES):
+    """'A'..'E' (any case, surrounding spaces allowed) or an int 0..4 -> 0..4."""
+    if isinstance(label, bool):
+        raise ValueError(f"label {label!r} is not one of A..E")
     if isinstance(label, int):
-        return label
-    label = str(label).strip().upper()
-    if len(label) == 1 and "A" <= label <= "E":
-        return ord(label) - ord("A")
-    raise ValueError(f"label {label!r} is not one of A..E")
+        index = label
+    else:
+        text = str(label).strip().upper()
+        if len(text) != 1 or not "A" <= text <= "Z":
+            raise ValueError(f"label {label!r} is not one of A..E")
+        index = ord(text) - ord("A")
+    if not 0 <= index < n_choices:
+        raise ValueError(f"label {label!r} is not one of A..{chr(ord('A') + n_choices - 1)}")
+    return index
+
+
+def _write_atomic(path, data):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _reencode_with_pillow(data, path, quality):
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ValueError(
+            f"image is not a JPEG (starts with {data[:8]!r}) and Pillow is not installed to "
+            "convert it (pip install pillow)") from None
+    try:
+        img = Image.open(io.BytesIO(data))
+        buf = io.BytesIO()
+        img.convert("RGB").save(buf, "JPEG", quality=quality)
+    except Exception as e:  # Pillow raises several types for undecodable data
+        raise ValueError(f"image cannot be decoded: {e}") from None
+    _write_atomic(path, buf.getvalue())
+
+
+def save_image(image, path, quality):
+    """Writes one row's image to path as JPEG (see the module docstring for the forms)."""
+    if isinstance(image, dict):
+        data = image.get("bytes")
+        if data is None and image.get("path"):
+            with open(image["path"], "rb") as f:
+                data = f.read()
+        if data is None:
+            raise ValueError("image dict has neither 'bytes' nor a readable 'path'")
+    elif isinstance(image, (bytes, bytearray)):
+        data = bytes(image)
+    elif hasattr(image, "convert") and hasattr(image, "save"):
+        buf = io.BytesIO()
+        image.convert("RGB").save(buf, "JPEG", quality=quality)
+        _write_atomic(path, buf.getvalue())
+        return
+    else:
+        raise ValueError(f"image of type {type(image).__name__} is not bytes, a dict with "
+                         "'bytes' or a PIL image")
+    if not data:
+        raise ValueError("image is empty (0 bytes)")
+    if data[:3] == JPEG_MAGIC:
+        _write_atomic(path, data)
+    else:
+        _reencode_with_pillow(data, path, quality)
+
+
+def convert_row(row, index, split, out_dir, quality, saved):
+    """One dataset row -> one manifest record (a dict). `saved` is the set of contest numbers
+    whose image exists in out_dir/images. Raises ValueError / KeyError / OSError on a bad row."""
+    for key in ("image", "contest_number", "image_description"):
+        if key not in row or row[key] is None:
+            raise KeyError(f"column '{key}' is missing")
+    contest = row["contest_number"]
+    if isinstance(contest, bool) or not isinstance(contest, int) or contest < 0:
+        raise ValueError(f"contest_number {contest!r} is not a non-negative integer")
+    description = row["image_description"]
+    if not isinstance(description, str) or not description.strip():
+        raise ValueError("image_description is not a non-empty string")
+    rel = f"images/{contest}.jpg"
+    record = {
+        "id": row.get("instance_id") or f"{split}-{index}",
+        "image": rel,
+        "contest_number": contest,
+        "image_description": description,
+    }
+    choices = row.get("caption_choices")
+    if choices is not None:
+        if (not isinstance(choices, (list, tuple)) or len(choices) != N_CHOICES
+                or not all(isinstance(c, str) for c in choices)):
+            raise ValueError(f"caption_choices is not a list of {N_CHOICES} strings "
+                             f"(got {type(choices).__name__}"
+                             f"{' of ' + str(len(choices)) if isinstance(choices, (list, tuple)) else ''})")
+        record["caption_choices"] = list(choices)
+        if row.get("label") is not None:
+            record["label"] = letter_to_index(row["label"])
+    elif row.get("label") is not None:
+        raise ValueError("label without caption_choices")
+    if contest not in saved:
+        path = os.path.join(out_dir, rel)
+        if not os.path.exists(path):
+            save_image(row["image"], path, quality)
+        saved.add(contest)
+    return record
+
+
+def convert_rows(rows, out_dir, split, quality=95, log=sys.stderr, saved=None):
+    """Converts an iterable of `matching`-config rows. Writes the images under
+    out_dir/images and returns (records, n_failed); each bad row is reported on `log`."""
+    os.makedirs(os.path.join(out_dir, "images"), exist_ok=True)
+    saved = set() if saved is None else saved
+    records, failed = [], 0
+    for i, row in enumerate(rows):
+        try:
+            records.append(convert_row(row, i, split, out_dir, quality, saved))
+        except (OSError, KeyError, ValueError) as e:
+            name = row.get("instance_id") if isinstance(row, dict) else None
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+            print(f"{split} record {i}{f' ({name})' if name else ''}: skipped: {msg}", file=log)
+            failed += 1
+    return records, failed
+
+
+def write_manifest(path, records):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def export_split(rows, out_dir, split, quality=95, log=sys.stderr, saved=None):
+    """convert_rows + OUT/<split>.jsonl. Returns (records written, rows failed)."""
+    records, failed = convert_rows(rows, out_dir, split, quality, log, saved)
+    manifest = os.path.join(out_dir, f"{split}.jsonl")
+    write_manifest(manifest, records)
+    print(f"{manifest}: {len(records)} records"
+          f"{f', {failed} skipped' if failed else ''}", file=log)
+    return len(records), failed
 
 
 def main():
@@ -36,7 +183,8 @@ def main():
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--config", default="matching", help="dataset config (default: matching)")
     ap.add_argument("--splits", nargs="+", default=["train", "validation", "test"])
-    ap.add_argument("--quality", type=int, default=95, help="JPEG quality of exported images")
+    ap.add_argument("--quality", type=int, default=95,
+                    help="JPEG quality of images that must be re-encoded")
     args = ap.parse_args()
 
     try:
@@ -44,36 +192,12 @@ def main():
     except ImportError:
         sys.exit("export_newyorker.py needs the `datasets` library (pip install datasets)")
 
-    os.makedirs(os.path.join(args.out, "images"), exist_ok=True)
     failures = 0
+    saved = set()
     for split in args.splits:
         ds = load_dataset("jmhessel/newyorker_caption_contest", args.config, split=split)
-        manifest = os.path.join(args.out, f"{split}.jsonl")
-        tmp = manifest + ".tmp"
-        written = 0
-        with open(tmp, "w", encoding="utf-8") as f:
-            for i, ex in enumerate(ds):
-                rel = f"images/{ex['contest_number']}.jpg"
-                path = os.path.join(args.out, rel)
-                try:
-                    if not os.path.exists(path):
-                        ex["image"].convert("RGB").save(path, "JPEG", quality=args.quality)
-                    record = {
-                        "id": ex.get("instance_id", f"{split}-{i}"),
-                        "image": rel,
-                        "image_description": ex["image_description"],
-                    }
-                    if "caption_choices" in ex and ex["caption_choices"] is not None:
-                        record["caption_choices"] = list(ex["caption_choices"])
-                        record["label"] = letter_to_index(ex["label"])
-                except (OSError, KeyError, ValueError) as e:
-                    print(f"{split} record {i}: skipped: {e}", file=sys.stderr)
-                    failures += 1
-                    continue
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                written += 1
-        os.replace(tmp, manifest)
-        print(f"{manifest}: {written} records")
+        _, failed = export_split(ds, args.out, split, args.quality, sys.stdout, saved)
+        failures += failed
     sys.exit(1 if failures else 0)
 
 
