@@ -1,0 +1,461 @@
+/* report.c: report.html from metrics.jsonl and summary.json (see report.h).
+ *
+ * Chart geometry (SVG user units = CSS pixels): a 900 x 320 canvas, the plot area
+ * [PLOT_X0, PLOT_X1] x [PLOT_Y0, PLOT_Y1], the legend in a column right of the plot (never
+ * over a curve). Axis ranges are widened to "nice" tick steps (1, 2 or 5 times a power of
+ * ten, about 5 ticks), so the first and last tick sit on the plot's edges.
+ *
+ * Deliberately not here: reading TensorBoard files (metrics.jsonl holds the same values),
+ * any layout engine: every coordinate is computed here. */
+#include "report.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "json_util.h"
+#include "log.h"
+
+enum { SVG_W = 900, SVG_H = 320 };
+#define PLOT_X0 76.0
+#define PLOT_X1 700.0
+#define PLOT_Y0 36.0
+#define PLOT_Y1 270.0
+#define LEGEND_X 716.0
+
+/* --- a growing string ------------------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_vprintf(sbuf *b, const char *fmt, va_list ap) {
+    if (b->oom) return;
+    for (;;) {
+        va_list aq;
+        va_copy(aq, ap);
+        size_t room = b->cap - b->n;
+        int k = vsnprintf(b->s ? b->s + b->n : NULL, room, fmt, aq);
+        va_end(aq);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if ((size_t)k < room) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 65536;
+        while (cap < b->n + (size_t)k + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+/* Text with &, <, >, " escaped. */
+static void sb_text(sbuf *b, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': sb_printf(b, "&amp;"); break;
+        case '<': sb_printf(b, "&lt;"); break;
+        case '>': sb_printf(b, "&gt;"); break;
+        case '"': sb_printf(b, "&quot;"); break;
+        default: sb_printf(b, "%c", *s);
+        }
+    }
+}
+
+/* --- series ---------------------------------------------------------------------------- */
+
+typedef struct series {
+    const char *tag;   /* TensorBoard tag, the path's data-series */
+    const char *label; /* legend */
+    const char *type;  /* record type: "train" or "eval" */
+    const char *key;   /* metrics.jsonl key */
+    double *x, *y;
+    size_t n;
+} series;
+
+/* One color per series of the report (report.h): distinct enough that a screenshot test
+ * can tell each curve by its exact color. */
+static const char *const palette[] = {
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    "#bcbd22", "#000080", "#800000", "#008080", "#808000", "#ff00ff", "#00c000", "#6b4400",
+};
+enum { N_PALETTE = sizeof palette / sizeof palette[0] };
+
+typedef struct chart_def {
+    const char *title, *y_label;
+    int percent; /* y is a fraction shown as percent on a fixed [0, 100%] axis */
+    series s[8];
+    int n;
+} chart_def;
+
+static const chart_def chart_defs[] = {
+    {"Training loss", "loss", 0,
+     {{"train/loss", "loss (weighted total)", "train", "loss", NULL, NULL, 0},
+      {"train/loss_itc", "ITC", "train", "loss_itc", NULL, NULL, 0},
+      {"train/loss_itm", "ITM", "train", "loss_itm", NULL, NULL, 0},
+      {"train/loss_mlm", "MLM", "train", "loss_mlm", NULL, NULL, 0},
+      {"eval/loss", "eval loss", "eval", "loss", NULL, NULL, 0}},
+     5},
+    {"Retrieval and matching (validation)", "percent", 1,
+     {{"eval/i2t_recall@1", "image→text R@1", "eval", "i2t_r1", NULL, NULL, 0},
+      {"eval/i2t_recall@5", "image→text R@5", "eval", "i2t_r5", NULL, NULL, 0},
+      {"eval/i2t_recall@10", "image→text R@10", "eval", "i2t_r10", NULL, NULL, 0},
+      {"eval/t2i_recall@1", "text→image R@1", "eval", "t2i_r1", NULL, NULL, 0},
+      {"eval/t2i_recall@5", "text→image R@5", "eval", "t2i_r5", NULL, NULL, 0},
+      {"eval/t2i_recall@10", "text→image R@10", "eval", "t2i_r10", NULL, NULL, 0},
+      {"eval/accuracy_5way", "5-way accuracy", "eval", "accuracy_5way", NULL, NULL, 0}},
+     7},
+    {"Learning rate", "learning rate", 0,
+     {{"train/learning_rate", "learning rate", "train", "lr", NULL, NULL, 0}}, 1},
+    {"Gradient norm (before clipping)", "L2 norm", 0,
+     {{"train/grad_norm", "grad norm", "train", "grad_norm", NULL, NULL, 0}}, 1},
+    {"Throughput", "samples/s", 0,
+     {{"train/samples_per_second", "samples/s", "train", "samples_per_s", NULL, NULL, 0}}, 1},
+};
+enum { N_CHARTS = sizeof chart_defs / sizeof chart_defs[0] };
+
+/* --- reading ------------------------------------------------------------------------- */
+
+static void free_series(chart_def *charts) {
+    for (int c = 0; c < N_CHARTS; c++)
+        for (int k = 0; k < charts[c].n; k++) {
+            series *s = &charts[c].s[k];
+            free(s->x);
+            free(s->y);
+            s->x = s->y = NULL;
+            s->n = 0;
+        }
+}
+
+/* Appends the record's values to every series of its type. */
+static int add_record(chart_def *charts, const cJSON *rec, const char *type, double step, size_t max_n) {
+    for (int c = 0; c < N_CHARTS; c++)
+        for (int k = 0; k < charts[c].n; k++) {
+            series *s = &charts[c].s[k];
+            if (strcmp(s->type, type) != 0) continue;
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, s->key);
+            if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) continue;
+            if (!s->x) {
+                s->x = malloc(max_n * sizeof *s->x);
+                s->y = malloc(max_n * sizeof *s->y);
+                if (!s->x || !s->y) return -1;
+            }
+            s->x[s->n] = step;
+            s->y[s->n] = v->valuedouble;
+            s->n++;
+        }
+    return 0;
+}
+
+static bt_status read_metrics(chart_def *charts, const char *path) {
+    char *text;
+    bt_status st = bt_json_read_text(path, "metrics", &text);
+    if (st != BT_OK) return st;
+    size_t lines = 1;
+    for (const char *p = text; *p; p++) lines += *p == '\n';
+    int line_no = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        line_no++;
+        cJSON *rec = cJSON_Parse(line);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rec, "type");
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(rec, "step");
+        if (!cJSON_IsObject(rec) || !cJSON_IsString(type) || !cJSON_IsNumber(step) ||
+            (strcmp(type->valuestring, "train") != 0 && strcmp(type->valuestring, "eval") != 0)) {
+            cJSON_Delete(rec);
+            free(text);
+            return bt_fail(BT_ERR_FORMAT,
+                           "%s:%d: expected a JSON object with \"type\" \"train\" or \"eval\" "
+                           "and a numeric \"step\" (a metrics record of bt-train)",
+                           path, line_no);
+        }
+        int rc = add_record(charts, rec, type->valuestring, step->valuedouble, lines);
+        cJSON_Delete(rec);
+        if (rc) {
+            free(text);
+            return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
+        }
+    }
+    free(text);
+    return BT_OK;
+}
+
+/* --- axes ---------------------------------------------------------------------------- */
+
+typedef struct axis {
+    double lo, hi, step;
+} axis;
+
+/* A "nice" step (1, 2, 5 x 10^k) giving about `ticks` intervals over [lo, hi], and the range
+ * widened to multiples of it. */
+static axis nice_axis(double lo, double hi, int ticks) {
+    if (!(hi > lo)) {
+        double pad = lo != 0 ? fabs(lo) * 0.1 : 1.0;
+        lo -= pad;
+        hi += pad;
+    }
+    double raw = (hi - lo) / ticks;
+    double mag = pow(10, floor(log10(raw)));
+    double f = raw / mag;
+    double step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
+    axis a = {floor(lo / step + 1e-9) * step, ceil(hi / step - 1e-9) * step, step};
+    if (!(a.hi > a.lo)) a.hi = a.lo + step;
+    return a;
+}
+
+static double map_x(const axis *a, double v) {
+    return PLOT_X0 + (v - a->lo) / (a->hi - a->lo) * (PLOT_X1 - PLOT_X0);
+}
+
+static double map_y(const axis *a, double v) {
+    return PLOT_Y1 - (v - a->lo) / (a->hi - a->lo) * (PLOT_Y1 - PLOT_Y0);
+}
+
+/* Tick label: integers as such, else 3 significant digits ("0.25", "1e-05"). */
+static void tick_label(char *buf, size_t cap, double v, double step, int percent) {
+    if (percent) snprintf(buf, cap, "%.0f%%", 100 * v);
+    else if (fabs(v) < step * 1e-6) snprintf(buf, cap, "0");
+    else if (fabs(v) >= 1 && fabs(v) < 1e6 && v == floor(v)) snprintf(buf, cap, "%.0f", v);
+    else snprintf(buf, cap, "%.3g", v);
+}
+
+static void write_chart(sbuf *b, const chart_def *c, int *color) {
+    int any = 0;
+    double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+    for (int k = 0; k < c->n; k++)
+        for (size_t i = 0; i < c->s[k].n; i++) {
+            any = 1;
+            xlo = fmin(xlo, c->s[k].x[i]);
+            xhi = fmax(xhi, c->s[k].x[i]);
+            ylo = fmin(ylo, c->s[k].y[i]);
+            yhi = fmax(yhi, c->s[k].y[i]);
+        }
+    sb_printf(b, "<section class=\"chart\">\n<h2>");
+    sb_text(b, c->title);
+    sb_printf(b, "</h2>\n");
+    if (!any) {
+        sb_printf(b, "<p class=\"empty\">No values in metrics.jsonl for this chart.</p>\n"
+                     "</section>\n");
+        return;
+    }
+    /* x from step 0, so that every chart of the page shares its scale */
+    axis ax = nice_axis(xlo >= 0 ? 0 : xlo, xhi, 8);
+    axis ay = c->percent ? (axis){0, 1, 0.2} : nice_axis(ylo, yhi, 5);
+    sb_printf(b, "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n", SVG_W,
+              SVG_H, SVG_W, SVG_H);
+    sb_printf(b, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", SVG_W,
+              SVG_H);
+    /* grid and tick labels */
+    char lab[64];
+    sb_printf(b, "<g class=\"grid\" stroke=\"#e4e4e4\" stroke-width=\"1\">\n");
+    for (double v = ax.lo; v <= ax.hi + ax.step * 1e-6; v += ax.step)
+        sb_printf(b, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", map_x(&ax, v),
+                  PLOT_Y0, map_x(&ax, v), PLOT_Y1);
+    for (double v = ay.lo; v <= ay.hi + ay.step * 1e-6; v += ay.step)
+        sb_printf(b, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", PLOT_X0,
+                  map_y(&ay, v), PLOT_X1, map_y(&ay, v));
+    sb_printf(b, "</g>\n<g class=\"ticks\" font-size=\"11\" fill=\"#333333\">\n");
+    for (double v = ax.lo; v <= ax.hi + ax.step * 1e-6; v += ax.step) {
+        tick_label(lab, sizeof lab, v, ax.step, 0);
+        sb_printf(b, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%s</text>\n",
+                  map_x(&ax, v), PLOT_Y1 + 16, lab);
+    }
+    for (double v = ay.lo; v <= ay.hi + ay.step * 1e-6; v += ay.step) {
+        tick_label(lab, sizeof lab, v, ay.step, c->percent);
+        sb_printf(b, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%s</text>\n", PLOT_X0 - 6,
+                  map_y(&ay, v) + 4, lab);
+    }
+    sb_printf(b, "</g>\n");
+    /* axes and their labels */
+    sb_printf(b, "<path class=\"axes\" d=\"M%.2f %.2f L%.2f %.2f L%.2f %.2f\" fill=\"none\" "
+                 "stroke=\"#333333\" stroke-width=\"1\"/>\n",
+              PLOT_X0, PLOT_Y0, PLOT_X0, PLOT_Y1, PLOT_X1, PLOT_Y1);
+    sb_printf(b, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" font-size=\"12\">optimizer "
+                 "step</text>\n",
+              (PLOT_X0 + PLOT_X1) / 2, PLOT_Y1 + 36);
+    sb_printf(b, "<text transform=\"translate(16 %.2f) rotate(-90)\" text-anchor=\"middle\" "
+                 "font-size=\"12\">",
+              (PLOT_Y0 + PLOT_Y1) / 2);
+    sb_text(b, c->y_label);
+    sb_printf(b, "</text>\n");
+    /* series and legend */
+    int row = 0;
+    for (int k = 0; k < c->n; k++) {
+        const series *s = &c->s[k];
+        if (s->n == 0) continue;
+        const char *col = palette[(*color)++ % N_PALETTE];
+        sb_printf(b, "<path class=\"series\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
+                     "stroke-width=\"2.5\" stroke-linejoin=\"round\" d=\"",
+                  s->tag, col);
+        for (size_t i = 0; i < s->n; i++)
+            sb_printf(b, "%s%.2f %.2f", i ? " L" : "M", map_x(&ax, s->x[i]), map_y(&ay, s->y[i]));
+        sb_printf(b, "\"/>\n");
+        /* markers where points are few (evaluations) or a path would be a single point */
+        if (s->n <= 15) {
+            sb_printf(b, "<g fill=\"%s\">", col);
+            for (size_t i = 0; i < s->n; i++)
+                sb_printf(b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\"/>", map_x(&ax, s->x[i]),
+                          map_y(&ay, s->y[i]));
+            sb_printf(b, "</g>\n");
+        }
+        double ly = PLOT_Y0 + 8 + 18 * row++;
+        sb_printf(b, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
+                     "stroke-width=\"2.5\"/>",
+                  LEGEND_X, ly, LEGEND_X + 20, ly, col);
+        sb_printf(b, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"12\">", LEGEND_X + 26, ly + 4);
+        sb_text(b, s->label);
+        sb_printf(b, "</text>\n");
+    }
+    sb_printf(b, "</svg>\n</section>\n");
+}
+
+/* --- tables ---------------------------------------------------------------------------- */
+
+/* One row per leaf: "a.b.c" = value (arrays printed as compact JSON). */
+static void flatten(sbuf *b, const cJSON *j, const char *prefix) {
+    for (const cJSON *it = j->child; it; it = it->next) {
+        char key[512];
+        if (prefix[0]) snprintf(key, sizeof key, "%s.%s", prefix, it->string ? it->string : "?");
+        else snprintf(key, sizeof key, "%s", it->string ? it->string : "?");
+        if (cJSON_IsObject(it)) {
+            flatten(b, it, key);
+            continue;
+        }
+        sb_printf(b, "<tr><td>");
+        sb_text(b, key);
+        sb_printf(b, "</td><td>");
+        if (cJSON_IsString(it)) sb_text(b, it->valuestring);
+        else if (cJSON_IsNumber(it)) sb_printf(b, "%.10g", it->valuedouble);
+        else {
+            char *v = cJSON_PrintUnformatted(it);
+            if (v) sb_text(b, v);
+            free(v);
+        }
+        sb_printf(b, "</td></tr>\n");
+    }
+}
+
+static void write_table(sbuf *b, const char *title, const cJSON *j, const char *none) {
+    sb_printf(b, "<section>\n<h2>");
+    sb_text(b, title);
+    sb_printf(b, "</h2>\n");
+    if (!j) {
+        sb_printf(b, "<p class=\"empty\">");
+        sb_text(b, none);
+        sb_printf(b, "</p>\n</section>\n");
+        return;
+    }
+    sb_printf(b, "<table>\n<tr><th>key</th><th>value</th></tr>\n");
+    flatten(b, j, "");
+    sb_printf(b, "</table>\n</section>\n");
+}
+
+/* --- the page ---------------------------------------------------------------------------- */
+
+static const char page_style[] =
+    "body{font-family:sans-serif;margin:16px;color:#222;background:#ffffff}"
+    "h1{font-size:20px;margin:0 0 4px 0}h2{font-size:15px;margin:18px 0 4px 0}"
+    "p.meta{color:#555;margin:0 0 8px 0;font-size:13px}p.empty{color:#777;font-size:13px}"
+    "svg{display:block}"
+    "table{border-collapse:collapse;font-size:12px}"
+    "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;font-family:monospace}"
+    "th{background:#f0f0f0}";
+
+bt_status bt_report_write(const char *dir, const char *config_json) {
+    char path[4200];
+    cJSON *config = NULL, *summary = NULL;
+    if (config_json) {
+        config = cJSON_Parse(config_json);
+        if (!cJSON_IsObject(config)) {
+            cJSON_Delete(config);
+            return bt_fail(BT_ERR_ARG, "bt_report_write: the run config is not a JSON object");
+        }
+    }
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    FILE *probe = fopen(path, "rb");
+    if (probe) {
+        fclose(probe);
+        char *text;
+        bt_status st = bt_json_read_text(path, "run summary", &text);
+        if (st != BT_OK) {
+            cJSON_Delete(config);
+            return st;
+        }
+        summary = cJSON_Parse(text);
+        free(text);
+        if (!cJSON_IsObject(summary)) {
+            cJSON_Delete(summary);
+            cJSON_Delete(config);
+            return bt_fail(BT_ERR_FORMAT, "%s: expected a JSON object (the run summary)", path);
+        }
+    }
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    chart_def charts[N_CHARTS]; /* the definitions, with this run's points */
+    memcpy(charts, chart_defs, sizeof charts);
+    bt_status st = read_metrics(charts, path);
+    if (st != BT_OK) {
+        free_series(charts);
+        cJSON_Delete(summary);
+        cJSON_Delete(config);
+        return st;
+    }
+
+    sbuf b = {0};
+    sb_printf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                  "<title>bt training report</title>\n<style>%s</style>\n</head>\n<body>\n",
+              page_style);
+    sb_printf(&b, "<h1>bt training report</h1>\n<p class=\"meta\">output directory ");
+    sb_text(&b, dir);
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(summary, "status");
+    const cJSON *last = cJSON_GetObjectItemCaseSensitive(summary, "last_step");
+    if (cJSON_IsString(status)) {
+        sb_printf(&b, " &middot; ");
+        sb_text(&b, status->valuestring);
+    }
+    if (cJSON_IsNumber(last)) sb_printf(&b, " at step %.0f", last->valuedouble);
+    time_t now = time(NULL);
+    struct tm tm;
+    char when[64] = "";
+    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    sb_printf(&b, " &middot; written %s</p>\n", when);
+    int color = 0;
+    for (int c = 0; c < N_CHARTS; c++) write_chart(&b, &charts[c], &color);
+    write_table(&b, "Summary", summary,
+                "No summary.json: the run has not finished (or was killed).");
+    write_table(&b, "Run config", config, "The run config was not given to the report.");
+    sb_printf(&b, "</body>\n</html>\n");
+    free_series(charts);
+    cJSON_Delete(summary);
+    cJSON_Delete(config);
+    if (b.oom) {
+        free(b.s);
+        return bt_fail(BT_ERR_NOMEM, "%s/report.html: out of memory", dir);
+    }
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    st = bt_log_write_file_atomic(path, b.s, b.n);
+    free(b.s);
+    return st;
+}

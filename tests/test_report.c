@@ -1,0 +1,489 @@
+/* test_report.c: report.html (src/train/report.c) rendered by headless Chromium.
+ *
+ * A run with known curves is logged through bt_log (30 logged steps, 5 evaluations), then
+ * bt_report_write builds the page. Checks:
+ * - Self-contained: no script, no external reference (src=, href=, url(, @import, http).
+ * - Chromium's DOM (--dump-dom, i.e. after Chromium parsed the page: markup it could not
+ *   parse as SVG would not come back as <path> elements of the chart): one series path per
+ *   expected TensorBoard tag, as many points as records, every point inside the 900 x 320
+ *   canvas, x increasing, the loss curve's SVG y growing (the loss falls; SVG y points
+ *   down), recall curves' y shrinking (recall rises), and equal steps between the points of
+ *   a linear recall curve (the y axis is linear).
+ * - Chromium's screenshot (PNG decoded here with zlib): every series' stroke color covers at
+ *   least MIN_CURVE_PIXELS pixels, more than its legend swatch and markers can (about 200),
+ *   so each curve was drawn. A negative control renders the same page with the curves' path
+ *   data removed and must find every color below that bound: the check can fail.
+ * - Tables: the summary and the flattened run config are in the page.
+ * - Errors: a malformed metrics line (file:line named), no metrics.jsonl, a config that is
+ *   not an object.
+ * Chromium is a test dependency (scripts/install_deps.sh installs Debian's `chromium`); when
+ * it cannot be found the test FAILS, it does not skip. BT_CHROMIUM overrides the binary;
+ * BT_REPORT_SAVE=DIR copies report.html and its screenshot there. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "log.h"
+#include "report.h"
+#include "test_util.h"
+
+enum { TOTAL = 60, LOGEVERY = 2, N_TRAIN = TOTAL / LOGEVERY, N_EVAL = 5 };
+enum { WIN_W = 1100, WIN_H = 2400, MIN_CURVE_PIXELS = 300, COLOR_TOL = 6 };
+
+/* --- the run -------------------------------------------------------------------------- */
+
+static double itc_at(double s) { return 2.0 * exp(-s / 15.0) + 0.1; }
+static double itm_at(double s) { return 0.69 - 0.004 * s; }
+static double mlm_at(double s) { return 1.5 - 0.01 * s; }
+static double lr_at(double s) { return s <= 6 ? 1e-4 * s / 6 : 1e-4 * (TOTAL - s) / (TOTAL - 6); }
+
+static int make_run(const char *dir) {
+    bt_log_opts o = bt_log_opts_default();
+    FILE *null_out = fopen("/dev/null", "w");
+    o.out = o.err = null_out;
+    o.mode = BT_PROGRESS_PLAIN;
+    o.total_steps = TOTAL;
+    o.logging_steps = LOGEVERY;
+    o.throughput_warmup_steps = 3;
+    bt_log log;
+    if (!tu_check(bt_log_open(&log, dir, &o) == BT_OK, "bt_log_open: %s", bt_error_message()))
+        return 0;
+    for (int s = 1; s <= TOTAL; s++) {
+        bt_log_step_rec r;
+        bt_log_step_init(&r);
+        r.step = s;
+        r.epoch = s / 12.0;
+        r.loss_itc = itc_at(s);
+        r.loss_itm = itm_at(s);
+        r.loss_mlm = mlm_at(s);
+        r.loss = r.loss_itc + r.loss_itm + r.loss_mlm;
+        r.lr = lr_at(s);
+        r.grad_norm = 5.0 + 3.0 * sin(s / 5.0);
+        r.samples = 32;
+        r.step_s = 0.2 + 0.001 * s;
+        r.data_wait_s = 0.01;
+        bt_log_step(&log, &r);
+        if (s % 12 == 0) {
+            double k = s / 12 - 1; /* 0..4 */
+            bt_log_eval_rec e;
+            bt_log_eval_init(&e);
+            e.step = s;
+            e.epoch = s / 12.0;
+            e.loss = 2.0 - 0.2 * k;
+            e.i2t_r1 = 0.10 + 0.08 * k;
+            e.i2t_r5 = 0.30 + 0.08 * k;
+            e.i2t_r10 = 0.45 + 0.08 * k;
+            e.t2i_r1 = 0.05 + 0.08 * k;
+            e.t2i_r5 = 0.22 + 0.08 * k;
+            e.t2i_r10 = 0.38 + 0.08 * k;
+            e.accuracy_5way = 0.2 + 0.15 * k;
+            e.i2t_mean_rank = 10 - k;
+            e.t2i_mean_rank = 11 - k;
+            e.samples = 100;
+            e.seconds = 1.0;
+            bt_log_eval(&log, &e);
+        }
+    }
+    bt_log_summary_in in = {.flops_per_sample = 1e9, .status = "completed"};
+    int ok = bt_log_summary(&log, &in, NULL) == BT_OK;
+    bt_log_close(&log);
+    fclose(null_out);
+    return tu_check(ok, "bt_log_summary: %s", bt_error_message());
+}
+
+/* --- Chromium -------------------------------------------------------------------------- */
+
+static char chromium[1024];
+
+static int find_chromium(void) {
+    const char *env = getenv("BT_CHROMIUM");
+    if (env && *env) {
+        snprintf(chromium, sizeof chromium, "%s", env);
+        return access(chromium, X_OK) == 0;
+    }
+    const char *path = getenv("PATH");
+    char dirs[4096];
+    snprintf(dirs, sizeof dirs, "%s", path ? path : "/usr/bin:/bin");
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(chromium, sizeof chromium, "%s/chromium", d);
+        if (access(chromium, X_OK) == 0) return 1;
+    }
+    chromium[0] = 0;
+    return 0;
+}
+
+static int run_captured(const char *exe, const char *work, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int run_captured(const char *exe, const char *work, const char *fmt, ...) {
+    char out[16], err[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tu_vrun_captured(exe, NULL, work, out, sizeof out, err, sizeof err, fmt, ap);
+    va_end(ap);
+    if (rc != 0) printf("# %s exited with %d: %.2000s\n", exe, rc, err);
+    return rc;
+}
+
+/* Chromium headless on file://html, with `what` = "--dump-dom" (the DOM on stdout, read back
+ * into *dom) or "--screenshot=PNG". Returns the exit code. --no-sandbox: CI containers run
+ * tests as root, where Chromium's sandbox refuses to start; the page is our own file. */
+static int chromium_run(const char *work, const char *html, const char *what) {
+    return run_captured(chromium, work,
+                        "--headless --no-sandbox --disable-gpu --hide-scrollbars "
+                        "--force-device-scale-factor=1 --user-data-dir='%s/profile' "
+                        "--window-size=%d,%d '%s' 'file://%s'",
+                        work, WIN_W, WIN_H, what, html);
+}
+
+/* --- PNG (8-bit RGB or RGBA, not interlaced: what Chromium writes) ------------------------ */
+
+typedef struct image {
+    int w, h, ch;   /* ch: 3 or 4 */
+    uint8_t *px;    /* (h, w, ch) */
+} image;
+
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Decodes path into img (the PNG chunk layout and scanline filters of the PNG spec, section
+ * 9: None, Sub, Up, Average, Paeth). Returns 1 or prints why not. */
+static int png_read(const char *path, image *img) {
+    memset(img, 0, sizeof *img);
+    size_t len;
+    uint8_t *d = tu_read_file(path, &len);
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (!d || len < 8 || memcmp(d, sig, 8) != 0) {
+        printf("# %s: not a PNG file\n", path);
+        free(d);
+        return 0;
+    }
+    uint8_t *idat = NULL;
+    size_t n_idat = 0;
+    int depth = 0, ctype = -1, interlace = 0;
+    for (size_t i = 8; i + 12 <= len;) {
+        uint32_t n = be32(d + i);
+        const uint8_t *type = d + i + 4, *body = d + i + 8;
+        if (n > len - i - 12) break;
+        if (memcmp(type, "IHDR", 4) == 0 && n >= 13) {
+            img->w = (int)be32(body);
+            img->h = (int)be32(body + 4);
+            depth = body[8];
+            ctype = body[9];
+            interlace = body[12];
+        } else if (memcmp(type, "IDAT", 4) == 0) {
+            uint8_t *t = realloc(idat, n_idat + n);
+            if (!t) break;
+            idat = t;
+            memcpy(idat + n_idat, body, n);
+            n_idat += n;
+        }
+        i += 12 + n;
+    }
+    free(d);
+    img->ch = ctype == 2 ? 3 : ctype == 6 ? 4 : 0;
+    if (depth != 8 || !img->ch || interlace || img->w <= 0 || img->h <= 0 || !idat) {
+        printf("# %s: unsupported PNG (depth %d, color type %d, interlace %d)\n", path, depth,
+               ctype, interlace);
+        free(idat);
+        return 0;
+    }
+    size_t stride = (size_t)img->w * img->ch;
+    uLongf raw_len = (uLongf)((stride + 1) * img->h);
+    uint8_t *raw = malloc(raw_len);
+    img->px = malloc(stride * img->h);
+    int zrc = raw && img->px ? uncompress(raw, &raw_len, idat, n_idat) : Z_MEM_ERROR;
+    free(idat);
+    if (zrc != Z_OK || raw_len != (stride + 1) * img->h) {
+        printf("# %s: zlib inflate failed (%d)\n", path, zrc);
+        free(raw);
+        free(img->px);
+        img->px = NULL;
+        return 0;
+    }
+    int bpp = img->ch;
+    for (int y = 0; y < img->h; y++) {
+        const uint8_t *in = raw + y * (stride + 1) + 1;
+        int filter = in[-1];
+        uint8_t *row = img->px + y * stride;
+        const uint8_t *up = y ? row - stride : NULL;
+        for (size_t x = 0; x < stride; x++) {
+            int a = x >= (size_t)bpp ? row[x - bpp] : 0, b = up ? up[x] : 0,
+                c = up && x >= (size_t)bpp ? up[x - bpp] : 0, pred = 0;
+            switch (filter) {
+            case 0: pred = 0; break;
+            case 1: pred = a; break;
+            case 2: pred = b; break;
+            case 3: pred = (a + b) / 2; break;
+            case 4: {
+                int p = a + b - c, pa = abs(p - a), pb = abs(p - b), pc = abs(p - c);
+                pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+                break;
+            }
+            default:
+                printf("# %s: bad filter type %d on row %d\n", path, filter, y);
+                free(raw);
+                return 0;
+            }
+            row[x] = (uint8_t)(in[x] + pred);
+        }
+    }
+    free(raw);
+    return 1;
+}
+
+/* Pixels within COLOR_TOL of "#rrggbb" on every channel. */
+static long count_color(const image *img, const char *hex) {
+    unsigned r, g, b;
+    if (sscanf(hex, "#%2x%2x%2x", &r, &g, &b) != 3) return -1;
+    long n = 0;
+    for (long i = 0; i < (long)img->w * img->h; i++) {
+        const uint8_t *p = img->px + i * img->ch;
+        n += abs(p[0] - (int)r) <= COLOR_TOL && abs(p[1] - (int)g) <= COLOR_TOL &&
+             abs(p[2] - (int)b) <= COLOR_TOL;
+    }
+    return n;
+}
+
+/* --- the DOM ---------------------------------------------------------------------------- */
+
+typedef struct curve {
+    char tag[64], color[16];
+    double x[64], y[64];
+    int n;
+} curve;
+
+/* Value of attribute name="..." inside the tag [p, end). */
+static int attr(const char *p, const char *end, const char *name, char *out, size_t cap) {
+    char key[64];
+    snprintf(key, sizeof key, " %s=\"", name);
+    const char *a = strstr(p, key);
+    if (!a || a >= end) return 0;
+    a += strlen(key);
+    const char *q = strchr(a, '"');
+    if (!q || q > end || (size_t)(q - a) >= cap) return 0;
+    memcpy(out, a, (size_t)(q - a));
+    out[q - a] = 0;
+    return 1;
+}
+
+/* Every <path class="series" ...> of the DOM text. Returns the count (at most cap). */
+static int parse_curves(const char *dom, curve *cv, int cap) {
+    int n = 0;
+    static char d[65536];
+    for (const char *p = dom; (p = strstr(p, "<path ")) && n < cap; p++) {
+        const char *end = strchr(p, '>');
+        char cls[64];
+        if (!end || !attr(p, end, "class", cls, sizeof cls) || strcmp(cls, "series") != 0) continue;
+        curve *c = &cv[n];
+        memset(c, 0, sizeof *c);
+        if (!attr(p, end, "data-series", c->tag, sizeof c->tag)) continue;
+        attr(p, end, "stroke", c->color, sizeof c->color);
+        if (!attr(p, end, "d", d, sizeof d)) {
+            n++; /* a series path without data: reported by the point count */
+            continue;
+        }
+        const char *q = d;
+        while (*q && c->n < 64) {
+            while (*q == ' ' || *q == 'M' || *q == 'L') q++;
+            if (!*q) break;
+            char *e1, *e2;
+            double x = strtod(q, &e1), y = strtod(e1, &e2);
+            if (e1 == q || e2 == e1) break;
+            c->x[c->n] = x;
+            c->y[c->n] = y;
+            c->n++;
+            q = e2;
+        }
+        n++;
+    }
+    return n;
+}
+
+static const struct {
+    const char *tag;
+    int points, trend; /* trend: +1 SVG y grows (value falls), -1 y shrinks, 0 not checked */
+} expected[] = {
+    {"train/loss", N_TRAIN, +1},          {"train/loss_itc", N_TRAIN, +1},
+    {"train/loss_itm", N_TRAIN, +1},      {"train/loss_mlm", N_TRAIN, +1},
+    {"eval/loss", N_EVAL, +1},            {"eval/i2t_recall@1", N_EVAL, -1},
+    {"eval/i2t_recall@5", N_EVAL, -1},    {"eval/i2t_recall@10", N_EVAL, -1},
+    {"eval/t2i_recall@1", N_EVAL, -1},    {"eval/t2i_recall@5", N_EVAL, -1},
+    {"eval/t2i_recall@10", N_EVAL, -1},   {"eval/accuracy_5way", N_EVAL, -1},
+    {"train/learning_rate", N_TRAIN, 0},  {"train/grad_norm", N_TRAIN, 0},
+    {"train/samples_per_second", N_TRAIN, +1},
+};
+enum { N_EXPECTED = sizeof expected / sizeof expected[0] };
+
+static void check_dom(const char *dom, curve *cv, int *n_cv) {
+    *n_cv = parse_curves(dom, cv, 32);
+    tu_check(*n_cv == N_EXPECTED, "Chromium's DOM holds %d series paths (want %d)", *n_cv,
+             N_EXPECTED);
+    for (int e = 0; e < N_EXPECTED; e++) {
+        const curve *c = NULL;
+        for (int k = 0; k < *n_cv; k++)
+            if (strcmp(cv[k].tag, expected[e].tag) == 0) c = &cv[k];
+        if (!tu_check(c != NULL, "series %s is in the DOM", expected[e].tag)) continue;
+        int inside = 1, x_up = 1, trend = 1;
+        for (int i = 0; i < c->n; i++) {
+            inside &= c->x[i] >= 0 && c->x[i] <= 900 && c->y[i] >= 0 && c->y[i] <= 320;
+            if (i) {
+                x_up &= c->x[i] > c->x[i - 1];
+                if (expected[e].trend) trend &= (c->y[i] - c->y[i - 1]) * expected[e].trend > 0;
+            }
+        }
+        tu_check(c->n == expected[e].points && inside && x_up && trend,
+                 "%s: %d points (want %d), inside the canvas %d, x increasing %d, trend %d",
+                 c->tag, c->n, expected[e].points, inside, x_up, trend);
+    }
+    /* a linear y axis: equal recall steps give equal pixel steps (coordinates printed with
+     * 2 decimals: 0.02 px of rounding) */
+    for (int k = 0; k < *n_cv; k++) {
+        if (strcmp(cv[k].tag, "eval/i2t_recall@1") != 0 || cv[k].n != N_EVAL) continue;
+        double d0 = cv[k].y[1] - cv[k].y[0], worst = 0;
+        for (int i = 2; i < N_EVAL; i++) worst = fmax(worst, fabs(cv[k].y[i] - cv[k].y[i - 1] - d0));
+        tu_check(worst <= 0.02 && d0 < -5, "recall@1 steps of 8%% are equal on screen "
+                                           "(%.2f px, worst deviation %.3f px)", d0, worst);
+    }
+}
+
+static void check_screenshot(const char *png, const curve *cv, int n_cv, int expect_drawn) {
+    image img;
+    if (!tu_check(png_read(png, &img), "decode the screenshot %s", png)) return;
+    tu_check(img.w == WIN_W && img.h == WIN_H, "screenshot is %dx%d (want %dx%d)", img.w, img.h,
+             WIN_W, WIN_H);
+    int drawn = 0;
+    for (int k = 0; k < n_cv; k++) {
+        long px = count_color(&img, cv[k].color);
+        int ok = px >= MIN_CURVE_PIXELS;
+        drawn += ok;
+        if (ok != expect_drawn) printf("# %s (%s): %ld pixels\n", cv[k].tag, cv[k].color, px);
+    }
+    if (expect_drawn)
+        tu_check(drawn == n_cv && n_cv == N_EXPECTED,
+                 "screenshot: all %d curves drawn (>= %d pixels of their color each): %d",
+                 N_EXPECTED, MIN_CURVE_PIXELS, drawn);
+    else
+        tu_check(drawn == 0, "negative control: with the path data removed no curve reaches %d "
+                             "pixels (%d do)", MIN_CURVE_PIXELS, drawn);
+    free(img.px);
+}
+
+/* Copy of html with every series path's d attribute renamed (curves vanish, legend stays). */
+static int write_without_curves(const char *html, const char *out) {
+    char *t = (char *)tu_read_file(html, NULL);
+    if (!t) return 0;
+    size_t n = strlen(t);
+    char *o = malloc(2 * n + 1), *w = o;
+    const char *needle = "stroke-linejoin=\"round\" d=\"";
+    for (const char *p = t; *p;) {
+        const char *q = strstr(p, needle);
+        if (!q) q = p + strlen(p);
+        memcpy(w, p, (size_t)(q - p));
+        w += q - p;
+        if (!*q) break;
+        w += sprintf(w, "stroke-linejoin=\"round\" data-d=\"");
+        p = q + strlen(needle);
+    }
+    *w = 0;
+    tu_setup_text(out, o);
+    free(o);
+    free(t);
+    return 1;
+}
+
+static void check_static(const char *html) {
+    char *t = (char *)tu_read_file(html, NULL);
+    if (!tu_check(t != NULL, "report.html was written")) return;
+    static const char *const banned[] = {"<script", "src=", "href=", "url(", "@import", "http:",
+                                         "https:"};
+    int clean = 1;
+    for (size_t i = 0; i < sizeof banned / sizeof banned[0]; i++)
+        if (strstr(t, banned[i])) {
+            printf("# report.html contains '%s'\n", banned[i]);
+            clean = 0;
+        }
+    tu_check(clean, "report.html is self-contained (no script, no external reference)");
+    tu_check(strstr(t, "<td>training.learning_rate</td><td>1e-05</td>") &&
+                 strstr(t, "<td>model.name</td><td>tiny &lt;demo&gt;</td>") &&
+                 strstr(t, "<td>final_eval.i2t_r1</td><td>0.42</td>") &&
+                 strstr(t, "<td>samples_per_s</td>") && strstr(t, "<td>status</td><td>completed</td>"),
+             "the summary and the flattened run config (escaped) are tables in the page");
+    free(t);
+}
+
+static void check_errors(void) {
+    char dir[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s/bad", tu_tmpdir());
+    tu_check(bt_report_write(dir, NULL) == BT_ERR_IO && strstr(bt_error_message(), "metrics.jsonl"),
+             "no metrics.jsonl: %s", bt_error_message());
+    snprintf(path, sizeof path, "mkdir -p '%s'", dir);
+    if (system(path) != 0) return;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    tu_setup_text(path, "{\"type\":\"train\",\"step\":1,\"loss\":2}\n"
+                        "{\"type\":\"eval\",\"step\":1,\"loss\":2}\n"
+                        "{\"type\":\"train\",\"loss\":2}\n");
+    tu_check(bt_report_write(dir, NULL) == BT_ERR_FORMAT &&
+                 strstr(bt_error_message(), "metrics.jsonl:3:"),
+             "a record without a step is refused, naming file:line: %s", bt_error_message());
+    tu_setup_text(path, "{\"type\":\"train\",\"step\":1,\"loss\":2}\n");
+    tu_check(bt_report_write(dir, "[1, 2]") == BT_ERR_ARG,
+             "a run config that is not an object is refused: %s", bt_error_message());
+    tu_check(bt_report_write(dir, NULL) == BT_OK, "a one-point run without summary is fine: %s",
+             bt_error_message());
+}
+
+int main(void) {
+    check_errors();
+    char dir[4200], html[4300], png[4300], dom_path[4300];
+    snprintf(dir, sizeof dir, "%s/run", tu_tmpdir());
+    if (!make_run(dir)) return tu_finish();
+    const char *config = "{\"model\": {\"name\": \"tiny <demo>\", \"hidden_size\": 64},"
+                         " \"training\": {\"learning_rate\": 1e-05, \"max_steps\": 60,"
+                         " \"loss_weights\": [1, 1, 1]}}";
+    if (!tu_check(bt_report_write(dir, config) == BT_OK, "bt_report_write: %s",
+                  bt_error_message()))
+        return tu_finish();
+    snprintf(html, sizeof html, "%s/report.html", dir);
+    check_static(html);
+
+    if (!tu_check(find_chromium(), "Chromium found (%s): it is a test dependency, run "
+                                   "scripts/install_deps.sh or set BT_CHROMIUM",
+                  chromium[0] ? chromium : "not in PATH"))
+        return tu_finish();
+    const char *work = tu_tmpdir();
+    curve cv[32];
+    int n_cv = 0;
+    if (tu_check(chromium_run(work, html, "--dump-dom") == 0, "chromium --dump-dom")) {
+        snprintf(dom_path, sizeof dom_path, "%s/stdout.txt", work);
+        char *dom = (char *)tu_read_file(dom_path, NULL);
+        if (tu_check(dom != NULL, "read the DOM")) check_dom(dom, cv, &n_cv);
+        free(dom);
+    }
+    snprintf(png, sizeof png, "--screenshot=%s/shot.png", work);
+    if (tu_check(chromium_run(work, html, png) == 0, "chromium --screenshot")) {
+        snprintf(png, sizeof png, "%s/shot.png", work);
+        check_screenshot(png, cv, n_cv, 1);
+        /* BT_REPORT_SAVE=DIR keeps the page and its screenshot for a human to look at. */
+        const char *save = getenv("BT_REPORT_SAVE");
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s' '%s/'", html, png, save ? save : "");
+        if (save && system(cmd) != 0) printf("# could not copy to %s\n", save);
+    }
+    /* negative control */
+    char bare[4300];
+    snprintf(bare, sizeof bare, "%s/no_curves.html", work);
+    snprintf(png, sizeof png, "--screenshot=%s/bare.png", work);
+    if (write_without_curves(html, bare) && tu_check(chromium_run(work, bare, png) == 0,
+                                                     "chromium --screenshot (negative control)")) {
+        snprintf(png, sizeof png, "%s/bare.png", work);
+        check_screenshot(png, cv, n_cv, 0);
+    }
+    return tu_finish();
+}
