@@ -1,0 +1,810 @@
+/* train/state.c: checkpoint directories for resume (see train/state.h, docs/resume.md).
+ *
+ * Deliberately not here: the training loop and its cadences; the model directory format
+ * itself (model/checkpoint.c writes it; this file only stages it in a temp directory). */
+#include "train/state.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fileio.h"
+#include "json_util.h"
+#include "model/safetensors.h"
+
+#ifndef BT_VERSION
+#error "BT_VERSION must be defined by the build (src/train/meson.build)"
+#endif
+
+#define STATE_FILE "trainer_state.json"
+#define OPTIM_FILE "optimizer.safetensors"
+#define STATE_FORMAT "bt-trainer-state"
+enum { STATE_FORMAT_VERSION = 1 };
+/* Integers stored in JSON numbers must be exact doubles. */
+#define INT_MAX_JSON 9007199254740992.0
+
+/* ------------------------------------------------------------------------------------------
+ * The state struct */
+
+void bt_train_state_init(bt_train_state *s) {
+    memset(s, 0, sizeof *s);
+    bt_run_config_init(&s->run_config);
+}
+
+void bt_train_state_free(bt_train_state *s) {
+    cJSON_Delete(s->loader_cursor);
+    cJSON_Delete(s->extra);
+    free(s->best_model_checkpoint);
+    bt_run_config_free(&s->run_config);
+    memset(s, 0, sizeof *s);
+}
+
+void bt_train_state_set_run_config(bt_train_state *s, const bt_run_config *c) {
+    bt_run_config_free(&s->run_config);
+    bt_run_config_copy(&s->run_config, c);
+}
+
+void bt_train_state_set_cursor(bt_train_state *s, cJSON *cursor) {
+    cJSON_Delete(s->loader_cursor);
+    s->loader_cursor = cursor;
+}
+
+static int rng_name_ok(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n >= BT_TRAIN_STATE_RNG_NAME) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+bt_status bt_train_state_set_rng(bt_train_state *s, const char *name, const bt_rng *r) {
+    if (!rng_name_ok(name))
+        return bt_fail(BT_ERR_ARG, "RNG state name '%.40s': expected 1 to %d characters of "
+                                   "[A-Za-z0-9_]", name, BT_TRAIN_STATE_RNG_NAME - 1);
+    for (size_t i = 0; i < s->n_rngs; i++)
+        if (!strcmp(s->rngs[i].name, name)) {
+            s->rngs[i].rng = *r;
+            return BT_OK;
+        }
+    if (s->n_rngs == BT_TRAIN_STATE_MAX_RNGS)
+        return bt_fail(BT_ERR_ARG, "RNG state '%s': at most %d named states", name,
+                       BT_TRAIN_STATE_MAX_RNGS);
+    snprintf(s->rngs[s->n_rngs].name, BT_TRAIN_STATE_RNG_NAME, "%s", name);
+    s->rngs[s->n_rngs++].rng = *r;
+    return BT_OK;
+}
+
+const bt_rng *bt_train_state_get_rng(const bt_train_state *s, const char *name) {
+    for (size_t i = 0; i < s->n_rngs; i++)
+        if (!strcmp(s->rngs[i].name, name)) return &s->rngs[i].rng;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * trainer_state.json */
+
+static cJSON *num(double v) { return bt_json_exact_number(v); }
+
+cJSON *bt_train_state_to_json(const bt_train_state *s) {
+    cJSON *j = cJSON_CreateObject();
+    BT_ASSERT(j);
+    cJSON_AddStringToObject(j, "format", STATE_FORMAT);
+    cJSON_AddItemToObject(j, "format_version", num(STATE_FORMAT_VERSION));
+    cJSON_AddStringToObject(j, "bt_version", BT_VERSION);
+    cJSON_AddItemToObject(j, "global_step", num((double)s->global_step));
+    cJSON_AddItemToObject(j, "epoch", num(s->epoch));
+    cJSON_AddItemToObject(j, "samples_seen", num((double)s->samples_seen));
+    cJSON_AddItemToObject(j, "max_steps", num((double)s->max_steps));
+    cJSON_AddItemToObject(j, "loader_cursor", s->loader_cursor
+                                                  ? cJSON_Duplicate(s->loader_cursor, 1)
+                                                  : cJSON_CreateNull());
+    cJSON *rng = cJSON_AddObjectToObject(j, "rng");
+    for (size_t i = 0; i < s->n_rngs; i++) {
+        /* 64-bit words as decimal strings: a JSON number holds only 53 bits */
+        cJSON *words = cJSON_CreateArray();
+        for (int k = 0; k < 4; k++) {
+            char w[24];
+            snprintf(w, sizeof w, "%llu", (unsigned long long)s->rngs[i].rng.s[k]);
+            cJSON_AddItemToArray(words, cJSON_CreateString(w));
+        }
+        cJSON_AddItemToObject(rng, s->rngs[i].name, words);
+    }
+    cJSON *sch = cJSON_AddObjectToObject(j, "schedule");
+    cJSON_AddItemToObject(sch, "step", num((double)s->schedule.step));
+    cJSON_AddItemToObject(sch, "total_steps", num((double)s->schedule.total_steps));
+    cJSON_AddItemToObject(sch, "warmup_steps", num((double)s->schedule.warmup_steps));
+    cJSON_AddItemToObject(sch, "last_lr", num(s->schedule.last_lr));
+    cJSON_AddItemToObject(j, "best_metric", s->has_best ? num(s->best_metric) : cJSON_CreateNull());
+    cJSON_AddItemToObject(j, "best_model_checkpoint",
+                          s->has_best && s->best_model_checkpoint
+                              ? cJSON_CreateString(s->best_model_checkpoint)
+                              : cJSON_CreateNull());
+    cJSON_AddItemToObject(j, "run_config", bt_run_config_to_json(&s->run_config));
+    cJSON_AddItemToObject(j, "extra", s->extra ? cJSON_Duplicate(s->extra, 1)
+                                               : cJSON_CreateNull());
+    return j;
+}
+
+/* Strict member readers: "<source>: <path>: expected X, got Y". */
+static bt_status want(const char *source, const char *path, const char *what, const cJSON *v) {
+    return bt_fail(BT_ERR_FORMAT, "%s: %s: expected %s, got %s", source, path, what,
+                   bt_json_type_name(v));
+}
+
+static bt_status get_int(const cJSON *o, const char *key, const char *path, const char *source,
+                         int64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 ||
+        v->valuedouble != floor(v->valuedouble) || v->valuedouble > INT_MAX_JSON) {
+        if (cJSON_IsNumber(v))
+            return bt_fail(BT_ERR_FORMAT, "%s: %s: expected an integer in [0, 2^53], got %g",
+                           source, path, v->valuedouble);
+        return want(source, path, "an integer >= 0", v);
+    }
+    *out = (int64_t)v->valuedouble;
+    return BT_OK;
+}
+
+static bt_status get_num(const cJSON *o, const char *key, const char *path, const char *source,
+                         double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return want(source, path, "a finite number", v);
+    *out = v->valuedouble;
+    return BT_OK;
+}
+
+/* Every member of o must be one of keys (NULL-terminated), each present once. */
+static bt_status check_keys(const cJSON *o, const char *const *keys, const char *prefix,
+                            const char *source) {
+    for (const cJSON *m = o->child; m; m = m->next) {
+        int known = 0;
+        for (size_t i = 0; keys[i]; i++) known |= !strcmp(m->string, keys[i]);
+        if (!known)
+            return bt_fail(BT_ERR_FORMAT, "%s: unknown key '%s%s'", source, prefix, m->string);
+    }
+    for (size_t i = 0; keys[i]; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(o, keys[i]))
+            return bt_fail(BT_ERR_FORMAT, "%s: key '%s%s' missing", source, prefix, keys[i]);
+    return BT_OK;
+}
+
+static bt_status read_rngs(bt_train_state *s, const cJSON *rng, const char *source) {
+    if (!cJSON_IsObject(rng)) return want(source, "rng", "an object", rng);
+    for (const cJSON *m = rng->child; m; m = m->next) {
+        char path[64];
+        snprintf(path, sizeof path, "rng.%.40s", m->string);
+        if (!rng_name_ok(m->string))
+            return bt_fail(BT_ERR_FORMAT, "%s: %s: not a valid RNG state name", source, path);
+        if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) != 4)
+            return bt_fail(BT_ERR_FORMAT, "%s: %s: expected an array of 4 decimal strings "
+                                          "(xoshiro256** words)", source, path);
+        bt_rng r;
+        int k = 0;
+        const cJSON *w;
+        cJSON_ArrayForEach(w, m) {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long x =
+                cJSON_IsString(w) && w->valuestring[0] >= '0' && w->valuestring[0] <= '9'
+                    ? strtoull(w->valuestring, &end, 10)
+                    : 0;
+            if (!end || *end || errno)
+                return bt_fail(BT_ERR_FORMAT, "%s: %s[%d]: expected a decimal string of a "
+                                              "64-bit word", source, path, k);
+            r.s[k++] = x;
+        }
+        if (!(r.s[0] | r.s[1] | r.s[2] | r.s[3]))
+            return bt_fail(BT_ERR_FORMAT, "%s: %s: all four words are 0 (not a xoshiro256** "
+                                          "state)", source, path);
+        bt_status st = bt_train_state_set_rng(s, m->string, &r);
+        if (st != BT_OK) return bt_fail_context(st, "%s: %s", source, path);
+    }
+    return BT_OK;
+}
+
+bt_status bt_train_state_from_json(bt_train_state *s, const cJSON *j, const char *source) {
+    bt_train_state_free(s);
+    bt_train_state_init(s);
+    static const char *const top[] = {"format", "format_version", "bt_version", "global_step",
+                                      "epoch", "samples_seen", "max_steps", "loader_cursor",
+                                      "rng", "schedule", "best_metric",
+                                      "best_model_checkpoint", "run_config", "extra", NULL};
+    static const char *const sch_keys[] = {"step", "total_steps", "warmup_steps", "last_lr",
+                                           NULL};
+    if (!cJSON_IsObject(j)) return want(source, "the top level", "an object", j);
+    bt_status st = check_keys(j, top, "", source);
+    if (st != BT_OK) return st;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT))
+        return bt_fail(BT_ERR_FORMAT, "%s: format: expected \"%s\"", source, STATE_FORMAT);
+    int64_t version;
+    if ((st = get_int(j, "format_version", "format_version", source, &version)) != BT_OK)
+        return st;
+    if (version != STATE_FORMAT_VERSION)
+        return bt_fail(BT_ERR_UNSUPPORTED, "%s: format_version %lld: this bt reads version %d",
+                       source, (long long)version, STATE_FORMAT_VERSION);
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "bt_version");
+    if (!cJSON_IsString(ver)) return want(source, "bt_version", "a string", ver);
+    snprintf(s->bt_version, sizeof s->bt_version, "%s", ver->valuestring);
+    if ((st = get_int(j, "global_step", "global_step", source, &s->global_step)) != BT_OK ||
+        (st = get_num(j, "epoch", "epoch", source, &s->epoch)) != BT_OK ||
+        (st = get_int(j, "samples_seen", "samples_seen", source, &s->samples_seen)) != BT_OK ||
+        (st = get_int(j, "max_steps", "max_steps", source, &s->max_steps)) != BT_OK)
+        return st;
+    if (s->epoch < 0) return bt_fail(BT_ERR_FORMAT, "%s: epoch: expected >= 0, got %g", source,
+                                     s->epoch);
+    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(j, "loader_cursor");
+    if (!cJSON_IsNull(cur)) {
+        if (!cJSON_IsObject(cur)) return want(source, "loader_cursor", "an object or null", cur);
+        s->loader_cursor = cJSON_Duplicate(cur, 1);
+    }
+    if ((st = read_rngs(s, cJSON_GetObjectItemCaseSensitive(j, "rng"), source)) != BT_OK)
+        return st;
+    const cJSON *sch = cJSON_GetObjectItemCaseSensitive(j, "schedule");
+    if (!cJSON_IsObject(sch)) return want(source, "schedule", "an object", sch);
+    if ((st = check_keys(sch, sch_keys, "schedule.", source)) != BT_OK ||
+        (st = get_int(sch, "step", "schedule.step", source, &s->schedule.step)) != BT_OK ||
+        (st = get_int(sch, "total_steps", "schedule.total_steps", source,
+                      &s->schedule.total_steps)) != BT_OK ||
+        (st = get_int(sch, "warmup_steps", "schedule.warmup_steps", source,
+                      &s->schedule.warmup_steps)) != BT_OK ||
+        (st = get_num(sch, "last_lr", "schedule.last_lr", source, &s->schedule.last_lr)) != BT_OK)
+        return st;
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(j, "best_metric");
+    const cJSON *bestck = cJSON_GetObjectItemCaseSensitive(j, "best_model_checkpoint");
+    if (!cJSON_IsNull(best)) {
+        if ((st = get_num(j, "best_metric", "best_metric", source, &s->best_metric)) != BT_OK)
+            return st;
+        s->has_best = 1;
+    }
+    if (!cJSON_IsNull(bestck)) {
+        if (!cJSON_IsString(bestck) || !s->has_best)
+            return want(source, "best_model_checkpoint",
+                        "a string (with best_metric) or null", bestck);
+        s->best_model_checkpoint = strdup(bestck->valuestring);
+        BT_ASSERT(s->best_model_checkpoint);
+    }
+    char rc_source[1200];
+    snprintf(rc_source, sizeof rc_source, "%s: run_config", source);
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(j, "run_config");
+    if ((st = bt_run_config_apply_json(&s->run_config, rc, rc_source)) != BT_OK ||
+        (st = bt_run_config_finish(&s->run_config, rc_source)) != BT_OK)
+        return st;
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(j, "extra");
+    if (!cJSON_IsNull(extra)) {
+        if (!cJSON_IsObject(extra)) return want(source, "extra", "an object or null", extra);
+        s->extra = cJSON_Duplicate(extra, 1);
+    }
+    return BT_OK;
+}
+
+bt_status bt_train_state_write(const char *path, const bt_train_state *s) {
+    cJSON *j = bt_train_state_to_json(s);
+    char *buf = bt_json_print_line(j);
+    cJSON_Delete(j);
+    bt_status st = bt_write_file_atomic(path, "trainer state", buf, strlen(buf));
+    free(buf);
+    return st;
+}
+
+bt_status bt_train_state_read(const char *path, bt_train_state *s) {
+    cJSON *j;
+    bt_status st = bt_json_load(path, "trainer state", &j);
+    if (st != BT_OK) return st;
+    st = bt_train_state_from_json(s, j, path);
+    cJSON_Delete(j);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * optimizer.safetensors */
+
+static void moment_name(char *out, size_t cap, const char *which, const bt_param_tensor *x) {
+    snprintf(out, cap, "%s.%s", which, x->key);
+}
+
+bt_status bt_optim_state_save(const char *path, const bt_param_table *t, const bt_adamw *o) {
+    BT_ASSERT(o->numel == t->numel);
+    size_t cap = 2 * t->n_tensors + 1, n = 0;
+    safetensors_entry *e = calloc(cap, sizeof *e);
+    char (*names)[BT_PARAM_KEY_MAX + 16] = calloc(cap, sizeof *names);
+    BT_ASSERT(e && names);
+    int64_t step = (int64_t)o->t;
+    e[n] = (safetensors_entry){.name = "step", .dtype = BT_DTYPE_I64, .src_dtype = BT_DTYPE_I64,
+                               .ndim = 0, .data = &step};
+    n++;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < t->n_tensors; i++) {
+            const bt_param_tensor *x = &t->tensors[i];
+            float *m, *v;
+            if (!bt_adamw_moments(o, x->offset, &m, &v)) continue; /* frozen: no moments */
+            moment_name(names[n], sizeof names[n], pass ? "exp_avg_sq" : "exp_avg", x);
+            e[n] = (safetensors_entry){.name = names[n], .dtype = BT_DTYPE_F32,
+                                       .src_dtype = BT_DTYPE_F32, .ndim = x->ndim,
+                                       .data = pass ? v : m};
+            memcpy(e[n].shape, x->shape, sizeof x->shape);
+            n++;
+        }
+    }
+    static const char *const meta[] = {"format", "pt", "bt_optimizer", "adamw", NULL};
+    bt_status st = safetensors_write(path, e, n, meta);
+    free(e);
+    free(names);
+    return st;
+}
+
+bt_status bt_optim_state_load(const char *path, const bt_param_table *t, bt_adamw *o) {
+    BT_ASSERT(o->numel == t->numel);
+    safetensors_file f;
+    bt_status st = safetensors_open(&f, path);
+    if (st != BT_OK) return st;
+    size_t used = 0;
+    const safetensors_tensor *stp = safetensors_find(&f, "step");
+    if (!stp || stp->dtype != BT_DTYPE_I64 || stp->ndim != 0) {
+        st = bt_fail(BT_ERR_FORMAT, "%s: tensor 'step': %s; expected a 0-d I64 step count",
+                     path, stp ? "wrong dtype or shape" : "missing");
+        goto done;
+    }
+    int64_t step;
+    memcpy(&step, stp->data, sizeof step);
+    if (step < 0) {
+        st = bt_fail(BT_ERR_FORMAT, "%s: tensor 'step' is %lld; expected >= 0", path,
+                     (long long)step);
+        goto done;
+    }
+    used++;
+    /* the moments arenas are compact over the trained tensors; gaps (alignment) stay 0 */
+    memset(o->m, 0, o->mnumel * sizeof *o->m);
+    memset(o->v, 0, o->mnumel * sizeof *o->v);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < t->n_tensors; i++) {
+            const bt_param_tensor *x = &t->tensors[i];
+            float *m, *v;
+            if (!bt_adamw_moments(o, x->offset, &m, &v)) continue;
+            char name[BT_PARAM_KEY_MAX + 16];
+            moment_name(name, sizeof name, pass ? "exp_avg_sq" : "exp_avg", x);
+            const safetensors_tensor *ft = safetensors_find(&f, name);
+            if (!ft) {
+                st = bt_fail(BT_ERR_MISSING,
+                             "%s: tensor '%s' missing (the moments of a trained parameter); "
+                             "the file does not belong to this model",
+                             path, name);
+                goto done;
+            }
+            char want_s[64], got_s[64];
+            safetensors_shape_str(want_s, sizeof want_s, x->ndim, x->shape);
+            safetensors_shape_str(got_s, sizeof got_s, ft->ndim, ft->shape);
+            if (ft->dtype != BT_DTYPE_F32 || strcmp(want_s, got_s)) {
+                st = bt_fail(ft->dtype != BT_DTYPE_F32 ? BT_ERR_FORMAT : BT_ERR_SHAPE,
+                             "%s: tensor '%s': expected F32 of shape %s (%zu values), found %s "
+                             "of shape %s (%zu values)",
+                             path, name, want_s, x->numel, bt_dtype_name(ft->dtype), got_s,
+                             ft->numel);
+                goto done;
+            }
+            st = safetensors_read_f32(&f, ft, pass ? v : m, x->numel);
+            if (st != BT_OK) goto done;
+            used++;
+        }
+    }
+    if (used != f.n_tensors) {
+        /* name the first tensor the model has no moments for */
+        for (size_t i = 0; i < f.n_tensors; i++) {
+            const char *name = f.tensors[i].name;
+            const char *dot = strchr(name, '.');
+            const bt_param_tensor *x = NULL;
+            if (dot && (!strncmp(name, "exp_avg.", 8) || !strncmp(name, "exp_avg_sq.", 11)))
+                x = bt_param_table_find(t, dot + 1);
+            float *m, *v;
+            if (!strcmp(name, "step") || (x && bt_adamw_moments(o, x->offset, &m, &v)))
+                continue;
+            st = bt_fail(BT_ERR_FORMAT,
+                         "%s: tensor '%s': not a moment of a trained parameter of this model "
+                         "(%s)",
+                         path, name, x ? "the parameter is frozen in this run" : "unknown key");
+            goto done;
+        }
+    }
+    o->t = (uint64_t)step;
+done:
+    safetensors_close(&f);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Directories */
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p) != 0 ? -1 : 0;
+}
+
+/* rm -r dir (no symlinks followed). 0 or -1 with errno. */
+static int remove_tree(const char *dir) {
+    return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static bt_status mkdir_p(const char *dir) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+        return bt_fail(BT_ERR_ARG, "%.60s...: path too long", dir);
+    for (char *q = p + 1; *q; q++) {
+        if (*q != '/') continue;
+        *q = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return bt_fail(BT_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
+        *q = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return bt_fail(BT_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
+    struct stat sb;
+    if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return bt_fail(BT_ERR_IO, "%s: not a directory", p);
+    return BT_OK;
+}
+
+/* "checkpoint-<digits>" -> step, else -1. */
+static int64_t checkpoint_step(const char *name) {
+    if (strncmp(name, "checkpoint-", 11) || !name[11]) return -1;
+    int64_t step = 0;
+    for (const char *p = name + 11; *p; p++) {
+        if (*p < '0' || *p > '9' || step > (INT64_MAX - 9) / 10) return -1;
+        step = step * 10 + (*p - '0');
+    }
+    return step;
+}
+
+/* "tmp-checkpoint-...<.pid>" -> pid, else -1. */
+static long temp_pid(const char *name) {
+    if (strncmp(name, "tmp-checkpoint-", 15)) return -1;
+    const char *dot = strrchr(name, '.');
+    if (!dot || !dot[1]) return -1;
+    char *end;
+    long pid = strtol(dot + 1, &end, 10);
+    return *end || pid <= 0 ? -1 : pid;
+}
+
+static int is_dir(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int is_regular(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static const char *const complete_files[] = {STATE_FILE, OPTIM_FILE, "config.json",
+                                             "model.safetensors", NULL};
+
+static int checkpoint_complete(const char *dir) {
+    char p[4300];
+    for (size_t i = 0; complete_files[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, complete_files[i]);
+        if (!is_regular(p)) return 0;
+    }
+    return 1;
+}
+
+bt_status bt_train_checkpoint_clean_stale(const char *output_dir, size_t *n_removed) {
+    if (n_removed) *n_removed = 0;
+    DIR *d = opendir(output_dir);
+    if (!d) {
+        if (errno == ENOENT) return BT_OK;
+        return bt_fail(BT_ERR_IO, "%s: cannot list the output directory: %s", output_dir,
+                       strerror(errno));
+    }
+    bt_status st = BT_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid = temp_pid(e->d_name);
+        if (pid < 0) continue;
+        /* alive and not us: another process is writing it */
+        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", output_dir, e->d_name);
+        if (!is_dir(p)) continue;
+        if (remove_tree(p) != 0) {
+            st = bt_fail(BT_ERR_IO, "%s: cannot remove a stale temp directory: %s", p,
+                         strerror(errno));
+            break;
+        }
+        if (n_removed) (*n_removed)++;
+    }
+    closedir(d);
+    return st;
+}
+
+typedef struct ck_entry {
+    int64_t step;
+    char name[64];
+} ck_entry;
+
+static int ck_cmp(const void *a, const void *b) {
+    int64_t x = ((const ck_entry *)a)->step, y = ((const ck_entry *)b)->step;
+    return (x > y) - (x < y);
+}
+
+/* checkpoint-<N> directories of output_dir, sorted by step. *list malloc'd. */
+static bt_status list_checkpoints(const char *output_dir, ck_entry **list, size_t *n) {
+    *list = NULL;
+    *n = 0;
+    DIR *d = opendir(output_dir);
+    if (!d) {
+        if (errno == ENOENT) return BT_OK;
+        return bt_fail(BT_ERR_IO, "%s: cannot list the output directory: %s", output_dir,
+                       strerror(errno));
+    }
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t step = checkpoint_step(e->d_name);
+        if (step < 0 || strlen(e->d_name) >= sizeof((ck_entry *)0)->name) continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", output_dir, e->d_name);
+        if (!is_dir(p)) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            ck_entry *nl = realloc(*list, cap * sizeof *nl);
+            BT_ASSERT(nl);
+            *list = nl;
+        }
+        (*list)[*n].step = step;
+        snprintf((*list)[*n].name, sizeof (*list)[*n].name, "%s", e->d_name);
+        (*n)++;
+    }
+    closedir(d);
+    if (*n) qsort(*list, *n, sizeof **list, ck_cmp);
+    return BT_OK;
+}
+
+bt_status bt_train_checkpoint_latest(const char *output_dir, char *out, size_t cap, int *found,
+                                     size_t *n_incomplete) {
+    *found = 0;
+    if (n_incomplete) *n_incomplete = 0;
+    bt_status st = bt_train_checkpoint_clean_stale(output_dir, NULL);
+    if (st != BT_OK) return st;
+    ck_entry *list;
+    size_t n;
+    if ((st = list_checkpoints(output_dir, &list, &n)) != BT_OK) return st;
+    for (size_t i = n; i-- > 0;) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", output_dir, list[i].name);
+        if (!checkpoint_complete(p)) {
+            if (n_incomplete) (*n_incomplete)++;
+            continue;
+        }
+        if (snprintf(out, cap, "%s", p) >= (int)cap) {
+            free(list);
+            return bt_fail(BT_ERR_ARG, "%s: path too long", p);
+        }
+        *found = 1;
+        break;
+    }
+    free(list);
+    return BT_OK;
+}
+
+/* Deletes one checkpoint: renamed aside first, so no half checkpoint-<N> is ever seen. */
+static bt_status delete_checkpoint(const char *output_dir, const char *name) {
+    char from[4200], to[4200];
+    snprintf(from, sizeof from, "%s/%s", output_dir, name);
+    snprintf(to, sizeof to, "%s/tmp-%s.deleting.%ld", output_dir, name, (long)getpid());
+    if (rename(from, to) != 0)
+        return bt_fail(BT_ERR_IO, "%s: cannot rename for deletion: %s", from, strerror(errno));
+    if (remove_tree(to) != 0)
+        return bt_fail(BT_ERR_IO, "%s: cannot remove (old checkpoint %s): %s", to, name,
+                       strerror(errno));
+    return BT_OK;
+}
+
+static int same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+static bt_status rotate(const char *output_dir, int64_t keep_last, const char *keep,
+                        const char *keep_also) {
+    if (keep_last <= 0) return BT_OK;
+    ck_entry *list;
+    size_t n;
+    bt_status st = list_checkpoints(output_dir, &list, &n);
+    if (st != BT_OK) return st;
+    /* newest keep_last stay; older ones go unless protected */
+    for (size_t i = 0; st == BT_OK && n > (size_t)keep_last && i < n - (size_t)keep_last; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", output_dir, list[i].name);
+        if (same_dir(p, keep) || same_dir(p, keep_also)) continue;
+        st = delete_checkpoint(output_dir, list[i].name);
+    }
+    free(list);
+    return st;
+}
+
+static bt_status fsync_dir(const char *dir) {
+    int err = bt_sync_dir_of(dir, 1);
+    return err ? bt_fail(BT_ERR_IO, "%s: fsync: %s", dir, strerror(err)) : BT_OK;
+}
+
+bt_status bt_train_checkpoint_save(const char *output_dir, const bt_train_checkpoint *c,
+                                   int64_t total_limit, const char *keep_also, char *saved,
+                                   size_t cap) {
+    BT_ASSERT(c && c->table && c->params && c->optim && c->state);
+    const int64_t step = c->state->global_step;
+    char tmp[4200], final[4200], p[4300];
+    if (snprintf(final, sizeof final, "%s/checkpoint-%lld", output_dir, (long long)step) >=
+        (int)sizeof final)
+        return bt_fail(BT_ERR_ARG, "%.60s...: output directory path too long", output_dir);
+    snprintf(tmp, sizeof tmp, "%s/tmp-checkpoint-%lld.%ld", output_dir, (long long)step,
+             (long)getpid());
+    bt_status st = mkdir_p(output_dir);
+    if (st == BT_OK) st = bt_train_checkpoint_clean_stale(output_dir, NULL);
+    if (st != BT_OK) return st;
+    if (mkdir(tmp, 0755) != 0)
+        return bt_fail(BT_ERR_IO, "%s: cannot create the temp checkpoint directory: %s", tmp,
+                       strerror(errno));
+
+    bt_checkpoint_save_options so;
+    bt_checkpoint_save_options_default(&so);
+    so.dtype = c->dtype;
+    so.base_config_json = c->base_config_json;
+    so.copy_from_dir = c->copy_from_dir;
+    st = bt_checkpoint_save(tmp, c->table, c->params, &so);
+    if (st == BT_OK) {
+        snprintf(p, sizeof p, "%s/%s", tmp, OPTIM_FILE);
+        st = bt_optim_state_save(p, c->table, c->optim);
+    }
+    if (st == BT_OK) {
+        /* last: its presence marks a complete directory even without the rename */
+        snprintf(p, sizeof p, "%s/%s", tmp, STATE_FILE);
+        st = bt_train_state_write(p, c->state);
+    }
+    if (st == BT_OK) st = fsync_dir(tmp);
+    if (st == BT_OK) {
+        if (is_dir(final)) {
+            /* re-saving a step (e.g. a signal right after resuming): swap atomically, then
+             * delete the old one, which now sits under the temp name */
+            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
+                st = bt_fail(BT_ERR_IO, "%s: cannot swap in the new checkpoint %s: %s", final,
+                             tmp, strerror(errno));
+        } else if (rename(tmp, final) != 0) {
+            st = bt_fail(BT_ERR_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+        }
+    }
+    if (st != BT_OK) {
+        bt_status keep = st;
+        remove_tree(tmp); /* best effort: the next save removes what is left */
+        return bt_fail_context(keep, "saving %s (earlier checkpoints are untouched)", final);
+    }
+    remove_tree(tmp); /* the swapped-out old copy, if any */
+    if ((st = fsync_dir(output_dir)) != BT_OK) return st;
+    if (saved && snprintf(saved, cap, "%s", final) >= (int)cap)
+        return bt_fail(BT_ERR_ARG, "%s: path too long for the caller's buffer", final);
+    st = rotate(output_dir, total_limit, final, keep_also);
+    if (st != BT_OK) return bt_fail_context(st, "%s saved, but rotating old checkpoints", final);
+    return fsync_dir(output_dir);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Loading for resume */
+
+bt_optim_groups bt_run_config_optim_groups(const bt_run_config *c) {
+    bt_optim_groups g = bt_optim_groups_default();
+    g.lr_mult_cross = c->train.lr_mult.cross_modal;
+    g.lr_mult_heads = c->train.lr_mult.heads;
+    g.freeze_text = c->train.freeze_text;
+    g.freeze_vision = c->train.freeze_vision;
+    return g;
+}
+
+const char *bt_model_config_shape_diff(const bt_model_config *a, const bt_model_config *b,
+                                       long *va, long *vb) {
+    /* the fields that decide the parameter table's shapes, by their HF config names */
+    static const struct {
+        const char *hf;
+        size_t off;
+    } f[] = {
+#define SF_(hf, m) {hf, offsetof(bt_model_config, m)}
+        SF_("text_config.vocab_size", vocab_size),
+        SF_("text_config.hidden_size", text_hidden),
+        SF_("text_config.num_hidden_layers", text_layers),
+        SF_("text_config.num_attention_heads", text_heads),
+        SF_("text_config.intermediate_size", text_intermediate),
+        SF_("text_config.max_position_embeddings", max_position_embeddings),
+        SF_("text_config.type_vocab_size", type_vocab_size),
+        SF_("vision_config.hidden_size", vision_hidden),
+        SF_("vision_config.num_hidden_layers", vision_layers),
+        SF_("vision_config.num_channels", num_channels),
+        SF_("vision_config.patch_size", patch_size),
+        SF_("vision_config.image_size", image_size),
+        SF_("hidden_size", hidden),
+        SF_("num_hidden_layers", cross_layers),
+        SF_("contrastive_hidden_size", contrastive_hidden),
+#undef SF_
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        int x = *(const int *)((const char *)a + f[i].off);
+        int y = *(const int *)((const char *)b + f[i].off);
+        if (x != y) {
+            *va = x;
+            *vb = y;
+            return f[i].hf;
+        }
+    }
+    if (a->link_tower_type != b->link_tower_type) {
+        *va = (long)a->link_tower_type;
+        *vb = (long)b->link_tower_type;
+        return "link_tower_type";
+    }
+    return NULL;
+}
+
+void bt_train_resume_free(bt_train_resume *r) {
+    bt_checkpoint_weights_free(&r->model);
+    if (r->optim.segs) bt_adamw_free(&r->optim);
+    bt_train_state_free(&r->state);
+    memset(r, 0, sizeof *r);
+}
+
+bt_status bt_train_checkpoint_load(const char *dir, const bt_optim_groups *groups,
+                                   const bt_model_config *expect, bt_train_resume *r) {
+    memset(r, 0, sizeof *r);
+    bt_train_state_init(&r->state);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, STATE_FILE);
+    bt_status st = bt_train_state_read(p, &r->state);
+    if (st != BT_OK) goto fail;
+
+    bt_checkpoint_load_options lo;
+    bt_checkpoint_load_options_default(&lo);
+    lo.heads = r->state.run_config.model.heads;
+    bt_checkpoint_report rep;
+    bt_checkpoint_report_init(&rep);
+    st = bt_checkpoint_load(&r->model, dir, &lo, &rep);
+    if (st == BT_OK && rep.initialized.n) {
+        /* resuming must not invent weights: every trained head must be in the file */
+        st = bt_fail(BT_ERR_MISSING,
+                     "%s/model.safetensors: head '%s' is missing, but the run trains it (%s "
+                     "lists it in run_config.model.heads)",
+                     dir, rep.initialized.names[0], STATE_FILE);
+    }
+    bt_checkpoint_report_free(&rep);
+    if (st != BT_OK) goto fail;
+    if (expect) {
+        long va, vb;
+        const char *key = bt_model_config_shape_diff(&r->model.cfg, expect, &va, &vb);
+        if (key) {
+            st = bt_fail(BT_ERR_CONFIG,
+                         "%s/config.json: %s is %ld in the checkpoint, %ld in this run's model; "
+                         "resume with the model the checkpoint was trained from",
+                         dir, key, va, vb);
+            goto fail;
+        }
+    }
+    bt_optim_groups g = groups ? *groups : bt_run_config_optim_groups(&r->state.run_config);
+    bt_adamw_init_groups(&r->optim, &r->model.table, &g);
+    snprintf(p, sizeof p, "%s/%s", dir, OPTIM_FILE);
+    st = bt_optim_state_load(p, &r->model.table, &r->optim);
+    if (st != BT_OK) goto fail;
+    return BT_OK;
+fail:
+    bt_train_resume_free(r);
+    return st;
+}
