@@ -644,8 +644,13 @@ cJSON *bt_run_config_to_json(const bt_run_config *c) {
 
 char *bt_run_config_to_string(const bt_run_config *c) {
     cJSON *j = bt_run_config_to_json(c);
-    char *txt = cJSON_Print(j);
+    char *out = bt_json_print_line(j);
     cJSON_Delete(j);
+    return out;
+}
+
+char *bt_json_print_line(const cJSON *j) {
+    char *txt = cJSON_Print(j);
     BT_ASSERT(txt);
     size_t n = strlen(txt);
     char *out = malloc(n + 2);
