@@ -6,8 +6,9 @@
  * the same in training mode (dropout on, masks fixed by their seeds), and the link-tower
  * scalars of the scaled_add / interpolate variants (text tower 0, image tower 1).
  *
- * Scales: v_i = z_i · rms(tensor of i) with z ~ N(0, 1), so every tensor moves by the same
- * relative amount ε. Biases and LayerNorm parameters are first moved off their init values
+ * The harness (directions, perturbation, tolerance) is test_model_fd.h, shared with
+ * test_model_phases.c. Scales: v_i = z_i · rms(tensor of i) with z ~ N(0, 1), so every tensor
+ * moves by the same relative amount ε. Biases and LayerNorm parameters are first moved off their init values
  * (0 and 1) by N(0, 0.05²) so that zero-init parameters cannot hide a missing term.
  * ε = 2.5e-3 (a quarter percent of each weight's scale). The central difference's error is
  * truncation O(ε²) plus rounding noise of the fp32 losses divided by 2ε. Measured on the
@@ -29,6 +30,7 @@
 #include "config.h"
 #include "model.h"
 #include "params.h"
+#include "test_model_fd.h"
 #include "test_util.h"
 
 enum { B = 3, T = 10 };
@@ -44,7 +46,8 @@ typedef struct fd_case {
 
 static const char *loss_names[3] = {"itc", "itm", "mlm"};
 
-static void losses(bt_model *m, const bt_batch *b, double out[3]) {
+static void losses(bt_model *m, void *ctx, double *out) {
+    const bt_batch *b = ctx;
     bt_status s = bt_forward(m, b);
     BT_ASSERT(s == BT_OK);
     out[0] = m->loss_itc;
@@ -54,13 +57,7 @@ static void losses(bt_model *m, const bt_batch *b, double out[3]) {
 
 static int case_init(fd_case *fc, bt_link_type link, uint64_t seed, int training) {
     bt_model_config c;
-    char path[1024];
-    const char *root = getenv("BT_CONFIGS"); /* set by meson; else the source tree's */
-    if (root) snprintf(path, sizeof path, "%s/tiny/config.json", root);
-    else snprintf(path, sizeof path, "%s/../../configs/tiny/config.json", tu_fixture_path(""));
-    if (!tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s: %s", path,
-                  bt_error_message()))
-        return 0;
+    if (!fd_tiny_config(&c)) return 0;
     c.link_tower_type = link;
     bt_model_init(&fc->m, &c, BT_HEADS_ALL, BT_PRECISION_FP32);
     bt_model_init_params(&fc->m, seed);
@@ -71,13 +68,7 @@ static int case_init(fd_case *fc, bt_link_type link, uint64_t seed, int training
     tu_rng_seed(&r, seed + 100);
     /* move zero/one-init parameters off their init values */
     const bt_param_table *t = &fc->m.table;
-    for (size_t i = 0; i < t->n_tensors; i++) {
-        const bt_param_tensor *x = &t->tensors[i];
-        if (x->init != BT_INIT_ZEROS && x->init != BT_INIT_ONES && x->init != BT_INIT_HALF)
-            continue;
-        for (size_t e = 0; e < x->numel; e++)
-            fc->m.params[x->offset + e] += (float)(0.05 * tu_rng_normal(&r));
-    }
+    fd_move_off_init(&fc->m, &r);
     /* batch: rows of lengths 10, 7, 4 (pads at the end), some MLM targets, ITM labels */
     const size_t lens[B] = {10, 7, 4};
     for (size_t b = 0; b < B; b++) {
@@ -118,55 +109,10 @@ static void case_free(fd_case *fc) {
     bt_model_free(&fc->m);
 }
 
-static double tensor_rms(const float *p, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)p[i] * p[i];
-    return sqrt(s / (double)n);
-}
-
-/* Fills v over the tensors selected by `only` (BT_P_COUNT: all), layer `layer` (-1: all). */
-static void direction(const bt_param_table *t, const float *params, float *v, tu_rng *r,
-                      bt_param_id only, int layer) {
-    memset(v, 0, t->numel * sizeof *v);
-    for (size_t i = 0; i < t->n_tensors; i++) {
-        const bt_param_tensor *x = &t->tensors[i];
-        if (only != BT_P_COUNT && (x->id != only || (layer >= 0 && x->layer != layer))) continue;
-        double s = tensor_rms(params + x->offset, x->numel);
-        for (size_t e = 0; e < x->numel; e++)
-            v[x->offset + e] = (float)(s * tu_rng_normal(r));
-    }
-}
-
 static void check_direction(fd_case *fc, const float *v, const char *label) {
-    bt_model *m = &fc->m;
-    const size_t n = m->table.numel;
-    const double eps = getenv("FD_EPS") ? atof(getenv("FD_EPS")) : 2.5e-3;
-    float *p0 = malloc(n * sizeof *p0), *pp = malloc(n * sizeof *pp), *pm = malloc(n * sizeof *pm);
-    memcpy(p0, m->params, n * sizeof *p0);
-    for (size_t i = 0; i < n; i++) {
-        pp[i] = p0[i] + (float)(eps * v[i]);
-        pm[i] = p0[i] - (float)(eps * v[i]);
-    }
-    double lp[3], lm[3];
-    const double *l0 = fc->l0;
-    memcpy(m->params, pp, n * sizeof *pp);
-    losses(m, &fc->batch, lp);
-    memcpy(m->params, pm, n * sizeof *pm);
-    losses(m, &fc->batch, lm);
-    memcpy(m->params, p0, n * sizeof *p0);
-    for (int k = 0; k < 3; k++) {
-        /* g · (θ+ - θ-) / 2ε with the fp32-rounded perturbation actually applied */
-        double an = 0;
-        for (size_t i = 0; i < n; i++)
-            an += (double)fc->grads[k][i] * ((double)pp[i] - (double)pm[i]) / (2 * eps);
-        double fd = (lp[k] - lm[k]) / (2 * eps);
-        double tol = 1e-2 * fabs(an) + 1e-4 * fmax(1.0, fabs(l0[k]));
-        tu_check(fabs(fd - an) <= tol, "%s, loss %s: fd %.6e  g.v %.6e  |diff| %.2e (tol %.2e)",
-                 label, loss_names[k], fd, an, fabs(fd - an), tol);
-    }
-    free(pp);
-    free(pm);
-    free(p0);
+    double fd[3], an[3];
+    fd_along(&fc->m, v, 3, losses, &fc->batch, fc->grads, fd, an);
+    for (int k = 0; k < 3; k++) fd_check(label, loss_names[k], fd[k], an[k], fc->l0[k]);
 }
 
 typedef struct pick {
@@ -194,14 +140,14 @@ int main(void) {
     if (case_init(&fc, BT_LINK_ADD, 11, 0)) {
         float *v = malloc(fc.m.table.numel * sizeof *v);
         for (int rep = 0; rep < 2; rep++) {
-            direction(&fc.m.table, fc.m.params, v, &r, BT_P_COUNT, -1);
+            fd_direction(&fc.m.table, fc.m.params, v, &r, BT_P_COUNT, -1);
             check_direction(&fc, v, rep ? "all parameters (direction 2)" : "all parameters");
         }
         for (size_t i = 0; i < sizeof picks / sizeof picks[0]; i++) {
             char label[160];
             snprintf(label, sizeof label, "%s: %s[%d]", picks[i].tower,
                      fc.m.table.fields[picks[i].id].name, picks[i].layer);
-            direction(&fc.m.table, fc.m.params, v, &r, picks[i].id, picks[i].layer);
+            fd_direction(&fc.m.table, fc.m.params, v, &r, picks[i].id, picks[i].layer);
             check_direction(&fc, v, label);
         }
         free(v);
@@ -212,11 +158,11 @@ int main(void) {
     memset(&fc, 0, sizeof fc);
     if (case_init(&fc, BT_LINK_ADD, 13, 1)) {
         float *v = malloc(fc.m.table.numel * sizeof *v);
-        direction(&fc.m.table, fc.m.params, v, &r, BT_P_COUNT, -1);
+        fd_direction(&fc.m.table, fc.m.params, v, &r, BT_P_COUNT, -1);
         check_direction(&fc, v, "dropout on: all parameters");
-        direction(&fc.m.table, fc.m.params, v, &r, BT_P_TEXT_WORD_EMB, 0);
+        fd_direction(&fc.m.table, fc.m.params, v, &r, BT_P_TEXT_WORD_EMB, 0);
         check_direction(&fc, v, "dropout on: text_word_emb");
-        direction(&fc.m.table, fc.m.params, v, &r, BT_P_XIL_CV_W, 1);
+        fd_direction(&fc.m.table, fc.m.params, v, &r, BT_P_XIL_CV_W, 1);
         check_direction(&fc, v, "dropout on: xil_cv_w[1]");
         free(v);
     }
@@ -236,7 +182,7 @@ int main(void) {
                 char label[160];
                 snprintf(label, sizeof label, "%s link: %s[%d]", bt_link_type_name(types[i]),
                          fc.m.table.fields[ids[side]].name, l);
-                direction(&fc.m.table, fc.m.params, v, &r, ids[side], l);
+                fd_direction(&fc.m.table, fc.m.params, v, &r, ids[side], l);
                 check_direction(&fc, v, label);
             }
         free(v);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "rng.h"
 #include "towers.h"
 
@@ -530,32 +531,18 @@ size_t bt_model_hf_loss_bytes(const bt_model_config *c, unsigned heads, size_t B
 
 /* --- memory ------------------------------------------------------------------------------ */
 
-/* MemAvailable of /proc/meminfo in bytes, 0 when unknown (then no check is made). A small
- * local reader: the base layer has no "memory available" function yet. */
-static size_t mem_available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %zu kB", &kib) == 1) break;
-    fclose(f);
-    return kib * 1024;
+/* "the activations for ..." naming the shapes, for the out-of-memory messages. */
+static void plan_text(char *buf, size_t cap, const bt_model *m, const phase_dims *d,
+                      double need) {
+    char all[32];
+    bt_mem_format(all, sizeof all, need < 0x1p63 ? (uint64_t)need : UINT64_MAX);
+    snprintf(buf, cap,
+             "growing the activations to %zu texts x %zu tokens, %zu images of %d px and %zu "
+             "pairs (%zu with MLM) (%s in all)",
+             d->Bt, d->T, d->Bi, m->cfg.image_size, d->P, d->Pm, all);
 }
 
-static double gib(double bytes) {
-    return bytes / (1024.0 * 1024.0 * 1024.0);
-}
-
-static bt_status nomem(const bt_model *m, const phase_dims *d, double need, double extra,
-                       const char *why) {
-    return bt_fail(BT_ERR_NOMEM,
-                   "activations for %zu texts x %zu tokens, %zu images of %d px, %zu pairs (%zu "
-                   "with MLM) need %.2f GiB (%.2f GiB more than allocated); %s: reduce the batch "
-                   "size, the max text length or the image size",
-                   d->Bt, d->T, d->Bi, m->cfg.image_size, d->P, d->Pm, gib(need), gib(extra),
-                   why);
-}
+static const char *const REDUCE = "the batch size, the max text length or the image size";
 
 /* Grows the n arenas to need[i] bytes (grow-only; contents are lost when an arena grows),
  * refusing growth beyond MemAvailable and reporting a failed allocation, before changing
@@ -568,14 +555,13 @@ static bt_status arenas_grow(const bt_model *m, bt_arena **ars, const double *ne
         if (need[i] > (double)ars[i]->bytes) extra += need[i] - (double)ars[i]->bytes;
     }
     if (extra == 0.0) return BT_OK;
-    char why[160];
-    if (total > 0x1p62) return nomem(m, d, total, extra, "that is beyond any address space");
-    const size_t avail = mem_available_bytes();
-    if (avail && extra > (double)avail) {
-        snprintf(why, sizeof why, "the machine has %.2f GiB available (MemAvailable)",
-                 gib((double)avail));
-        return nomem(m, d, total, extra, why);
-    }
+    char what[320];
+    plan_text(what, sizeof what, m, d, total);
+    if (total > 0x1p62)
+        return bt_fail(BT_ERR_NOMEM, "%s: beyond any address space; reduce %s", what, REDUCE);
+    /* the machine's available memory (src/mem.h: MemAvailable, cgroup limits) */
+    bt_status s = bt_mem_check((uint64_t)extra, what, REDUCE);
+    if (s != BT_OK) return s;
     for (int i = 0; i < n; i++) {
         if (need[i] <= (double)ars[i]->bytes) continue;
         const size_t bytes = (size_t)need[i];
@@ -583,10 +569,9 @@ static bt_status arenas_grow(const bt_model *m, bt_arena **ars, const double *ne
         ars[i]->mem = aligned_alloc(64, bytes);
         ars[i]->bytes = ars[i]->mem ? bytes : 0;
         ars[i]->used = ars[i]->head = 0;
-        if (!ars[i]->mem) {
-            snprintf(why, sizeof why, "allocating %.2f GiB failed", gib(need[i]));
-            return nomem(m, d, total, extra, why);
-        }
+        if (!ars[i]->mem)
+            return bt_fail(BT_ERR_NOMEM, "%s: allocating %zu bytes failed; reduce %s", what,
+                           bytes, REDUCE);
     }
     return BT_OK;
 }

@@ -348,7 +348,8 @@ void bt_zero_grad(bt_model *m);
  * memory, no allocation); bt_model_reserve_phases sizes them up front so a training step
  * allocates nothing. bt_model_activation_bytes runs the same walk without allocating.
  * Running out of memory is a bt_status (BT_ERR_NOMEM, naming the bytes needed and what to
- * reduce), checked against MemAvailable before allocating, never an abort.
+ * reduce), checked before allocating against what the machine has (src/mem.h bt_mem_check:
+ * MemAvailable, cgroup limits; BT_MEM_CHECK=0 skips it), never an abort.
  *
  * Dropout keys: every dropout mask is drawn per row from (run seed, step, site, row key):
  * row key = the text's sample key for text-tower rows, hash(text key, image key) for both
