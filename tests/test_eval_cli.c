@@ -23,7 +23,9 @@
  *      records whose captions are the choices (exact).
  *   3. ITM re-ranking: on 6 records, the ITM logits of all 36 (caption, image) pairs come
  *      from bt-forward --head itm on a `bt-data batch` of a 36-record pair manifest; the
- *      top-3 by ITC re-ranked by them, here, must give bt-eval --itm-rerank 3's numbers.
+ *      top-3 by ITC re-ranked by them, here, must give bt-eval --itm-rerank 3's numbers, and
+ *      their argmax over each record's 5 choices (drawn from the 6 captions) its
+ *      --choice-score itm accuracy.
  *   4. A collapsed model (ITC text/image heads: weight 0, bias 1, so every score ties):
  *      the pessimistic rule gives text->image rank 24 for every text and image->text rank
  *      1 + 30 - c (c = texts of the image), R@K 0, 5-way accuracy 0: known by construction.
@@ -143,6 +145,13 @@ static int choice_rec(int t, int k) {
     return (text_caption(t) + off) % NV;
 }
 
+/* choice k of record t < NSMALL of the small manifest: captions of the small set only, so
+ * the pair manifest's ITM logits cover every (choice, image) pair */
+static int small_choice(int t, int k) {
+    const int label = t % 5;
+    return k == label ? t : (t + 1 + (k < label ? k : k - 1)) % NSMALL;
+}
+
 static void add_record(cJSON *arr_line, const char *id, int img, int cap) {
     cJSON_AddStringToObject(arr_line, "id", id);
     cJSON_AddStringToObject(arr_line, "image", val[img].image);
@@ -160,7 +169,10 @@ static void write_eval_manifest(const char *path, int n_texts, int with_choices)
         if (with_choices) {
             cJSON *ch = cJSON_AddArrayToObject(o, "caption_choices");
             for (int k = 0; k < 5; k++)
-                cJSON_AddItemToArray(ch, cJSON_CreateString(val[choice_rec(t, k)].caption));
+                cJSON_AddItemToArray(ch, cJSON_CreateString(
+                                             val[n_texts == NSMALL ? small_choice(t, k)
+                                                                   : choice_rec(t, k)]
+                                                 .caption));
             cJSON_AddNumberToObject(o, "label", t % 5);
         }
         char *s = cJSON_PrintUnformatted(o);
@@ -514,9 +526,9 @@ static void test_rerank(const char *model, const char *small, const char *pairs)
 
     char json[1400];
     snprintf(json, sizeof json, "%s/rerank.json", tmp);
-    int rc = run(exe_eval, "--model '%s' --data '%s' --batch-size 4 --itm-rerank %d --no-choices "
-                 "--json '%s'", model, small, TOPK, json);
-    tu_check(rc == 0, "bt-eval --itm-rerank %d exits 0 (%s)", TOPK, err_text);
+    int rc = run(exe_eval, "--model '%s' --data '%s' --batch-size 4 --itm-rerank %d "
+                 "--choice-score itm --json '%s'", model, small, TOPK, json);
+    tu_check(rc == 0, "bt-eval --itm-rerank %d --choice-score itm exits 0 (%s)", TOPK, err_text);
     if (rc) return;
     cJSON *j = read_json(json);
     int rt[NSMALL], ri[NSMALL];
@@ -535,6 +547,19 @@ static void test_rerank(const char *model, const char *small, const char *pairs)
                   jpath(j, "itm_rerank", "text_to_image"), summarize(rt, NSMALL));
     check_metrics("ITM re-ranked image->text = re-ranking of bt-forward's ITM logits",
                   jpath(j, "itm_rerank", "image_to_text"), summarize(ri, NSMALL));
+    /* 5-way by ITM: choice k of record t is caption small_choice(t, k) against image t */
+    int right = 0;
+    for (int t = 0; t < NSMALL; t++) {
+        int ok = 1;
+        for (int k = 0; k < 5; k++)
+            ok &= k == t % 5 || M[small_choice(t, k) * NSMALL + t] < M[t * NSMALL + t];
+        right += ok;
+    }
+    const cJSON *acc = jpath(j, "choice", "accuracy"), *sc = jpath(j, "choice", "score");
+    tu_check(acc && fabs(acc->valuedouble - (double)right / NSMALL) < 1e-12 &&
+                 cJSON_IsString(sc) && !strcmp(sc->valuestring, "itm"),
+             "5-way accuracy by ITM %.4f = argmax of bt-forward's ITM logits %d/%d",
+             acc ? acc->valuedouble : NAN, right, NSMALL);
     const cJSON *k = jpath(j, "itm_rerank", "k");
     tu_check(k && k->valuedouble == TOPK, "itm_rerank.k = %d", TOPK);
     cJSON_Delete(j);
@@ -651,7 +676,7 @@ int main(int argc, char **argv) {
     snprintf(small, sizeof small, "%s/small.jsonl", data);
     snprintf(pairs, sizeof pairs, "%s/pairs.jsonl", data);
     write_eval_manifest(evalm, N, 1);
-    write_eval_manifest(small, NSMALL, 0);
+    write_eval_manifest(small, NSMALL, 1);
     write_pair_manifest(pairs);
 
     test_embed(model, evalm);

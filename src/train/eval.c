@@ -5,9 +5,12 @@
  * records, five forwards of (choice k, image) -> distinct images by path -> S = T·Iᵀ ->
  * ranks (metrics.c) -> optional ITM re-ranking forwards on the top-k pairs.
  *
- * Every model call goes through rows_forward(): bt_forward on n (text, image) rows. That is
- * the one place to switch to the phased API (towers once, cross stack only on the pairs
- * that need ITM) when it is implemented.
+ * Model calls use the phased API (model.h): per loader batch ONE tower pass on the record
+ * captions plus the choice captions of its labelled records and on its images, then the
+ * cross stack on the matched pairs (i, i) (cross embeddings; the loss) plus, for ITM choice
+ * scoring, the (choice, image) pairs. The ITM re-ranking runs chunks of batch_size pairs:
+ * one tower pass on the chunk's distinct texts and images, the cross stack on its pairs.
+ * The eval loss is bt_itc_loss (train/loss.h), the function the trainer's step uses.
  *
  * Deliberately not here: file output (bt_eval.c / bt_embed.c), distributed evaluation. */
 #include "train/eval.h"
@@ -23,6 +26,7 @@
 #include "args.h"
 #include "checkpoint.h"
 #include "data/loader.h"
+#include "train/loss.h"
 
 void bt_eval_options_default(bt_eval_options *o) {
     memset(o, 0, sizeof *o);
@@ -45,25 +49,22 @@ static void *xcalloc(size_t n, size_t size) {
     return p;
 }
 
-/* The model on n matched rows (text row i with image row i): ids, mask (n, T), pixels
- * (n, 3, R, R). Writes (each may be NULL) the ITC text / image / cross embeddings (n, C),
- * the ITM match logit logit[1] - logit[0] (n) and the HF ITC loss of the n rows as a batch. */
-static bt_status rows_forward(bt_model *m, size_t n, size_t T, const int32_t *ids,
-                              const int32_t *mask, const float *pixels, float *t_out,
-                              float *i_out, float *c_out, float *itm_out, float *loss) {
-    const bt_batch b = {.B = n, .T = T, .input_ids = ids, .attention_mask = mask,
-                        .pixel_values = pixels};
-    bt_status st = bt_forward(m, &b);
-    if (st != BT_OK) return st;
-    const size_t C = (size_t)m->cfg.contrastive_hidden;
-    if (t_out) memcpy(t_out, m->acts.itc_t, n * C * sizeof(float));
-    if (i_out) memcpy(i_out, m->acts.itc_i, n * C * sizeof(float));
-    if (c_out) memcpy(c_out, m->acts.itc_c, n * C * sizeof(float));
-    if (itm_out)
-        for (size_t i = 0; i < n; i++)
-            itm_out[i] = m->acts.itm_logits[2 * i + 1] - m->acts.itm_logits[2 * i];
-    if (loss) *loss = m->loss_itc;
-    return BT_OK;
+/* One tower pass (Bt texts of T tokens, Bi images) and, when P > 0, the cross stack on the
+ * pairs. Outputs in m->itc_text (Bt, C), m->itc_image (Bi, C), m->itc_cross (P, C),
+ * m->itm_logits_out (P, 2) (ITM head). */
+static bt_status model_run(bt_model *m, size_t Bt, size_t T, const int32_t *ids,
+                           const int32_t *mask, size_t Bi, const float *pixels,
+                           const bt_pair *pairs, size_t P) {
+    const bt_text_input ti = {.B = Bt, .T = T, .input_ids = ids, .attention_mask = mask};
+    const bt_image_input ii = {.B = Bi, .pixel_values = pixels};
+    bt_status st = bt_towers_forward(m, &ti, &ii);
+    if (st == BT_OK && P) st = bt_cross_forward_pairs(m, pairs, P);
+    return st;
+}
+
+/* ITM match logit of pair p of the last cross pass: logit[1] - logit[0]. */
+static inline float itm_match(const bt_model *m, size_t p) {
+    return m->itm_logits_out[2 * p + 1] - m->itm_logits_out[2 * p];
 }
 
 static int all_finite(const float *x, size_t n) {
@@ -109,25 +110,48 @@ static size_t group_images(const manifest *man, size_t N, int64_t *group) {
     return n;
 }
 
-/* ITM match logits of P (text record, image group) pairs, in chunks of `batch` rows. */
+/* Index of v in list[0..n), appended when absent. */
+static size_t intern(int64_t *list, size_t *n, int64_t v) {
+    for (size_t i = 0; i < *n; i++)
+        if (list[i] == v) return i;
+    list[*n] = v;
+    return (*n)++;
+}
+
+/* ITM match logits of P (text record, image group) pairs, in chunks of `batch` pairs: one
+ * tower pass on the chunk's distinct texts and images, the cross stack on its pairs. */
 static bt_status pairs_itm(bt_model *m, size_t P, const int64_t *text_rec,
                            const int64_t *image_grp, const int32_t *ids, const int32_t *mask,
                            const float *gpix, size_t T, size_t px, size_t batch, float *out) {
     int32_t *bi = xcalloc(batch * T, sizeof *bi), *bm = xcalloc(batch * T, sizeof *bm);
     float *bp = xcalloc(batch * px, sizeof *bp);
+    int64_t *texts = xcalloc(batch, sizeof *texts), *images = xcalloc(batch, sizeof *images);
+    bt_pair *pairs = xcalloc(batch, sizeof *pairs);
     bt_status st = BT_OK;
     for (size_t p0 = 0; p0 < P && st == BT_OK; p0 += batch) {
         const size_t n = P - p0 < batch ? P - p0 : batch;
+        size_t nt = 0, ni = 0;
         for (size_t i = 0; i < n; i++) {
-            memcpy(bi + i * T, ids + (size_t)text_rec[p0 + i] * T, T * sizeof *bi);
-            memcpy(bm + i * T, mask + (size_t)text_rec[p0 + i] * T, T * sizeof *bm);
-            memcpy(bp + i * px, gpix + (size_t)image_grp[p0 + i] * px, px * sizeof *bp);
+            pairs[i].text_row = (int32_t)intern(texts, &nt, text_rec[p0 + i]);
+            pairs[i].image_row = (int32_t)intern(images, &ni, image_grp[p0 + i]);
+            pairs[i].mlm = 0;
         }
-        st = rows_forward(m, n, T, bi, bm, bp, NULL, NULL, NULL, out + p0, NULL);
+        for (size_t i = 0; i < nt; i++) {
+            memcpy(bi + i * T, ids + (size_t)texts[i] * T, T * sizeof *bi);
+            memcpy(bm + i * T, mask + (size_t)texts[i] * T, T * sizeof *bm);
+        }
+        for (size_t i = 0; i < ni; i++)
+            memcpy(bp + i * px, gpix + (size_t)images[i] * px, px * sizeof *bp);
+        st = model_run(m, nt, T, bi, bm, ni, bp, pairs, n);
+        for (size_t i = 0; st == BT_OK && i < n; i++)
+            out[p0 + i] = itm_match(m, i);
     }
     free(bi);
     free(bm);
     free(bp);
+    free(texts);
+    free(images);
+    free(pairs);
     return st;
 }
 
@@ -159,54 +183,65 @@ static void state_free(eval_state *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* The choice forwards of one loader batch: labelled rows only, 5 forwards of (choice k,
- * image). */
-static bt_status batch_choices(bt_model *m, const manifest *man, const loader_batch *b,
-                               const bt_eval_options *o, eval_state *s) {
-    const size_t T = s->T, C = s->C, px = s->px, n = (size_t)b->size;
+/* Scratch of the per-batch model call: B records + 5 choices each. */
+typedef struct batch_ws {
+    int32_t *ids, *mask; /* (6B, T) captions, then choice captions */
+    bt_pair *pairs;      /* (6B) */
+    int64_t *lab_rows;   /* (B) batch rows of the labelled records */
+    bt_loss_ws loss_ws;
+} batch_ws;
+
+/* The model on one loader batch: one tower pass on the n captions + 5 choice captions of
+ * each labelled valid row and the n images; the cross stack on (i, i) (+ (choice, image)
+ * pairs when choices are scored by ITM). Returns the batch's HF ITC loss in *loss; the
+ * embeddings stay in the model (rows 0..n-1); choice scores go to s. */
+static bt_status batch_forward(bt_model *m, const manifest *man, const loader_batch *b,
+                               const bt_eval_options *o, eval_state *s, batch_ws *w,
+                               float *loss) {
+    const size_t T = s->T, C = s->C, n = (size_t)b->size, K = MANIFEST_N_CHOICES;
     size_t nl = 0;
-    int64_t *rows = xcalloc(n, sizeof *rows);
-    for (size_t i = 0; i < n; i++)
-        if (b->labels[i] >= 0 && b->record[i] == b->sampled[i]) rows[nl++] = (int64_t)i;
-    bt_status st = BT_OK;
-    if (nl == 0) goto done;
-    int32_t *ci = xcalloc(nl * T, sizeof *ci), *cm = xcalloc(nl * T, sizeof *cm);
-    float *cp = xcalloc(nl * px, sizeof *cp);
-    float *te = xcalloc(nl * C, sizeof *te), *ie = xcalloc(nl * C, sizeof *ie);
-    float *itm = xcalloc(nl, sizeof *itm);
-    const float *pixels = b->pixel_values;
+    for (size_t i = 0; b->has_choices && i < n; i++)
+        if (b->labels[i] >= 0 && b->record[i] == b->sampled[i]) w->lab_rows[nl++] = (int64_t)i;
+    memcpy(w->ids, b->input_ids, n * T * sizeof *w->ids);
+    memcpy(w->mask, b->attention_mask, n * T * sizeof *w->mask);
     for (size_t j = 0; j < nl; j++)
-        memcpy(cp + j * px, pixels + (size_t)rows[j] * px, px * sizeof *cp);
-    const int use_itm = o->choice_score == BT_EVAL_CHOICE_ITM;
-    for (int k = 0; k < MANIFEST_N_CHOICES && st == BT_OK; k++) {
-        for (size_t j = 0; j < nl; j++) {
-            const size_t src = ((size_t)rows[j] * MANIFEST_N_CHOICES + (size_t)k) * T;
-            memcpy(ci + j * T, b->choice_ids + src, T * sizeof *ci);
-            memcpy(cm + j * T, b->choice_mask + src, T * sizeof *cm);
+        for (size_t k = 0; k < K; k++) {
+            const size_t src = ((size_t)w->lab_rows[j] * K + k) * T, dst = (n + j * K + k) * T;
+            memcpy(w->ids + dst, b->choice_ids + src, T * sizeof *w->ids);
+            memcpy(w->mask + dst, b->choice_mask + src, T * sizeof *w->mask);
         }
-        st = rows_forward(m, nl, T, ci, cm, cp, use_itm ? NULL : te, use_itm ? NULL : ie, NULL,
-                          use_itm ? itm : NULL, NULL);
-        for (size_t j = 0; st == BT_OK && j < nl; j++) {
-            const int64_t rec = b->record[rows[j]];
-            const float v = use_itm ? itm[j] : (float)dot_f64(te + j * C, ie + j * C, C);
+    const int choice_itm = o->choice_score == BT_EVAL_CHOICE_ITM;
+    size_t P = 0;
+    for (size_t i = 0; i < n; i++)
+        w->pairs[P++] = (bt_pair){(int32_t)i, (int32_t)i, 0};
+    for (size_t j = 0; choice_itm && j < nl; j++)
+        for (size_t k = 0; k < K; k++)
+            w->pairs[P++] = (bt_pair){(int32_t)(n + j * K + k), (int32_t)w->lab_rows[j], 0};
+    bt_status st = model_run(m, n + nl * K, T, w->ids, w->mask, n, b->pixel_values, w->pairs, P);
+    if (st != BT_OK) return st;
+    const bt_itc_args la = {.n_rows = n, .n_cols = n, .row_offset = 0, .n_total = n, .C = C,
+                            .text_rows = m->itc_text, .image_rows = m->itc_image,
+                            .image_cols = m->itc_image, .cross_cols = m->itc_cross,
+                            .logit_scale = *m->p.logit_scale, .weight = 1.0f};
+    *loss = bt_itc_loss(&la, &w->loss_ws);
+    for (size_t j = 0; j < nl; j++) {
+        const size_t row = (size_t)w->lab_rows[j];
+        const int64_t rec = b->record[row];
+        for (size_t k = 0; k < K; k++) {
+            const size_t t = n + j * K + k;
+            const float v = choice_itm ? itm_match(m, n + j * K + k)
+                                       : (float)dot_f64(m->itc_text + t * C,
+                                                        m->itc_image + row * C, C);
             if (!isfinite(v))
-                st = bt_fail(BT_ERR_NUMERIC, "%s:%d: choice %d scores %g (the model gave a "
-                             "non-finite %s output)",
-                             man->path, man->records[rec].line, k, (double)v,
-                             use_itm ? "ITM" : "ITC");
-            s->cscore[(size_t)rec * MANIFEST_N_CHOICES + (size_t)k] = v;
-            s->clabel[rec] = b->labels[rows[j]];
+                return bt_fail(BT_ERR_NUMERIC, "%s:%d: choice %zu scores %g (the model gave a "
+                               "non-finite %s output)",
+                               man->path, man->records[rec].line, k, (double)v,
+                               choice_itm ? "ITM" : "ITC");
+            s->cscore[(size_t)rec * K + k] = v;
         }
+        s->clabel[rec] = b->labels[row];
     }
-    free(ci);
-    free(cm);
-    free(cp);
-    free(te);
-    free(ie);
-    free(itm);
-done:
-    free(rows);
-    return st;
+    return BT_OK;
 }
 
 static void print_problem(const char *msg, void *ctx) {
@@ -232,8 +267,11 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
     loader *l = NULL;
     bt_status st = loader_init(&l, mv, tok, img, &lo);
     const size_t T = s->T, C = s->C, px = s->px, B = (size_t)o->batch_size;
-    float *te = xcalloc(B * C, sizeof *te), *ie = xcalloc(B * C, sizeof *ie),
-          *ce = xcalloc(B * C, sizeof *ce);
+    const size_t K = MANIFEST_N_CHOICES;
+    batch_ws w = {.ids = xcalloc(B * (K + 1) * T, sizeof(int32_t)),
+                  .mask = xcalloc(B * (K + 1) * T, sizeof(int32_t)),
+                  .pairs = xcalloc(B * (K + 1), sizeof(bt_pair)),
+                  .lab_rows = xcalloc(B, sizeof(int64_t))};
     double loss_sum = 0.0;
     size_t loss_rows = 0, done = 0, next_report = s->N / 10;
     while (st == BT_OK) {
@@ -242,8 +280,8 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
         if (st != BT_OK || !b) break;
         const size_t n = (size_t)b->size;
         float loss = 0.0f;
-        st = rows_forward(m, n, T, b->input_ids, b->attention_mask, b->pixel_values, te, ie, ce,
-                          NULL, &loss);
+        if (b->has_choices) s->has_choice_data = 1;
+        st = batch_forward(m, mv, b, o, s, &w, &loss);
         if (st == BT_OK && !isfinite(loss))
             st = bt_fail(BT_ERR_NUMERIC, "%s: batch %lld (records %lld..%lld): ITC loss is %g",
                          mv->path, (long long)b->index, (long long)b->record[0],
@@ -251,6 +289,7 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
         loss_sum += (double)loss * (double)n;
         loss_rows += n;
         r->n_batches++;
+        const float *te = m->itc_text, *ie = m->itc_image, *ce = m->itc_cross;
         for (size_t i = 0; st == BT_OK && i < n; i++) {
             const int64_t rec = b->record[i];
             if (rec != b->sampled[i]) continue; /* a bad record's replacement */
@@ -276,10 +315,6 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
                 }
             }
         }
-        if (st == BT_OK && b->has_choices) {
-            s->has_choice_data = 1;
-            st = batch_choices(m, mv, b, o, s);
-        }
         loader_release(l, b);
         done += n;
         if (o->progress && st == BT_OK && done >= next_report && done < s->N) {
@@ -290,9 +325,11 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
     }
     if (o->progress) loader_drain_problems(l, print_problem, o->progress);
     loader_free(l);
-    free(te);
-    free(ie);
-    free(ce);
+    free(w.ids);
+    free(w.mask);
+    free(w.pairs);
+    free(w.lab_rows);
+    bt_loss_ws_free(&w.loss_ws);
     r->loss = loss_rows ? loss_sum / (double)loss_rows : 0.0;
     return st;
 }

@@ -5,10 +5,11 @@
  * What one bt_eval_run does, on the first max_records records of the manifest in file order
  * (the data loader with shuffle off, one epoch, partial last batch kept, the training
  * preprocessing: image_preprocess + tokenizer_encode_single padded/truncated to max_length):
- *   1. per batch of batch_size records, the model's forward on the matched pairs (record
- *      text, record image): the HF ITC loss of the batch (BridgeTowerForContrastiveLearning:
- *      mean of the text-image, text-cross and image-cross cross-entropies with arange
- *      targets), and the L2-normalized ITC text, image and cross embeddings of every record;
+ *   1. per batch of batch_size records, the model on the matched pairs (record text, record
+ *      image): the HF ITC loss of the batch (BridgeTowerForContrastiveLearning: mean of the
+ *      text-image, text-cross and image-cross cross-entropies with arange targets, computed
+ *      by bt_itc_loss, the trainer's function), and the L2-normalized ITC text, image and
+ *      cross embeddings of every record;
  *   2. eval loss = the batch losses averaged with each batch weighted by its row count (HF
  *      Trainer's evaluation_loop repeats each batch loss batch-size times before the mean);
  *   3. images are deduplicated by their resolved path: Ni distinct images, each with the
@@ -24,8 +25,12 @@
  *      ITM match logit (choice_score = BT_EVAL_CHOICE_ITM), and accuracy = argmax == label
  *      (a tie counts as wrong).
  * The model runs in eval mode (dropout off; the caller's dropout setting is restored) in its
- * own precision. Model path: bt_forward on batches of pairs (the phased API was not yet
- * implemented when this was written); step 5 and 6 re-run the towers for every pair.
+ * own precision, through the phased API (model.h): per batch one tower pass on the captions
+ * plus the choice captions of its labelled records and on its images, the cross stack on the
+ * matched pairs (and the (choice, image) pairs for ITM choice scoring); re-ranking runs the
+ * towers on each chunk's distinct texts and images, the cross stack on its pairs. The
+ * model's phase arenas grow to (6 * batch_size texts, batch_size images) when the manifest
+ * has choices (arenas only grow: a trainer that evaluates keeps that size).
  *
  * Records a loader reports bad under on_error SKIP (the loader replaces them by the next
  * valid record) are left out of the embeddings and metrics and counted in n_bad; the batch
@@ -102,7 +107,7 @@ typedef struct bt_eval_result {
 
 /* Runs the evaluation (header comment). The model needs the ITC head, and the ITM head
  * for itm_rerank_k > 0 or choice_score ITM. m, man, tok, img are the caller's; the model's
- * activation arenas are resized as a bt_forward of batch_size rows does. *r is zeroed
+ * phase arenas grow as the header comment says. *r is zeroed
  * first; free it with bt_eval_result_free (also after an error). Errors: bad options
  * (BT_ERR_ARG naming the option), a missing head, loader errors ("manifest:line: image:
  * problem"), forward errors, non-finite scores (naming the record). */
