@@ -18,9 +18,31 @@
 #include <time.h>
 #include <unistd.h>
 
+const bt_log_field bt_log_fields[BT_LOG_N_FIELDS] = {
+    [BT_LF_EPOCH] = {"train", "epoch", "train/epoch"},
+    [BT_LF_LOSS] = {"train", "loss", "train/loss"},
+    [BT_LF_LOSS_ITC] = {"train", "loss_itc", "train/loss_itc"},
+    [BT_LF_LOSS_ITM] = {"train", "loss_itm", "train/loss_itm"},
+    [BT_LF_LOSS_MLM] = {"train", "loss_mlm", "train/loss_mlm"},
+    [BT_LF_LR] = {"train", "lr", "train/learning_rate"},
+    [BT_LF_GRAD_NORM] = {"train", "grad_norm", "train/grad_norm"},
+    [BT_LF_SAMPLES_PER_S] = {"train", "samples_per_s", "train/samples_per_second"},
+    [BT_LF_DATA_WAIT] = {"train", "data_wait", "train/data_wait"},
+    [BT_LF_EVAL_EPOCH] = {"eval", "epoch", NULL},
+    [BT_LF_EVAL_LOSS] = {"eval", "loss", "eval/loss"},
+    [BT_LF_I2T_R1] = {"eval", "i2t_r1", "eval/i2t_recall@1"},
+    [BT_LF_I2T_R5] = {"eval", "i2t_r5", "eval/i2t_recall@5"},
+    [BT_LF_I2T_R10] = {"eval", "i2t_r10", "eval/i2t_recall@10"},
+    [BT_LF_T2I_R1] = {"eval", "t2i_r1", "eval/t2i_recall@1"},
+    [BT_LF_T2I_R5] = {"eval", "t2i_r5", "eval/t2i_recall@5"},
+    [BT_LF_T2I_R10] = {"eval", "t2i_r10", "eval/t2i_recall@10"},
+    [BT_LF_I2T_MEAN_RANK] = {"eval", "i2t_mean_rank", "eval/i2t_mean_rank"},
+    [BT_LF_T2I_MEAN_RANK] = {"eval", "t2i_mean_rank", "eval/t2i_mean_rank"},
+    [BT_LF_ACCURACY_5WAY] = {"eval", "accuracy_5way", "eval/accuracy_5way"},
+};
+
 /* Loss slots and phase slots of the interval accumulators. */
 enum { L_TOTAL, L_ITC, L_ITM, L_MLM, N_LOSS };
-static const char *const loss_keys[N_LOSS] = {"loss", "loss_itc", "loss_itm", "loss_mlm"};
 static const char *const loss_short[N_LOSS] = {"loss", "itc", "itm", "mlm"};
 enum { N_PHASE = 4 };
 static const char *const phase_keys[N_PHASE] = {"forward", "backward", "comm", "optim"};
@@ -190,6 +212,47 @@ static void add_num(cJSON *o, const char *key, double v) {
     if (!isnan(v)) cJSON_AddNumberToObject(o, key, v);
 }
 
+/* The table's train values of an interval (v: BT_LOG_N_FIELDS, NaN where absent). */
+static void train_values(const bt_log_step_rec *m, double sps, double wait, double *v) {
+    for (int f = 0; f < BT_LOG_N_FIELDS; f++) v[f] = NAN;
+    v[BT_LF_EPOCH] = m->epoch;
+    v[BT_LF_LOSS] = m->loss;
+    v[BT_LF_LOSS_ITC] = m->loss_itc;
+    v[BT_LF_LOSS_ITM] = m->loss_itm;
+    v[BT_LF_LOSS_MLM] = m->loss_mlm;
+    v[BT_LF_LR] = m->lr;
+    v[BT_LF_GRAD_NORM] = m->grad_norm;
+    v[BT_LF_SAMPLES_PER_S] = sps;
+    v[BT_LF_DATA_WAIT] = wait;
+}
+
+static void eval_values(const bt_log_eval_rec *r, double *v) {
+    for (int f = 0; f < BT_LOG_N_FIELDS; f++) v[f] = NAN;
+    v[BT_LF_EVAL_EPOCH] = r->epoch;
+    v[BT_LF_EVAL_LOSS] = r->loss;
+    v[BT_LF_I2T_R1] = r->i2t_r1;
+    v[BT_LF_I2T_R5] = r->i2t_r5;
+    v[BT_LF_I2T_R10] = r->i2t_r10;
+    v[BT_LF_T2I_R1] = r->t2i_r1;
+    v[BT_LF_T2I_R5] = r->t2i_r5;
+    v[BT_LF_T2I_R10] = r->t2i_r10;
+    v[BT_LF_I2T_MEAN_RANK] = r->i2t_mean_rank;
+    v[BT_LF_T2I_MEAN_RANK] = r->t2i_mean_rank;
+    v[BT_LF_ACCURACY_5WAY] = r->accuracy_5way;
+}
+
+/* "step" then every field of `type` into o (when o is not NULL), and the tagged ones to
+ * TensorBoard (when log is not NULL). */
+static void put_fields(bt_log *log, cJSON *o, const char *type, int64_t step, const double *v,
+                       double wall) {
+    if (o) cJSON_AddNumberToObject(o, "step", (double)step);
+    for (int f = 0; f < BT_LOG_N_FIELDS; f++) {
+        if (strcmp(bt_log_fields[f].type, type) != 0) continue;
+        if (o) add_num(o, bt_log_fields[f].key, v[f]);
+        if (log && bt_log_fields[f].tag) tb_scalar(log, bt_log_fields[f].tag, step, v[f], wall);
+    }
+}
+
 /* --- open / close --------------------------------------------------------------------- */
 
 bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
@@ -346,18 +409,12 @@ static void interval_means(const bt_log *log, bt_log_step_rec *m, double *sps, d
 }
 
 static void write_train_record(bt_log *log, const bt_log_step_rec *m, double sps, double wait) {
-    double wall = now_wall();
+    double wall = now_wall(), v[BT_LOG_N_FIELDS];
+    train_values(m, sps, wait, v);
     cJSON *o = cJSON_CreateObject();
+    if (o) cJSON_AddStringToObject(o, "type", "train");
+    put_fields(log, o, "train", m->step, v, wall);
     if (!o) return;
-    cJSON_AddStringToObject(o, "type", "train");
-    cJSON_AddNumberToObject(o, "step", (double)m->step);
-    add_num(o, "epoch", m->epoch);
-    const double lv[N_LOSS] = {m->loss, m->loss_itc, m->loss_itm, m->loss_mlm};
-    for (int k = 0; k < N_LOSS; k++) add_num(o, loss_keys[k], lv[k]);
-    add_num(o, "lr", m->lr);
-    add_num(o, "grad_norm", m->grad_norm);
-    add_num(o, "samples_per_s", sps);
-    add_num(o, "data_wait", wait);
     cJSON_AddNumberToObject(o, "steps", (double)log->iv.steps);
     cJSON_AddNumberToObject(o, "samples", (double)log->iv.samples);
     add_num(o, "seconds", log->iv.seconds);
@@ -372,15 +429,6 @@ static void write_train_record(bt_log *log, const bt_log_step_rec *m, double sps
     cJSON_AddNumberToObject(o, "time", wall);
     metrics_write(log, o);
     cJSON_Delete(o);
-
-    static const char *const tags[N_LOSS] = {"train/loss", "train/loss_itc", "train/loss_itm",
-                                             "train/loss_mlm"};
-    for (int k = 0; k < N_LOSS; k++) tb_scalar(log, tags[k], m->step, lv[k], wall);
-    tb_scalar(log, "train/learning_rate", m->step, m->lr, wall);
-    tb_scalar(log, "train/grad_norm", m->step, m->grad_norm, wall);
-    tb_scalar(log, "train/epoch", m->step, m->epoch, wall);
-    tb_scalar(log, "train/samples_per_second", m->step, sps, wall);
-    tb_scalar(log, "train/data_wait", m->step, wait, wall);
 }
 
 void bt_log_step(bt_log *log, const bt_log_step_rec *r) {
@@ -446,36 +494,14 @@ void bt_log_step(bt_log *log, const bt_log_step_rec *r) {
 
 /* --- evaluations, checkpoints --------------------------------------------------------- */
 
-static const struct {
-    const char *key, *tag;
-    size_t off;
-} eval_fields[] = {
-#define EF(f, tag) {#f, tag, offsetof(bt_log_eval_rec, f)}
-    EF(loss, "eval/loss"),
-    EF(i2t_r1, "eval/i2t_recall@1"),
-    EF(i2t_r5, "eval/i2t_recall@5"),
-    EF(i2t_r10, "eval/i2t_recall@10"),
-    EF(t2i_r1, "eval/t2i_recall@1"),
-    EF(t2i_r5, "eval/t2i_recall@5"),
-    EF(t2i_r10, "eval/t2i_recall@10"),
-    EF(i2t_mean_rank, "eval/i2t_mean_rank"),
-    EF(t2i_mean_rank, "eval/t2i_mean_rank"),
-    EF(accuracy_5way, "eval/accuracy_5way"),
-#undef EF
-};
-enum { N_EVAL_FIELDS = sizeof eval_fields / sizeof eval_fields[0] };
-
-static double eval_field(const bt_log_eval_rec *r, int i) {
-    return *(const double *)((const char *)r + eval_fields[i].off);
-}
-
+/* The eval record ("type" only for metrics.jsonl; summary.json's final_eval has none). */
 static cJSON *eval_json(const bt_log_eval_rec *r, int with_type) {
+    double v[BT_LOG_N_FIELDS];
+    eval_values(r, v);
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     if (with_type) cJSON_AddStringToObject(o, "type", "eval");
-    cJSON_AddNumberToObject(o, "step", (double)r->step);
-    add_num(o, "epoch", r->epoch);
-    for (int i = 0; i < N_EVAL_FIELDS; i++) add_num(o, eval_fields[i].key, eval_field(r, i));
+    put_fields(NULL, o, "eval", r->step, v, 0);
     cJSON_AddNumberToObject(o, "samples", (double)r->samples);
     add_num(o, "seconds", r->seconds);
     return o;
@@ -512,8 +538,9 @@ void bt_log_eval(bt_log *log, const bt_log_eval_rec *r) {
         metrics_write(log, o);
         cJSON_Delete(o);
     }
-    for (int i = 0; i < N_EVAL_FIELDS; i++)
-        tb_scalar(log, eval_fields[i].tag, r->step, eval_field(r, i), wall);
+    double v[BT_LOG_N_FIELDS];
+    eval_values(r, v);
+    put_fields(log, NULL, "eval", r->step, v, wall);
     char line[BT_PROGRESS_LINE_MAX];
     fmt_eval(r, line, sizeof line);
     bt_progress_print(&log->prog, "%s", line);
@@ -621,14 +648,10 @@ bt_status bt_log_summary(bt_log *log, const bt_log_summary_in *in, bt_log_summar
     cJSON_AddNumberToObject(o, "wall_seconds", s.wall_s);
     add_num(o, "peak_rss_mib", s.peak_rss_mib);
     if (log->have_logged) {
-        cJSON *t = cJSON_AddObjectToObject(o, "final_train");
-        const bt_log_step_rec *m = &log->logged;
-        cJSON_AddNumberToObject(t, "step", (double)m->step);
-        add_num(t, "epoch", m->epoch);
-        const double lv[N_LOSS] = {m->loss, m->loss_itc, m->loss_itm, m->loss_mlm};
-        for (int k = 0; k < N_LOSS; k++) add_num(t, loss_keys[k], lv[k]);
-        add_num(t, "lr", m->lr);
-        add_num(t, "grad_norm", m->grad_norm);
+        double v[BT_LOG_N_FIELDS];
+        train_values(&log->logged, log->logged_sps, log->logged_wait, v);
+        put_fields(NULL, cJSON_AddObjectToObject(o, "final_train"), "train", log->logged.step, v,
+                   0);
     }
     if (log->have_eval) {
         cJSON *e = eval_json(&log->eval, 0);

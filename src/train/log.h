@@ -113,6 +113,25 @@ typedef struct bt_log_eval_rec {
 } bt_log_eval_rec;
 void bt_log_eval_init(bt_log_eval_rec *r);
 
+/* The values of the records, said once: each field's record type, its metrics.jsonl key and
+ * its TensorBoard tag (NULL: not a TensorBoard scalar). log.c writes records from this table
+ * and report.c draws its curves from it. Train fields come first, in record order. */
+typedef enum {
+    BT_LF_EPOCH, BT_LF_LOSS, BT_LF_LOSS_ITC, BT_LF_LOSS_ITM, BT_LF_LOSS_MLM, BT_LF_LR,
+    BT_LF_GRAD_NORM, BT_LF_SAMPLES_PER_S, BT_LF_DATA_WAIT,
+    BT_LF_EVAL_EPOCH, BT_LF_EVAL_LOSS, BT_LF_I2T_R1, BT_LF_I2T_R5, BT_LF_I2T_R10, BT_LF_T2I_R1,
+    BT_LF_T2I_R5, BT_LF_T2I_R10, BT_LF_I2T_MEAN_RANK, BT_LF_T2I_MEAN_RANK, BT_LF_ACCURACY_5WAY,
+    BT_LOG_N_FIELDS
+} bt_log_field_id;
+
+typedef struct bt_log_field {
+    const char *type; /* "train" or "eval" */
+    const char *key;  /* metrics.jsonl key */
+    const char *tag;  /* TensorBoard tag, or NULL */
+} bt_log_field;
+
+extern const bt_log_field bt_log_fields[BT_LOG_N_FIELDS];
+
 typedef enum { BT_LOG_INFO, BT_LOG_WARN, BT_LOG_ERROR } bt_log_level;
 
 /* Interval accumulators (since the last logged step). */

@@ -88,10 +88,8 @@ static void sb_text(sbuf *b, const char *s) {
 /* --- series ---------------------------------------------------------------------------- */
 
 typedef struct series {
-    const char *tag;   /* TensorBoard tag, the path's data-series */
-    const char *label; /* legend */
-    const char *type;  /* record type: "train" or "eval" */
-    const char *key;   /* metrics.jsonl key */
+    bt_log_field_id field; /* record type, metrics.jsonl key and tag (log.h) */
+    const char *label;     /* legend */
     double *x, *y;
     size_t n;
 } series;
@@ -113,27 +111,27 @@ typedef struct chart_def {
 
 static const chart_def chart_defs[] = {
     {"Training loss", "loss", 0,
-     {{"train/loss", "loss (weighted total)", "train", "loss", NULL, NULL, 0},
-      {"train/loss_itc", "ITC", "train", "loss_itc", NULL, NULL, 0},
-      {"train/loss_itm", "ITM", "train", "loss_itm", NULL, NULL, 0},
-      {"train/loss_mlm", "MLM", "train", "loss_mlm", NULL, NULL, 0},
-      {"eval/loss", "eval loss", "eval", "loss", NULL, NULL, 0}},
+     {{.field = BT_LF_LOSS, .label = "loss (weighted total)"},
+      {.field = BT_LF_LOSS_ITC, .label = "ITC"},
+      {.field = BT_LF_LOSS_ITM, .label = "ITM"},
+      {.field = BT_LF_LOSS_MLM, .label = "MLM"},
+      {.field = BT_LF_EVAL_LOSS, .label = "eval loss"}},
      5},
     {"Retrieval and matching (validation)", "percent", 1,
-     {{"eval/i2t_recall@1", "image→text R@1", "eval", "i2t_r1", NULL, NULL, 0},
-      {"eval/i2t_recall@5", "image→text R@5", "eval", "i2t_r5", NULL, NULL, 0},
-      {"eval/i2t_recall@10", "image→text R@10", "eval", "i2t_r10", NULL, NULL, 0},
-      {"eval/t2i_recall@1", "text→image R@1", "eval", "t2i_r1", NULL, NULL, 0},
-      {"eval/t2i_recall@5", "text→image R@5", "eval", "t2i_r5", NULL, NULL, 0},
-      {"eval/t2i_recall@10", "text→image R@10", "eval", "t2i_r10", NULL, NULL, 0},
-      {"eval/accuracy_5way", "5-way accuracy", "eval", "accuracy_5way", NULL, NULL, 0}},
+     {{.field = BT_LF_I2T_R1, .label = "image→text R@1"},
+      {.field = BT_LF_I2T_R5, .label = "image→text R@5"},
+      {.field = BT_LF_I2T_R10, .label = "image→text R@10"},
+      {.field = BT_LF_T2I_R1, .label = "text→image R@1"},
+      {.field = BT_LF_T2I_R5, .label = "text→image R@5"},
+      {.field = BT_LF_T2I_R10, .label = "text→image R@10"},
+      {.field = BT_LF_ACCURACY_5WAY, .label = "5-way accuracy"}},
      7},
     {"Learning rate", "learning rate", 0,
-     {{"train/learning_rate", "learning rate", "train", "lr", NULL, NULL, 0}}, 1},
+     {{.field = BT_LF_LR, .label = "learning rate"}}, 1},
     {"Gradient norm (before clipping)", "L2 norm", 0,
-     {{"train/grad_norm", "grad norm", "train", "grad_norm", NULL, NULL, 0}}, 1},
+     {{.field = BT_LF_GRAD_NORM, .label = "grad norm"}}, 1},
     {"Throughput", "samples/s", 0,
-     {{"train/samples_per_second", "samples/s", "train", "samples_per_s", NULL, NULL, 0}}, 1},
+     {{.field = BT_LF_SAMPLES_PER_S, .label = "samples/s"}}, 1},
 };
 enum { N_CHARTS = sizeof chart_defs / sizeof chart_defs[0] };
 
@@ -155,8 +153,9 @@ static int add_record(chart_def *charts, const cJSON *rec, const char *type, dou
     for (int c = 0; c < N_CHARTS; c++)
         for (int k = 0; k < charts[c].n; k++) {
             series *s = &charts[c].s[k];
-            if (strcmp(s->type, type) != 0) continue;
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, s->key);
+            const bt_log_field *f = &bt_log_fields[s->field];
+            if (strcmp(f->type, type) != 0) continue;
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, f->key);
             if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) continue;
             if (!s->x) {
                 s->x = malloc(max_n * sizeof *s->x);
@@ -309,7 +308,7 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
         const char *col = palette[(*color)++ % N_PALETTE];
         sb_printf(b, "<path class=\"series\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
                      "stroke-width=\"2.5\" stroke-linejoin=\"round\" d=\"",
-                  s->tag, col);
+                  bt_log_fields[s->field].tag, col);
         for (size_t i = 0; i < s->n; i++)
             sb_printf(b, "%s%.2f %.2f", i ? " L" : "M", map_x(&ax, s->x[i]), map_y(&ay, s->y[i]));
         sb_printf(b, "\"/>\n");
