@@ -143,7 +143,9 @@ static void test_file_errors(void) {
     expect_file_error("nullbool.json", "{\"data\": {\"shuffle\": null}}",
                       "data.shuffle: expected true or false, got null");
     expect_file_error("str.json", "{\"model\": {\"path\": 3}}",
-                      "model.path: expected a string or null, got 3");
+                      "model.path: expected a non-empty string or null, got 3");
+    expect_file_error("huge.json", "{\"train\": {\"lr\": 1e999}}",
+                      "train.lr: expected a number > 0, got a number beyond the double range");
     expect_file_error("heads.json", "{\"model\": {\"heads\": [\"itc\", \"itc\"]}}",
                       "model.heads: expected a list of distinct names from \"itc\", \"itm\", "
                       "\"mlm\" or null, got [\"itc\",\"itc\"]");
@@ -256,7 +258,7 @@ static void test_set(void) {
     expect_set_error("train.lr", "--set: expected KEY=VALUE (e.g. train.lr=2e-5), got 'train.lr'");
     expect_set_error("train.max_steps=-2",
                      "--set: train.max_steps: expected -1 or an integer >= 1, got -2");
-    expect_set_error("model.path=", "--set: model.path: expected a string or null, got \"\"");
+    expect_set_error("model.path=", "--set: model.path: expected a non-empty string or null, got \"\"");
 }
 
 /* resolved -> text -> config -> text: same bytes, and no field differs. */

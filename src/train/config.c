@@ -273,7 +273,7 @@ void bt_run_config_key_describe(size_t i, char *out, size_t cap) {
                      lo, hi, (f->flags & F_HI_OPEN) ? ')' : ']');
         break;
     case K_BOOL: snprintf(out, cap, "true or false"); break;
-    case K_STR: snprintf(out, cap, "a string%s", null_ok); break;
+    case K_STR: snprintf(out, cap, "a non-empty string%s", null_ok); break;
     case K_ENUM:
         list_choices(ch, sizeof ch, f->choices);
         snprintf(out, cap, "one of %s", ch);
@@ -287,6 +287,11 @@ void bt_run_config_key_describe(size_t i, char *out, size_t cap) {
 
 /* The offending value as compact JSON, escaped and cut for a message. */
 static void fmt_got(char *out, size_t cap, const cJSON *v) {
+    if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) {
+        /* cJSON reads 1e999 as inf and would print it as null */
+        snprintf(out, cap, "a number beyond the double range");
+        return;
+    }
     char *txt = cJSON_PrintUnformatted(v);
     const char *s = txt ? txt : "?";
     size_t n = 0;
