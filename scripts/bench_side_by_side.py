@@ -1,0 +1,328 @@
+#!/usr/bin/python3
+"""bench_side_by_side.py: bt and its PyTorch twin on the same machine, configuration and thread
+count, in one command (issue 9 item 1; results go to docs/benchmarks.md "Side by side").
+
+    /usr/bin/python3 scripts/bench_side_by_side.py [--build build] [--threads N] [--quick]
+        [--steps N] [--budget S] [--no-large] [--no-twin] [--json-out FILE]
+
+Runs, each in its own process (so peak RSS is that run's):
+  train  the full training step: forward, ITC loss (HF's three contrastive cross entropies),
+         backward, global-norm clip 1.0, AdamW (lr 1e-5, wd 0.01), dropout on.
+         bt: tests/bench_step.c (bt_train_step, src/train/step.h).
+         twin: scripts/bt_reference.py's BridgeTowerTwin (ITC head), torch.optim.AdamW.
+  infer  the embedding path bt-embed runs for retrieval: backbone + ITC head, eval mode,
+         no gradient (twin: torch.no_grad()).
+  on bridgetower-base (288 px, text 40, batch 8) and bridgetower-large-itm-mlm-itc (294 px)
+  when the memory estimate fits in MemAvailable; each in fp32 and in bf16 (bt: --precision
+  bf16, mixed precision with fp32 master weights; twin: eager fp32 and
+  torch.autocast('cpu', dtype=torch.bfloat16)). Random weights (HF init rules) and inputs.
+  --quick: the tiny config (32 px, text 16, batch 4, 3 steps): a smoke test in seconds.
+The twin runs in PyTorch's tuned environment (bt too with --same-env; otherwise bt gets only
+OMP_NUM_THREADS): OMP_WAIT_POLICY=PASSIVE,
+OPENBLAS_THREAD_TIMEOUT=4, MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ raised so glibc
+keeps freed memory instead of returning (and re-faulting) it, torch.set_num_threads(N).
+A twin mode that cannot finish its steps within --budget seconds is stopped and reported as
+such (the steps it finished, if any, are shown).
+
+Reported per run: first step seconds, median of the later steps, samples/s from that median,
+peak RSS, achieved GFLOP/s from the analytic FLOP count of bench_step.c (every GEMM and
+attention product of the forward, x3 for training; checked against the matmuls oneDNN
+executes: within 0.05%), the same FLOPs for both implementations; the machine's GEMM peak
+measured in the same run by tests/bench_gemm.c (square products; fp32: OpenBLAS and oneDNN,
+bf16: oneDNN as the model calls it), and the ratios issue 9 sets targets for.
+
+Deliberately not here: per-kernel numbers (bench_ops, bench_gemm), the data loader
+(bench_loader), correctness (the test suite).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+TWIN_ENV = {
+    "OMP_WAIT_POLICY": "PASSIVE",
+    "OPENBLAS_THREAD_TIMEOUT": "4",
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 36),  # never trim the heap top
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 25),  # glibc's maximum (32 MiB): big blocks stay in the heap
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# The twin, run as a child process: --twin-worker
+
+def twin_worker(a):
+    import resource
+
+    import torch
+
+    sys.path.insert(0, HERE)
+    import bt_reference as R
+
+    torch.set_num_threads(a.threads)
+    with open(os.path.join(a.config, "config.json")) as f:
+        d = json.load(f)
+    d.setdefault("contrastive_hidden_size", 512)  # HF's default, as bt's config loader
+    cfg = R.config_from_dict(d)
+    model = R.BridgeTowerTwin(cfg, heads=("itc",))
+    R.hf_init_(model, torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(2026)
+    B, T, Rpx = a.batch, a.text, cfg.vision.image_size
+    ids = torch.randint(3, cfg.text.vocab_size, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.int64)
+    px = torch.randn(B, 3, Rpx, Rpx, generator=g)
+    bf16 = a.precision == "bf16"
+    train = a.mode == "train"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=0.01) if train else None
+    model.train(train)
+    times, t_opt = [], []
+    start = time.perf_counter()
+    for s in range(a.steps):
+        t0 = time.perf_counter()
+        if train:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = model(ids, mask, px)
+            out["loss_itc"].backward()
+            t1 = time.perf_counter()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            t_opt.append(time.perf_counter() - t1)
+        else:
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                model(ids, mask, px, itc_loss=False)
+        times.append(time.perf_counter() - t0)
+        print("twin: %s %s step %d: %.3f s" % (a.mode, a.precision, s, times[-1]), file=sys.stderr,
+              flush=True)
+        elapsed = time.perf_counter() - start
+        if s + 1 < a.steps and elapsed + times[-1] > a.budget:
+            break
+    later = times[1:] or times
+    res = dict(impl="twin", mode=a.mode, precision=("bf16-autocast" if bf16 else "fp32"),
+               steps=len(times), steps_wanted=a.steps, first_step_s=times[0],
+               median_step_s=statistics.median(later), peak_rss_bytes=resource.getrusage(
+                   resource.RUSAGE_SELF).ru_maxrss * 1024, torch=torch.__version__)
+    res["samples_per_s"] = B / res["median_step_s"]
+    if t_opt:
+        res["optimizer_s"] = statistics.median(t_opt[1:] or t_opt)
+    print(json.dumps(res), flush=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# The parent
+
+def last_json(text):
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
+
+
+def run(cmd, env, timeout, label):
+    """Runs cmd; returns (json result or None, a note)."""
+    full_env = dict(os.environ)
+    full_env.update(env)
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "did not finish within %d s (killed)" % timeout
+    sys.stderr.write(p.stderr[-2000:])
+    res = last_json(p.stdout)
+    if p.returncode != 0 or res is None or "median_step_s" not in res:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, "failed (exit %d after %.0f s): %s" % (p.returncode, time.time() - t0, tail)
+    note = ""
+    if res.get("steps_wanted", res.get("steps")) != res.get("steps"):
+        note = "stopped after %d of %d steps: the next would pass the time budget" % (
+            res["steps"], res["steps_wanted"])
+    print("  %-5s %-14s %s: %.3f s/step" % (res["impl"], res["precision"], label,
+                                           res["median_step_s"]), file=sys.stderr)
+    return res, note
+
+
+def mem_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def gemm_peaks(build, quick, threads):
+    """Machine GEMM peak from tests/bench_gemm.c's square products (GFLOP/s by route)."""
+    cmd = [os.path.join(build, "tests", "bench_gemm"), "--only", "square 1024" if quick else "square"]
+    p = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peaks = {}
+    for line in p.stdout.splitlines():
+        m = re.match(r"#\s+(openblas fp32|onednn fp32|onednn bf16 \(mixed\)|onednn bf16 \(bf16 operands\))"
+                     r"\s+([0-9.]+) GFLOP/s", line)
+        if m:
+            peaks[m.group(1)] = float(m.group(2))
+    fp32 = max([v for k, v in peaks.items() if "fp32" in k] or [0.0])
+    bf16 = max([v for k, v in peaks.items() if "bf16" in k] or [0.0])
+    return dict(routes=peaks, fp32=fp32, bf16=bf16, best=max(fp32, bf16))
+
+
+def fmt(x, spec):
+    return spec % x if isinstance(x, (int, float)) else "—"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--twin-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--config", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="train", help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=8, help=argparse.SUPPRESS)
+    ap.add_argument("--text", type=int, default=40, help=argparse.SUPPRESS)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="bt build directory")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both (default: all cores)")
+    ap.add_argument("--quick", action="store_true", help="tiny config, 3 steps: a smoke test")
+    ap.add_argument("--steps", type=int, default=None, help="steps per run (first one cold; default 4, infer 6)")
+    ap.add_argument("--budget", type=int, default=900, help="seconds a twin mode may take (default 900)")
+    ap.add_argument("--no-large", action="store_true", help="skip the large model")
+    ap.add_argument("--no-twin", action="store_true", help="bt only")
+    ap.add_argument("--same-env", action="store_true",
+                    help="run bt in the twin's tuned environment too (default: bt gets only OMP_NUM_THREADS)")
+    ap.add_argument("--json-out", help="write every result here")
+    a = ap.parse_args()
+    if a.twin_worker:
+        a.steps = a.steps or 4
+        return twin_worker(a)
+
+    bench_step = os.path.join(a.build, "tests", "bench_step")
+    if not os.path.exists(bench_step):
+        print("bench_side_by_side: %s not found: build bt first (meson setup %s && ninja -C %s)"
+              % (bench_step, a.build, a.build), file=sys.stderr)
+        return 1
+    threads = str(a.threads)
+    info = subprocess.run([os.path.join(a.build, "src", "model", "bt-forward"), "--info"],
+                          stdout=subprocess.PIPE, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS=threads)).stdout
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print("# machine: %s, %d cores, %.1f GiB available; %d threads for both"
+          % (cpu, os.cpu_count(), mem_available() / 2**30, a.threads))
+    for line in info.splitlines()[1:]:
+        print("#   bt " + line)
+    print("# twin environment: %s; bt environment: %s" % (
+        " ".join("%s=%s" % kv for kv in TWIN_ENV.items()),
+        "the same" if a.same_env else "as inherited (OMP_NUM_THREADS only)"))
+
+    if a.quick:
+        setups = [("tiny", 4, 16)]
+        steps = {"train": a.steps or 3, "infer": a.steps or 3}
+    else:
+        setups = [("bridgetower-base", 8, 40)]
+        if not a.no_large:
+            setups.append(("bridgetower-large-itm-mlm-itc", 8, 40))
+        steps = {"train": a.steps or 4, "infer": a.steps or 6}
+
+    print("# GEMM peak (tests/bench_gemm.c, square products) ...", file=sys.stderr)
+    peak = gemm_peaks(a.build, a.quick, a.threads)
+    print("# GEMM peak measured now: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (%s)"
+          % (peak["fp32"], peak["bf16"], ", ".join("%s %.1f" % kv for kv in peak["routes"].items())))
+
+    results, notes = [], []
+    for name, B, T in setups:
+        cdir = os.path.join(ROOT, "configs", name)
+        est = last_json(subprocess.run([bench_step, "--config", cdir, "--batch", str(B), "--text", str(T),
+                                        "--flops-only", "--estimate"], stdout=subprocess.PIPE,
+                                       text=True).stdout)
+        params = est["param_count"]
+        # fp32 weights, gradients and two AdamW moments (+ a bf16 shadow) and the activations
+        need_bt = 16 * params + 2 * params + est["activation_bytes"]
+        need_twin = 16 * params + 2 * est["activation_bytes"]  # estimate: twin keeps more
+        avail = mem_available()
+        for mode in ("train", "infer"):
+            flops = est["flops_per_step"] * (1 if mode == "train" else 1 / 3)
+            for impl, prec in (("bt", "fp32"), ("bt", "bf16"), ("twin", "fp32"), ("twin", "bf16")):
+                label = "%s %s %s %s" % (name, mode, impl, prec)
+                need = need_bt if impl == "bt" else need_twin
+                if mode == "train" and need > 0.9 * avail:
+                    notes.append("%s: skipped: needs about %.1f GiB, %.1f GiB available"
+                                 % (label, need / 2**30, avail / 2**30))
+                    continue
+                if impl == "twin" and a.no_twin:
+                    continue
+                if impl == "bt":
+                    cmd = [bench_step, "--config", cdir, "--batch", str(B), "--text", str(T), "--mode", mode,
+                           "--precision", prec, "--steps", str(steps[mode])]
+                    env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=threads)
+                    timeout = max(a.budget, 3600)
+                else:
+                    cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--twin-worker", "--config", cdir,
+                           "--batch", str(B), "--text", str(T), "--mode", mode, "--precision", prec,
+                           "--steps", str(steps[mode]), "--threads", threads, "--budget", str(a.budget)]
+                    env = dict(TWIN_ENV, OMP_NUM_THREADS=threads)
+                    timeout = a.budget + 300  # + model construction and init
+                print("# running %s ..." % label, file=sys.stderr, flush=True)
+                res, note = run(cmd, env, timeout, label)
+                if note:
+                    notes.append("%s: %s" % (label, note))
+                if res:
+                    res.update(config=name, mode=mode, B=B, T=T, flops_per_step=flops)
+                    res["gflops"] = flops / res["median_step_s"] * 1e-9
+                    res["share_fp32_peak"] = res["gflops"] / peak["fp32"] if peak["fp32"] else None
+                    res["share_best_peak"] = res["gflops"] / peak["best"] if peak["best"] else None
+                    res["first_over_steady"] = res["first_step_s"] / res["median_step_s"]
+                    if res.get("optimizer_s") is not None:
+                        res["optimizer_share"] = res["optimizer_s"] / res["median_step_s"]
+                    results.append(res)
+
+    print("\n| model | path | impl | precision | first step s | step s (median) | samples/s | GFLOP/s "
+          "| % fp32 peak | % best peak | optimizer+clip | peak RSS GB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["config"], r["mode"], r["impl"], r["precision"], fmt(r["first_step_s"], "%.2f"),
+            fmt(r["median_step_s"], "%.3f"), fmt(r["samples_per_s"], "%.3f"), fmt(r["gflops"], "%.1f"),
+            fmt(100 * r["share_fp32_peak"] if r["share_fp32_peak"] else None, "%.0f%%"),
+            fmt(100 * r["share_best_peak"] if r["share_best_peak"] else None, "%.0f%%"),
+            fmt(r.get("optimizer_s"), "%.3f s") + (fmt(100 * r["optimizer_share"], " (%.1f%%)")
+                                                    if r.get("optimizer_share") else ""),
+            fmt(r["peak_rss_bytes"] / 1e9, "%.2f")))
+
+    print("\n# ratios (targets of issue 9 in brackets)")
+    for name, _, _ in setups:
+        for mode, target in (("train", 1.5), ("infer", 2.0)):
+            rs = [r for r in results if r["config"] == name and r["mode"] == mode]
+            bt = max((r for r in rs if r["impl"] == "bt"), key=lambda r: r["samples_per_s"], default=None)
+            tw = max((r for r in rs if r["impl"] == "twin"), key=lambda r: r["samples_per_s"], default=None)
+            if bt and tw:
+                print("%s %s: bt best (%s) / twin best (%s) samples/s = %.2f [>= %.1f]"
+                      % (name, mode, bt["precision"], tw["precision"], bt["samples_per_s"] / tw["samples_per_s"],
+                         target))
+            if bt:
+                print("%s %s: bt best achieved %.0f%% of the best GEMM peak [>= 75%% for train]; first step "
+                      "%.2fx a steady one [<= 1.5]" % (name, mode, 100 * bt["share_best_peak"],
+                                                       bt["first_over_steady"]))
+                if bt.get("optimizer_share") is not None:
+                    print("%s %s: bt optimizer + clip %.1f%% of the step [<= 2%%]"
+                          % (name, mode, 100 * bt["optimizer_share"]))
+            for prec_bt, prec_tw in (("fp32", "fp32"), ("bf16", "bf16-autocast")):
+                b = next((r for r in rs if r["impl"] == "bt" and r["precision"] == prec_bt), None)
+                t = next((r for r in rs if r["impl"] == "twin" and r["precision"] == prec_tw), None)
+                if b and t and mode == "train":
+                    print("%s %s %s: peak RSS bt / twin = %.2f [<= 0.7]"
+                          % (name, mode, prec_bt, b["peak_rss_bytes"] / t["peak_rss_bytes"]))
+    for n in notes:
+        print("# note: " + n)
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(dict(peak=peak, results=results, notes=notes, bt_info=info), f, indent=1)
+    return 0 if results else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+/* bench_step.c: samples/s of bt's full training step and of its inference (embedding) path on
+ * a randomly initialized BridgeTower, the bt half of scripts/bench_side_by_side.py.
+ *
+ *   bench_step [--config NAME|DIR] [--batch B] [--text T] [--steps N] [--mode train|infer]
+ *              [--precision fp32|bf16] [--quick] [--flops-only] [--estimate]
+ *
+ * train: the project's one training step, bt_train_step (src/train/step.h): ITC loss only
+ *   (HF's three contrastive cross entropies; the ITC head is built, ITM and MLM are not),
+ *   training-mode dropout, backward, global-norm clip 1.0, fused AdamW (lr 1e-5, wd 0.01).
+ * infer: bt_forward of the backbone and the ITC head in eval mode (no dropout, no backward):
+ *   the text, image and cross-modal embeddings bt-embed writes for retrieval.
+ * Inputs: token ids uniform over the vocabulary (not the 3 special ids), all-ones mask,
+ * pixels N(0, 1); weights by HF's init rules (seed 1). Defaults: bridgetower-base, B 8, T 40,
+ * 4 steps. --quick: the tiny config (32 px), B 4, T 16, 3 steps (a smoke test in seconds).
+ *
+ * Prints one line per step, then one JSON line (`{"impl": "bt", ...}`) with: first step
+ * seconds, median of the later steps, samples/s from that median, peak RSS (getrusage), the
+ * analytic FLOP count of one step (bt_bench_flops below: every GEMM and attention product of
+ * the forward, x3 for a training step), achieved GFLOP/s, and for train the step's own phase
+ * times (towers/cross forward, losses, backward, optimizer + clip; medians).
+ * --flops-only prints the JSON without running; --estimate adds parameter and activation bytes
+ * (the side-by-side script decides from them whether the large model fits in memory).
+ *
+ * Deliberately not here: PyTorch (the script runs the twin), the GEMM peak (bench_gemm.c),
+ * correctness (the step's own tests). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu.h"
+#include "gemm.h"
+#include "model.h"
+#include "step.h"
+#include "test_util.h"
+
+/* Analytic forward FLOPs (2 per multiply-add) of the backbone and the ITC head for B pairs of
+ * T tokens and one image each: every Linear, the patch embedding, and the two attention
+ * products (scores and values) of every self- and cross-attention. Omits elementwise work
+ * (LayerNorm, softmax, GELU: O(tokens x width), under 1% here). */
+static double bt_bench_flops(const bt_model_config *c, double B, double T) {
+    const double Ht = c->text_hidden, It = c->text_intermediate, Hv = c->vision_hidden;
+    const double Np = c->np, H = c->hidden, C = c->contrastive_hidden;
+    const double P2 = (double)c->patch_size * c->patch_size * c->num_channels;
+    /* one encoder layer on n tokens of width w, FFN width f, attending over itself */
+    const double text_layer = 2 * B * T * (4 * Ht * Ht + 2 * Ht * It) + 4 * B * T * T * Ht;
+    const double vis_layer = 2 * B * Np * (4 * Hv * Hv + 2 * Hv * 4 * Hv) + 4 * B * Np * Np * Hv;
+    double f = c->text_layers * text_layer + c->vision_layers * vis_layer;
+    f += 2 * B * (Np - 1) * P2 * Hv; /* patch embedding */
+    /* each bridge: the uni-modal outputs through cross_modal_{text,image}_transform */
+    f += c->cross_layers * (2 * B * T * Ht * H + 2 * B * Np * Hv * H);
+    /* cross layers: per side, self-attention, cross-attention (keys/values from the other
+     * side), FFN (width It) */
+    const double sides[2][2] = {{T, Np}, {Np, T}};
+    for (int s = 0; s < 2; s++) {
+        const double q = sides[s][0], k = sides[s][1];
+        const double self = 2 * B * q * 4 * H * H + 4 * B * q * q * H;
+        const double cross = 2 * B * q * 2 * H * H + 2 * B * k * 2 * H * H + 4 * B * q * k * H;
+        const double ffn = 2 * B * q * 2 * H * It;
+        f += c->cross_layers * (self + cross + ffn);
+    }
+    f += 2 * 2 * B * H * H;                                       /* two poolers (CLS) */
+    f += 2 * B * Hv * H + 2 * B * Ht * C + 2 * B * H * C + 2 * B * 2 * H * C; /* ITC heads */
+    f += 3 * 2 * B * B * C;                                       /* ITC logits */
+    return f;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *x, size_t n) {
+    if (n == 0) return NAN;
+    double *s = malloc(n * sizeof *s);
+    BT_ASSERT(s);
+    memcpy(s, x, n * sizeof *s);
+    qsort(s, n, sizeof *s, cmp_double);
+    const double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+static const char *config_path(const char *name) {
+    static char path[1200];
+    if (strchr(name, '/')) {
+        snprintf(path, sizeof path, "%s/config.json", name);
+    } else {
+        const char *root = getenv("BT_CONFIGS");
+        if (root) snprintf(path, sizeof path, "%s/%s/config.json", root, name);
+        else snprintf(path, sizeof path, "%s/../../configs/%s/config.json", tu_fixture_path(""),
+                      name);
+    }
+    return path;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench_step [--config NAME|DIR] [--batch B] [--text T] [--steps N] "
+                    "[--mode train|infer] [--precision fp32|bf16] [--quick] [--flops-only] "
+                    "[--estimate]\n");
+}
+
+int main(int argc, char **argv) {
+    const char *config = "bridgetower-base", *mode = "train", *prec = "fp32";
+    long B = 8, T = 40, steps = 4;
+    int flops_only = 0, estimate = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quick") == 0) {
+            config = "tiny", B = 4, T = 16, steps = 3;
+        } else if (strcmp(a, "--flops-only") == 0) {
+            flops_only = 1;
+        } else if (strcmp(a, "--estimate") == 0) {
+            estimate = 1;
+        } else if (v && strcmp(a, "--config") == 0) {
+            config = argv[++i];
+        } else if (v && strcmp(a, "--mode") == 0) {
+            mode = argv[++i];
+        } else if (v && strcmp(a, "--precision") == 0) {
+            prec = argv[++i];
+        } else if (v && (strcmp(a, "--batch") == 0 || strcmp(a, "--text") == 0 ||
+                         strcmp(a, "--steps") == 0)) {
+            char *end;
+            const long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 1 || n > 100000) {
+                fprintf(stderr, "bench_step: %s '%s': expected a positive integer\n", a, v);
+                return 2;
+            }
+            *(strcmp(a, "--batch") == 0 ? &B : strcmp(a, "--text") == 0 ? &T : &steps) = n;
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    const int train = strcmp(mode, "train") == 0, bf16 = strcmp(prec, "bf16") == 0;
+    if ((!train && strcmp(mode, "infer") != 0) || (!bf16 && strcmp(prec, "fp32") != 0)) {
+        usage();
+        return 2;
+    }
+    if (gemm_init_from_env() != BT_OK) {
+        fprintf(stderr, "bench_step: %s\n", bt_error_message());
+        return 1;
+    }
+    bt_model_config c;
+    const char *path = config_path(config);
+    if (bt_model_config_load(&c, path) != BT_OK) {
+        fprintf(stderr, "bench_step: %s\n", bt_error_message());
+        return 1;
+    }
+    if (T + 2 > c.max_position_embeddings) {
+        fprintf(stderr, "bench_step: --text %ld: the config allows at most %d tokens\n", T,
+                c.max_position_embeddings - 2);
+        return 2;
+    }
+    const size_t R = (size_t)c.image_size, nb = (size_t)B, nt = (size_t)T;
+    const double flops = bt_bench_flops(&c, (double)B, (double)T) * (train ? 3.0 : 1.0);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    const bt_precision precision = bf16 ? BT_PRECISION_BF16 : BT_PRECISION_FP32;
+    /* the JSON line: what was run, then (unless --flops-only) what was measured */
+    char head[1024];
+    int hn = snprintf(head, sizeof head,
+                      "{\"impl\": \"bt\", \"mode\": \"%s\", \"precision\": \"%s\", "
+                      "\"config\": \"%s\", \"B\": %ld, \"T\": %ld, \"R\": %zu, \"threads\": %d, "
+                      "\"isa\": \"%s\", \"gemm\": \"%s\", \"flops_per_step\": %.6e",
+                      mode, prec, config, B, T, R, threads, bt_isa_name(bt_cpu_isa_active()),
+                      gemm_backend_name(gemm_get_backend()), flops);
+    if (estimate) {
+        bt_param_table table;
+        bt_param_table_init(&table, &c, BT_HEADS_ITC);
+        const size_t act =
+            bt_model_activation_bytes(&c, BT_HEADS_ITC, precision, nb, nb, nb, 0, nt);
+        snprintf(head + hn, sizeof head - (size_t)hn,
+                 ", \"param_count\": %zu, \"activation_bytes\": %zu", table.numel, act);
+        bt_param_table_free(&table);
+    }
+    if (flops_only) {
+        printf("%s}\n", head);
+        return 0;
+    }
+
+    bt_model m;
+    if (bt_model_init(&m, &c, BT_HEADS_ITC, precision) != BT_OK) {
+        fprintf(stderr, "bench_step: %s\n", bt_error_message());
+        return 1;
+    }
+    bt_model_init_params(&m, 1);
+    tu_rng rng;
+    tu_rng_seed(&rng, 2026);
+    int32_t *ids = malloc(nb * nt * sizeof *ids);
+    float *pix = malloc(nb * 3 * R * R * sizeof *pix);
+    BT_ASSERT(ids && pix);
+    for (size_t i = 0; i < nb * nt; i++)
+        ids[i] = 3 + (int32_t)(tu_rng_next(&rng) % (uint64_t)(c.vocab_size - 3));
+    for (size_t i = 0; i < nb * 3 * R * R; i++) pix[i] = (float)tu_rng_normal(&rng);
+
+    bt_trainer tr;
+    bt_step_config sc = bt_step_config_default();
+    if (train) {
+        sc.w_itc = 1.0f, sc.w_itm = 0.0f, sc.w_mlm = 0.0f;
+        sc.seed = 7;
+        if (bt_schedule_init(&sc.schedule, "constant", 1e-5, 1000000, 0, 0.0) != BT_OK ||
+            bt_trainer_init(&tr, &m, &sc) != BT_OK) {
+            fprintf(stderr, "bench_step: %s\n", bt_error_message());
+            return 1;
+        }
+    } else {
+        bt_model_set_dropout(&m, 0, 0, 0);
+    }
+    double *t = calloc((size_t)steps, sizeof *t);
+    double *ph[5];
+    for (int p = 0; p < 5; p++) ph[p] = calloc((size_t)steps, sizeof *ph[p]);
+    BT_ASSERT(t && ph[4]);
+    const bt_step_batch sb = {.B = nb, .T = nt, .input_ids = ids, .pixel_values = pix};
+    const bt_batch fb = {nb, nt, ids, NULL, pix, NULL, NULL};
+    for (long s = 0; s < steps; s++) {
+        const double t0 = now_s();
+        bt_status st;
+        if (train) {
+            bt_step_result res;
+            st = bt_train_step(&tr, &sb, 1, &res);
+            ph[0][s] = res.t_towers_fwd, ph[1][s] = res.t_cross_fwd, ph[2][s] = res.t_losses;
+            ph[3][s] = res.t_backward, ph[4][s] = res.t_optimizer;
+            if (st == BT_OK)
+                fprintf(stderr, "bench_step: step %ld: loss %.5f, grad norm %.4g\n", s, res.loss,
+                        res.grad_norm);
+        } else {
+            st = bt_forward(&m, &fb);
+        }
+        t[s] = now_s() - t0;
+        if (st != BT_OK) {
+            fprintf(stderr, "bench_step: step %ld: %s\n", s, bt_error_message());
+            return 1;
+        }
+        fprintf(stderr, "bench_step: %s %s step %ld: %.3f s\n", mode, prec, s, t[s]);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double med = steps > 1 ? median(t + 1, (size_t)steps - 1) : t[0];
+    printf("%s, \"steps\": %ld, \"first_step_s\": %.6f, \"median_step_s\": %.6f, "
+           "\"samples_per_s\": %.6f, \"gflops\": %.3f, \"peak_rss_bytes\": %lld",
+           head, steps, t[0], med, (double)B / med, flops / med * 1e-9,
+           (long long)ru.ru_maxrss * 1024);
+    if (train) {
+        static const char *const names[5] = {"towers_fwd_s", "cross_fwd_s", "losses_s",
+                                             "backward_s", "optimizer_s"};
+        for (int p = 0; p < 5; p++)
+            printf(", \"%s\": %.6f", names[p],
+                   steps > 1 ? median(ph[p] + 1, (size_t)steps - 1) : ph[p][0]);
+    }
+    printf("}\n");
+    if (train) bt_trainer_free(&tr);
+    for (int p = 0; p < 5; p++) free(ph[p]);
+    free(t);
+    free(ids);
+    free(pix);
+    bt_model_free(&m);
+    gemm_release();
+    return 0;
+}
