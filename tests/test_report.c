@@ -14,6 +14,7 @@
  *   so each curve was drawn. A negative control renders the same page with the curves' path
  *   data removed and must find every color below that bound: the check can fail.
  * - Tables: the summary and the flattened run config are in the page.
+ * - A 20000-step run: the curve is thinned to <= 2000 points and keeps its one spike.
  * - Errors: a malformed metrics line (file:line named), no metrics.jsonl, a config that is
  *   not an object.
  * Chromium is a test dependency (scripts/install_deps.sh installs Debian's `chromium`); when
@@ -253,9 +254,11 @@ static long count_color(const image *img, const char *hex) {
 
 /* --- the DOM ---------------------------------------------------------------------------- */
 
+enum { CURVE_MAX = 4096 };
+
 typedef struct curve {
     char tag[64], color[16];
-    double x[64], y[64];
+    double x[CURVE_MAX], y[CURVE_MAX];
     int n;
 } curve;
 
@@ -273,10 +276,11 @@ static int attr(const char *p, const char *end, const char *name, char *out, siz
     return 1;
 }
 
-/* Every <path class="series" ...> of the DOM text. Returns the count (at most cap). */
+/* Every <path class="series" ...> of the DOM text (or of the HTML file itself: the same
+ * markup). Returns the count (at most cap). */
 static int parse_curves(const char *dom, curve *cv, int cap) {
     int n = 0;
-    static char d[65536];
+    static char d[1 << 20];
     for (const char *p = dom; (p = strstr(p, "<path ")) && n < cap; p++) {
         const char *end = strchr(p, '>');
         char cls[64];
@@ -290,7 +294,7 @@ static int parse_curves(const char *dom, curve *cv, int cap) {
             continue;
         }
         const char *q = d;
-        while (*q && c->n < 64) {
+        while (*q && c->n < CURVE_MAX) {
             while (*q == ' ' || *q == 'M' || *q == 'L') q++;
             if (!*q) break;
             char *e1, *e2;
@@ -439,8 +443,52 @@ static void check_errors(void) {
              bt_error_message());
 }
 
+/* 20000 logged steps with one spike: the path is thinned to at most 2000 points (+2) and
+ * the spike survives, at its step's place along the x axis. */
+static void check_many_points(void) {
+    char dir[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s/long", tu_tmpdir());
+    snprintf(path, sizeof path, "mkdir -p '%s'", dir);
+    if (system(path) != 0) return;
+    enum { N = 20000, SPIKE = 12345 };
+    size_t cap = (size_t)N * 64, n = 0;
+    char *text = malloc(cap);
+    for (int s = 1; s <= N; s++)
+        n += (size_t)snprintf(text + n, cap - n, "{\"type\":\"train\",\"step\":%d,\"loss\":%g}\n", s,
+                              s == SPIKE ? 50.0 : 2.0 + 0.5 * sin(s * 0.01));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    tu_setup_file(path, text, n);
+    free(text);
+    if (!tu_check(bt_report_write(dir, NULL) == BT_OK, "report of a 20000-step run: %s",
+                  bt_error_message()))
+        return;
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    char *html = (char *)tu_read_file(path, NULL);
+    static curve cv[32];
+    int nc = html ? parse_curves(html, cv, 32) : 0;
+    const curve *c = NULL;
+    for (int k = 0; k < nc; k++)
+        if (strcmp(cv[k].tag, "train/loss") == 0) c = &cv[k];
+    if (tu_check(c != NULL, "the long run's loss path is in the page")) {
+        int top = 0;
+        for (int i = 1; i < c->n; i++)
+            if (c->y[i] < c->y[top]) top = i;
+        double where = (c->x[top] - c->x[0]) / (c->x[c->n - 1] - c->x[0]);
+        double want = (double)(SPIKE - 1) / (N - 1);
+        double next = 1e30; /* the highest point after the spike's */
+        for (int i = 0; i < c->n; i++)
+            if (i != top) next = fmin(next, c->y[i]);
+        tu_check(c->n <= 2002 && c->n >= 1000 && fabs(where - want) < 1e-3 && next - c->y[top] > 100,
+                 "thinned to %d points (<= 2002), the spike kept at %.4f of the x range (want "
+                 "%.4f), %.0f px above the rest",
+                 c->n, where, want, next - c->y[top]);
+    }
+    free(html);
+}
+
 int main(void) {
     check_errors();
+    check_many_points();
     char dir[4200], html[4300], png[4300], dom_path[4300];
     snprintf(dir, sizeof dir, "%s/run", tu_tmpdir());
     if (!make_run(dir)) return tu_finish();
@@ -458,7 +506,7 @@ int main(void) {
                   chromium[0] ? chromium : "not in PATH"))
         return tu_finish();
     const char *work = tu_tmpdir();
-    curve cv[32];
+    static curve cv[32];
     int n_cv = 0;
     if (tu_check(chromium_run(work, html, "--dump-dom") == 0, "chromium --dump-dom")) {
         snprintf(dom_path, sizeof dom_path, "%s/stdout.txt", work);

@@ -241,6 +241,30 @@ static void tick_label(char *buf, size_t cap, double v, double step, int percent
     else snprintf(buf, cap, "%.3g", v);
 }
 
+/* The path's points. Past REPORT_MAX_POINTS the series is cut into buckets of consecutive
+ * points and each bucket contributes its lowest and highest point, in step order: the
+ * curve keeps every spike (a loss blow-up stays visible) while a 1M-step run still makes a
+ * page of a few MB. The plot is ~620 px wide, so 2000 points lose nothing visible. */
+enum { REPORT_MAX_POINTS = 2000 };
+
+static void write_path_points(sbuf *b, const series *s, const axis *ax, const axis *ay) {
+    size_t bucket = s->n <= REPORT_MAX_POINTS ? 1 : (2 * s->n + REPORT_MAX_POINTS - 1) / REPORT_MAX_POINTS;
+    int first = 1;
+    for (size_t i0 = 0; i0 < s->n; i0 += bucket) {
+        size_t i1 = i0 + bucket < s->n ? i0 + bucket : s->n, lo = i0, hi = i0;
+        for (size_t i = i0; i < i1; i++) {
+            if (s->y[i] < s->y[lo]) lo = i;
+            if (s->y[i] > s->y[hi]) hi = i;
+        }
+        size_t pick[2] = {lo < hi ? lo : hi, lo < hi ? hi : lo};
+        for (int k = 0; k < (pick[0] == pick[1] ? 1 : 2); k++) {
+            sb_printf(b, "%s%.2f %.2f", first ? "M" : " L", map_x(ax, s->x[pick[k]]),
+                      map_y(ay, s->y[pick[k]]));
+            first = 0;
+        }
+    }
+}
+
 static void write_chart(sbuf *b, const chart_def *c, int *color) {
     int any = 0;
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
@@ -309,8 +333,7 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
         sb_printf(b, "<path class=\"series\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
                      "stroke-width=\"2.5\" stroke-linejoin=\"round\" d=\"",
                   bt_log_fields[s->field].tag, col);
-        for (size_t i = 0; i < s->n; i++)
-            sb_printf(b, "%s%.2f %.2f", i ? " L" : "M", map_x(&ax, s->x[i]), map_y(&ay, s->y[i]));
+        write_path_points(b, s, &ax, &ay);
         sb_printf(b, "\"/>\n");
         /* markers where points are few (evaluations) or a path would be a single point */
         if (s->n <= 15) {

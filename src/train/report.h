@@ -9,7 +9,9 @@
  *     term with the evaluation loss, learning rate, gradient norm, throughput, and the
  *     retrieval recall@1/5/10 in both directions with the 5-way accuracy (percent axis);
  *     x is the optimizer step. A series without any finite value is left out; a chart without
- *     any series says so instead of drawing empty axes.
+ *     any series says so instead of drawing empty axes. A series of more than 2000 points is
+ *     thinned to the lowest and highest point of each run of consecutive points (spikes
+ *     stay visible; the page stays small for long runs).
  *   - the summary (summary.json, flattened: final_eval.i2t_r1, ...) and the run config
  *     (flattened key paths: training.learning_rate, ...) as tables.
  * Every series path is <path class="series" data-series="TAG" stroke="#RRGGBB" d="M x y L
