@@ -24,9 +24,6 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "fileio.h"
 #include "safetensors.h"
@@ -74,13 +71,7 @@ static bt_status write_embeddings(const char *path, const bt_eval_result *r, con
 
 int main(int argc, char **argv) {
     bt_eval_cli_args a;
-    if (!bt_eval_cli_parse(&a, argc, argv, 1)) {
-        bt_eval_cli_usage(stderr, 1);
-        return 2;
-    }
-#ifdef _OPENMP
-    if (a.threads) omp_set_num_threads(a.threads);
-#endif
+    if (!bt_eval_cli_parse(&a, argc, argv, 1)) return 2;
     if (bt_check_output_file(a.output, "embeddings file") != BT_OK) {
         fprintf(stderr, "bt-embed: error: %s\n", bt_error_message());
         return 1;

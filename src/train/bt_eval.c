@@ -18,22 +18,13 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "fileio.h"
 #include "train/eval.h"
 
 int main(int argc, char **argv) {
     bt_eval_cli_args a;
-    if (!bt_eval_cli_parse(&a, argc, argv, 0)) {
-        bt_eval_cli_usage(stderr, 0);
-        return 2;
-    }
-#ifdef _OPENMP
-    if (a.threads) omp_set_num_threads(a.threads);
-#endif
+    if (!bt_eval_cli_parse(&a, argc, argv, 0)) return 2;
     if (a.json && bt_check_output_file(a.json, "metrics JSON") != BT_OK) {
         fprintf(stderr, "bt-eval: error: %s\n", bt_error_message());
         return 1;

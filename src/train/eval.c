@@ -22,6 +22,9 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "args.h"
 #include "checkpoint.h"
@@ -760,7 +763,7 @@ void bt_eval_cli_usage(FILE *out, int embed) {
                      "  --no-choices         skip the 5-way caption choice\n");
 }
 
-int bt_eval_cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed) {
+static int cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed) {
     memset(a, 0, sizeof *a);
     bt_eval_options_default(&a->opt);
     a->precision = BT_PRECISION_FP32;
@@ -855,6 +858,17 @@ int bt_eval_cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed) {
         fprintf(stderr, "%s: --model, --data%s are required\n", who, embed ? " and --output" : "");
         return 0;
     }
+    return 1;
+}
+
+int bt_eval_cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed) {
+    if (!cli_parse(a, argc, argv, embed)) {
+        bt_eval_cli_usage(stderr, embed);
+        return 0;
+    }
+#ifdef _OPENMP
+    if (a->threads) omp_set_num_threads(a->threads);
+#endif
     return 1;
 }
 

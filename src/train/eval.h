@@ -173,7 +173,8 @@ typedef struct bt_eval_cli_args {
 } bt_eval_cli_args;
 
 void bt_eval_cli_usage(FILE *out, int embed);
-/* 1 ok; 0 usage error (message printed on stderr). --help prints the usage and exits 0. */
+/* 1 ok (and --threads applied to OpenMP); 0 usage error (message and usage printed on
+ * stderr). --help prints the usage and exits 0. */
 int bt_eval_cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed);
 /* bt_eval_setup_open with the parsed flags (heads: ITC, + ITM when re-ranking or scoring
  * choices by ITM), then the default text length and its bound; progress on stderr. */
