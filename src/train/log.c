@@ -519,7 +519,10 @@ static void fmt_eval(const bt_log_eval_rec *r, char *buf, size_t cap) {
         const double r1 = d ? r->t2i_r1 : r->i2t_r1, r5 = d ? r->t2i_r5 : r->i2t_r5,
                      r10 = d ? r->t2i_r10 : r->i2t_r10;
         if (isnan(r1) && isnan(r5) && isnan(r10)) continue;
-        cat(buf, cap, " | %s R@1/5/10 %.1f/%.1f/%.1f", names[d], 100 * r1, 100 * r5, 100 * r10);
+        cat(buf, cap, " | %s R@1/5/10 ", names[d]);
+        const double rk[3] = {r1, r5, r10};
+        for (int k = 0; k < 3; k++) /* "-" for a recall that was not computed */
+            cat(buf, cap, isnan(rk[k]) ? "%s-" : "%s%.1f", k ? "/" : "", 100 * rk[k]);
         if (!isnan(mr[d])) cat(buf, cap, " mean rank %.2f", mr[d]);
     }
     if (!isnan(r->accuracy_5way)) cat(buf, cap, " | 5-way accuracy %.1f%%", 100 * r->accuracy_5way);
