@@ -1,6 +1,7 @@
 /* test_progress.c: the training log (src/train/log.c, progress.c) on inputs whose outputs
  * are known by construction.
  *
+ * - AUTO mode: live on a pseudo-terminal (with its width), plain on a file or TERM=dumb.
  * - Plain mode (a file): one line per logged step (steps 10, 20 and the last, 25), no
  *   carriage return or escape sequence in the file.
  * - metrics.jsonl: the interval means (loss = step number, so the mean over steps 1..10 is
@@ -22,7 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "tb_reader.h"
@@ -413,7 +417,42 @@ static void run_errors(void) {
              "an output directory under a file is refused, naming it: %s", bt_error_message());
 }
 
+/* AUTO mode: live on a terminal (a pseudo-terminal here), plain on a file or with TERM=dumb,
+ * and the width taken from the terminal. */
+static void run_auto(void) {
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (!tu_check(master >= 0 && grantpt(master) == 0 && unlockpt(master) == 0,
+                  "open a pseudo-terminal"))
+        return;
+    struct winsize ws = {.ws_row = 24, .ws_col = 77};
+    FILE *tty = fopen(ptsname(master), "w");
+    if (!tu_check(tty != NULL && ioctl(fileno(tty), TIOCSWINSZ, &ws) == 0, "open its slave side")) {
+        close(master);
+        return;
+    }
+    const char *term = getenv("TERM");
+    char saved[256] = "";
+    if (term) snprintf(saved, sizeof saved, "%s", term);
+    setenv("TERM", "xterm", 1);
+    bt_progress p;
+    bt_progress_init(&p, tty, BT_PROGRESS_AUTO, 0);
+    tu_check(p.live == 1 && p.columns == 77, "AUTO on a terminal: live %d, %d columns (want 77)",
+             p.live, p.columns);
+    setenv("TERM", "dumb", 1);
+    bt_progress_init(&p, tty, BT_PROGRESS_AUTO, 0);
+    tu_check(p.live == 0, "AUTO on a terminal with TERM=dumb: plain");
+    if (term) setenv("TERM", saved, 1);
+    else unsetenv("TERM");
+    FILE *file = tmpfile();
+    bt_progress_init(&p, file, BT_PROGRESS_AUTO, 0);
+    tu_check(p.live == 0, "AUTO on a file: plain");
+    fclose(file);
+    fclose(tty);
+    close(master);
+}
+
 int main(void) {
+    run_auto();
     run_plain();
     run_live();
     run_resume();
