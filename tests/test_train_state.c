@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -505,6 +506,73 @@ static void test_bad(void) {
     world_free(&x);
 }
 
+/* SIGKILL at random moments of a loop of saves (keep-last-2 rotation included): after every
+ * kill, every checkpoint-<N> present loads completely, the latest one is found, and the
+ * next writer goes on from it. Each save takes a few milliseconds (two ~1 MB files, fsyncs),
+ * so kills land inside saves, renames and deletions. */
+static void test_sigkill(void) {
+    world x;
+    world_make(&x, 0);
+    char out[1400];
+    snprintf(out, sizeof out, "%s/kill", tmp);
+    /* one save's duration sets the range of the kill times */
+    double t0 = tu_clock_seconds(CLOCK_MONOTONIC);
+    x.s.global_step = 1;
+    if (save(out, &x, 2, NULL, NULL) != BT_OK) printf("# %s\n", bt_error_message());
+    double dt = tu_clock_seconds(CLOCK_MONOTONIC) - t0;
+    printf("# one save: %.1f ms\n", dt * 1e3);
+    useconds_t span = (useconds_t)(dt * 4e6) + 1000;
+    int64_t next = 2;
+    int bad = 0, rounds = 12, mid_save = 0;
+    for (int round = 0; round < rounds && !bad; round++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (int64_t step = next;; step++) {
+                x.s.global_step = step;
+                x.o.t = (uint64_t)step;
+                if (save(out, &x, 2, NULL, NULL) != BT_OK) _exit(3);
+            }
+        }
+        usleep((useconds_t)(tu_rng_next(&rng) % span));
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (!WIFSIGNALED(status)) {
+            printf("# round %d: the saver exited by itself (status %d)\n", round, status);
+            bad = 1;
+            break;
+        }
+        mid_save += count_entries(out, "tmp-checkpoint-") > 0;
+        /* every checkpoint-N that exists is whole */
+        DIR *d = opendir(out);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (strncmp(e->d_name, "checkpoint-", 11)) continue;
+            bt_train_resume r;
+            if (bt_train_checkpoint_load(pj(out, e->d_name), NULL, NULL, &r) != BT_OK) {
+                printf("# round %d: %s\n", round, bt_error_message());
+                bad = 1;
+                continue;
+            }
+            if (r.state.global_step != atoll(e->d_name + 11) ||
+                r.optim.t != (uint64_t)r.state.global_step)
+                bad = 1;
+            bt_train_resume_free(&r);
+        }
+        if (d) closedir(d);
+        char latest[1400];
+        int found = 0;
+        if (bt_train_checkpoint_latest(out, latest, sizeof latest, &found, NULL) != BT_OK) bad = 1;
+        if (found) next = atoll(strrchr(latest, '-') + 1) + 1;
+        if (count_entries(out, "tmp-checkpoint-") != 0) bad = 1; /* stale temps cleaned */
+    }
+    tu_check(!bad && next > 2,
+             "%d SIGKILLs during saves (%d left a temp dir): every checkpoint present loads, "
+             "the latest is found, stale temps are removed; reached step %lld",
+             rounds, mid_save, (long long)next - 1);
+    world_free(&x);
+}
+
 int main(void) {
     tmp = tu_tmpdir();
     snprintf(fixture, sizeof fixture, "%s", tu_fixture_path("tiny"));
@@ -512,5 +580,6 @@ int main(void) {
     test_round_trip();
     test_rotation_and_latest();
     test_bad();
+    test_sigkill();
     return tu_finish();
 }
