@@ -19,9 +19,9 @@
  * 4e-2 * max|b|, loss rtol 8e-3).
  *
  * Also: I32 ids give the same bits as I64 ids (at the same thread count); an omitted
- * attention_mask equals an all-ones one; errors (missing tensor, wrong pixel shape, id out of range, text too long, labels of
- * the wrong shape or missing for --backward, missing model dir) exit 1 with a message naming
- * the tensor and the expected shape; usage errors exit 2. */
+ * attention_mask equals an all-ones one; errors (missing tensor, wrong pixel shape, id out of
+ * range, text too long, labels of the wrong shape or missing for --backward, missing model
+ * dir) exit 1 with a message naming the tensor and the expected shape; usage errors exit 2. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,13 +37,6 @@ static const char *tmp;
 static char model_dir[1024];
 static safetensors_file io; /* the twin's fixture */
 
-static const char *tpath(const char *name) {
-    static char buf[8][1200];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
 
 /* Runs bt-forward with args (NULL-terminated, after the binary); stderr to <tmp>/stderr.txt.
  * Returns the exit status (-1 if it did not exit normally). */
@@ -56,8 +49,8 @@ static int run(const char *const *args) {
     argv[n] = NULL;
     pid_t pid = fork();
     if (pid == 0) {
-        if (!freopen(tpath("stderr.txt"), "w", stderr) ||
-            !freopen(tpath("stdout.txt"), "w", stdout))
+        if (!freopen(tu_tmp_path("stderr.txt"), "w", stderr) ||
+            !freopen(tu_tmp_path("stdout.txt"), "w", stdout))
             _exit(127);
         execv(bin, (char *const *)argv);
         _exit(127);
@@ -69,7 +62,7 @@ static int run(const char *const *args) {
 
 static char *stderr_text(void) {
     static char buf[8192];
-    FILE *f = fopen(tpath("stderr.txt"), "r");
+    FILE *f = fopen(tu_tmp_path("stderr.txt"), "r");
     size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
     if (f) fclose(f);
     buf[n] = 0;
@@ -332,11 +325,11 @@ int main(int argc, char **argv) {
     const char *in_plain = write_inputs("in_plain.safetensors", &sp);
     {
         const char *args[] = {"--model",   model_dir,  "--inputs",
-                              in_plain,    "--output", tpath("out_none.safetensors"),
+                              in_plain,    "--output", tu_tmp_path("out_none.safetensors"),
                               "--threads", "2",        NULL};
         int rc = run(args);
         tu_check(rc == 0, "no head: exit 0 (%s)", stderr_text());
-        if (rc == 0 && open_out(&o, tpath("out_none.safetensors"), "no head")) {
+        if (rc == 0 && open_out(&o, tu_tmp_path("out_none.safetensors"), "no head")) {
             compare(&o, "text_features", "text_features", R, A, "no head");
             compare(&o, "image_features", "image_features", R, A, "no head");
             compare(&o, "pooler_output", "pooler_output", R, A, "no head");
@@ -364,7 +357,7 @@ int main(int argc, char **argv) {
         snprintf(loss, sizeof loss, "loss_%s", heads[h].head);
         const char *in = write_inputs(name, &sp);
         for (int bw = 0; bw < 2; bw++) {
-            const char *op = tpath(bw ? outb : out);
+            const char *op = tu_tmp_path(bw ? outb : out);
             snprintf(label, sizeof label, "%s%s", heads[h].head, bw ? " --backward" : "");
             const char *args[] = {"--model", model_dir,     "--inputs",
                                   in,        "--output",    op,
@@ -396,11 +389,11 @@ int main(int argc, char **argv) {
     {
         memset(&sp, 0, sizeof sp);
         const char *args[] = {"--model", model_dir,  "--inputs",
-                              in_plain,  "--output", tpath("out_itm_nolab.safetensors"),
+                              in_plain,  "--output", tu_tmp_path("out_itm_nolab.safetensors"),
                               "--head",  "itm",      NULL};
         int rc = run(args);
         if (tu_check(rc == 0, "itm without labels: exit 0 (%s)", stderr_text()) &&
-            open_out(&o, tpath("out_itm_nolab.safetensors"), "itm without labels")) {
+            open_out(&o, tu_tmp_path("out_itm_nolab.safetensors"), "itm without labels")) {
             compare(&o, "logits", "itm_logits", R, A, "itm without labels");
             tu_check(safetensors_find(&o, "loss") == NULL, "itm without labels: no loss output");
             safetensors_close(&o);
@@ -410,14 +403,14 @@ int main(int argc, char **argv) {
     /* bf16 mixed precision, with test_model_parity's bf16 bounds */
     {
         const char *args[] = {"--model",     model_dir,
-                              "--inputs",    tpath("in_itm.safetensors"),
-                              "--output",    tpath("out_itm_bf16.safetensors"),
+                              "--inputs",    tu_tmp_path("in_itm.safetensors"),
+                              "--output",    tu_tmp_path("out_itm_bf16.safetensors"),
                               "--head",      "itm",
                               "--precision", "bf16",
                               NULL};
         int rc = run(args);
         if (tu_check(rc == 0, "itm bf16: exit 0 (%s)", stderr_text()) &&
-            open_out(&o, tpath("out_itm_bf16.safetensors"), "itm bf16")) {
+            open_out(&o, tu_tmp_path("out_itm_bf16.safetensors"), "itm bf16")) {
             compare(&o, "logits", "itm_logits", 0.0, 4e-2, "itm bf16");
             compare(&o, "loss", "loss_itm", 8e-3, 0.0, "itm bf16");
             safetensors_close(&o);
@@ -430,11 +423,11 @@ int main(int argc, char **argv) {
         sp.ids_i32 = 1;
         const char *in32 = write_inputs("in_i32.safetensors", &sp);
         const char *a1[] = {"--model",  model_dir, "--inputs",
-                            in32,       "--output", tpath("out_i32.safetensors"),
+                            in32,       "--output", tu_tmp_path("out_i32.safetensors"),
                             "--threads", "2", /* as out_none: like with like */
                             NULL};
-        tu_check(run(a1) == 0 &&
-                     same_outputs(tpath("out_i32.safetensors"), tpath("out_none.safetensors")),
+        tu_check(run(a1) == 0 && same_outputs(tu_tmp_path("out_i32.safetensors"),
+                                              tu_tmp_path("out_none.safetensors")),
                  "I32 input_ids: same output bytes as I64 (%s)", stderr_text());
         memset(&sp, 0, sizeof sp);
         sp.no_mask = 1;
@@ -443,14 +436,16 @@ int main(int argc, char **argv) {
         sp.ones_mask = 1;
         const char *in_om = write_inputs("in_ones.safetensors", &sp);
         const char *a2[] = {"--model", model_dir,  "--inputs",
-                            in_nm,     "--output", tpath("out_nomask.safetensors"),
+                            in_nm,     "--output", tu_tmp_path("out_nomask.safetensors"),
                             NULL};
         const char *a3[] = {"--model", model_dir,  "--inputs",
-                            in_om,     "--output", tpath("out_ones.safetensors"),
+                            in_om,     "--output", tu_tmp_path("out_ones.safetensors"),
                             NULL};
         int ok = run(a2) == 0 && run(a3) == 0 &&
-                 same_outputs(tpath("out_nomask.safetensors"), tpath("out_ones.safetensors")) &&
-                 !same_outputs(tpath("out_nomask.safetensors"), tpath("out_none.safetensors"));
+                 same_outputs(tu_tmp_path("out_nomask.safetensors"),
+                              tu_tmp_path("out_ones.safetensors")) &&
+                 !same_outputs(tu_tmp_path("out_nomask.safetensors"),
+                               tu_tmp_path("out_none.safetensors"));
         tu_check(ok, "attention_mask omitted = all ones (and differs from the padded mask)");
     }
 
@@ -459,7 +454,8 @@ int main(int argc, char **argv) {
     sp.no_pixels = 1;
     {
         const char *in = write_inputs("in_nopx.safetensors", &sp);
-        const char *args[] = {"--model", model_dir, "--inputs", in, "--output", tpath("x"), NULL};
+        const char *args[] = {"--model",  model_dir,        "--inputs", in,
+                              "--output", tu_tmp_path("x"), NULL};
         expect_error("missing pixel_values", args, 1, "'pixel_values' is missing", "(B, 3, R, R)");
     }
     memset(&sp, 0, sizeof sp);
@@ -467,7 +463,7 @@ int main(int argc, char **argv) {
     {
         const char *in = write_inputs("in_px16.safetensors", &sp);
         const char *args[] = {"--model",  model_dir, "--inputs", in,  "--output",
-                              tpath("x"), "--head",  "itc",      NULL};
+                              tu_tmp_path("x"), "--head",  "itc",      NULL};
         expect_error("pixel_values 16x16", args, 1, "'pixel_values' has shape [3, 3, 16, 16]",
                      "expected (B, 3, R, R) with B from input_ids and R = "
                      "vision_config.image_size = [3, 3, 32, 32]");
@@ -476,7 +472,8 @@ int main(int argc, char **argv) {
     sp.bad_id = 1;
     {
         const char *in = write_inputs("in_badid.safetensors", &sp);
-        const char *args[] = {"--model", model_dir, "--inputs", in, "--output", tpath("x"), NULL};
+        const char *args[] = {"--model",  model_dir,        "--inputs", in,
+                              "--output", tu_tmp_path("x"), NULL};
         expect_error("input id = vocab_size", args, 1, "'input_ids': element [1, 2] = 99",
                      "[0, 99)");
     }
@@ -484,7 +481,8 @@ int main(int argc, char **argv) {
     sp.long_t = 39; /* max_position_embeddings 40 allows 38 */
     {
         const char *in = write_inputs("in_long.safetensors", &sp);
-        const char *args[] = {"--model", model_dir, "--inputs", in, "--output", tpath("x"), NULL};
+        const char *args[] = {"--model",  model_dir,        "--inputs", in,
+                              "--output", tu_tmp_path("x"), NULL};
         expect_error("T = 39 > 38", args, 1, "'input_ids' has shape [3, 39]", "at most 38");
     }
     memset(&sp, 0, sizeof sp);
@@ -493,36 +491,37 @@ int main(int argc, char **argv) {
     {
         const char *in = write_inputs("in_badlab.safetensors", &sp);
         const char *args[] = {"--model",  model_dir, "--inputs", in,  "--output",
-                              tpath("x"), "--head",  "mlm",      NULL};
+                              tu_tmp_path("x"), "--head",  "mlm",      NULL};
         expect_error("mlm labels of shape (B)", args, 1, "'labels' has shape [3]",
                      "(B, T) for --head mlm = [3, 12]");
     }
     {
         const char *args[] = {"--model",  model_dir, "--inputs", in_plain,     "--output",
-                              tpath("x"), "--head",  "mlm",      "--backward", NULL};
+                              tu_tmp_path("x"), "--head",  "mlm",      "--backward", NULL};
         expect_error("--backward mlm without labels", args, 1, "'labels' is missing", "--backward");
-        const char *a2[] = {"--model",  tpath("no_model"), "--inputs", in_plain,
-                            "--output", tpath("x"),        NULL};
+        const char *a2[] = {"--model",  tu_tmp_path("no_model"), "--inputs", in_plain,
+                            "--output", tu_tmp_path("x"),        NULL};
         expect_error("missing model dir", a2, 1, "no_model", "not found");
-        const char *a3[] = {"--model",  model_dir,  "--inputs", tpath("no_inputs.safetensors"),
-                            "--output", tpath("x"), NULL};
+        const char *a3[] = {
+            "--model",  model_dir,        "--inputs", tu_tmp_path("no_inputs.safetensors"),
+            "--output", tu_tmp_path("x"), NULL};
         expect_error("missing inputs file", a3, 1, "no_inputs.safetensors", NULL);
     }
     /* usage errors: exit 2 */
     {
-        const char *a1[] = {"--inputs", in_plain, "--output", tpath("x"), NULL};
+        const char *a1[] = {"--inputs", in_plain, "--output", tu_tmp_path("x"), NULL};
         expect_error("no --model", a1, 2, "--model", NULL);
         const char *a2[] = {"--model",  model_dir, "--inputs", in_plain, "--output",
-                            tpath("x"), "--head",  "vqa",      NULL};
+                            tu_tmp_path("x"), "--head",  "vqa",      NULL};
         expect_error("--head vqa", a2, 2, "'vqa'", NULL);
         const char *a3[] = {"--model",  model_dir,  "--inputs",   in_plain,
-                            "--output", tpath("x"), "--backward", NULL};
+                            "--output", tu_tmp_path("x"), "--backward", NULL};
         expect_error("--backward without a head", a3, 2, "--backward", NULL);
         const char *a4[] = {"--model",  model_dir,     "--inputs", in_plain, "--output",
-                            tpath("x"), "--precision", "fp16",     NULL};
+                            tu_tmp_path("x"), "--precision", "fp16",     NULL};
         expect_error("--precision fp16", a4, 2, "fp16", NULL);
         const char *a5[] = {"--model",  model_dir,   "--inputs", in_plain, "--output",
-                            tpath("x"), "--threads", "0",        NULL};
+                            tu_tmp_path("x"), "--threads", "0",        NULL};
         expect_error("--threads 0", a5, 2, "--threads", NULL);
     }
     safetensors_close(&io);

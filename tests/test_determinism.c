@@ -381,14 +381,6 @@ static void test_gemm(void) {
 static const char *bin, *tmp;
 static char model_dir[1024];
 
-static const char *tpath(const char *name) {
-    static char buf[8][1200];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
-
 static int run_sh(char *err, size_t err_cap, const char *fmt, ...) {
     static char out[4096];
     va_list ap;
@@ -434,7 +426,7 @@ static const char *write_inputs(const safetensors_file *io, int layout) {
     }
     char name[64];
     snprintf(name, sizeof name, "in_layout%d.safetensors", layout);
-    const char *path = tpath(name);
+    const char *path = tu_tmp_path(name);
     if (safetensors_write(path, e, 4, meta[layout]) != BT_OK) {
         printf("cannot write %s: %s\n", path, bt_error_message());
         exit(1);
@@ -511,7 +503,7 @@ static void test_bt_forward(void) {
     /* (a) layouts at every (level <= the active one, threads) with the default backend */
     const bt_isa top = bt_cpu_isa_active();
     char ref[1200], out[1200], name[300], wn[300] = "";
-    snprintf(ref, sizeof ref, "%s", tpath("ref.safetensors"));
+    snprintf(ref, sizeof ref, "%s", tu_tmp_path("ref.safetensors"));
     if (run_fwd(top, 2, "onednn", in[0], ref) != 0 &&
         run_fwd(top, 2, gemm_backend_name(gemm_get_backend()), in[0], ref) != 0) {
         tu_check(0, "bt-forward runs on the tiny model");
@@ -557,7 +549,7 @@ static void test_bt_forward(void) {
     }
     /* (b) run to run */
     {
-        snprintf(out, sizeof out, "%s", tpath("ref_again.safetensors"));
+        snprintf(out, sizeof out, "%s", tu_tmp_path("ref_again.safetensors"));
         tu_check(run_fwd(top, 2, dflt, in[0], out) == 0 && tu_files_equal(out, ref),
                  "bt-forward %s, 2 threads: the same command twice gives the same bytes",
                  bt_isa_name(top));

@@ -174,6 +174,14 @@ const char *tu_tmpdir(void) {
     return tu_tmp;
 }
 
+const char *tu_tmp_path(const char *name) {
+    static char buf[8][1200];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tu_tmpdir(), name);
+    return buf[k];
+}
+
 uint8_t *tu_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -88,5 +88,7 @@ double tu_clock_seconds(clockid_t id);
 const char *tu_fixture_path(const char *relative);
 /* A fresh temporary directory for the test (removed by tu_finish when the test passed). */
 const char *tu_tmpdir(void);
+/* <tu_tmpdir()>/name in one of 8 rotating static buffers (valid for the next 7 calls). */
+const char *tu_tmp_path(const char *name);
 
 #endif

@@ -14,7 +14,8 @@
  *   - ISO C (-std=c11) compiles with -ffp-contract=off and gcc never reassociates float sums
  *     on its own, so reductions (sum, dot, max) use a GNU C vector of OPS_LANES partial
  *     results folded by a fixed tree (ops_sum & co.). The summation order is therefore fixed
- *     by this source: every clone and every thread count gives the same bits.
+ *     by this source: every ISA level and every thread count gives the same bits
+ *     (tests/test_determinism.c).
  *   - exp and erfc are evaluated by branch-free polynomials (ops_exp2part, ops_upper_tail) that
  *     vectorize; libm's scalar calls would not. Their accuracy is stated where they are.
  *   - OpenMP parallelizes over rows, fixed-size chunks or column chunks, never over a
@@ -89,10 +90,10 @@ static size_t ops_min(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Reductions. gcc does not vectorize a float sum (or max) without -ffast-math, because
  * that reorders it; so the reductions below are written with a GNU C vector of OPS_LANES
- * partial results (gcc lowers it to one zmm, two ymm or four xmm registers per clone), a
- * scalar tail, and a fixed fold. The order is fixed by this code, so every clone and every
+ * partial results (gcc lowers it to one zmm, two ymm or four xmm registers per ISA level), a
+ * scalar tail, and a fixed fold. The order is fixed by this code, so every ISA level and every
  * thread count gives the same bits. Vectors never cross a function boundary (the ABI of a
- * 64-byte vector argument differs between clones). */
+ * 64-byte vector argument differs between ISA levels). */
 typedef float ops_vf __attribute__((vector_size(OPS_LANES * sizeof(float))));
 typedef int32_t ops_vi __attribute__((vector_size(OPS_LANES * sizeof(int32_t))));
 
