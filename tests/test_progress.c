@@ -106,6 +106,10 @@ static void run_plain(void) {
     snprintf(err_path, sizeof err_path, "%s/err.txt", tu_tmpdir());
     FILE *out = fopen(out_path, "w"), *err = fopen(err_path, "w");
     if (!tu_check(out && err, "open capture files")) return;
+    /* an earlier run's event file in the directory: a fresh run removes it */
+    char old_events[4300];
+    snprintf(old_events, sizeof old_events, "%s/events.out.tfevents.1600000000.host.1", dir);
+    if (mkdir(dir, 0755) == 0) tu_setup_text(old_events, "old");
     bt_log_opts o = bt_log_opts_default();
     o.out = out;
     o.err = err;
@@ -145,6 +149,9 @@ static void run_plain(void) {
     tu_check(plain_ok, "plain mode: one line per logged step (10, 20, 25; 25 again in the "
                        "summary), no control bytes");
     if (!plain_ok) printf("# output:\n%s", text);
+    tu_check(access(old_events, F_OK) != 0 &&
+                 strstr(text, "fresh run: removed 1 TensorBoard event file(s) of a previous run"),
+             "a fresh run removed the earlier run's event file and said so");
     tu_check(strstr(text, "eval step 20 | loss 1.2500 | i2t R@1/5/10 50.0/75.0/100.0 mean rank 3.50 "
                           "| t2i R@1/5/10 25.0/50.0/87.5 mean rank 4.50 | 5-way accuracy 80.0%") != NULL &&
                  strstr(text, "checkpoint step 20 saved to out/checkpoint-20 (3.0 s)") != NULL,

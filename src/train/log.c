@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -255,6 +256,25 @@ static void put_fields(bt_log *log, cJSON *o, const char *type, int64_t step, co
 
 /* --- open / close --------------------------------------------------------------------- */
 
+/* A fresh run replaces metrics.jsonl; its TensorBoard curves must not be mixed with those
+ * of an earlier run in the same directory either (TensorBoard merges every event file of a
+ * directory), so the earlier event files go. Returns how many were removed. */
+static int remove_old_events(const char *dir) {
+    static const char prefix[] = "events.out.tfevents.";
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    char path[8192];
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, prefix, sizeof prefix - 1) == 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            n += unlink(path) == 0;
+        }
+    closedir(d);
+    return n;
+}
+
 bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
     memset(log, 0, sizeof *log);
     log->o = *opts;
@@ -288,6 +308,14 @@ bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
         return bt_fail(BT_ERR_IO, "%s: cannot open for writing: %s", log->metrics_path,
                        strerror(errno));
     if (opts->tensorboard) {
+        if (opts->resume_step == 0) {
+            int removed = remove_old_events(dir);
+            if (removed)
+                bt_log_message(log, BT_LOG_INFO,
+                               "fresh run: removed %d TensorBoard event file(s) of a previous run "
+                               "in %s",
+                               removed, dir);
+        }
         bt_status s = bt_tb_open(&log->tb, dir, now_wall(), opts->resume_step);
         if (s != BT_OK) {
             fclose(log->metrics);

@@ -31,7 +31,11 @@
  *                      with step <= resume_step (a killed run may have logged steps after
  *                      its last checkpoint; those are redone) and drops lines that do not
  *                      parse (a record cut by the kill), then appends.
- *   <dir>/events.out.tfevents.*  TensorBoard scalars (tensorboard.h); tags "train/loss",
+ *   <dir>/events.out.tfevents.*  TensorBoard scalars (tensorboard.h). A fresh run removes
+ *                      the event files of an earlier run in dir (TensorBoard would merge
+ *                      them into the new curves); a resumed run keeps them and starts its
+ *                      file with SessionLog START (TensorBoard drops their later steps). Tags
+ *                      "train/loss",
  *                      "train/loss_itc", "train/loss_itm", "train/loss_mlm",
  *                      "train/learning_rate", "train/grad_norm", "train/epoch",
  *                      "train/samples_per_second", "train/data_wait", "eval/loss",
