@@ -518,6 +518,7 @@ static void test_sigkill(void) {
     /* one save's duration sets the range of the kill times */
     double t0 = tu_clock_seconds(CLOCK_MONOTONIC);
     x.s.global_step = 1;
+    x.o.t = 1;
     if (save(out, &x, 2, NULL, NULL) != BT_OK) printf("# %s\n", bt_error_message());
     double dt = tu_clock_seconds(CLOCK_MONOTONIC) - t0;
     printf("# one save: %.1f ms\n", dt * 1e3);
@@ -555,16 +556,25 @@ static void test_sigkill(void) {
                 continue;
             }
             if (r.state.global_step != atoll(e->d_name + 11) ||
-                r.optim.t != (uint64_t)r.state.global_step)
+                r.optim.t != (uint64_t)r.state.global_step) {
+                printf("# round %d: %s holds step %lld, t %llu\n", round, e->d_name,
+                       (long long)r.state.global_step, (unsigned long long)r.optim.t);
                 bad = 1;
+            }
             bt_train_resume_free(&r);
         }
         if (d) closedir(d);
         char latest[1400];
         int found = 0;
-        if (bt_train_checkpoint_latest(out, latest, sizeof latest, &found, NULL) != BT_OK) bad = 1;
+        if (bt_train_checkpoint_latest(out, latest, sizeof latest, &found, NULL) != BT_OK) {
+            printf("# round %d: %s\n", round, bt_error_message());
+            bad = 1;
+        }
         if (found) next = atoll(strrchr(latest, '-') + 1) + 1;
-        if (count_entries(out, "tmp-checkpoint-") != 0) bad = 1; /* stale temps cleaned */
+        if (count_entries(out, "tmp-checkpoint-") != 0) { /* stale temps cleaned */
+            printf("# round %d: a temp directory is left after the cleaning\n", round);
+            bad = 1;
+        }
     }
     tu_check(!bad && next > 2,
              "%d SIGKILLs during saves (%d left a temp dir): every checkpoint present loads, "
