@@ -2,7 +2,8 @@
 # test.sh: the test command of the README. On a fresh Debian 12 machine it installs the
 # dependencies, builds bt (release and ASan/UBSan), runs the default test suite, runs the op,
 # reference and determinism suites again at each lower CPU ISA level, runs the
-# bad-input suite again under the sanitizers, and ends with 'N passed, N failed, N skipped'.
+# bad-input suite again under the sanitizers (leaks included), runs each libFuzzer target for
+# a bounded time, and ends with 'N passed, N failed, N skipped'.
 # Exit status is non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +38,21 @@ if [ "${BT_SKIP_SANITIZE:-0}" != 1 ]; then
         meson test -C build-asan --suite badinput --print-errorlogs --num-processes 2 || status=1
     logs+=(build-asan/meson-logs/testlog.json)
 fi
-rm -f build-log.txt build-asan-log.txt
+# libFuzzer targets of the input parsers (tests/fuzz), each for BT_FUZZ_SECONDS (default 30)
+# under ASan + UBSan in a clang build of their sources; registered as meson tests of suite
+# 'fuzz', so the summary below counts them.
+if [ "${BT_SKIP_FUZZ:-0}" != 1 ]; then
+    fuzz_opts=(-Dfuzz=true -Dfuzz_seconds="${BT_FUZZ_SECONDS:-30}" -Db_lundef=false
+               -Db_sanitize=address,undefined -Dc_args=-fsanitize=fuzzer-no-link
+               -Dopenmp=disabled -Donednn=disabled -Dmpi=disabled --buildtype=debugoptimized)
+    CC=clang meson setup build-fuzz "${fuzz_opts[@]}" >/dev/null 2>&1 ||
+        meson setup --reconfigure build-fuzz "${fuzz_opts[@]}" >/dev/null
+    ninja -C build-fuzz fuzz >build-fuzz-log.txt 2>&1 || { cat build-fuzz-log.txt; status=1; }
+    meson test -C build-fuzz --no-rebuild --suite fuzz --print-errorlogs --num-processes 1 ||
+        status=1
+    logs+=(build-fuzz/meson-logs/testlog.json)
+fi
+rm -f build-log.txt build-asan-log.txt build-fuzz-log.txt
 
 python3 scripts/test_summary.py "${logs[@]}" || status=1
 exit $status
