@@ -681,9 +681,21 @@ bt_status bt_train_checkpoint_save(const char *output_dir, const bt_train_checkp
         if (is_dir(final)) {
             /* re-saving a step (e.g. a signal right after resuming): swap atomically, then
              * delete the old one, which now sits under the temp name */
-            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
-                st = bt_fail(BT_ERR_IO, "%s: cannot swap in the new checkpoint %s: %s", final,
-                             tmp, strerror(errno));
+            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
+                /* file systems without RENAME_EXCHANGE: move the old one aside first (a
+                 * crash in between loses this step's checkpoint, never an earlier one) */
+                char aside[4300];
+                snprintf(aside, sizeof aside, "%s/tmp-checkpoint-%lld.replaced.%ld", output_dir,
+                         (long long)step, (long)getpid());
+                if (errno != EINVAL && errno != ENOSYS)
+                    st = bt_fail(BT_ERR_IO, "%s: cannot swap in the new checkpoint %s: %s", final,
+                                 tmp, strerror(errno));
+                else if (rename(final, aside) != 0 || rename(tmp, final) != 0)
+                    st = bt_fail(BT_ERR_IO, "%s: cannot replace it with %s: %s", final, tmp,
+                                 strerror(errno));
+                else
+                    remove_tree(aside);
+            }
         } else if (rename(tmp, final) != 0) {
             st = bt_fail(BT_ERR_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
         }
