@@ -420,8 +420,22 @@ static void run_errors(void) {
     o.total_steps = 10;
     s = bt_log_open(&log, dir, &o);
     tu_check(s == BT_ERR_IO && strstr(bt_error_message(), dir) &&
-                 strstr(bt_error_message(), "cannot create the output directory"),
+                 strstr(bt_error_message(), "output directory"),
              "an output directory under a file is refused, naming it: %s", bt_error_message());
+    /* metrics.jsonl that is not a regular file (here a directory) is not replaced */
+    char odd[4300], odd_metrics[4400];
+    snprintf(odd, sizeof odd, "%s/odd", tu_tmpdir());
+    snprintf(odd_metrics, sizeof odd_metrics, "%s/metrics.jsonl", odd);
+    if (mkdir(odd, 0755) == 0 && mkdir(odd_metrics, 0755) == 0) {
+        o.tensorboard = 0;
+        s = bt_log_open(&log, odd, &o);
+        tu_check(s == BT_ERR_IO && strstr(bt_error_message(), odd_metrics),
+                 "a metrics.jsonl that is a directory is refused: %s", bt_error_message());
+        o.resume_step = 5;
+        s = bt_log_open(&log, odd, &o);
+        tu_check(s == BT_ERR_IO && strstr(bt_error_message(), odd_metrics),
+                 "... also when resuming: %s", bt_error_message());
+    }
 }
 
 /* AUTO mode: live on a terminal (a pseudo-terminal here), plain on a file or with TERM=dumb,

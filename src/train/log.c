@@ -19,6 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fileio.h"
+#include "json_util.h"
+
 const bt_log_field bt_log_fields[BT_LOG_N_FIELDS] = {
     [BT_LF_EPOCH] = {"train", "epoch", "train/epoch"},
     [BT_LF_LOSS] = {"train", "loss", "train/loss"},
@@ -86,47 +89,15 @@ void bt_log_eval_init(bt_log_eval_rec *r) {
 
 /* --- files ---------------------------------------------------------------------------- */
 
-bt_status bt_log_write_file_atomic(const char *path, const void *data, size_t n) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return bt_fail(BT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = n;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : EIO;
-            close(fd);
-            unlink(tmp);
-            return bt_fail(BT_ERR_IO, "%s: cannot write: %s", tmp, strerror(e));
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return bt_fail(BT_ERR_IO, "%s: cannot write: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return bt_fail(BT_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(e));
-    }
-    return BT_OK;
-}
-
 /* Rewrites metrics.jsonl keeping the records with step <= keep_step (see log.h). A missing
  * file is fine (nothing to keep). *kept / *dropped count the lines. */
 static bt_status metrics_truncate(const char *path, int64_t keep_step, int *kept, int *dropped) {
     *kept = *dropped = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT) return BT_OK;
-        return bt_fail(BT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    }
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return BT_OK;
+    FILE *f;
+    bt_status os = bt_fopen_regular(path, "metrics log", &f);
+    if (os != BT_OK) return os;
     char *text = NULL, *out = NULL;
     size_t len = 0, cap = 0;
     char buf[65536];
@@ -162,7 +133,9 @@ static bt_status metrics_truncate(const char *path, int64_t keep_step, int *kept
         while (j < len && text[j] != '\n') j++;
         int complete = j < len; /* a last line without '\n' was cut by the kill */
         if (j > i) {
-            cJSON *rec = complete ? cJSON_ParseWithLength(text + i, j - i) : NULL;
+            cJSON *rec = NULL;
+            /* bt's one JSON rule; a line it refuses (cut, NUL bytes after a crash) is dropped */
+            if (complete && bt_json_parse(text + i, j - i, path, &rec) != BT_OK) bt_error_clear();
             const cJSON *step = cJSON_GetObjectItemCaseSensitive(rec, "step");
             if (cJSON_IsObject(rec) && cJSON_IsNumber(step) && step->valuedouble <= (double)keep_step) {
                 memcpy(out + n_out, text + i, j - i);
@@ -177,7 +150,7 @@ static bt_status metrics_truncate(const char *path, int64_t keep_step, int *kept
         i = j + 1;
     }
     free(text);
-    bt_status s = bt_log_write_file_atomic(path, out, n_out);
+    bt_status s = bt_write_file_atomic(path, "metrics log", out, n_out);
     free(out);
     return s;
 }
@@ -293,9 +266,8 @@ bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
         return bt_fail(BT_ERR_ARG, "output directory path too long (%zu bytes)", strlen(dir));
     snprintf(log->dir, sizeof log->dir, "%s", dir);
     snprintf(log->metrics_path, sizeof log->metrics_path, "%s/metrics.jsonl", dir);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return bt_fail(BT_ERR_IO, "%s: cannot create the output directory: %s", dir,
-                       strerror(errno));
+    bt_status ds = bt_check_output_dir(dir, "output directory", 1);
+    if (ds != BT_OK) return ds;
     bt_progress_init(&log->prog, log->o.out, log->o.mode, log->o.columns);
 
     int kept = 0, dropped = 0;
@@ -303,6 +275,8 @@ bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
         bt_status s = metrics_truncate(log->metrics_path, opts->resume_step, &kept, &dropped);
         if (s != BT_OK) return s;
     }
+    bt_status ms = bt_check_output_file(log->metrics_path, "metrics log");
+    if (ms != BT_OK) return ms;
     log->metrics = fopen(log->metrics_path, opts->resume_step > 0 ? "a" : "w");
     if (!log->metrics)
         return bt_fail(BT_ERR_IO, "%s: cannot open for writing: %s", log->metrics_path,
@@ -695,7 +669,7 @@ bt_status bt_log_summary(bt_log *log, const bt_log_summary_in *in, bt_log_summar
     snprintf(path, sizeof path, "%s/summary.json", log->dir);
     size_t n = strlen(text);
     text[n] = '\n'; /* replaces the NUL: the file ends with a newline */
-    bt_status st = bt_log_write_file_atomic(path, text, n + 1);
+    bt_status st = bt_write_file_atomic(path, "run summary", text, n + 1);
     free(text);
     return st;
 }

@@ -212,8 +212,4 @@ void bt_log_close(bt_log *log);
 /* Peak resident memory of this process in MiB (VmHWM, else getrusage ru_maxrss). */
 double bt_log_peak_rss_mib(void);
 
-/* Writes n bytes to path atomically: "<path>.tmp.<pid>", fsync, rename. The previous file is
- * untouched on failure. Errors: BT_ERR_IO naming the path. (Shared with report.c.) */
-bt_status bt_log_write_file_atomic(const char *path, const void *data, size_t n);
-
 #endif

@@ -16,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "fileio.h"
 #include "json_util.h"
 #include "log.h"
 
@@ -171,7 +173,7 @@ static int add_record(chart_def *charts, const cJSON *rec, const char *type, dou
 
 static bt_status read_metrics(chart_def *charts, const char *path) {
     char *text;
-    bt_status st = bt_json_read_text(path, "metrics", &text);
+    bt_status st = bt_json_read_text(path, "metrics log", &text);
     if (st != BT_OK) return st;
     size_t lines = 1;
     for (const char *p = text; *p; p++) lines += *p == '\n';
@@ -179,7 +181,14 @@ static bt_status read_metrics(chart_def *charts, const char *path) {
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         line_no++;
-        cJSON *rec = cJSON_Parse(line);
+        char source[4300];
+        snprintf(source, sizeof source, "%s:%d", path, line_no);
+        cJSON *rec = NULL;
+        bt_status ps = bt_json_parse(line, strlen(line), source, &rec);
+        if (ps != BT_OK) {
+            free(text);
+            return ps;
+        }
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(rec, "type");
         const cJSON *step = cJSON_GetObjectItemCaseSensitive(rec, "step");
         if (!cJSON_IsObject(rec) || !cJSON_IsString(type) || !cJSON_IsNumber(step) ||
@@ -410,28 +419,24 @@ bt_status bt_report_write(const char *dir, const char *config_json) {
     char path[4200];
     cJSON *config = NULL, *summary = NULL;
     if (config_json) {
-        config = cJSON_Parse(config_json);
-        if (!cJSON_IsObject(config)) {
+        bt_status cs = bt_json_parse(config_json, strlen(config_json), "run config", &config);
+        if (cs == BT_OK && !cJSON_IsObject(config))
+            cs = bt_fail(BT_ERR_ARG, "bt_report_write: the run config is not a JSON object");
+        if (cs != BT_OK) {
             cJSON_Delete(config);
-            return bt_fail(BT_ERR_ARG, "bt_report_write: the run config is not a JSON object");
+            return cs;
         }
     }
     snprintf(path, sizeof path, "%s/summary.json", dir);
-    FILE *probe = fopen(path, "rb");
-    if (probe) {
-        fclose(probe);
-        char *text;
-        bt_status st = bt_json_read_text(path, "run summary", &text);
+    struct stat sst;
+    if (stat(path, &sst) == 0 || errno != ENOENT) { /* absent: the run did not finish */
+        bt_status st = bt_json_load(path, "run summary", &summary);
+        if (st == BT_OK && !cJSON_IsObject(summary))
+            st = bt_fail(BT_ERR_FORMAT, "%s: expected a JSON object (the run summary)", path);
         if (st != BT_OK) {
-            cJSON_Delete(config);
-            return st;
-        }
-        summary = cJSON_Parse(text);
-        free(text);
-        if (!cJSON_IsObject(summary)) {
             cJSON_Delete(summary);
             cJSON_Delete(config);
-            return bt_fail(BT_ERR_FORMAT, "%s: expected a JSON object (the run summary)", path);
+            return st;
         }
     }
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
@@ -477,7 +482,7 @@ bt_status bt_report_write(const char *dir, const char *config_json) {
         return bt_fail(BT_ERR_NOMEM, "%s/report.html: out of memory", dir);
     }
     snprintf(path, sizeof path, "%s/report.html", dir);
-    st = bt_log_write_file_atomic(path, b.s, b.n);
+    st = bt_write_file_atomic(path, "report", b.s, b.n);
     free(b.s);
     return st;
 }
