@@ -5,8 +5,8 @@
  *      pooler, ITM logits, ITC cross, MLM logits of the flagged pairs, ITC text / image
  *      embeddings of the rows, in fp32 and bf16;
  *   2. re-used rows: with a text row and an image row read by several pairs (one pair listed
- *      twice), (a) the parameter gradient equals the sum of separate one-pair runs, and
- *      (b) finite differences through the whole phased model (towers + pairs, dropout off and
+ *      twice), (a) the parameter gradient equals the sum of separate one-pair runs, and the
+ *      same pairs in two cross rounds on one tower pass (a'), and (b) finite differences through the whole phased model (towers + pairs, dropout off and
  *      on) agree with the phase backwards, for a pair loss and for the ITC tower loss alone
  *      (bt_towers_backward without a cross phase);
  *   3. Bt != Bi: 2B texts (B captions + B masked copies, keys | 1<<63), B images, B positive
@@ -398,8 +398,8 @@ static double absmax(const float *x, size_t n) {
 /* Per-tensor comparison of two parameter gradients (2a); prints the worst error. Attention
  * key biases have an exact gradient of 0 (softmax is shift invariant), so both sides hold
  * rounding noise; their scale is the matching key.weight gradient's (as test_model_parity.c). */
-static void check_grads_equal(const char *title, const bt_model *m, const float *got,
-                              const float *want) {
+static void check_grads_equal(const char *title, const char *ref, const bt_model *m,
+                              const float *got, const float *want) {
     const bt_param_table *t = &m->table;
     double worst = 0;
     const char *worst_key = "";
@@ -421,8 +421,8 @@ static void check_grads_equal(const char *title, const bt_model *m, const float 
             const double d = fabs((double)got[x->offset + e] - want[x->offset + e]);
             if (!(d <= 1e-5 * mx + 1e-5 * fabs(want[x->offset + e]))) {
                 if (ok)
-                    tu_check(0, "%s: %s[%zu] = %.8e, sum of separate runs %.8e (max|b| %.2e)",
-                             title, x->key, e, got[x->offset + e], want[x->offset + e], mx);
+                    tu_check(0, "%s: %s[%zu] = %.8e, %s %.8e (max|b| %.2e)", title, x->key, e,
+                             got[x->offset + e], ref, want[x->offset + e], mx);
                 ok = 0;
                 break;
             }
@@ -433,7 +433,7 @@ static void check_grads_equal(const char *title, const bt_model *m, const float 
         }
     }
     printf("# %s: worst max|a-b|/max|b| over the tensors %.2e (%s)\n", title, worst, worst_key);
-    tu_check(ok, "%s: every parameter gradient within 1e-5 of the sum of separate runs", title);
+    tu_check(ok, "%s: every parameter gradient within 1e-5 of the %s", title, ref);
 }
 
 static void test_reuse(const bt_model_config *c, int training) {
@@ -488,7 +488,24 @@ static void test_reuse(const bt_model_config *c, int training) {
     }
     char title[128];
     snprintf(title, sizeof title, "2a %s: reused rows, gradient of the pair loss", mode);
-    check_grads_equal(title, &m, grads[0], sum);
+    check_grads_equal(title, "sum of separate runs", &m, grads[0], sum);
+
+    /* (a') one tower pass, the pairs in two cross rounds (pairs 0-2, then 3-5), each with its
+     * own loss and backward, then one bt_towers_backward: the rounds' row gradients add up */
+    bt_zero_grad(&m);
+    bt_status s = towers_on(&m, &rc.g, &rc.pl, identity, rc.pl.nt, identity, rc.pl.ni);
+    for (size_t lo = 0, mlm_lo = 0; lo < P && s == BT_OK; lo += 3) {
+        s = bt_cross_forward_pairs(&m, pairs + lo, 3);
+        if (s != BT_OK) break;
+        pair_loss(&m, &rc.ro, all_idx + lo, mlm_lo, 1);
+        mlm_lo += m.Pm;
+        bt_cross_backward_pairs(&m);
+    }
+    if (tu_check(s == BT_OK, "2a' rounds: %s", bt_error_message())) {
+        bt_towers_backward(&m);
+        snprintf(title, sizeof title, "2a' %s: two cross rounds on one tower pass", mode);
+        check_grads_equal(title, "one-round gradient", &m, m.grads, grads[0]);
+    }
     free(sum);
 
     /* (b) finite differences through the phased model */
