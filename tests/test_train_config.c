@@ -374,6 +374,52 @@ static void test_resume_check(void) {
     bt_run_config_free(&b);
 }
 
+/* Every key can be given on the command line in the form the resolved config prints it:
+ * --set key=<printed JSON value> for all keys of a resolved shipped config rebuilds it. */
+static void test_set_every_key(void) {
+    const char *root = getenv("BT_CONFIGS");
+    char path[1100];
+    snprintf(path, sizeof path, "%s/train/newyorker-large.json", root ? root : "configs");
+    bt_run_config a, b;
+    if (bt_run_config_resolve(&a, path, NULL, 0) != BT_OK) {
+        tu_check(0, "%s resolves (%s)", path, bt_error_message());
+        return;
+    }
+    cJSON *j = bt_run_config_to_json(&a);
+    bt_run_config_init(&b);
+    size_t bad = 0;
+    for (size_t i = 0; i < bt_run_config_n_keys(); i++) {
+        const char *key = bt_run_config_key(i);
+        const cJSON *node = j;
+        char part[64];
+        for (const char *p = key; node && *p;) {
+            const char *dot = strchr(p, '.');
+            size_t n = dot ? (size_t)(dot - p) : strlen(p);
+            snprintf(part, sizeof part, "%.*s", (int)n, p);
+            node = cJSON_GetObjectItemCaseSensitive(node, part);
+            p += n + (dot ? 1 : 0);
+        }
+        char *val = node ? cJSON_PrintUnformatted(node) : NULL;
+        char assign[512];
+        snprintf(assign, sizeof assign, "%s=%s", key, val ? val : "?");
+        free(val);
+        if (bt_run_config_set(&b, assign) != BT_OK) {
+            bad++;
+            printf("# --set %s: %s\n", assign, bt_error_message());
+        }
+    }
+    cJSON_Delete(j);
+    bt_status st = bt_run_config_finish(&b, "sets");
+    char *ta = bt_run_config_to_string(&a), *tb = st == BT_OK ? bt_run_config_to_string(&b) : NULL;
+    tu_check(bad == 0 && tb && !strcmp(ta, tb),
+             "--set key=<printed value> for each of the %zu keys rebuilds newyorker-large.json",
+             bt_run_config_n_keys());
+    free(ta);
+    free(tb);
+    bt_run_config_free(&a);
+    bt_run_config_free(&b);
+}
+
 /* docs/config.md names every key (as `key`) and its default. */
 static void test_docs(void) {
     const char *root = getenv("BT_CONFIGS");
@@ -418,6 +464,7 @@ int main(void) {
     test_shipped();
     test_round_trip_overrides();
     test_resume_check();
+    test_set_every_key();
     test_docs();
     return tu_finish();
 }
