@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,14 @@ bt_status bt_json_read_text(const char *path, const char *what, char **text) {
     }
     *text = buf;
     return BT_OK;
+}
+
+const char *bt_json_number_str(char *buf, size_t cap, double v) {
+    if (v == floor(v) && fabs(v) < 1e21)
+        snprintf(buf, cap, "%.0f", v);
+    else
+        snprintf(buf, cap, "%.17g", v);
+    return buf;
 }
 
 const char *bt_json_type_name(const cJSON *j) {

@@ -66,6 +66,11 @@ bt_status bt_json_load(const char *path, const char *what, struct cJSON **out);
  * "..." when it does not fit. Returns out. */
 char *bt_escape_text(char *out, size_t cap, const char *s, size_t n);
 
+/* A JSON number as people wrote it: an integral value in full ("4611686018427387904", not
+ * "4.6e+18"), anything else with 17 significant digits ("0.10000000000000001"), into buf
+ * (cap >= 32). Returns buf. For messages that echo a number back. */
+const char *bt_json_number_str(char *buf, size_t cap, double v);
+
 /* Length of the longest valid UTF-8 prefix of s[0..n) (strict: no overlong forms, no
  * surrogates, nothing above U+10FFFF); n when all of it is valid. */
 size_t bt_utf8_valid_prefix(const unsigned char *s, size_t n);

@@ -253,6 +253,9 @@ static void test_bad_headers(void) {
                 "key \"alpha\" appears twice in $", NULL);
     /* JSON Python reads differently (src/json_util.h): a name holding \u0000 would read as
      * the name before it. */
+    /* Numbers are echoed as written: 2^62, not 4.6e+18. */
+    header_case("shape_2_62", "\"shape\":[2,3]", "\"shape\":[4611686018427387904,3]",
+                BT_ERR_FORMAT, "tensor 'alpha'", "4611686018427387904");
     header_case("name_u0000", "\"beta\":", "\"alpha\\u0000x\":", BT_ERR_FORMAT,
                 "a key in $ holds the escape \\u0000", NULL);
     header_case("metadata_u0000", "{\"format\":\"pt\"}", "{\"format\":\"p\\u0000t\"}",

@@ -121,9 +121,10 @@ static bt_status json_int(int *out, const cJSON *j, const char *path, const char
         return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected an integer, got %s", path, key,
                        bt_json_type_name(j));
     double v = j->valuedouble;
+    char num[40];
     if (v != floor(v) || v < lo || v > hi)
-        return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected an integer in %d..%d, got %g",
-                       path, key, lo, hi, v);
+        return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected an integer in %d..%d, got %s",
+                       path, key, lo, hi, bt_json_number_str(num, sizeof num, v));
     *out = (int)v;
     return BT_OK;
 }

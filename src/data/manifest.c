@@ -180,8 +180,10 @@ static bt_status parse_record(const line_ctx *c, const cJSON *obj, const manifes
             return bt_fail(BT_ERR_FORMAT, "%s:%zu: key '%s' must be an integer 0..%d", c->path,
                            c->line, o->label_key, MANIFEST_N_CHOICES - 1);
         if (lab->valuedouble < 0 || lab->valuedouble > MANIFEST_N_CHOICES - 1)
-            return bt_fail(BT_ERR_FORMAT, "%s:%zu: key '%s' is %g, expected 0..%d", c->path,
-                           c->line, o->label_key, lab->valuedouble, MANIFEST_N_CHOICES - 1);
+            return bt_fail(BT_ERR_FORMAT, "%s:%zu: key '%s' is %s, expected 0..%d", c->path,
+                           c->line, o->label_key,
+                           bt_json_number_str((char[40]){0}, 40, lab->valuedouble),
+                           MANIFEST_N_CHOICES - 1);
         p->label = (int32_t)lab->valuedouble;
     }
     return BT_OK;

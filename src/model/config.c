@@ -79,9 +79,10 @@ static bt_status cfg_int(const cJSON *obj, const char *key, int *dst, int lo, in
     double v = it->valuedouble;
     if (!cJSON_IsNumber(it) || v != floor(v))
         return bt_fail(BT_ERR_CONFIG, "%s: key '%s%s': expected an integer", name, block, key);
+    char num[40];
     if (v < lo || v > hi)
-        return bt_fail(BT_ERR_CONFIG, "%s: key '%s%s': %.17g is out of range [%d, %d]", name,
-                       block, key, v, lo, hi);
+        return bt_fail(BT_ERR_CONFIG, "%s: key '%s%s': %s is out of range [%d, %d]", name,
+                       block, key, bt_json_number_str(num, sizeof num, v), lo, hi);
     *dst = (int)v;
     return BT_OK;
 }
@@ -93,9 +94,10 @@ static bt_status cfg_float(const cJSON *obj, const char *key, float *dst, double
     if (!cJSON_IsNumber(it))
         return bt_fail(BT_ERR_CONFIG, "%s: key '%s%s': expected a number", name, block, key);
     double v = it->valuedouble;
+    char num[40];
     if (!(v >= lo && v <= hi))
-        return bt_fail(BT_ERR_CONFIG, "%s: key '%s%s': %.17g is out of range [%g, %g]", name,
-                       block, key, v, lo, hi);
+        return bt_fail(BT_ERR_CONFIG, "%s: key '%s%s': %s is out of range [%g, %g]", name,
+                       block, key, bt_json_number_str(num, sizeof num, v), lo, hi);
     *dst = (float)v;
     return BT_OK;
 }

@@ -131,7 +131,7 @@ static int st_json_uint(const cJSON *v, uint64_t *out) {
 /* Describes a JSON value that failed st_json_uint, for the error message. */
 static void st_describe_bad_uint(const cJSON *v, char *buf, size_t cap) {
     if (cJSON_IsNumber(v))
-        snprintf(buf, cap, "%.17g", v->valuedouble);
+        bt_json_number_str(buf, cap, v->valuedouble);
     else
         snprintf(buf, cap, "a %s", st_json_type(v));
 }
@@ -228,7 +228,8 @@ static bt_status st_parse_entry(safetensors_tensor *t, const cJSON *entry, const
             char got[64];
             st_describe_bad_uint(c, got, sizeof got);
             return st_fail(BT_ERR_FORMAT, path, name,
-                           "shape dimension %d is %s; expected a non-negative integer", d, got);
+                           "shape dimension %d is %s; expected a non-negative integer up to "
+                           "2^53 (9007199254740992)", d, got);
         }
         t->shape[d] = (int64_t)v;
     }
@@ -667,7 +668,8 @@ static bt_status st_check_entries(const char *path, const safetensors_entry *e, 
         for (int d = 0; d < e[i].ndim; d++)
             if (e[i].shape[d] < 0 || (double)e[i].shape[d] > ST_JSON_INT_MAX)
                 return st_fail(BT_ERR_ARG, path, name,
-                               "shape dimension %d is %lld; expected a non-negative integer", d,
+                               "shape dimension %d is %lld; expected a non-negative integer "
+                               "up to 2^53", d,
                                (long long)e[i].shape[d]);
         int overflow;
         size_t numel = st_numel(e[i].shape, e[i].ndim, &overflow);
