@@ -125,6 +125,9 @@ static void test_file_errors(void) {
                       "train.batch_size: expected an integer in [1, 1048576], got 0");
     expect_file_error("batchfrac.json", "{\"train\": {\"batch_size\": 2.5}}",
                       "train.batch_size: expected an integer in [1, 1048576], got 2.5");
+    expect_file_error("batchbig.json", "{\"train\": {\"batch_size\": 4611686018427387904}}",
+                      "train.batch_size: expected an integer in [1, 1048576], got "
+                      "4611686018427387904");
     expect_file_error("ratio.json", "{\"train\": {\"warmup_ratio\": 1.5}}",
                       "train.warmup_ratio: expected a number in [0, 1], got 1.5");
     expect_file_error("beta2.json", "{\"train\": {\"adam_beta2\": 1}}",

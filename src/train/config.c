@@ -292,6 +292,16 @@ static void fmt_got(char *out, size_t cap, const cJSON *v) {
         snprintf(out, cap, "a number beyond the double range");
         return;
     }
+    if (cJSON_IsNumber(v)) {
+        /* integral values in full (bt_json_number_str), others in the shortest exact form */
+        char b[48];
+        if (v->valuedouble == floor(v->valuedouble))
+            bt_json_number_str(b, sizeof b, v->valuedouble);
+        else
+            fmt_num(b, sizeof b, v->valuedouble);
+        snprintf(out, cap, "%s", b);
+        return;
+    }
     char *txt = cJSON_PrintUnformatted(v);
     const char *s = txt ? txt : "?";
     size_t n = 0;
