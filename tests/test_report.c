@@ -14,6 +14,7 @@
  *   so each curve was drawn. A negative control renders the same page with the curves' path
  *   data removed and must find every color below that bound: the check can fail.
  * - Tables: the summary and the flattened run config are in the page.
+ * - bt-report DIR --config FILE rebuilds the page; usage and missing-metrics errors.
  * - A 20000-step run: the curve is thinned to <= 2000 points and keeps its one spike.
  * - Errors: a malformed metrics line (file:line named), no metrics.jsonl, a config that is
  *   not an object.
@@ -128,6 +129,17 @@ static int run_captured(const char *exe, const char *work, const char *fmt, ...)
     int rc = tu_vrun_captured(exe, NULL, work, out, sizeof out, err, sizeof err, fmt, ap);
     va_end(ap);
     if (rc != 0) printf("# %s exited with %d: %.2000s\n", exe, rc, err);
+    return rc;
+}
+
+static int run_cli(const char *exe, const char *work, char *out, size_t out_cap, char *err,
+                   size_t err_cap, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static int run_cli(const char *exe, const char *work, char *out, size_t out_cap, char *err,
+                   size_t err_cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tu_vrun_captured(exe, NULL, work, out, out_cap, err, err_cap, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
@@ -486,7 +498,33 @@ static void check_many_points(void) {
     free(html);
 }
 
-int main(void) {
+/* bt-report, run by path (the meson test's argument), on the run's directory. */
+static void check_cli(const char *exe, const char *dir) {
+    char work[4300], cfg[4400], out[4096], err[4096], html[4400];
+    snprintf(work, sizeof work, "%s/cli", tu_tmpdir());
+    snprintf(cfg, sizeof cfg, "%s/run_config.json", tu_tmpdir());
+    snprintf(html, sizeof html, "%s/report.html", dir);
+    tu_setup_text(cfg, "{\"training\": {\"seed\": 4242}}");
+    char mk[4400];
+    snprintf(mk, sizeof mk, "mkdir -p '%s'", work);
+    if (system(mk) != 0) return;
+    int rc = run_cli(exe, work, out, sizeof out, err, sizeof err, "'%s' --config '%s'", dir, cfg);
+    char *t = (char *)tu_read_file(html, NULL);
+    tu_check(rc == 0 && strstr(out, "report.html") && t && strstr(t, "<td>training.seed</td><td>4242</td>"),
+             "bt-report DIR --config FILE rebuilds the page with that config (exit %d): %s", rc, err);
+    free(t);
+    rc = run_cli(exe, work, out, sizeof out, err, sizeof err, "%s", "");
+    tu_check(rc == 2 && strstr(err, "usage: bt-report"), "bt-report without a directory: usage, exit 2 (%d)", rc);
+    rc = run_cli(exe, work, out, sizeof out, err, sizeof err, "'%s/nowhere'", tu_tmpdir());
+    tu_check(rc == 1 && strstr(err, "nowhere/metrics.jsonl"),
+             "bt-report on a directory without metrics.jsonl: exit 1 naming it (%d): %s", rc, err);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_report PATH_TO_BT_REPORT\n");
+        return 1;
+    }
     check_errors();
     check_many_points();
     char dir[4200], html[4300], png[4300], dom_path[4300];
@@ -500,6 +538,7 @@ int main(void) {
         return tu_finish();
     snprintf(html, sizeof html, "%s/report.html", dir);
     check_static(html);
+    check_cli(argv[1], dir);
 
     if (!tu_check(find_chromium(), "Chromium found (%s): it is a test dependency, run "
                                    "scripts/install_deps.sh or set BT_CHROMIUM",
