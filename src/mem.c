@@ -155,6 +155,10 @@ bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint) {
     bt_mem_format(need, sizeof need, bytes);
     if (avail == UINT64_MAX) snprintf(have, sizeof have, "?");
     else bt_mem_format(have, sizeof have, avail);
+    if (strcmp(need, have) == 0) { /* too close to tell apart at 1 decimal: exact bytes */
+        snprintf(need, sizeof need, "%llu bytes", (unsigned long long)bytes);
+        snprintf(have, sizeof have, "%llu bytes", (unsigned long long)avail);
+    }
     return bt_fail(BT_ERR_NOMEM,
                    "%s needs %s%s but this machine has %s available (%s); reduce %s "
                    "(BT_MEM_CHECK=0 skips this check)",
