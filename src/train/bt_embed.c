@@ -25,6 +25,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cpu.h"
 #include "fileio.h"
 #include "safetensors.h"
 #include "train/eval.h"
@@ -70,6 +71,8 @@ static bt_status write_embeddings(const char *path, const bt_eval_result *r, con
 }
 
 int main(int argc, char **argv) {
+    const int info_rc = bt_runtime_cli_info(argc, argv, "bt-embed"); /* --info (cpu.h) */
+    if (info_rc >= 0) return info_rc;
     bt_eval_cli_args a;
     if (!bt_eval_cli_parse(&a, argc, argv, 1)) return 2;
     if (bt_check_output_file(a.output, "embeddings file") != BT_OK) {

@@ -19,10 +19,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "cpu.h"
 #include "fileio.h"
 #include "train/eval.h"
 
 int main(int argc, char **argv) {
+    const int info_rc = bt_runtime_cli_info(argc, argv, "bt-eval"); /* --info (cpu.h) */
+    if (info_rc >= 0) return info_rc;
     bt_eval_cli_args a;
     if (!bt_eval_cli_parse(&a, argc, argv, 0)) return 2;
     if (a.json && bt_check_output_file(a.json, "metrics JSON") != BT_OK) {
