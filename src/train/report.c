@@ -295,7 +295,10 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
     }
     /* x from step 0, so that every chart of the page shares its scale */
     axis ax = nice_axis(xlo >= 0 ? 0 : xlo, xhi, 8);
-    axis ay = c->percent ? (axis){0, 1, 0.2} : nice_axis(ylo, yhi, 5);
+    /* percent: from 0 to the data's maximum rounded up (early recalls of a few percent must
+     * not be squashed against the axis), never past 100% */
+    axis ay = nice_axis(c->percent ? 0 : ylo, c->percent ? fmax(yhi, 0.05) : yhi, 5);
+    if (c->percent && ay.hi > 1) ay = nice_axis(0, 1, 5);
     sb_printf(b, "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n", SVG_W,
               SVG_H, SVG_W, SVG_H);
     sb_printf(b, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", SVG_W,
@@ -339,9 +342,11 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
         const series *s = &c->s[k];
         if (s->n == 0) continue;
         const char *col = palette[(*color)++ % N_PALETTE];
+        /* The total loss (first in its chart) is drawn first and wider: where a
+         * term equals it (a single active loss) it shows as a border around that term. */
         sb_printf(b, "<path class=\"series\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
-                     "stroke-width=\"2.5\" stroke-linejoin=\"round\" d=\"",
-                  bt_log_fields[s->field].tag, col);
+                     "stroke-width=\"%s\" stroke-linejoin=\"round\" d=\"",
+                  bt_log_fields[s->field].tag, col, s->field == BT_LF_LOSS ? "5" : "2.5");
         write_path_points(b, s, &ax, &ay);
         sb_printf(b, "\"/>\n");
         /* markers where points are few (evaluations) or a path would be a single point */
