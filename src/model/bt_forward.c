@@ -405,7 +405,12 @@ int main(int argc, char **argv) {
         }
     }
     bt_model m;
-    bt_model_init(&m, &ck.cfg, heads, a.precision);
+    s = bt_model_init(&m, &ck.cfg, heads, a.precision);
+    if (s != BT_OK) {
+        fprintf(stderr, "bt-forward: error: %s\n", bt_error_message());
+        bt_checkpoint_close(&ck);
+        return FWD_ERROR;
+    }
     bt_checkpoint_report rep;
     s = bt_checkpoint_read(&ck, &m.table, m.params, NULL, &rep);
     /* ignored keys of other heads are expected here (one head per run): not printed */
