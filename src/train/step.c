@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "data/loader.h"
 #include "rng.h"
 
 /* stream tags mixed into the run seed, one per random stream of the step */
@@ -175,6 +176,23 @@ static bt_status check_batch(const bt_step_batch *b, size_t k, const bt_step_con
             (size_t)b->neg_text[i] >= b->B)
             return bt_fail(BT_ERR_ARG, "micro-batch %zu: fixed negative of row %zu out of "
                            "range [0, %zu)", k, i, b->B);
+    return BT_OK;
+}
+
+bt_status bt_step_batch_from_loader(bt_step_batch *out, const loader_batch *lb) {
+    memset(out, 0, sizeof *out);
+    if (lb->pixel_dtype != BT_DTYPE_F32)
+        return bt_fail(BT_ERR_ARG, "loader batch %lld: the training step needs fp32 pixels, "
+                       "the loader delivers %s (set the loader's pixel_dtype to F32)",
+                       (long long)lb->seq, bt_dtype_name(lb->pixel_dtype));
+    if (lb->size <= 0)
+        return bt_fail(BT_ERR_ARG, "loader batch %lld: no valid row", (long long)lb->seq);
+    out->B = (size_t)lb->size;
+    out->T = (size_t)lb->max_length;
+    out->input_ids = lb->input_ids;
+    out->attention_mask = lb->attention_mask;
+    out->pixel_values = lb->pixel_values;
+    out->record = lb->record;
     return BT_OK;
 }
 

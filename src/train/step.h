@@ -99,6 +99,14 @@ typedef struct bt_step_batch {
     const int32_t *neg_text;       /* (B) negative text for image b */
 } bt_step_batch;
 
+struct loader_batch;
+
+/* The step's view of a loader batch (data/loader.h): B = size, T = max_length, ids, mask,
+ * fp32 pixels, record = the delivered record index; duplicate keys NULL (hashed). The
+ * loader batch must stay held (not released) until the step returns. Errors: BT_ERR_ARG
+ * for bf16 pixels (the step reads fp32) or an empty batch. */
+bt_status bt_step_batch_from_loader(bt_step_batch *out, const struct loader_batch *lb);
+
 typedef struct bt_step_result {
     int64_t step;                  /* index of this step (tr->step before the call) */
     double loss;                   /* Σ w·term, mean over micro-batches */
