@@ -157,21 +157,12 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     fprintf(out, "onednn isa: %s (DNNL_MAX_CPU_ISA=%s%s%s)\n", gemm_cpu_isa_name(),
             env_or("DNNL_MAX_CPU_ISA", "unset"), *isa_dnnl_note ? ", " : "", isa_dnnl_note);
     /* The routes of a typical Linear product, as the backend runs them. */
-    static float a[256 * 256], c[256 * 256];
-    gemm_args g = {.m = 256,
-                   .n = 256,
-                   .k = 256,
-                   .a_type = BT_DTYPE_F32,
-                   .b_type = BT_DTYPE_F32,
-                   .a = a,
-                   .lda = 256,
-                   .b = a,
-                   .ldb = 256,
-                   .trans_b = 1,
-                   .c = c,
-                   .ldc = 256,
-                   .alpha = 1.0f,
-                   .compute = GEMM_COMPUTE_F32};
+    static float a[256 * 256], c[256 * 256]; /* only looked up, never multiplied */
+    /* clang-format off */
+    gemm_args g = {.m = 256, .n = 256, .k = 256, .a_type = BT_DTYPE_F32, .b_type = BT_DTYPE_F32,
+                   .a = a, .lda = 256, .b = a, .ldb = 256, .trans_b = 1, .c = c, .ldc = 256,
+                   .alpha = 1.0f, .compute = GEMM_COMPUTE_F32};
+    /* clang-format on */
     const char *route_f32, *route_bf16;
     if (b == GEMM_BACKEND_ONEDNN) {
         route_f32 = gemm_onednn_impl_name(&g);
@@ -191,7 +182,6 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     threads = omp_get_max_threads();
 #endif
     fprintf(out, "threads: %d (OMP_NUM_THREADS=%s)\n", threads, env_or("OMP_NUM_THREADS", "unset"));
-    gemm_release();
 }
 
 int bt_runtime_cli_info(int argc, char **argv, const char *tool) {
@@ -204,5 +194,6 @@ int bt_runtime_cli_info(int argc, char **argv, const char *tool) {
         return 1;
     }
     bt_runtime_info_print(stdout, tool);
+    gemm_release(); /* the two probe primitives: the tool exits now */
     return 0;
 }
