@@ -64,8 +64,8 @@ bt_isa bt_cpu_isa_cap(void);
 /* Prints the run-time configuration, one `key: value` per line: CPU ISA levels supported,
  * the level bt's kernels run (and why), the kernel table (fast/ref), bf16 conversion,
  * attention threading, GEMM backend, oneDNN's ISA and the implementations it picks for fp32
- * and bf16 products, OpenMP threads. Creates (and caches) two small oneDNN primitives: call it at
- * program start, not while gemm() runs on other threads. */
+ * and bf16 products, OpenMP threads. Creates (and caches) two small oneDNN primitives: call
+ * it at program start, not while gemm() runs on other threads. */
 void bt_runtime_info_print(FILE *out, const char *tool);
 
 /* For the tools' main(): if argv holds --info, initializes from the environment, prints the
