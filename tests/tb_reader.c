@@ -32,7 +32,8 @@ static uint32_t tbr_mask(uint32_t c) {
 
 static uint64_t le64(const uint8_t *p) {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 
@@ -98,15 +99,21 @@ static int pbr_next(pbr *r, pbr_field *f, const char **why) {
             return -1;
         }
         return 0;
-    case 1: f->len = 8; break;
-    case 5: f->len = 4; break;
+    case 1:
+        f->len = 8;
+        break;
+    case 5:
+        f->len = 4;
+        break;
     case 2:
         if (pbr_varint(r, &f->len)) {
             *why = "truncated length";
             return -1;
         }
         break;
-    default: *why = "unsupported wire type (groups or invalid)"; return -1;
+    default:
+        *why = "unsupported wire type (groups or invalid)";
+        return -1;
     }
     left = (size_t)(r->end - r->p);
     if (f->len > left) {
@@ -150,7 +157,8 @@ static int parse_value(const uint8_t *p, uint64_t n, tbr_event *e, const char **
     pbr_field f = {0};
     int rc, has_simple = 0;
     while ((rc = pbr_next(&r, &f, why)) == 0) {
-        if (f.number == 1 && f.wire == 2) copy_text(e->text, sizeof e->text, f.bytes, f.len);
+        if (f.number == 1 && f.wire == 2)
+            copy_text(e->text, sizeof e->text, f.bytes, f.len);
         else if (f.number == 2 && f.wire == 5) {
             uint32_t bits = le32(f.bytes);
             memcpy(&e->value, &bits, 4);
@@ -259,9 +267,10 @@ int tbr_read_file(const char *path, tbr_event **ev, size_t *n, char *err, size_t
         uint64_t len = le64(head);
         uint32_t want = le32(head + 8), have = tbr_mask(tbr_crc32c(head, 8));
         if (want != have) {
-            tbr_err(err, err_cap,
-                    "%s: record %d at offset %ld: length CRC mismatch (stored 0x%08x, computed 0x%08x)",
-                    path, rec, offset, want, have);
+            tbr_err(
+                err, err_cap,
+                "%s: record %d at offset %ld: length CRC mismatch (stored 0x%08x, computed 0x%08x)",
+                path, rec, offset, want, have);
             goto fail;
         }
         if (len > (1u << 24)) {
@@ -282,9 +291,10 @@ int tbr_read_file(const char *path, tbr_event **ev, size_t *n, char *err, size_t
         want = le32(foot);
         have = tbr_mask(tbr_crc32c(data, len));
         if (want != have) {
-            tbr_err(err, err_cap,
-                    "%s: record %d at offset %ld: data CRC mismatch (stored 0x%08x, computed 0x%08x)",
-                    path, rec, offset, want, have);
+            tbr_err(
+                err, err_cap,
+                "%s: record %d at offset %ld: data CRC mismatch (stored 0x%08x, computed 0x%08x)",
+                path, rec, offset, want, have);
             goto fail;
         }
         if (parse_event(data, len, &l, &why)) {
@@ -321,15 +331,21 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < n; i++) {
         switch (ev[i].kind) {
-        case TBR_FILE_VERSION: printf("file_version %s\n", ev[i].text); break;
+        case TBR_FILE_VERSION:
+            printf("file_version %s\n", ev[i].text);
+            break;
         case TBR_SCALAR:
             printf("%lld %s %.9g\n", (long long)ev[i].step, ev[i].text, (double)ev[i].value);
             break;
-        case TBR_VALUE_OTHER: printf("%lld %s (not a scalar)\n", (long long)ev[i].step, ev[i].text); break;
+        case TBR_VALUE_OTHER:
+            printf("%lld %s (not a scalar)\n", (long long)ev[i].step, ev[i].text);
+            break;
         case TBR_SESSION_LOG:
             printf("session_log %d at step %lld\n", ev[i].status, (long long)ev[i].step);
             break;
-        case TBR_EMPTY: printf("empty event at step %lld\n", (long long)ev[i].step); break;
+        case TBR_EMPTY:
+            printf("empty event at step %lld\n", (long long)ev[i].step);
+            break;
         }
     }
     free(ev);

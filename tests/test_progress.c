@@ -75,7 +75,8 @@ static int starts_with(const char *s, const char *prefix) {
 
 static int count_lines_with(const char *text, const char *needle) {
     int n = 0;
-    for (const char *p = text; (p = strstr(p, needle)); p++) n++;
+    for (const char *p = text; (p = strstr(p, needle)); p++)
+        n++;
     return n;
 }
 
@@ -141,19 +142,24 @@ static void run_plain(void) {
     fclose(out);
     fclose(err);
 
-    char *text = (char *)tu_read_file(out_path, NULL), *etext = (char *)tu_read_file(err_path, NULL);
+    char *text = (char *)tu_read_file(out_path, NULL),
+         *etext = (char *)tu_read_file(err_path, NULL);
     if (!tu_check(text && etext, "read the captured output")) return;
-    int plain_ok = count_lines_with(text, "step 10/25 | epoch 1.00 | loss 5.5000 (itc 2.7500 itm 1.0000)") == 1 &&
-                 count_lines_with(text, "step 20/25") == 1 && count_lines_with(text, "step 25/25") == 2 &&
-                 count_lines_with(text, "/25 |") == 4 && !strchr(text, '\r') && !strchr(text, '\033');
+    int plain_ok =
+        count_lines_with(text, "step 10/25 | epoch 1.00 | loss 5.5000 (itc 2.7500 itm 1.0000)") ==
+            1 &&
+        count_lines_with(text, "step 20/25") == 1 && count_lines_with(text, "step 25/25") == 2 &&
+        count_lines_with(text, "/25 |") == 4 && !strchr(text, '\r') && !strchr(text, '\033');
     tu_check(plain_ok, "plain mode: one line per logged step (10, 20, 25; 25 again in the "
                        "summary), no control bytes");
     if (!plain_ok) printf("# output:\n%s", text);
     tu_check(access(old_events, F_OK) != 0 &&
                  strstr(text, "fresh run: removed 1 TensorBoard event file(s) of a previous run"),
              "a fresh run removed the earlier run's event file and said so");
-    tu_check(strstr(text, "eval step 20 | loss 1.2500 | i2t R@1/5/10 50.0/75.0/100.0 mean rank 3.50 "
-                          "| t2i R@1/5/10 25.0/50.0/87.5 mean rank 4.50 | 5-way accuracy 80.0%") != NULL &&
+    tu_check(strstr(text,
+                    "eval step 20 | loss 1.2500 | i2t R@1/5/10 50.0/75.0/100.0 mean rank 3.50 "
+                    "| t2i R@1/5/10 25.0/50.0/87.5 mean rank 4.50 | 5-way accuracy 80.0%") !=
+                     NULL &&
                  strstr(text, "checkpoint step 20 saved to out/checkpoint-20 (3.0 s)") != NULL,
              "eval and checkpoint lines");
     tu_check(strcmp(etext, "warning: record 12 of train.jsonl skipped: bad image\n") == 0,
@@ -164,9 +170,7 @@ static void run_plain(void) {
     cJSON *rec[16] = {0};
     int n = read_jsonl(path, rec, 16);
     if (tu_check(n == 4, "metrics.jsonl has 4 records (3 train, 1 eval): %d", n)) {
-        static const struct {
-            int64_t step, first;
-        } iv[3] = {{10, 1}, {20, 11}, {25, 21}};
+        static const struct { int64_t step, first; } iv[3] = {{10, 1}, {20, 11}, {25, 21}};
         int order[3] = {0, 1, 3}; /* the eval record comes right after step 20 */
         for (int k = 0; k < 3; k++) {
             const cJSON *t = rec[order[k]];
@@ -178,14 +182,15 @@ static void run_plain(void) {
             const cJSON *ph = cJSON_GetObjectItemCaseSensitive(t, "phase_s");
             int ok = cJSON_IsString(type) && strcmp(type->valuestring, "train") == 0 &&
                      num(t, "step") == (double)iv[k].step &&
-                     close_to(num(t, "epoch"), iv[k].step / 10.0) && close_to(num(t, "loss"), mean) &&
-                     close_to(num(t, "loss_itc"), mean / 2) && num(t, "loss_itm") == 1.0 &&
-                     !cJSON_HasObjectItem(t, "loss_mlm") &&
+                     close_to(num(t, "epoch"), iv[k].step / 10.0) &&
+                     close_to(num(t, "loss"), mean) && close_to(num(t, "loss_itc"), mean / 2) &&
+                     num(t, "loss_itm") == 1.0 && !cJSON_HasObjectItem(t, "loss_mlm") &&
                      close_to(num(t, "lr"), 1e-3 / (double)iv[k].step) &&
                      close_to(num(t, "grad_norm"), 10.0 + (double)iv[k].step) &&
                      close_to(num(t, "samples_per_s"), SAMPLES * steps / secs) &&
-                     close_to(num(t, "data_wait"), 0.1 * steps / secs) && num(t, "steps") == steps &&
-                     close_to(num(ph, "forward"), 0.2) && !cJSON_HasObjectItem(ph, "backward");
+                     close_to(num(t, "data_wait"), 0.1 * steps / secs) &&
+                     num(t, "steps") == steps && close_to(num(ph, "forward"), 0.2) &&
+                     !cJSON_HasObjectItem(ph, "backward");
             char *js = cJSON_PrintUnformatted(t);
             tu_check(ok, "train record for steps %lld..%lld: %s", (long long)iv[k].first,
                      (long long)iv[k].step, js);
@@ -195,13 +200,15 @@ static void run_plain(void) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
         tu_check(cJSON_IsString(type) && strcmp(type->valuestring, "eval") == 0 &&
                      num(e, "step") == 20 && num(e, "loss") == 1.25 && num(e, "i2t_r1") == 0.5 &&
-                     num(e, "i2t_r5") == 0.75 && num(e, "i2t_r10") == 1.0 && num(e, "t2i_r1") == 0.25 &&
-                     num(e, "t2i_r5") == 0.5 && num(e, "t2i_r10") == 0.875 &&
-                     num(e, "i2t_mean_rank") == 3.5 && num(e, "t2i_mean_rank") == 4.5 &&
-                     num(e, "accuracy_5way") == 0.8 && num(e, "samples") == 64,
+                     num(e, "i2t_r5") == 0.75 && num(e, "i2t_r10") == 1.0 &&
+                     num(e, "t2i_r1") == 0.25 && num(e, "t2i_r5") == 0.5 &&
+                     num(e, "t2i_r10") == 0.875 && num(e, "i2t_mean_rank") == 3.5 &&
+                     num(e, "t2i_mean_rank") == 4.5 && num(e, "accuracy_5way") == 0.8 &&
+                     num(e, "samples") == 64,
                  "eval record values");
     }
-    for (int i = 0; i < 16; i++) cJSON_Delete(rec[i]);
+    for (int i = 0; i < 16; i++)
+        cJSON_Delete(rec[i]);
 
     /* summary: steps 3..25 measured (23 steps, 0.5 s each, 8 samples) */
     double sps = 23.0 * SAMPLES / (23 * 0.5);
@@ -246,8 +253,9 @@ static void run_plain(void) {
                 bad++; /* switched off: no curve */
             }
         }
-        tu_check(found == 4 && bad == 0, "TensorBoard: train/loss at 10, 20, 25 and "
-                                         "eval/t2i_recall@10 at 20 (%d found, %d wrong)",
+        tu_check(found == 4 && bad == 0,
+                 "TensorBoard: train/loss at 10, 20, 25 and "
+                 "eval/t2i_recall@10 at 20 (%d found, %d wrong)",
                  found, bad);
         free(ev);
     }
@@ -279,7 +287,8 @@ static void screen_feed(screen *s, const char *p) {
             s->row++;
             s->col = 0;
         } else if (p[0] == '\033' && p[1] == '[' && p[2] == 'K') {
-            for (int c = s->col; c < COLS; c++) s->cell[s->row][c] = 0;
+            for (int c = s->col; c < COLS; c++)
+                s->cell[s->row][c] = 0;
             p += 2;
         } else if ((unsigned char)*p < 0x20 || *p == '\033') {
             s->bad_byte = 1; /* any other control byte is a bug */
@@ -304,7 +313,8 @@ static int screen_lines(const screen *s, char lines[][512], int max) {
         }
         strncat(lines[n - 1], s->cell[r], 511 - strlen(lines[n - 1]));
     }
-    while (n > 0 && lines[n - 1][0] == 0) n--;
+    while (n > 0 && lines[n - 1][0] == 0)
+        n--;
     return n;
 }
 
@@ -345,7 +355,8 @@ static void run_live(void) {
      * (permanent lines may wrap: they end with a newline and are never redrawn). */
     tu_check(n == 4, "4 logical screen lines (2 logged steps, 1 warning, the status line): %d", n);
     if (n == 4) {
-        tu_check(starts_with(lines[0], "step 10/25 | epoch 1.00 | loss 5.5000 (itc 2.7500 itm 1.0000) |") &&
+        tu_check(starts_with(lines[0],
+                             "step 10/25 | epoch 1.00 | loss 5.5000 (itc 2.7500 itm 1.0000) |") &&
                      strstr(lines[0], "| ETA "),
                  "line 1 is the whole step-10 line: '%s'", lines[0]);
         tu_check(strcmp(lines[1], "warning: disk almost full") == 0,
@@ -462,8 +473,10 @@ static void run_auto(void) {
     setenv("TERM", "dumb", 1);
     bt_progress_init(&p, tty, BT_PROGRESS_AUTO, 0);
     tu_check(p.live == 0, "AUTO on a terminal with TERM=dumb: plain");
-    if (term) setenv("TERM", saved, 1);
-    else unsetenv("TERM");
+    if (term)
+        setenv("TERM", saved, 1);
+    else
+        unsetenv("TERM");
     FILE *file = tmpfile();
     bt_progress_init(&p, file, BT_PROGRESS_AUTO, 0);
     tu_check(p.live == 0, "AUTO on a file: plain");

@@ -39,10 +39,18 @@ enum { WIN_W = 1100, WIN_H = 2400, MIN_CURVE_PIXELS = 300, COLOR_TOL = 6 };
 
 /* --- the run -------------------------------------------------------------------------- */
 
-static double itc_at(double s) { return 2.0 * exp(-s / 15.0) + 0.1; }
-static double itm_at(double s) { return 0.69 - 0.004 * s; }
-static double mlm_at(double s) { return 1.5 - 0.01 * s; }
-static double lr_at(double s) { return s <= 6 ? 1e-4 * s / 6 : 1e-4 * (TOTAL - s) / (TOTAL - 6); }
+static double itc_at(double s) {
+    return 2.0 * exp(-s / 15.0) + 0.1;
+}
+static double itm_at(double s) {
+    return 0.69 - 0.004 * s;
+}
+static double mlm_at(double s) {
+    return 1.5 - 0.01 * s;
+}
+static double lr_at(double s) {
+    return s <= 6 ? 1e-4 * s / 6 : 1e-4 * (TOTAL - s) / (TOTAL - 6);
+}
 
 static int make_run(const char *dir) {
     bt_log_opts o = bt_log_opts_default();
@@ -157,8 +165,8 @@ static int chromium_run(const char *work, const char *html, const char *what) {
 /* --- PNG (8-bit RGB or RGBA, not interlaced: what Chromium writes) ------------------------ */
 
 typedef struct image {
-    int w, h, ch;   /* ch: 3 or 4 */
-    uint8_t *px;    /* (h, w, ch) */
+    int w, h, ch; /* ch: 3 or 4 */
+    uint8_t *px;  /* (h, w, ch) */
 } image;
 
 static uint32_t be32(const uint8_t *p) {
@@ -230,10 +238,18 @@ static int png_read(const char *path, image *img) {
             int a = x >= (size_t)bpp ? row[x - bpp] : 0, b = up ? up[x] : 0,
                 c = up && x >= (size_t)bpp ? up[x - bpp] : 0, pred = 0;
             switch (filter) {
-            case 0: pred = 0; break;
-            case 1: pred = a; break;
-            case 2: pred = b; break;
-            case 3: pred = (a + b) / 2; break;
+            case 0:
+                pred = 0;
+                break;
+            case 1:
+                pred = a;
+                break;
+            case 2:
+                pred = b;
+                break;
+            case 3:
+                pred = (a + b) / 2;
+                break;
             case 4: {
                 int p = a + b - c, pa = abs(p - a), pb = abs(p - b), pc = abs(p - c);
                 pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
@@ -307,7 +323,8 @@ static int parse_curves(const char *dom, curve *cv, int cap) {
         }
         const char *q = d;
         while (*q && c->n < CURVE_MAX) {
-            while (*q == ' ' || *q == 'M' || *q == 'L') q++;
+            while (*q == ' ' || *q == 'M' || *q == 'L')
+                q++;
             if (!*q) break;
             char *e1, *e2;
             double x = strtod(q, &e1), y = strtod(e1, &e2);
@@ -326,13 +343,20 @@ static const struct {
     const char *tag;
     int points, trend; /* trend: +1 SVG y grows (value falls), -1 y shrinks, 0 not checked */
 } expected[] = {
-    {"train/loss", N_TRAIN, +1},          {"train/loss_itc", N_TRAIN, +1},
-    {"train/loss_itm", N_TRAIN, +1},      {"train/loss_mlm", N_TRAIN, +1},
-    {"eval/loss", N_EVAL, +1},            {"eval/i2t_recall@1", N_EVAL, -1},
-    {"eval/i2t_recall@5", N_EVAL, -1},    {"eval/i2t_recall@10", N_EVAL, -1},
-    {"eval/t2i_recall@1", N_EVAL, -1},    {"eval/t2i_recall@5", N_EVAL, -1},
-    {"eval/t2i_recall@10", N_EVAL, -1},   {"eval/accuracy_5way", N_EVAL, -1},
-    {"train/learning_rate", N_TRAIN, 0},  {"train/grad_norm", N_TRAIN, 0},
+    {"train/loss", N_TRAIN, +1},
+    {"train/loss_itc", N_TRAIN, +1},
+    {"train/loss_itm", N_TRAIN, +1},
+    {"train/loss_mlm", N_TRAIN, +1},
+    {"eval/loss", N_EVAL, +1},
+    {"eval/i2t_recall@1", N_EVAL, -1},
+    {"eval/i2t_recall@5", N_EVAL, -1},
+    {"eval/i2t_recall@10", N_EVAL, -1},
+    {"eval/t2i_recall@1", N_EVAL, -1},
+    {"eval/t2i_recall@5", N_EVAL, -1},
+    {"eval/t2i_recall@10", N_EVAL, -1},
+    {"eval/accuracy_5way", N_EVAL, -1},
+    {"train/learning_rate", N_TRAIN, 0},
+    {"train/grad_norm", N_TRAIN, 0},
     {"train/samples_per_second", N_TRAIN, +1},
 };
 enum { N_EXPECTED = sizeof expected / sizeof expected[0] };
@@ -355,17 +379,20 @@ static void check_dom(const char *dom, curve *cv, int *n_cv) {
             }
         }
         tu_check(c->n == expected[e].points && inside && x_up && trend,
-                 "%s: %d points (want %d), inside the canvas %d, x increasing %d, trend %d",
-                 c->tag, c->n, expected[e].points, inside, x_up, trend);
+                 "%s: %d points (want %d), inside the canvas %d, x increasing %d, trend %d", c->tag,
+                 c->n, expected[e].points, inside, x_up, trend);
     }
     /* a linear y axis: equal recall steps give equal pixel steps (coordinates printed with
      * 2 decimals: 0.02 px of rounding) */
     for (int k = 0; k < *n_cv; k++) {
         if (strcmp(cv[k].tag, "eval/i2t_recall@1") != 0 || cv[k].n != N_EVAL) continue;
         double d0 = cv[k].y[1] - cv[k].y[0], worst = 0;
-        for (int i = 2; i < N_EVAL; i++) worst = fmax(worst, fabs(cv[k].y[i] - cv[k].y[i - 1] - d0));
-        tu_check(worst <= 0.02 && d0 < -5, "recall@1 steps of 8%% are equal on screen "
-                                           "(%.2f px, worst deviation %.3f px)", d0, worst);
+        for (int i = 2; i < N_EVAL; i++)
+            worst = fmax(worst, fabs(cv[k].y[i] - cv[k].y[i - 1] - d0));
+        tu_check(worst <= 0.02 && d0 < -5,
+                 "recall@1 steps of 8%% are equal on screen "
+                 "(%.2f px, worst deviation %.3f px)",
+                 d0, worst);
     }
 }
 
@@ -386,8 +413,10 @@ static void check_screenshot(const char *png, const curve *cv, int n_cv, int exp
                  "screenshot: all %d curves drawn (>= %d pixels of their color each): %d",
                  N_EXPECTED, MIN_CURVE_PIXELS, drawn);
     else
-        tu_check(drawn == 0, "negative control: with the path data removed no curve reaches %d "
-                             "pixels (%d do)", MIN_CURVE_PIXELS, drawn);
+        tu_check(drawn == 0,
+                 "negative control: with the path data removed no curve reaches %d "
+                 "pixels (%d do)",
+                 MIN_CURVE_PIXELS, drawn);
     free(img.px);
 }
 
@@ -417,8 +446,8 @@ static int write_without_curves(const char *html, const char *out) {
 static void check_static(const char *html) {
     char *t = (char *)tu_read_file(html, NULL);
     if (!tu_check(t != NULL, "report.html was written")) return;
-    static const char *const banned[] = {"<script", "src=", "href=", "url(", "@import", "http:",
-                                         "https:"};
+    static const char *const banned[] = {"<script", "src=",  "href=", "url(",
+                                         "@import", "http:", "https:"};
     int clean = 1;
     for (size_t i = 0; i < sizeof banned / sizeof banned[0]; i++)
         if (strstr(t, banned[i])) {
@@ -429,7 +458,8 @@ static void check_static(const char *html) {
     tu_check(strstr(t, "<td>training.learning_rate</td><td>1e-05</td>") &&
                  strstr(t, "<td>model.name</td><td>tiny &lt;demo&gt;</td>") &&
                  strstr(t, "<td>final_eval.i2t_r1</td><td>0.42</td>") &&
-                 strstr(t, "<td>samples_per_s</td>") && strstr(t, "<td>status</td><td>completed</td>"),
+                 strstr(t, "<td>samples_per_s</td>") &&
+                 strstr(t, "<td>status</td><td>completed</td>"),
              "the summary and the flattened run config (escaped) are tables in the page");
     free(t);
 }
@@ -466,8 +496,8 @@ static void check_many_points(void) {
     size_t cap = (size_t)N * 64, n = 0;
     char *text = malloc(cap);
     for (int s = 1; s <= N; s++)
-        n += (size_t)snprintf(text + n, cap - n, "{\"type\":\"train\",\"step\":%d,\"loss\":%g}\n", s,
-                              s == SPIKE ? 50.0 : 2.0 + 0.5 * sin(s * 0.01));
+        n += (size_t)snprintf(text + n, cap - n, "{\"type\":\"train\",\"step\":%d,\"loss\":%g}\n",
+                              s, s == SPIKE ? 50.0 : 2.0 + 0.5 * sin(s * 0.01));
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     tu_setup_file(path, text, n);
     free(text);
@@ -490,7 +520,8 @@ static void check_many_points(void) {
         double next = 1e30; /* the highest point after the spike's */
         for (int i = 0; i < c->n; i++)
             if (i != top) next = fmin(next, c->y[i]);
-        tu_check(c->n <= 2002 && c->n >= 1000 && fabs(where - want) < 1e-3 && next - c->y[top] > 100,
+        tu_check(c->n <= 2002 && c->n >= 1000 && fabs(where - want) < 1e-3 &&
+                     next - c->y[top] > 100,
                  "thinned to %d points (<= 2002), the spike kept at %.4f of the x range (want "
                  "%.4f), %.0f px above the rest",
                  c->n, where, want, next - c->y[top]);
@@ -510,11 +541,14 @@ static void check_cli(const char *exe, const char *dir) {
     if (system(mk) != 0) return;
     int rc = run_cli(exe, work, out, sizeof out, err, sizeof err, "'%s' --config '%s'", dir, cfg);
     char *t = (char *)tu_read_file(html, NULL);
-    tu_check(rc == 0 && strstr(out, "report.html") && t && strstr(t, "<td>training.seed</td><td>4242</td>"),
-             "bt-report DIR --config FILE rebuilds the page with that config (exit %d): %s", rc, err);
+    tu_check(rc == 0 && strstr(out, "report.html") && t &&
+                 strstr(t, "<td>training.seed</td><td>4242</td>"),
+             "bt-report DIR --config FILE rebuilds the page with that config (exit %d): %s", rc,
+             err);
     free(t);
     rc = run_cli(exe, work, out, sizeof out, err, sizeof err, "%s", "");
-    tu_check(rc == 2 && strstr(err, "usage: bt-report"), "bt-report without a directory: usage, exit 2 (%d)", rc);
+    tu_check(rc == 2 && strstr(err, "usage: bt-report"),
+             "bt-report without a directory: usage, exit 2 (%d)", rc);
     rc = run_cli(exe, work, out, sizeof out, err, sizeof err, "'%s/nowhere'", tu_tmpdir());
     tu_check(rc == 1 && strstr(err, "nowhere/metrics.jsonl"),
              "bt-report on a directory without metrics.jsonl: exit 1 naming it (%d): %s", rc, err);
@@ -533,15 +567,15 @@ int main(int argc, char **argv) {
     const char *config = "{\"model\": {\"name\": \"tiny <demo>\", \"hidden_size\": 64},"
                          " \"training\": {\"learning_rate\": 1e-05, \"max_steps\": 60,"
                          " \"loss_weights\": [1, 1, 1]}}";
-    if (!tu_check(bt_report_write(dir, config) == BT_OK, "bt_report_write: %s",
-                  bt_error_message()))
+    if (!tu_check(bt_report_write(dir, config) == BT_OK, "bt_report_write: %s", bt_error_message()))
         return tu_finish();
     snprintf(html, sizeof html, "%s/report.html", dir);
     check_static(html);
     check_cli(argv[1], dir);
 
-    if (!tu_check(find_chromium(), "Chromium found (%s): it is a test dependency, run "
-                                   "scripts/install_deps.sh or set BT_CHROMIUM",
+    if (!tu_check(find_chromium(),
+                  "Chromium found (%s): it is a test dependency, run "
+                  "scripts/install_deps.sh or set BT_CHROMIUM",
                   chromium[0] ? chromium : "not in PATH"))
         return tu_finish();
     const char *work = tu_tmpdir();
@@ -567,8 +601,8 @@ int main(int argc, char **argv) {
     char bare[4300];
     snprintf(bare, sizeof bare, "%s/no_curves.html", work);
     snprintf(png, sizeof png, "--screenshot=%s/bare.png", work);
-    if (write_without_curves(html, bare) && tu_check(chromium_run(work, bare, png) == 0,
-                                                     "chromium --screenshot (negative control)")) {
+    if (write_without_curves(html, bare) &&
+        tu_check(chromium_run(work, bare, png) == 0, "chromium --screenshot (negative control)")) {
         snprintf(png, sizeof png, "%s/bare.png", work);
         check_screenshot(png, cv, n_cv, 0);
     }

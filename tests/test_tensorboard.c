@@ -35,7 +35,8 @@ static void check_crc_vectors(void) {
           0x00, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00,
           0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x18, 0x28, 0x00, 0x00, 0x00,
           0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00},
-         48, 0xD9963A56u},
+         48,
+         0xD9963A56u},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         uint32_t a = bt_crc32c(v[i].data, v[i].n), b = tbr_crc32c(v[i].data, v[i].n);
@@ -70,7 +71,8 @@ static void check_crc_vectors(void) {
     int agree = 1;
     for (int t = 0; t < 200 && agree; t++) {
         size_t n = tu_rng_next(&r) % sizeof buf;
-        for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)tu_rng_next(&r);
+        for (size_t i = 0; i < n; i++)
+            buf[i] = (uint8_t)tu_rng_next(&r);
         agree = bt_crc32c(buf, n) == tbr_crc32c(buf, n);
     }
     tu_check(agree, "table and bitwise CRC32C agree on 200 random buffers (0..999 bytes)");
@@ -89,7 +91,8 @@ static const scalar scalars[] = {
     {"train/grad_norm", 1, 123.456, 1700000001.0},
     {"eval/i2t_recall@1", 500, 0.4375, 1700000002.0},
     {"train/loss", 1099511627776LL, -3.5, 1700000003.75}, /* step 2^40: a 6-byte varint */
-    {"a/very/long/tag/" "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+    {"a/very/long/tag/"
+     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
      7, 1e30, 1700000004.0}, /* tag longer than 127 bytes: a 2-byte length varint */
 };
@@ -155,8 +158,8 @@ static void check_roundtrip(int64_t resume_step) {
     if (resume_step > 0)
         tu_check(ev[1].kind == TBR_SESSION_LOG && ev[1].status == 1 &&
                      ev[1].step == resume_step + 1,
-                 "resumed: SessionLog status %d (START = 1) at step %lld (want %lld)",
-                 ev[1].status, (long long)ev[1].step, (long long)resume_step + 1);
+                 "resumed: SessionLog status %d (START = 1) at step %lld (want %lld)", ev[1].status,
+                 (long long)ev[1].step, (long long)resume_step + 1);
     int bad = 0;
     for (int i = 0; i < N_SCALARS; i++) {
         const tbr_event *e = &ev[extra + i];
@@ -171,8 +174,10 @@ static void check_roundtrip(int64_t resume_step) {
             bad++;
         }
     }
-    tu_check(bad == 0, "resume_step %lld: %d scalars read back as written (tag, step, value, "
-                       "wall_time), %d differ", (long long)resume_step, N_SCALARS, bad);
+    tu_check(bad == 0,
+             "resume_step %lld: %d scalars read back as written (tag, step, value, "
+             "wall_time), %d differ",
+             (long long)resume_step, N_SCALARS, bad);
     free(ev);
 }
 
@@ -189,7 +194,7 @@ static void check_reader_refuses(void) {
     size_t n;
     static const struct {
         const char *what, *expect;
-        long flip; /* offset of the flipped byte, -1: none */
+        long flip;  /* offset of the flipped byte, -1: none */
         size_t cut; /* bytes cut from the end */
     } cases[] = {
         {"a flipped data byte", "data CRC mismatch", 30, 0},

@@ -23,12 +23,15 @@ static int usage(void) {
 int main(int argc, char **argv) {
     const char *dir = NULL, *config_path = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) config_path = argv[++i];
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return usage();
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            config_path = argv[++i];
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return usage();
         else if (argv[i][0] == '-' || dir) {
             fprintf(stderr, "bt-report: unexpected argument '%s'\n", argv[i]);
             return usage();
-        } else dir = argv[i];
+        } else
+            dir = argv[i];
     }
     if (!dir) return usage();
     char *config = NULL;

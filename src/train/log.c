@@ -130,14 +130,16 @@ static bt_status metrics_truncate(const char *path, int64_t keep_step, int *kept
     size_t n_out = 0;
     for (size_t i = 0; i < len;) {
         size_t j = i;
-        while (j < len && text[j] != '\n') j++;
+        while (j < len && text[j] != '\n')
+            j++;
         int complete = j < len; /* a last line without '\n' was cut by the kill */
         if (j > i) {
             cJSON *rec = NULL;
             /* bt's one JSON rule; a line it refuses (cut, NUL bytes after a crash) is dropped */
             if (complete && bt_json_parse(text + i, j - i, path, &rec) != BT_OK) bt_error_clear();
             const cJSON *step = cJSON_GetObjectItemCaseSensitive(rec, "step");
-            if (cJSON_IsObject(rec) && cJSON_IsNumber(step) && step->valuedouble <= (double)keep_step) {
+            if (cJSON_IsObject(rec) && cJSON_IsNumber(step) &&
+                step->valuedouble <= (double)keep_step) {
                 memcpy(out + n_out, text + i, j - i);
                 n_out += j - i;
                 out[n_out++] = '\n';
@@ -188,7 +190,8 @@ static void add_num(cJSON *o, const char *key, double v) {
 
 /* The table's train values of an interval (v: BT_LOG_N_FIELDS, NaN where absent). */
 static void train_values(const bt_log_step_rec *m, double sps, double wait, double *v) {
-    for (int f = 0; f < BT_LOG_N_FIELDS; f++) v[f] = NAN;
+    for (int f = 0; f < BT_LOG_N_FIELDS; f++)
+        v[f] = NAN;
     v[BT_LF_EPOCH] = m->epoch;
     v[BT_LF_LOSS] = m->loss;
     v[BT_LF_LOSS_ITC] = m->loss_itc;
@@ -201,7 +204,8 @@ static void train_values(const bt_log_step_rec *m, double sps, double wait, doub
 }
 
 static void eval_values(const bt_log_eval_rec *r, double *v) {
-    for (int f = 0; f < BT_LOG_N_FIELDS; f++) v[f] = NAN;
+    for (int f = 0; f < BT_LOG_N_FIELDS; f++)
+        v[f] = NAN;
     v[BT_LF_EVAL_EPOCH] = r->epoch;
     v[BT_LF_EVAL_LOSS] = r->loss;
     v[BT_LF_I2T_R1] = r->i2t_r1;
@@ -325,7 +329,8 @@ void bt_log_message(bt_log *log, bt_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (level == BT_LOG_INFO) bt_progress_print(&log->prog, "%s", msg);
+    if (level == BT_LOG_INFO)
+        bt_progress_print(&log->prog, "%s", msg);
     else
         bt_progress_print_to(&log->prog, log->o.err, "%s: %s",
                              level == BT_LOG_WARN ? "warning" : "error", msg);
@@ -340,8 +345,10 @@ static void fmt_duration(char *buf, size_t cap, double s) {
         return;
     }
     long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+    if (t >= 3600)
+        snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
 /* Appends printf output to buf (cap total), never past the end. */
@@ -400,8 +407,10 @@ static void interval_means(const bt_log *log, bt_log_step_rec *m, double *sps, d
     for (int k = 0; k < N_LOSS; k++) {
         /* A term that was never given stays NaN (absent); a term given but never finite in
          * the interval (every step skipped) is reported as Inf: "not finite", not "absent". */
-        if (iv->loss_n[k] > 0) *lv[k] = iv->loss_sum[k] / (double)iv->loss_n[k];
-        else *lv[k] = isnan(*last_l[k]) && k != L_TOTAL ? NAN : INFINITY;
+        if (iv->loss_n[k] > 0)
+            *lv[k] = iv->loss_sum[k] / (double)iv->loss_n[k];
+        else
+            *lv[k] = isnan(*last_l[k]) && k != L_TOTAL ? NAN : INFINITY;
     }
     double *pv[N_PHASE] = {&m->forward_s, &m->backward_s, &m->comm_s, &m->optim_s};
     for (int k = 0; k < N_PHASE; k++)
@@ -479,7 +488,8 @@ void bt_log_step(bt_log *log, const bt_log_step_rec *r) {
         log->logged_wait = wait;
         log->have_logged = 1;
         fmt_step(log, &m, sps, wait, line, sizeof line);
-        if (log->iv.skipped) cat(line, sizeof line, " | %lld step(s) skipped", (long long)log->iv.skipped);
+        if (log->iv.skipped)
+            cat(line, sizeof line, " | %lld step(s) skipped", (long long)log->iv.skipped);
         bt_progress_print(&log->prog, "%s", line);
         memset(&log->iv, 0, sizeof log->iv);
     }
@@ -587,8 +597,8 @@ bt_status bt_log_summary(bt_log *log, const bt_log_summary_in *in, bt_log_summar
     int measured = log->tp_steps > 0 && log->tp_s > 0;
     s.samples_per_s = measured ? (double)log->tp_samples / log->tp_s : NAN;
     s.steps_per_s = measured ? (double)log->tp_steps / log->tp_s : NAN;
-    s.gflops_per_s = measured && in->flops_per_sample > 0 ? in->flops_per_sample * s.samples_per_s / 1e9
-                                                          : NAN;
+    s.gflops_per_s =
+        measured && in->flops_per_sample > 0 ? in->flops_per_sample * s.samples_per_s / 1e9 : NAN;
     s.train_s = log->train_s;
     s.data_wait_s = log->wait_s;
     s.eval_s = log->eval_s;
@@ -599,8 +609,9 @@ bt_status bt_log_summary(bt_log *log, const bt_log_summary_in *in, bt_log_summar
 
     char line[BT_PROGRESS_LINE_MAX], dur[32];
     const char *status = in->status ? in->status : "completed";
-    bt_progress_print(&log->prog, "summary: %s at step %lld (%lld step(s), %lld samples in this "
-                                  "run%s)",
+    bt_progress_print(&log->prog,
+                      "summary: %s at step %lld (%lld step(s), %lld samples in this "
+                      "run%s)",
                       status, (long long)s.last_step, (long long)s.steps_run,
                       (long long)s.samples_run, s.skipped_steps ? ", some skipped" : "");
     line[0] = 0;
@@ -644,7 +655,8 @@ bt_status bt_log_summary(bt_log *log, const bt_log_summary_in *in, bt_log_summar
     cJSON_AddNumberToObject(o, "measured_seconds", s.measured_s);
     add_num(o, "samples_per_s", s.samples_per_s);
     add_num(o, "steps_per_s", s.steps_per_s);
-    if (in->flops_per_sample > 0) cJSON_AddNumberToObject(o, "flops_per_sample", in->flops_per_sample);
+    if (in->flops_per_sample > 0)
+        cJSON_AddNumberToObject(o, "flops_per_sample", in->flops_per_sample);
     add_num(o, "gflops_per_s", s.gflops_per_s);
     cJSON_AddNumberToObject(o, "train_seconds", s.train_s);
     cJSON_AddNumberToObject(o, "data_wait_seconds", s.data_wait_s);

@@ -89,17 +89,17 @@ bt_log_opts bt_log_opts_default(void);
 /* One optimizer step (all micro-batches and ranks). NaN means "not computed / not measured";
  * bt_log_step_init fills every double with NaN and the rest with 0. */
 typedef struct bt_log_step_rec {
-    int64_t step;                       /* the step just taken, 1-based */
-    double epoch;                       /* fractional epochs done, as HF logs "epoch" */
-    double loss;                        /* the weighted total */
+    int64_t step;                        /* the step just taken, 1-based */
+    double epoch;                        /* fractional epochs done, as HF logs "epoch" */
+    double loss;                         /* the weighted total */
     double loss_itc, loss_itm, loss_mlm; /* the terms (unweighted); NaN when switched off */
-    double lr;                          /* the learning rate this step used */
-    double grad_norm;                   /* global L2 norm before clipping */
-    int64_t samples;                    /* samples in this step */
-    double step_s;                      /* wall seconds of the step, data wait included */
-    double data_wait_s;                 /* seconds of it spent waiting for the loader */
+    double lr;                           /* the learning rate this step used */
+    double grad_norm;                    /* global L2 norm before clipping */
+    int64_t samples;                     /* samples in this step */
+    double step_s;                       /* wall seconds of the step, data wait included */
+    double data_wait_s;                  /* seconds of it spent waiting for the loader */
     double forward_s, backward_s, comm_s, optim_s; /* per-phase seconds; NaN: not measured */
-    int skipped;                        /* the update was skipped (non-finite loss/grad) */
+    int skipped; /* the update was skipped (non-finite loss/grad) */
 } bt_log_step_rec;
 void bt_log_step_init(bt_log_step_rec *r);
 
@@ -111,9 +111,9 @@ typedef struct bt_log_eval_rec {
     double i2t_r1, i2t_r5, i2t_r10; /* image->text recall@K */
     double t2i_r1, t2i_r5, t2i_r10; /* text->image recall@K */
     double i2t_mean_rank, t2i_mean_rank;
-    double accuracy_5way;           /* NaN when the manifest has no choices */
-    int64_t samples;                /* evaluated records */
-    double seconds;                 /* wall seconds of the evaluation (excluded from samples/s) */
+    double accuracy_5way; /* NaN when the manifest has no choices */
+    int64_t samples;      /* evaluated records */
+    double seconds;       /* wall seconds of the evaluation (excluded from samples/s) */
 } bt_log_eval_rec;
 void bt_log_eval_init(bt_log_eval_rec *r);
 
@@ -121,10 +121,26 @@ void bt_log_eval_init(bt_log_eval_rec *r);
  * its TensorBoard tag (NULL: not a TensorBoard scalar). log.c writes records from this table
  * and report.c draws its curves from it. Train fields come first, in record order. */
 typedef enum {
-    BT_LF_EPOCH, BT_LF_LOSS, BT_LF_LOSS_ITC, BT_LF_LOSS_ITM, BT_LF_LOSS_MLM, BT_LF_LR,
-    BT_LF_GRAD_NORM, BT_LF_SAMPLES_PER_S, BT_LF_DATA_WAIT,
-    BT_LF_EVAL_EPOCH, BT_LF_EVAL_LOSS, BT_LF_I2T_R1, BT_LF_I2T_R5, BT_LF_I2T_R10, BT_LF_T2I_R1,
-    BT_LF_T2I_R5, BT_LF_T2I_R10, BT_LF_I2T_MEAN_RANK, BT_LF_T2I_MEAN_RANK, BT_LF_ACCURACY_5WAY,
+    BT_LF_EPOCH,
+    BT_LF_LOSS,
+    BT_LF_LOSS_ITC,
+    BT_LF_LOSS_ITM,
+    BT_LF_LOSS_MLM,
+    BT_LF_LR,
+    BT_LF_GRAD_NORM,
+    BT_LF_SAMPLES_PER_S,
+    BT_LF_DATA_WAIT,
+    BT_LF_EVAL_EPOCH,
+    BT_LF_EVAL_LOSS,
+    BT_LF_I2T_R1,
+    BT_LF_I2T_R5,
+    BT_LF_I2T_R10,
+    BT_LF_T2I_R1,
+    BT_LF_T2I_R5,
+    BT_LF_T2I_R10,
+    BT_LF_I2T_MEAN_RANK,
+    BT_LF_T2I_MEAN_RANK,
+    BT_LF_ACCURACY_5WAY,
     BT_LOG_N_FIELDS
 } bt_log_field_id;
 
@@ -142,9 +158,9 @@ typedef enum { BT_LOG_INFO, BT_LOG_WARN, BT_LOG_ERROR } bt_log_level;
 typedef struct bt_log_interval {
     int64_t steps, samples, skipped;
     double seconds, wait_s;
-    double loss_sum[4];     /* loss, itc, itm, mlm */
+    double loss_sum[4]; /* loss, itc, itm, mlm */
     int64_t loss_n[4];
-    double phase_sum[4];    /* forward, backward, comm, optim */
+    double phase_sum[4]; /* forward, backward, comm, optim */
     int64_t phase_n[4];
 } bt_log_interval;
 
@@ -152,7 +168,7 @@ typedef struct bt_log {
     bt_log_opts o;
     char dir[4096];
     char metrics_path[4200];
-    FILE *metrics;          /* NULL once switched off */
+    FILE *metrics; /* NULL once switched off */
     bt_tb_writer tb;
     int tb_on;
     bt_progress prog;
@@ -161,14 +177,14 @@ typedef struct bt_log {
     bt_log_step_rec logged; /* last logged interval (means) */
     int have_logged;
     double logged_sps, logged_wait; /* samples/s and data-wait fraction of that interval */
-    bt_log_eval_rec eval;   /* last evaluation */
+    bt_log_eval_rec eval;           /* last evaluation */
     int have_eval;
     int64_t steps_run, samples_run, skipped_run; /* this process */
     double train_s, wait_s, eval_s, save_s;
     int64_t tp_steps, tp_samples; /* after the throughput warm-up */
     double tp_s;
-    double t_open;          /* CLOCK_MONOTONIC at open */
-    double t_drawn;         /* last live redraw */
+    double t_open;  /* CLOCK_MONOTONIC at open */
+    double t_drawn; /* last live redraw */
 } bt_log;
 
 /* Opens the outputs in dir (created if missing, one level). Errors: BT_ERR_ARG (bad opts),
@@ -195,10 +211,10 @@ typedef struct bt_log_summary_in {
 
 typedef struct bt_log_summary_out {
     int64_t last_step, steps_run, samples_run, skipped_steps;
-    int64_t measured_steps, measured_samples; /* after the throughput warm-up */
+    int64_t measured_steps, measured_samples;                    /* after the throughput warm-up */
     double measured_s, samples_per_s, steps_per_s, gflops_per_s; /* NaN when nothing measured */
     double train_s, data_wait_s, eval_s, save_s, wall_s;
-    double peak_rss_mib;     /* VmHWM (/proc/self/status), else ru_maxrss */
+    double peak_rss_mib; /* VmHWM (/proc/self/status), else ru_maxrss */
 } bt_log_summary_out;
 
 /* Computes the summary, prints it (permanent lines), writes <dir>/summary.json (atomic) with

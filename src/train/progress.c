@@ -47,7 +47,8 @@ void bt_progress_set(bt_progress *p, const char *text) {
     if (cap > sizeof p->line - 1) cap = sizeof p->line - 1;
     size_t n = 0;
     /* Control characters would move the cursor and break the redraw: shown as '?'. */
-    for (; text[n] && n < cap; n++) p->line[n] = (unsigned char)text[n] < 0x20 ? '?' : text[n];
+    for (; text[n] && n < cap; n++)
+        p->line[n] = (unsigned char)text[n] < 0x20 ? '?' : text[n];
     p->line[n] = 0;
     if (p->live) draw(p);
 }
@@ -57,7 +58,8 @@ static void put_lines(FILE *stream, const char *fmt, va_list ap) {
     char buf[4096];
     vsnprintf(buf, sizeof buf, fmt, ap);
     size_t n = strlen(buf);
-    while (n && buf[n - 1] == '\n') buf[--n] = 0;
+    while (n && buf[n - 1] == '\n')
+        buf[--n] = 0;
     fputs(buf, stream);
     fputc('\n', stream);
     fflush(stream);

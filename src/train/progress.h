@@ -30,10 +30,10 @@ typedef enum {
 enum { BT_PROGRESS_LINE_MAX = 1024 };
 
 typedef struct bt_progress {
-    FILE *out;     /* status line and permanent lines */
-    int live;      /* 1: live mode */
-    int columns;   /* terminal width; the status line holds at most columns - 1 bytes */
-    int shown;     /* the status line is on the screen */
+    FILE *out;   /* status line and permanent lines */
+    int live;    /* 1: live mode */
+    int columns; /* terminal width; the status line holds at most columns - 1 bytes */
+    int shown;   /* the status line is on the screen */
     char line[BT_PROGRESS_LINE_MAX]; /* the current status line (already cut) */
 } bt_progress;
 

@@ -55,7 +55,8 @@ static void sb_vprintf(sbuf *b, const char *fmt, va_list ap) {
             return;
         }
         size_t cap = b->cap ? b->cap * 2 : 65536;
-        while (cap < b->n + (size_t)k + 1) cap *= 2;
+        while (cap < b->n + (size_t)k + 1)
+            cap *= 2;
         char *s = realloc(b->s, cap);
         if (!s) {
             b->oom = 1;
@@ -78,11 +79,20 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 static void sb_text(sbuf *b, const char *s) {
     for (; *s; s++) {
         switch (*s) {
-        case '&': sb_printf(b, "&amp;"); break;
-        case '<': sb_printf(b, "&lt;"); break;
-        case '>': sb_printf(b, "&gt;"); break;
-        case '"': sb_printf(b, "&quot;"); break;
-        default: sb_printf(b, "%c", *s);
+        case '&':
+            sb_printf(b, "&amp;");
+            break;
+        case '<':
+            sb_printf(b, "&lt;");
+            break;
+        case '>':
+            sb_printf(b, "&gt;");
+            break;
+        case '"':
+            sb_printf(b, "&quot;");
+            break;
+        default:
+            sb_printf(b, "%c", *s);
         }
     }
 }
@@ -112,14 +122,18 @@ typedef struct chart_def {
 } chart_def;
 
 static const chart_def chart_defs[] = {
-    {"Training loss", "loss", 0,
+    {"Training loss",
+     "loss",
+     0,
      {{.field = BT_LF_LOSS, .label = "loss (weighted total)"},
       {.field = BT_LF_LOSS_ITC, .label = "ITC"},
       {.field = BT_LF_LOSS_ITM, .label = "ITM"},
       {.field = BT_LF_LOSS_MLM, .label = "MLM"},
       {.field = BT_LF_EVAL_LOSS, .label = "eval loss"}},
      5},
-    {"Retrieval and matching (validation)", "percent", 1,
+    {"Retrieval and matching (validation)",
+     "percent",
+     1,
      {{.field = BT_LF_I2T_R1, .label = "image→text R@1"},
       {.field = BT_LF_I2T_R5, .label = "image→text R@5"},
       {.field = BT_LF_I2T_R10, .label = "image→text R@10"},
@@ -128,12 +142,13 @@ static const chart_def chart_defs[] = {
       {.field = BT_LF_T2I_R10, .label = "text→image R@10"},
       {.field = BT_LF_ACCURACY_5WAY, .label = "5-way accuracy"}},
      7},
-    {"Learning rate", "learning rate", 0,
-     {{.field = BT_LF_LR, .label = "learning rate"}}, 1},
-    {"Gradient norm (before clipping)", "L2 norm", 0,
-     {{.field = BT_LF_GRAD_NORM, .label = "grad norm"}}, 1},
-    {"Throughput", "samples/s", 0,
-     {{.field = BT_LF_SAMPLES_PER_S, .label = "samples/s"}}, 1},
+    {"Learning rate", "learning rate", 0, {{.field = BT_LF_LR, .label = "learning rate"}}, 1},
+    {"Gradient norm (before clipping)",
+     "L2 norm",
+     0,
+     {{.field = BT_LF_GRAD_NORM, .label = "grad norm"}},
+     1},
+    {"Throughput", "samples/s", 0, {{.field = BT_LF_SAMPLES_PER_S, .label = "samples/s"}}, 1},
 };
 enum { N_CHARTS = sizeof chart_defs / sizeof chart_defs[0] };
 
@@ -151,7 +166,8 @@ static void free_series(chart_def *charts) {
 }
 
 /* Appends the record's values to every series of its type. */
-static int add_record(chart_def *charts, const cJSON *rec, const char *type, double step, size_t max_n) {
+static int add_record(chart_def *charts, const cJSON *rec, const char *type, double step,
+                      size_t max_n) {
     for (int c = 0; c < N_CHARTS; c++)
         for (int k = 0; k < charts[c].n; k++) {
             series *s = &charts[c].s[k];
@@ -176,7 +192,8 @@ static bt_status read_metrics(chart_def *charts, const char *path) {
     bt_status st = bt_json_read_text(path, "metrics log", &text);
     if (st != BT_OK) return st;
     size_t lines = 1;
-    for (const char *p = text; *p; p++) lines += *p == '\n';
+    for (const char *p = text; *p; p++)
+        lines += *p == '\n';
     int line_no = 0;
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -244,10 +261,14 @@ static double map_y(const axis *a, double v) {
 
 /* Tick label: integers as such, else 3 significant digits ("0.25", "1e-05"). */
 static void tick_label(char *buf, size_t cap, double v, double step, int percent) {
-    if (percent) snprintf(buf, cap, "%.0f%%", 100 * v);
-    else if (fabs(v) < step * 1e-6) snprintf(buf, cap, "0");
-    else if (fabs(v) >= 1 && fabs(v) < 1e6 && v == floor(v)) snprintf(buf, cap, "%.0f", v);
-    else snprintf(buf, cap, "%.3g", v);
+    if (percent)
+        snprintf(buf, cap, "%.0f%%", 100 * v);
+    else if (fabs(v) < step * 1e-6)
+        snprintf(buf, cap, "0");
+    else if (fabs(v) >= 1 && fabs(v) < 1e6 && v == floor(v))
+        snprintf(buf, cap, "%.0f", v);
+    else
+        snprintf(buf, cap, "%.3g", v);
 }
 
 /* The path's points. Past REPORT_MAX_POINTS the series is cut into buckets of consecutive
@@ -257,7 +278,8 @@ static void tick_label(char *buf, size_t cap, double v, double step, int percent
 enum { REPORT_MAX_POINTS = 2000 };
 
 static void write_path_points(sbuf *b, const series *s, const axis *ax, const axis *ay) {
-    size_t bucket = s->n <= REPORT_MAX_POINTS ? 1 : (2 * s->n + REPORT_MAX_POINTS - 1) / REPORT_MAX_POINTS;
+    size_t bucket =
+        s->n <= REPORT_MAX_POINTS ? 1 : (2 * s->n + REPORT_MAX_POINTS - 1) / REPORT_MAX_POINTS;
     int first = 1;
     for (size_t i0 = 0; i0 < s->n; i0 += bucket) {
         size_t i1 = i0 + bucket < s->n ? i0 + bucket : s->n, lo = i0, hi = i0;
@@ -325,14 +347,17 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
     }
     sb_printf(b, "</g>\n");
     /* axes and their labels */
-    sb_printf(b, "<path class=\"axes\" d=\"M%.2f %.2f L%.2f %.2f L%.2f %.2f\" fill=\"none\" "
-                 "stroke=\"#333333\" stroke-width=\"1\"/>\n",
+    sb_printf(b,
+              "<path class=\"axes\" d=\"M%.2f %.2f L%.2f %.2f L%.2f %.2f\" fill=\"none\" "
+              "stroke=\"#333333\" stroke-width=\"1\"/>\n",
               PLOT_X0, PLOT_Y0, PLOT_X0, PLOT_Y1, PLOT_X1, PLOT_Y1);
-    sb_printf(b, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" font-size=\"12\">optimizer "
-                 "step</text>\n",
+    sb_printf(b,
+              "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" font-size=\"12\">optimizer "
+              "step</text>\n",
               (PLOT_X0 + PLOT_X1) / 2, PLOT_Y1 + 36);
-    sb_printf(b, "<text transform=\"translate(16 %.2f) rotate(-90)\" text-anchor=\"middle\" "
-                 "font-size=\"12\">",
+    sb_printf(b,
+              "<text transform=\"translate(16 %.2f) rotate(-90)\" text-anchor=\"middle\" "
+              "font-size=\"12\">",
               (PLOT_Y0 + PLOT_Y1) / 2);
     sb_text(b, c->y_label);
     sb_printf(b, "</text>\n");
@@ -344,8 +369,9 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
         const char *col = palette[(*color)++ % N_PALETTE];
         /* The total loss (first in its chart) is drawn first and wider: where a
          * term equals it (a single active loss) it shows as a border around that term. */
-        sb_printf(b, "<path class=\"series\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
-                     "stroke-width=\"%s\" stroke-linejoin=\"round\" d=\"",
+        sb_printf(b,
+                  "<path class=\"series\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
+                  "stroke-width=\"%s\" stroke-linejoin=\"round\" d=\"",
                   bt_log_fields[s->field].tag, col, s->field == BT_LF_LOSS ? "5" : "2.5");
         write_path_points(b, s, &ax, &ay);
         sb_printf(b, "\"/>\n");
@@ -358,8 +384,9 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
             sb_printf(b, "</g>\n");
         }
         double ly = PLOT_Y0 + 8 + 18 * row++;
-        sb_printf(b, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
-                     "stroke-width=\"2.5\"/>",
+        sb_printf(b,
+                  "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
+                  "stroke-width=\"2.5\"/>",
                   LEGEND_X, ly, LEGEND_X + 20, ly, col);
         sb_printf(b, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"12\">", LEGEND_X + 26, ly + 4);
         sb_text(b, s->label);
@@ -374,8 +401,10 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
 static void flatten(sbuf *b, const cJSON *j, const char *prefix) {
     for (const cJSON *it = j->child; it; it = it->next) {
         char key[512];
-        if (prefix[0]) snprintf(key, sizeof key, "%s.%s", prefix, it->string ? it->string : "?");
-        else snprintf(key, sizeof key, "%s", it->string ? it->string : "?");
+        if (prefix[0])
+            snprintf(key, sizeof key, "%s.%s", prefix, it->string ? it->string : "?");
+        else
+            snprintf(key, sizeof key, "%s", it->string ? it->string : "?");
         if (cJSON_IsObject(it)) {
             flatten(b, it, key);
             continue;
@@ -383,8 +412,10 @@ static void flatten(sbuf *b, const cJSON *j, const char *prefix) {
         sb_printf(b, "<tr><td>");
         sb_text(b, key);
         sb_printf(b, "</td><td>");
-        if (cJSON_IsString(it)) sb_text(b, it->valuestring);
-        else if (cJSON_IsNumber(it)) sb_printf(b, "%.10g", it->valuedouble);
+        if (cJSON_IsString(it))
+            sb_text(b, it->valuestring);
+        else if (cJSON_IsNumber(it))
+            sb_printf(b, "%.10g", it->valuedouble);
         else {
             char *v = cJSON_PrintUnformatted(it);
             if (v) sb_text(b, v);
@@ -456,8 +487,9 @@ bt_status bt_report_write(const char *dir, const char *config_json) {
     }
 
     sbuf b = {0};
-    sb_printf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                  "<title>bt training report</title>\n<style>%s</style>\n</head>\n<body>\n",
+    sb_printf(&b,
+              "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+              "<title>bt training report</title>\n<style>%s</style>\n</head>\n<body>\n",
               page_style);
     sb_printf(&b, "<h1>bt training report</h1>\n<p class=\"meta\">output directory ");
     sb_text(&b, dir);
@@ -474,7 +506,8 @@ bt_status bt_report_write(const char *dir, const char *config_json) {
     if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
     sb_printf(&b, " &middot; written %s</p>\n", when);
     int color = 0;
-    for (int c = 0; c < N_CHARTS; c++) write_chart(&b, &charts[c], &color);
+    for (int c = 0; c < N_CHARTS; c++)
+        write_chart(&b, &charts[c], &color);
     write_table(&b, "Summary", summary,
                 "No summary.json: the run has not finished (or was killed).");
     write_table(&b, "Run config", config, "The run config was not given to the report.");

@@ -31,7 +31,8 @@ static int crc32c_ready;
 static void crc32c_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
         crc32c_table[i] = c;
     }
     crc32c_ready = 1;
@@ -43,7 +44,8 @@ uint32_t bt_crc32c(const void *data, size_t n) {
     if (!crc32c_ready) crc32c_init();
     const uint8_t *p = data;
     uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) c = crc32c_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    for (size_t i = 0; i < n; i++)
+        c = crc32c_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
     return c ^ 0xFFFFFFFFu;
 }
 
@@ -166,8 +168,8 @@ bt_status bt_tb_add_scalar(bt_tb_writer *w, const char *tag, int64_t step, doubl
     BT_ASSERT(w->f);
     size_t tag_len = strlen(tag);
     if (tag_len > TB_TAG_MAX)
-        return bt_fail(BT_ERR_ARG, "TensorBoard tag of %zu bytes (at most %d): %.40s...",
-                       tag_len, TB_TAG_MAX, tag);
+        return bt_fail(BT_ERR_ARG, "TensorBoard tag of %zu bytes (at most %d): %.40s...", tag_len,
+                       TB_TAG_MAX, tag);
     pb_buf val = {.n = 0}, sum = {.n = 0}, ev = {.n = 0};
     pb_len(&val, 1, tag, tag_len);
     pb_float(&val, 2, (float)value);
