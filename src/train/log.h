@@ -34,17 +34,17 @@
  *   <dir>/events.out.tfevents.*  TensorBoard scalars (tensorboard.h). A fresh run removes
  *                      the event files of an earlier run in dir (TensorBoard would merge
  *                      them into the new curves); a resumed run keeps them and starts its
- *                      file with SessionLog START (TensorBoard drops their later steps). Tags
- *                      "train/loss",
- *                      "train/loss_itc", "train/loss_itm", "train/loss_mlm",
+ *                      file with SessionLog START (TensorBoard drops their later steps).
+ *                      Tags: "train/loss", "train/loss_itc", "train/loss_itm", "train/loss_mlm",
  *                      "train/learning_rate", "train/grad_norm", "train/epoch",
  *                      "train/samples_per_second", "train/data_wait", "eval/loss",
  *                      "eval/i2t_recall@1" (@5, @10), "eval/t2i_recall@1" (@5, @10),
  *                      "eval/i2t_mean_rank", "eval/t2i_mean_rank", "eval/accuracy_5way".
  *   <dir>/summary.json  written by bt_log_summary (atomically).
  * Absent values are NaN in the records: they are left out of metrics.jsonl and TensorBoard
- * (a term that is switched off has no curve); a non-finite loss of a logged interval is
- * written as null in metrics.jsonl.
+ * (a term that is switched off has no curve); a loss that was not finite on any step of a
+ * logged interval (every step skipped) is written as null in metrics.jsonl (Inf in
+ * TensorBoard).
  *
  * Throughput. samples/s in the summary counts only steps after the first
  * throughput_warmup_steps steps of this process (a resumed run warms up again) and only the
