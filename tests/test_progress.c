@@ -417,6 +417,50 @@ static void run_resume(void) {
     free(text);
 }
 
+/* Steps whose update was skipped (non-finite loss): an interval with only such steps logs
+ * its loss as null (not finite), says how many were skipped, and keeps absent terms absent. */
+static void run_skipped(void) {
+    char dir[4096], out_path[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s/skipped", tu_tmpdir());
+    snprintf(out_path, sizeof out_path, "%s/skipped.txt", tu_tmpdir());
+    FILE *out = fopen(out_path, "w");
+    bt_log_opts o = bt_log_opts_default();
+    o.out = o.err = out;
+    o.mode = BT_PROGRESS_PLAIN;
+    o.total_steps = 4;
+    o.logging_steps = 2;
+    o.tensorboard = 0;
+    bt_log log;
+    if (!out || !tu_check(bt_log_open(&log, dir, &o) == BT_OK, "bt_log_open (skipped): %s",
+                          bt_error_message()))
+        return;
+    for (int64_t s = 1; s <= 4; s++) {
+        bt_log_step_rec r;
+        make_step(&r, s);
+        if (s >= 3) {
+            r.loss = r.loss_itc = NAN;
+            r.skipped = 1;
+        }
+        bt_log_step(&log, &r);
+    }
+    bt_log_close(&log);
+    fclose(out);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    cJSON *rec[4] = {0};
+    int n = read_jsonl(path, rec, 4);
+    const cJSON *loss = n == 2 ? cJSON_GetObjectItemCaseSensitive(rec[1], "loss") : NULL;
+    tu_check(n == 2 && cJSON_IsNull(loss) && num(rec[1], "skipped") == 2 &&
+                 !cJSON_HasObjectItem(rec[1], "loss_mlm") && num(rec[1], "loss_itm") == 1.0 &&
+                 !cJSON_HasObjectItem(rec[0], "skipped"),
+             "an all-skipped interval: loss null, skipped 2, loss_mlm absent, loss_itm kept");
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(rec[i]);
+    char *text = (char *)tu_read_file(out_path, NULL);
+    tu_check(text && strstr(text, "step 4/4") && strstr(text, "2 step(s) skipped"),
+             "the step line says the steps were skipped");
+    free(text);
+}
+
 static void run_errors(void) {
     bt_log log;
     bt_log_opts o = bt_log_opts_default();
@@ -490,6 +534,7 @@ int main(void) {
     run_plain();
     run_live();
     run_resume();
+    run_skipped();
     run_errors();
     return tu_finish();
 }
