@@ -196,12 +196,14 @@ bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
     m->attn_dropout = c->attention_probs_dropout_prob;
     acts_alloc_arrays(&m->acts, c);
     acts_alloc_arrays(&m->dacts, c);
+    acts_alloc_arrays(&m->walk_scratch, c);
     return BT_OK;
 }
 
 void bt_model_free(bt_model *m) {
     acts_free_arrays(&m->acts);
     acts_free_arrays(&m->dacts);
+    acts_free_arrays(&m->walk_scratch);
     arena_free(&m->tower_act);
     arena_free(&m->tower_dact);
     arena_free(&m->pair_act);
@@ -258,6 +260,13 @@ typedef struct phase_dims {
     size_t Bt, Bi, T, P, Pm;
 } phase_dims;
 
+/* Where a walk puts the copied-input slots (bt_model's fields when placing). */
+typedef struct input_slots {
+    int32_t *ids, *mask, *pos_ids, *mlm_rows;
+    uint64_t *text_keys, *image_keys, *pair_keys;
+    bt_pair *pairs;
+} input_slots;
+
 static void *take(arena_walk *w, size_t n, size_t elem) {
     w->off = (w->off + 63) / 64 * 64;
     w->approx = ceil(w->approx / 64.0) * 64.0 + (double)n * (double)elem;
@@ -313,8 +322,8 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
 }
 
 /* The towers arena: (Bt, Bi, T). *head = end of the d_* output slots. */
-static void towers_layout(bt_model *m, bt_acts *a, arena_walk *w, const phase_dims *d,
-                          size_t *head) {
+static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, arena_walk *w,
+                          const phase_dims *d, size_t *head) {
     const bt_model_config *c = &m->cfg;
     const size_t Bt = d->Bt, Bi = d->Bi, T = d->T;
     const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
@@ -330,11 +339,11 @@ static void towers_layout(bt_model *m, bt_acts *a, arena_walk *w, const phase_di
     *head = w->off;
     /* copied inputs */
     if (!w->grad) {
-        m->ids = take(w, Nt, sizeof(int32_t));
-        m->mask = take(w, Nt, sizeof(int32_t));
-        m->pos_ids = take(w, Nt, sizeof(int32_t));
-        m->text_keys = take(w, Bt, sizeof(uint64_t));
-        m->image_keys = take(w, Bi, sizeof(uint64_t));
+        in->ids = take(w, Nt, sizeof(int32_t));
+        in->mask = take(w, Nt, sizeof(int32_t));
+        in->pos_ids = take(w, Nt, sizeof(int32_t));
+        in->text_keys = take(w, Bt, sizeof(uint64_t));
+        in->image_keys = take(w, Bi, sizeof(uint64_t));
     }
     /* text */
     a->text_emb = slot(w, Nt * Ht);
@@ -411,8 +420,8 @@ static void towers_layout(bt_model *m, bt_acts *a, arena_walk *w, const phase_di
 }
 
 /* The pairs arena: (P, Pm, T). *head = end of the d_* output slots. */
-static void pairs_layout(bt_model *m, bt_acts *a, arena_walk *w, const phase_dims *d,
-                         size_t *head) {
+static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, arena_walk *w,
+                         const phase_dims *d, size_t *head) {
     const bt_model_config *c = &m->cfg;
     const size_t P = d->P, Pm = d->Pm, T = d->T;
     const size_t Np = (size_t)c->np, H = (size_t)c->hidden, V = (size_t)c->vocab_size;
@@ -427,9 +436,9 @@ static void pairs_layout(bt_model *m, bt_acts *a, arena_walk *w, const phase_dim
     *head = w->off;
     /* copied inputs */
     if (!w->grad) {
-        m->pairs = take(w, P, sizeof(bt_pair));
-        m->mlm_rows = take(w, Pm, sizeof(int32_t));
-        m->pair_keys = take(w, P, sizeof(uint64_t));
+        in->pairs = take(w, P, sizeof(bt_pair));
+        in->mlm_rows = take(w, Pm, sizeof(int32_t));
+        in->pair_keys = take(w, P, sizeof(uint64_t));
     }
     a->pair_key_bias = slot_ng(w, Nt);
     /* the per-pair halves of the bridges, cross layers */
@@ -490,17 +499,15 @@ static void hf_layout(bt_model *m, arena_walk *w, size_t B, size_t T) {
 enum { PHASE_TOWERS, PHASE_PAIRS };
 
 /* Bytes of a phase's activation (grad = 0) or gradient (grad = 1) arena; *approx gets the
- * same in double (overflow detection). Lays out a scratch copy of the slot pointers. */
-static size_t phase_count(bt_model *m, int phase, int grad, const phase_dims *d, double *approx) {
-    bt_acts scratch;
-    acts_alloc_arrays(&scratch, &m->cfg);
-    /* the input pointers of m must not change: count on a copy */
-    bt_model mc = *m;
+ * same in double (overflow detection). Lays the slots out in `scratch` (config-sized pointer
+ * arrays), so neither the model's slots nor its inputs move. */
+static size_t phase_count(const bt_model *m, bt_acts *scratch, int phase, int grad,
+                          const phase_dims *d, double *approx) {
+    input_slots in;
     arena_walk w = {NULL, 0, 0.0, grad};
     size_t head;
-    if (phase == PHASE_TOWERS) towers_layout(&mc, &scratch, &w, d, &head);
-    else pairs_layout(&mc, &scratch, &w, d, &head);
-    acts_free_arrays(&scratch);
+    if (phase == PHASE_TOWERS) towers_layout(m, scratch, &in, &w, d, &head);
+    else pairs_layout(m, scratch, &in, &w, d, &head);
     if (approx) *approx = w.approx;
     return w.off;
 }
@@ -513,9 +520,13 @@ size_t bt_model_activation_bytes(const bt_model_config *c, unsigned heads, bt_pr
     m.cfg = *c;
     m.heads = heads & BT_HEADS_ALL;
     const phase_dims d = {Bt, Bi, T, P, Pm};
+    bt_acts scratch;
+    acts_alloc_arrays(&scratch, c);
     size_t total = 0;
     for (int phase = PHASE_TOWERS; phase <= PHASE_PAIRS; phase++)
-        for (int grad = 0; grad <= 1; grad++) total += phase_count(&m, phase, grad, &d, NULL);
+        for (int grad = 0; grad <= 1; grad++)
+            total += phase_count(&m, &scratch, phase, grad, &d, NULL);
+    acts_free_arrays(&scratch);
     return total;
 }
 
@@ -582,12 +593,21 @@ static void phase_place(bt_model *m, int phase, const phase_dims *d) {
     bt_arena *dact = phase == PHASE_TOWERS ? &m->tower_dact : &m->pair_dact;
     arena_walk wa = {act->mem, 0, 0.0, 0}, wd = {dact->mem, 0, 0.0, 1};
     size_t head_a, head_d;
+    input_slots in, unused;
     if (phase == PHASE_TOWERS) {
-        towers_layout(m, &m->acts, &wa, d, &head_a);
-        towers_layout(m, &m->dacts, &wd, d, &head_d);
+        towers_layout(m, &m->acts, &in, &wa, d, &head_a);
+        towers_layout(m, &m->dacts, &unused, &wd, d, &head_d);
+        m->ids = in.ids;
+        m->mask = in.mask;
+        m->pos_ids = in.pos_ids;
+        m->text_keys = in.text_keys;
+        m->image_keys = in.image_keys;
     } else {
-        pairs_layout(m, &m->acts, &wa, d, &head_a);
-        pairs_layout(m, &m->dacts, &wd, d, &head_d);
+        pairs_layout(m, &m->acts, &in, &wa, d, &head_a);
+        pairs_layout(m, &m->dacts, &unused, &wd, d, &head_d);
+        m->pairs = in.pairs;
+        m->mlm_rows = in.mlm_rows;
+        m->pair_keys = in.pair_keys;
     }
     BT_ASSERT(wa.off <= act->bytes && wd.off <= dact->bytes);
     act->used = wa.off;
@@ -607,7 +627,7 @@ static bt_status phases_fit(bt_model *m, int towers, int pairs, const phase_dims
         if ((phase == PHASE_TOWERS && !towers) || (phase == PHASE_PAIRS && !pairs)) continue;
         for (int grad = 0; grad <= 1; grad++) {
             double approx;
-            phase_count(m, phase, grad, d, &approx);
+            phase_count(m, &m->walk_scratch, phase, grad, d, &approx);
             ars[n] = phase == PHASE_TOWERS ? (grad ? &m->tower_dact : &m->tower_act)
                                            : (grad ? &m->pair_dact : &m->pair_act);
             need[n++] = approx;

@@ -242,6 +242,7 @@ typedef struct bt_model {
      * of the last bt_forward (0 after phase calls). */
     size_t Bt, Bi, T, P, Pm, B;
     bt_acts acts, dacts;     /* dacts: gradient slots (NULL where a slot has none) */
+    bt_acts walk_scratch;    /* where the counting walks lay out (sizes without moving acts) */
     bt_arena tower_act, tower_dact, pair_act, pair_dact, hf_mem;
     size_t act_numel, dact_numel; /* floats in use in acts / dacts (both phases) */
     /* tower-phase inputs (copied), in the tower arena */
