@@ -23,14 +23,22 @@
         }                                                                                  \
     } while (0)
 
-/* Writes data to "<TMPDIR>/bt-fuzz-<pid>.<suffix>" (the same path every call) and returns
- * the path. */
+/* Writes data to "<TMPDIR or /dev/shm>/bt-fuzz-<pid>.<suffix>" (the same path every call)
+ * and returns the path. */
+static char fuzz_temp_path[512];
+
+static void fuzz_remove_temp(void) {
+    if (fuzz_temp_path[0]) unlink(fuzz_temp_path);
+}
+
 static inline const char *fuzz_write_temp(const uint8_t *data, size_t n, const char *suffix) {
-    static char path[512];
+    char *path = fuzz_temp_path;
     if (!path[0]) {
+        atexit(fuzz_remove_temp);
+        /* /dev/shm when there is one: a memory file system keeps runs/s up. */
         const char *tmp = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/bt-fuzz-%ld.%s", tmp && tmp[0] ? tmp : "/tmp",
-                 (long)getpid(), suffix);
+        if (!tmp || !tmp[0]) tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+        snprintf(path, sizeof fuzz_temp_path, "%s/bt-fuzz-%ld.%s", tmp, (long)getpid(), suffix);
     }
     FILE *f = fopen(path, "wb");
     if (!f) abort();
