@@ -59,6 +59,7 @@ const char *bt_status_name(bt_status s) {
     case BT_ERR_NUMERIC: return "BT_ERR_NUMERIC";
     case BT_ERR_ARG: return "BT_ERR_ARG";
     case BT_ERR_MISSING: return "BT_ERR_MISSING";
+    case BT_ERR_INTERRUPTED: return "BT_ERR_INTERRUPTED";
     }
     return "BT_ERR_?";
 }

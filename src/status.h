@@ -25,6 +25,7 @@ typedef enum {
     BT_ERR_NUMERIC,     /* NaN or Inf where a finite value is required */
     BT_ERR_ARG,         /* bad argument on a command line or API call */
     BT_ERR_MISSING,     /* a required item (tensor, key, record) is absent */
+    BT_ERR_INTERRUPTED, /* stopped by a signal after saving what it had (bt-train) */
 } bt_status;
 
 /* Records a formatted message for the calling thread and returns `code`, so callers write

@@ -1,0 +1,108 @@
+/* bt_train.c: the bt-train CLI, a thin main over bt_train_run (src/train/trainer.h):
+ *
+ *   bt-train --config FILE [--set key.path=value ...] [--resume DIR] [--quiet-config]
+ *   bt-train --help-config          every run-config key with its type and default
+ *
+ * Exit status: 0 trained to the end; 1 error (the message names the key, file, record or
+ * step); 2 usage error; 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint
+ * (the same command resumes it).
+ *
+ * Deliberately not here: anything the library does (trainer.h). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/config.h"
+#include "train/trainer.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: bt-train --config FILE [--set key.path=value ...] [--resume DIR]\n"
+            "  --config FILE      run config (JSON; docs/config.md)\n"
+            "  --set K=V          override one key after the file (repeatable), e.g.\n"
+            "                     --set train.lr=2e-5 --set output.dir=out/run2\n"
+            "  --resume DIR       resume from this checkpoint directory (same as\n"
+            "                     --set output.resume_from=DIR); by default a run resumes\n"
+            "                     from the latest checkpoint in output.dir\n"
+            "  --quiet-config     do not print the resolved config at start\n"
+            "  --help-config      list every config key, its type and default\n");
+}
+
+static void help_config(void) {
+    for (size_t i = 0; i < bt_run_config_n_keys(); i++) {
+        char desc[256], def[256];
+        bt_run_config_key_describe(i, desc, sizeof desc);
+        bt_run_config_key_default(i, def, sizeof def);
+        const char *hf = bt_run_config_key_hf(i);
+        printf("%-36s %s (default %s)%s%s\n", bt_run_config_key(i), desc, def,
+               hf[0] ? "; HF: " : "", hf);
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *config = NULL;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    char *resume_set = NULL;
+    size_t n_sets = 0;
+    int print_config = 1;
+    if (!sets) return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            free(sets);
+            return 0;
+        } else if (!strcmp(a, "--help-config")) {
+            help_config();
+            free(sets);
+            return 0;
+        } else if (!strcmp(a, "--quiet-config")) {
+            print_config = 0;
+        } else if ((!strcmp(a, "--config") || !strcmp(a, "--set") || !strcmp(a, "--resume")) &&
+                   i + 1 < argc) {
+            const char *v = argv[++i];
+            if (!strcmp(a, "--config")) {
+                config = v;
+            } else if (!strcmp(a, "--set")) {
+                sets[n_sets++] = v;
+            } else {
+                free(resume_set);
+                resume_set = malloc(strlen(v) + 32);
+                if (!resume_set) return 1;
+                sprintf(resume_set, "output.resume_from=%s", v);
+            }
+        } else {
+            fprintf(stderr, "bt-train: %s: unknown or incomplete option\n", a);
+            usage(stderr);
+            free(sets);
+            free(resume_set);
+            return 2;
+        }
+    }
+    if (!config && n_sets == 0) {
+        fprintf(stderr, "bt-train: --config FILE is required\n");
+        usage(stderr);
+        free(sets);
+        return 2;
+    }
+    if (resume_set) sets[n_sets++] = resume_set;
+    bt_train_options o = {
+        .config_path = config, .sets = sets, .n_sets = n_sets, .print_config = print_config,
+        .install_signals = 1, .out = stdout,
+    };
+    bt_train_outcome out;
+    bt_status st = bt_train_run(&o, &out);
+    free(sets);
+    free(resume_set);
+    fflush(stdout);
+    if (st == BT_ERR_INTERRUPTED) {
+        fprintf(stderr, "bt-train: %s\n", bt_error_message());
+        return out.interrupted_by == SIGTERM ? 143 : 130;
+    }
+    if (st != BT_OK) {
+        fprintf(stderr, "bt-train: error: %s\n", bt_error_message());
+        return 1;
+    }
+    return 0;
+}

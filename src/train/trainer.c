@@ -1,0 +1,686 @@
+/* train/trainer.c: the bt-train job (trainer.h): setup from the resolved run config, the
+ * step loop with its log / eval / save cadences, resume, signals, the end of the run.
+ *
+ * Deliberately not here: the step (step.c), file formats (state.c, log.c, report.c), the
+ * metrics (eval.c). This file only strings them together. */
+#include "train/trainer.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "data/image.h"
+#include "data/loader.h"
+#include "data/manifest.h"
+#include "data/tokenizer.h"
+#include "fileio.h"
+#include "mem.h"
+#include "model/checkpoint.h"
+#include "model/flops.h"
+#include "model/model.h"
+#include "train/eval.h"
+#include "train/log.h"
+#include "train/report.h"
+#include "train/state.h"
+#include "train/step.h"
+
+/* --- signals: the step in flight finishes, then a checkpoint is written ------------------- */
+
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig) {
+    if (g_stop_signal) { /* second signal: stop now */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_stop_signal = sig;
+}
+
+static void install_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --- the job's state ------------------------------------------------------------------------ */
+
+typedef struct job {
+    bt_run_config rc;
+    FILE *out;
+    char source_dir[4096];   /* tokenizer + preprocessor files (the start model's directory) */
+    char *base_config_json;  /* the start model's config.json text (extra keys kept) */
+    bt_model model;
+    int have_model;
+    tokenizer tok;
+    int have_tok;
+    image_preprocess_config img;
+    manifest train_man, val_man;
+    int have_train_man, have_val_man;
+    loader *ld;
+    bt_trainer tr;
+    int have_tr;
+    bt_log log;
+    int have_log;
+    int64_t max_steps, batches_per_epoch, batches_done, samples_seen;
+    bt_train_resume resume;
+    int resumed;
+    char resume_dir[4096];
+    double flops_per_sample;
+    char last_saved[4096];
+    int64_t last_saved_step;
+} job;
+
+static void job_free(job *j) {
+    if (j->have_log) bt_log_close(&j->log);
+    if (j->have_tr) bt_trainer_free(&j->tr);
+    loader_free(j->ld);
+    if (j->have_val_man) manifest_free(&j->val_man);
+    if (j->have_train_man) manifest_free(&j->train_man);
+    if (j->have_tok) tokenizer_free(&j->tok);
+    if (j->have_model) bt_model_free(&j->model);
+    if (j->resumed) bt_train_resume_free(&j->resume);
+    free(j->base_config_json);
+    bt_run_config_free(&j->rc);
+}
+
+static void say(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(job *j, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char line[8192];
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (j->have_log) bt_log_message(&j->log, BT_LOG_INFO, "%s", line);
+    else fprintf(j->out, "%s\n", line);
+}
+
+/* The directory that holds config.json for model.config (a directory or its config.json). */
+static void model_config_dir(const char *given, char *dir, size_t cap) {
+    struct stat st;
+    snprintf(dir, cap, "%s", given);
+    if (stat(given, &st) == 0 && S_ISREG(st.st_mode)) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, cap, ".");
+    }
+}
+
+/* --- model: resume, start from an HF directory, or init from a config ---------------------- */
+
+static bt_status model_setup(job *j) {
+    const bt_run_config *rc = &j->rc;
+    const unsigned heads = rc->model.heads;
+    bt_status st;
+    if (j->resumed) {
+        bt_checkpoint_weights *w = &j->resume.model;
+        st = bt_model_init(&j->model, &w->cfg, heads, rc->train.precision);
+        if (st != BT_OK) return st;
+        j->have_model = 1;
+        if (j->model.table.numel != w->table.numel)
+            return bt_fail(BT_ERR_SHAPE, "%s: the checkpoint's weights hold %zu values, this run's "
+                           "model (heads %#x) %zu", j->resume_dir, w->table.numel, heads,
+                           j->model.table.numel);
+        memcpy(j->model.params, w->params, w->table.numel * sizeof *w->params);
+        j->base_config_json = w->config_json ? strdup(w->config_json) : NULL;
+    } else if (rc->model.path) {
+        bt_checkpoint ck;
+        st = bt_checkpoint_open(&ck, rc->model.path);
+        if (st != BT_OK) return st;
+        st = bt_model_init(&j->model, &ck.cfg, heads, rc->train.precision);
+        if (st == BT_OK) {
+            j->have_model = 1;
+            bt_checkpoint_load_options lo;
+            bt_checkpoint_load_options_default(&lo);
+            lo.heads = heads;
+            lo.init_seed = (uint64_t)rc->model.init_seed;
+            bt_checkpoint_report rep;
+            st = bt_checkpoint_read(&ck, &j->model.table, j->model.params, &lo, &rep);
+            bt_checkpoint_report_print(&rep, j->out, "bt-train");
+            bt_checkpoint_report_free(&rep);
+            j->base_config_json = ck.config_json ? strdup(ck.config_json) : NULL;
+        }
+        bt_checkpoint_close(&ck);
+        if (st != BT_OK) return st;
+    } else {
+        char dir[4096];
+        model_config_dir(rc->model.config, dir, sizeof dir);
+        bt_checkpoint_weights w;
+        st = bt_checkpoint_init(&w, dir, heads, (uint64_t)rc->model.init_seed);
+        if (st != BT_OK) return st;
+        st = bt_model_init(&j->model, &w.cfg, heads, rc->train.precision);
+        if (st == BT_OK) {
+            j->have_model = 1;
+            memcpy(j->model.params, w.params, w.table.numel * sizeof *w.params);
+            j->base_config_json = w.config_json ? strdup(w.config_json) : NULL;
+        }
+        bt_checkpoint_weights_free(&w);
+        if (st != BT_OK) return st;
+    }
+    bt_model_refresh_bf16(&j->model);
+    return BT_OK;
+}
+
+/* Tokenizer and image preprocessing from the start model's directory; text length bound. */
+static bt_status data_files_setup(job *j) {
+    const bt_run_config *rc = &j->rc;
+    if (rc->model.path) snprintf(j->source_dir, sizeof j->source_dir, "%s", rc->model.path);
+    else model_config_dir(rc->model.config, j->source_dir, sizeof j->source_dir);
+    bt_status st = tokenizer_load(&j->tok, j->source_dir);
+    if (st != BT_OK) return st;
+    j->have_tok = 1;
+    const bt_model_config *c = &j->model.cfg;
+    if (j->tok.vocab_size > c->vocab_size)
+        return bt_fail(BT_ERR_CONFIG, "%s: the tokenizer has %d ids but the model's vocab_size is "
+                       "%d", j->source_dir, j->tok.vocab_size, c->vocab_size);
+    char pp[4200];
+    snprintf(pp, sizeof pp, "%s/preprocessor_config.json", j->source_dir);
+    st = image_preprocess_config_from_json(&j->img, pp);
+    if (st != BT_OK) return st;
+    if (j->img.crop_size != c->image_size)
+        return bt_fail(BT_ERR_CONFIG, "%s gives %dx%d images but the model's "
+                       "vision_config.image_size is %d; they must agree", pp, j->img.crop_size,
+                       j->img.crop_size, c->image_size);
+    if (rc->data.image_size != 0 && rc->data.image_size != c->image_size)
+        return bt_fail(BT_ERR_CONFIG, "data.image_size is %lld but the model takes %dx%d images "
+                       "(vision_config.image_size); leave data.image_size at 0 to use the model's",
+                       (long long)rc->data.image_size, c->image_size, c->image_size);
+    const int64_t tmax = c->max_position_embeddings - c->pad_token_id - 1;
+    if (rc->data.max_length > tmax)
+        return bt_fail(BT_ERR_CONFIG, "data.max_length is %lld but the model takes at most %lld "
+                       "tokens (max_position_embeddings - pad_token_id - 1)",
+                       (long long)rc->data.max_length, (long long)tmax);
+    return BT_OK;
+}
+
+static manifest_options manifest_opts(const bt_run_config *rc) {
+    manifest_options mo = manifest_options_default();
+    mo.image_key = rc->data.image_column;
+    mo.caption_key = rc->data.caption_column;
+    mo.id_key = rc->data.id_column;
+    mo.choices_key = rc->data.choices_column;
+    mo.label_key = rc->data.label_column;
+    mo.on_error = rc->data.on_bad_record == BT_POLICY_SKIP ? MANIFEST_ON_ERROR_SKIP
+                                                            : MANIFEST_ON_ERROR_STOP;
+    return mo;
+}
+
+static void print_manifest_skips(job *j, const manifest *m) {
+    for (size_t i = 0; i < m->n_skipped; i++)
+        fprintf(stderr, "bt-train: warning: skipped: %s\n", m->problems[i]);
+}
+
+static bt_status loader_setup(job *j) {
+    const bt_run_config *rc = &j->rc;
+    manifest_options mo = manifest_opts(rc);
+    bt_status st = manifest_load(&j->train_man, rc->data.train, &mo);
+    j->have_train_man = 1;
+    if (st != BT_OK) return st;
+    print_manifest_skips(j, &j->train_man);
+    if (rc->data.validation) {
+        st = manifest_load(&j->val_man, rc->data.validation, &mo);
+        j->have_val_man = 1;
+        if (st != BT_OK) return st;
+        print_manifest_skips(j, &j->val_man);
+    }
+    loader_options lo = loader_options_default();
+    lo.num_workers = (int)rc->data.num_workers;
+    lo.prefetch = (int)rc->data.prefetch;
+    lo.seed = (uint64_t)rc->data.seed;
+    lo.rank = 0;
+    lo.world_size = 1;
+    lo.batch_size = (int)rc->train.batch_size;
+    lo.shuffle = rc->data.shuffle;
+    lo.drop_last = 0;
+    lo.drop_last_batch = rc->data.drop_last;
+    lo.max_epochs = 0; /* the step count ends the run */
+    lo.max_length = (int)rc->data.max_length;
+    lo.pixel_dtype = BT_DTYPE_F32;
+    lo.with_choices = 0;
+    lo.cache_bytes = (size_t)rc->data.image_cache_bytes;
+    lo.on_error = mo.on_error;
+    if (lo.prefetch < (int)rc->train.gradient_accumulation_steps)
+        lo.prefetch = (int)rc->train.gradient_accumulation_steps + lo.num_workers;
+    if (j->resumed && j->resume.state.loader_cursor) {
+        char what[4300];
+        snprintf(what, sizeof what, "%s/trainer_state.json: loader_cursor", j->resume_dir);
+        st = loader_cursor_from_json(&lo, (int64_t)j->train_man.n, j->resume.state.loader_cursor,
+                                     what, &lo.start);
+        if (st != BT_OK) return st;
+    }
+    st = loader_init(&j->ld, &j->train_man, &j->tok, &j->img, &lo);
+    if (st != BT_OK) return st;
+    j->batches_per_epoch = loader_num_batches(j->ld);
+    return BT_OK;
+}
+
+/* HF Trainer: updates per epoch = max(batches // accumulation, 1); max_steps wins when > 0,
+ * else ceil(epochs * updates per epoch). */
+static int64_t total_steps(const bt_run_config *rc, int64_t batches_per_epoch) {
+    if (rc->train.max_steps > 0) return rc->train.max_steps;
+    int64_t per_epoch = batches_per_epoch / rc->train.gradient_accumulation_steps;
+    if (per_epoch < 1) per_epoch = 1;
+    int64_t n = (int64_t)ceil(rc->train.epochs * (double)per_epoch);
+    return n < 1 ? 1 : n;
+}
+
+static bt_status step_setup(job *j) {
+    const bt_run_config *rc = &j->rc;
+    bt_step_config sc = bt_step_config_default();
+    sc.w_itc = (float)rc->train.loss_weights.itc;
+    sc.w_itm = (float)rc->train.loss_weights.itm;
+    sc.w_mlm = (float)rc->train.loss_weights.mlm;
+    sc.itc_duplicate_aware = rc->train.itc_variant == BT_ITC_DEDUP;
+    sc.itm_hard_negatives = (rc->model.heads & BT_HEADS_ITC) != 0;
+    sc.mlm.probability = rc->train.mlm_probability;
+    sc.mlm.mask_id = j->tok.mask_id;
+    sc.mlm.vocab_size = j->tok.vocab_size;
+    sc.mlm.n_special = 0;
+    const int32_t specials[] = {j->tok.cls_id, j->tok.sep_id, j->tok.pad_id, j->tok.unk_id,
+                                j->tok.mask_id};
+    for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
+        if (specials[i] >= 0) sc.mlm.special[sc.mlm.n_special++] = specials[i];
+    if (sc.w_mlm > 0 && j->tok.mask_id < 0)
+        return bt_fail(BT_ERR_CONFIG, "train.loss_weights.mlm > 0 but the tokenizer in %s has no "
+                       "<mask> token", j->source_dir);
+    sc.adamw.beta1 = rc->train.adam_beta1;
+    sc.adamw.beta2 = rc->train.adam_beta2;
+    sc.adamw.eps = rc->train.adam_eps;
+    sc.adamw.weight_decay = rc->train.weight_decay;
+    sc.adamw.lr = rc->train.lr;
+    bt_status st = bt_schedule_init(&sc.schedule, bt_schedule_name(rc->train.schedule),
+                                    rc->train.lr, j->max_steps, rc->train.warmup_steps,
+                                    rc->train.warmup_ratio);
+    if (st != BT_OK) return st;
+    sc.groups = bt_run_config_optim_groups(rc);
+    sc.max_grad_norm = rc->train.max_grad_norm;
+    sc.nan_policy = rc->train.on_nan == BT_POLICY_SKIP ? BT_NAN_SKIP : BT_NAN_STOP;
+    sc.seed = (uint64_t)rc->train.seed;
+    sc.dropout = rc->train.dropout;
+    st = bt_trainer_init(&j->tr, &j->model, &sc);
+    if (st != BT_OK) return st;
+    j->have_tr = 1;
+    if (j->resumed) {
+        const bt_adamw *src = &j->resume.optim;
+        if (src->mnumel != j->tr.opt.mnumel)
+            return bt_fail(BT_ERR_SHAPE, "%s/optimizer.safetensors: %zu moment values, this run "
+                           "trains %zu parameters (frozen towers or heads differ)", j->resume_dir,
+                           src->mnumel, j->tr.opt.mnumel);
+        memcpy(j->tr.opt.m, src->m, src->mnumel * sizeof *src->m);
+        memcpy(j->tr.opt.v, src->v, src->mnumel * sizeof *src->v);
+        j->tr.opt.t = src->t;
+        j->tr.step = j->resume.state.global_step;
+        const cJSON *ex = j->resume.state.extra;
+        const cJSON *sk = ex ? cJSON_GetObjectItemCaseSensitive(ex, "skipped_steps") : NULL;
+        if (cJSON_IsNumber(sk)) j->tr.n_skipped = (int64_t)sk->valuedouble;
+    }
+    /* FLOPs per training sample: what the step runs per sample (step.h), × 3 for training */
+    const bt_flops f = bt_model_flops(&j->model.cfg, rc->model.heads, (size_t)rc->data.max_length);
+    const int mlm = sc.w_mlm > 0, itm = sc.w_itm > 0;
+    j->flops_per_sample = 3.0 * bt_flops_forward(&f, 1 + (size_t)mlm, 1,
+                                                 1 + 2 * (size_t)itm + (size_t)mlm, (size_t)mlm);
+    return BT_OK;
+}
+
+/* Memory plan: weights, gradients, moments (+ bf16 shadow) and the activations of one
+ * micro-batch as the step sizes them; refused before allocating when the machine lacks it. */
+static bt_status memory_plan(job *j) {
+    const bt_run_config *rc = &j->rc;
+    const size_t B = (size_t)rc->train.batch_size, T = (size_t)rc->data.max_length;
+    const int mlm = rc->train.loss_weights.mlm > 0, itm = rc->train.loss_weights.itm > 0;
+    const size_t Bt = B * (1 + (size_t)mlm), P = B * (1 + 2 * (size_t)itm + (size_t)mlm);
+    const size_t act = bt_model_activation_bytes(&j->model.cfg, rc->model.heads,
+                                                 rc->train.precision, Bt, B, P, mlm ? B : 0, T);
+    const size_t numel = j->model.table.numel;
+    const size_t weights = numel * (4 + 4 + 8 + (rc->train.precision == BT_PRECISION_BF16 ? 2 : 0));
+    char a[32], w[32], t[32];
+    say(j, "memory plan: weights + gradients + AdamW moments %s, activations %s (batch %zu, "
+           "%zu text rows, %zu pairs, T %zu), total %s", bt_mem_format(w, sizeof w, weights),
+        bt_mem_format(a, sizeof a, act), B, Bt, P, T, bt_mem_format(t, sizeof t, weights + act));
+    return bt_mem_check(act, "the activations of one micro-batch",
+                        "reduce train.batch_size (use train.gradient_accumulation_steps to keep "
+                        "the effective batch) or data.max_length");
+}
+
+/* --- resume ---------------------------------------------------------------------------------- */
+
+static bt_status resume_setup(job *j) {
+    bt_run_config *rc = &j->rc;
+    const char *dir = NULL;
+    char latest[4096];
+    if (rc->output.resume_from) {
+        dir = rc->output.resume_from;
+    } else if (rc->output.auto_resume && !rc->output.overwrite) {
+        int found = 0;
+        size_t n_incomplete = 0;
+        bt_status st = bt_train_checkpoint_latest(rc->output.dir, latest, sizeof latest, &found,
+                                                  &n_incomplete);
+        if (st != BT_OK) return st;
+        if (n_incomplete)
+            fprintf(stderr, "bt-train: warning: %s: %zu incomplete checkpoint directories "
+                            "ignored\n", rc->output.dir, n_incomplete);
+        if (found) dir = latest;
+    }
+    if (!dir) return BT_OK;
+    snprintf(j->resume_dir, sizeof j->resume_dir, "%s", dir);
+    bt_optim_groups g = bt_run_config_optim_groups(rc);
+    bt_status st = bt_train_checkpoint_load(dir, &g, NULL, &j->resume);
+    if (st != BT_OK) return st;
+    j->resumed = 1;
+    char changed[1024] = "";
+    char source[4200];
+    snprintf(source, sizeof source, "%s/trainer_state.json", dir);
+    st = bt_run_config_check_resume(&j->resume.state.run_config, rc, source, changed,
+                                    sizeof changed);
+    if (st != BT_OK) return st;
+    j->batches_done = 0;
+    const cJSON *ex = j->resume.state.extra;
+    const cJSON *bd = ex ? cJSON_GetObjectItemCaseSensitive(ex, "batches_done") : NULL;
+    if (cJSON_IsNumber(bd)) j->batches_done = (int64_t)bd->valuedouble;
+    j->samples_seen = j->resume.state.samples_seen;
+    fprintf(j->out, "bt-train: resuming from %s at step %lld (epoch %.3f)%s%s\n", dir,
+            (long long)j->resume.state.global_step, j->resume.state.epoch,
+            changed[0] ? "; changed settings: " : "", changed);
+    return BT_OK;
+}
+
+/* --- checkpoints, evaluation ------------------------------------------------------------------ */
+
+static double epoch_of(const job *j) {
+    return (double)j->batches_done / (double)j->batches_per_epoch;
+}
+
+static bt_status save_checkpoint(job *j) {
+    const double t0 = now_s();
+    bt_train_state s;
+    bt_train_state_init(&s);
+    s.global_step = j->tr.step;
+    s.epoch = epoch_of(j);
+    s.samples_seen = j->samples_seen;
+    s.max_steps = j->max_steps;
+    s.loader_cursor = loader_cursor_to_json(j->ld);
+    s.schedule.step = (int64_t)j->tr.opt.t;
+    s.schedule.total_steps = j->tr.cfg.schedule.total_steps;
+    s.schedule.warmup_steps = j->tr.cfg.schedule.warmup_steps;
+    s.schedule.last_lr = bt_schedule_lr(&j->tr.cfg.schedule, (int64_t)j->tr.opt.t);
+    bt_run_config_free(&s.run_config);
+    bt_run_config_copy(&s.run_config, &j->rc);
+    s.extra = cJSON_CreateObject();
+    cJSON_AddNumberToObject(s.extra, "batches_done", (double)j->batches_done);
+    cJSON_AddNumberToObject(s.extra, "skipped_steps", (double)j->tr.n_skipped);
+    bt_train_checkpoint c = {
+        .table = &j->model.table,
+        .params = j->model.params,
+        .optim = &j->tr.opt,
+        .state = &s,
+        .base_config_json = j->base_config_json,
+        .copy_from_dir = j->source_dir,
+        .dtype = j->rc.save.dtype == BT_SAVE_BF16 ? BT_DTYPE_BF16 : BT_DTYPE_F32,
+    };
+    bt_status st = bt_train_checkpoint_save(j->rc.output.dir, &c, j->rc.save.total_limit, NULL,
+                                            j->last_saved, sizeof j->last_saved);
+    bt_train_state_free(&s);
+    if (st != BT_OK) return st;
+    j->last_saved_step = j->tr.step;
+    bt_log_checkpoint(&j->log, j->tr.step, j->last_saved, now_s() - t0);
+    return BT_OK;
+}
+
+static bt_status evaluate(job *j) {
+    if (!j->have_val_man) return BT_OK;
+    bt_eval_options eo;
+    bt_eval_options_default(&eo);
+    eo.batch_size = (int)j->rc.eval.batch_size;
+    eo.max_length = (int)j->rc.data.max_length;
+    eo.itm_rerank_k = (int)j->rc.eval.itm_rerank_k;
+    eo.num_workers = (int)j->rc.data.num_workers;
+    eo.on_error = j->rc.data.on_bad_record == BT_POLICY_SKIP ? MANIFEST_ON_ERROR_SKIP
+                                                             : MANIFEST_ON_ERROR_STOP;
+    bt_eval_result r;
+    bt_status st = bt_eval_run(&j->model, &j->val_man, &j->tok, &j->img, &eo, &r);
+    if (st == BT_OK) {
+        bt_log_eval_rec e;
+        bt_log_eval_init(&e);
+        e.step = j->tr.step;
+        e.epoch = epoch_of(j);
+        e.loss = r.loss;
+        e.i2t_r1 = r.i2t.r1, e.i2t_r5 = r.i2t.r5, e.i2t_r10 = r.i2t.r10;
+        e.t2i_r1 = r.t2i.r1, e.t2i_r5 = r.t2i.r5, e.t2i_r10 = r.t2i.r10;
+        e.i2t_mean_rank = r.i2t.mean_rank;
+        e.t2i_mean_rank = r.t2i.mean_rank;
+        if (r.has_choices) e.accuracy_5way = r.choice_accuracy;
+        e.samples = (int64_t)r.n_records;
+        e.seconds = r.seconds;
+        bt_log_eval(&j->log, &e);
+    }
+    bt_eval_result_free(&r);
+    return st;
+}
+
+static int due(bt_interval strategy, int64_t every, int64_t step, int epoch_ended) {
+    if (strategy == BT_INTERVAL_STEPS) return every > 0 && step % every == 0;
+    if (strategy == BT_INTERVAL_EPOCH) return epoch_ended;
+    return 0;
+}
+
+static void warn_bad_record(const char *msg, void *ctx) {
+    job *j = ctx;
+    bt_log_message(&j->log, BT_LOG_WARN, "bad record replaced (data.on_bad_record \"skip\"): %s",
+                   msg);
+}
+
+/* --- the loop --------------------------------------------------------------------------------- */
+
+static bt_status train_loop(job *j, bt_train_outcome *out) {
+    const bt_run_config *rc = &j->rc;
+    const size_t n_micro = (size_t)rc->train.gradient_accumulation_steps;
+    loader_batch *lb[64];
+    bt_step_batch mb[64];
+    BT_ASSERT(n_micro <= 64);
+    while (j->tr.step < j->max_steps) {
+        if (g_stop_signal) break;
+        const double t0 = now_s();
+        loader_stats s0;
+        loader_get_stats(j->ld, &s0);
+        size_t got = 0;
+        bt_status st = BT_OK;
+        for (; got < n_micro; got++) {
+            st = loader_next(j->ld, &lb[got]);
+            if (st != BT_OK || !lb[got]) break;
+            const loader_batch *b = lb[got];
+            mb[got] = (bt_step_batch){
+                .B = (size_t)b->size, .T = (size_t)b->max_length,
+                .input_ids = b->input_ids, .attention_mask = b->attention_mask,
+                .pixel_values = (const float *)b->pixel_values, .record = b->record,
+            };
+        }
+        loader_stats s1;
+        loader_get_stats(j->ld, &s1);
+        loader_drain_problems(j->ld, warn_bad_record, j);
+        if (st != BT_OK || got < n_micro) {
+            for (size_t k = 0; k < got; k++) loader_release(j->ld, lb[k]);
+            return st != BT_OK ? st : bt_fail(BT_ERR_MISSING, "%s: the loader ended early",
+                                              rc->data.train);
+        }
+        const int64_t epoch_before = j->batches_done / j->batches_per_epoch;
+        bt_step_result res;
+        st = bt_train_step(&j->tr, mb, n_micro, &res);
+        for (size_t k = 0; k < got; k++) loader_release(j->ld, lb[k]);
+        if (st != BT_OK) return st;
+        j->batches_done += (int64_t)n_micro;
+        j->samples_seen += (int64_t)res.samples;
+        const int epoch_ended = j->batches_done / j->batches_per_epoch > epoch_before;
+        if (res.skipped)
+            bt_log_message(&j->log, BT_LOG_WARN, "step %lld skipped: %s (train.on_nan \"skip\")",
+                           (long long)j->tr.step, res.nonfinite);
+        bt_log_step_rec r;
+        bt_log_step_init(&r);
+        r.step = j->tr.step;
+        r.epoch = epoch_of(j);
+        r.loss = res.loss;
+        r.loss_itc = rc->train.loss_weights.itc > 0 ? res.loss_itc : NAN;
+        r.loss_itm = rc->train.loss_weights.itm > 0 ? res.loss_itm : NAN;
+        r.loss_mlm = rc->train.loss_weights.mlm > 0 ? res.loss_mlm : NAN;
+        r.lr = res.lr;
+        r.grad_norm = res.grad_norm;
+        r.samples = (int64_t)res.samples;
+        r.step_s = now_s() - t0;
+        r.data_wait_s = s1.wait_seconds - s0.wait_seconds;
+        r.forward_s = res.t_towers_fwd + res.t_cross_fwd + res.t_losses;
+        r.backward_s = res.t_backward;
+        r.optim_s = res.t_optimizer;
+        r.comm_s = NAN;
+        r.skipped = res.skipped;
+        bt_log_step(&j->log, &r);
+        out->last_step = j->tr.step;
+        const int last = j->tr.step == j->max_steps;
+        if (!last && due(rc->eval.strategy, rc->eval.steps, j->tr.step, epoch_ended)) {
+            st = evaluate(j);
+            if (st != BT_OK) return st;
+        }
+        if (!last && due(rc->save.strategy, rc->save.steps, j->tr.step, epoch_ended)) {
+            st = save_checkpoint(j);
+            if (st != BT_OK) return st;
+        }
+    }
+    return BT_OK;
+}
+
+bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
+    job J;
+    memset(&J, 0, sizeof J);
+    job *j = &J;
+    memset(out, 0, sizeof *out);
+    j->out = o->out ? o->out : stdout;
+    j->last_saved_step = -1;
+    g_stop_signal = 0;
+    bt_status st = bt_run_config_resolve(&j->rc, o->config_path, o->sets, o->n_sets);
+    if (st != BT_OK) goto done;
+    const bt_run_config *rc = &j->rc;
+    if (o->print_config) {
+        char *text = bt_run_config_to_string(rc);
+        fprintf(j->out, "bt-train: resolved config:\n%s", text ? text : "");
+        free(text);
+    }
+#ifdef _OPENMP
+    if (rc->train.threads > 0) omp_set_num_threads((int)rc->train.threads);
+#endif
+    if (o->install_signals) install_stop_signals();
+    st = bt_check_output_dir(rc->output.dir, "output.dir", 1);
+    if (st != BT_OK) goto done;
+    st = resume_setup(j);
+    if (st == BT_OK) st = model_setup(j);
+    if (st == BT_OK) st = data_files_setup(j);
+    if (st == BT_OK) st = loader_setup(j);
+    if (st != BT_OK) goto done;
+    j->max_steps = total_steps(rc, j->batches_per_epoch);
+    if (j->resumed && j->resume.state.max_steps != j->max_steps)
+        fprintf(j->out, "bt-train: note: the run now has %lld steps (the checkpoint's run had "
+                        "%lld)\n", (long long)j->max_steps, (long long)j->resume.state.max_steps);
+    st = step_setup(j);
+    if (st == BT_OK) st = memory_plan(j);
+    if (st != BT_OK) goto done;
+
+    bt_log_opts lo = bt_log_opts_default();
+    lo.out = j->out;
+    lo.total_steps = j->max_steps;
+    lo.logging_steps = rc->logging.steps;
+    lo.throughput_warmup_steps = rc->logging.throughput_warmup_steps;
+    lo.resume_step = j->resumed ? j->tr.step : 0;
+    lo.tensorboard = rc->logging.tensorboard;
+    st = bt_log_open(&j->log, rc->output.dir, &lo);
+    if (st != BT_OK) goto done;
+    j->have_log = 1;
+    {
+        const bt_model_config *c = &j->model.cfg;
+        say(j, "bt-train: %zu training records, %lld batches of %lld per epoch, %lld optimizer "
+               "steps (accumulation %lld), %s, %d threads; model: text %d x %d, vision %d x %d "
+               "(%d px), cross %d x %d, %zu parameters",
+            j->train_man.n, (long long)j->batches_per_epoch, (long long)rc->train.batch_size,
+            (long long)j->max_steps, (long long)rc->train.gradient_accumulation_steps,
+            rc->train.precision == BT_PRECISION_BF16 ? "bf16" : "fp32",
+#ifdef _OPENMP
+            omp_get_max_threads(),
+#else
+            1,
+#endif
+            c->text_layers, c->text_hidden, c->vision_layers, c->vision_hidden, c->image_size,
+            c->cross_layers, c->hidden, j->model.table.numel);
+    }
+
+    st = train_loop(j, out);
+    if (st != BT_OK) goto done;
+    if (g_stop_signal) {
+        if (j->last_saved_step != j->tr.step) st = save_checkpoint(j);
+        if (st != BT_OK) goto done;
+        out->interrupted_by = g_stop_signal;
+        bt_log_message(&j->log, BT_LOG_WARN, "stopped by %s at step %lld; checkpoint %s; run "
+                       "bt-train again with the same config to resume",
+                       g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
+                       j->last_saved);
+        char status[128];
+        snprintf(status, sizeof status, "interrupted by %s at step %lld",
+                 g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step);
+        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = status};
+        bt_log_summary(&j->log, &si, NULL);
+        st = bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld after saving %s",
+                     g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
+                     j->last_saved);
+        goto done;
+    }
+    /* the end: last checkpoint, the final model in output.dir (HF save_model), evaluation */
+    if (rc->save.strategy != BT_INTERVAL_NO && j->last_saved_step != j->tr.step) {
+        st = save_checkpoint(j);
+        if (st != BT_OK) goto done;
+    }
+    {
+        bt_checkpoint_save_options so;
+        bt_checkpoint_save_options_default(&so);
+        so.dtype = rc->save.dtype == BT_SAVE_BF16 ? BT_DTYPE_BF16 : BT_DTYPE_F32;
+        so.base_config_json = j->base_config_json;
+        so.copy_from_dir = j->source_dir;
+        const double t0 = now_s();
+        st = bt_checkpoint_save(rc->output.dir, &j->model.table, j->model.params, &so);
+        if (st != BT_OK) goto done;
+        snprintf(out->final_dir, sizeof out->final_dir, "%s", rc->output.dir);
+        bt_log_message(&j->log, BT_LOG_INFO, "final model saved to %s (%.2f s): it opens with "
+                       "transformers' BridgeTower*.from_pretrained", rc->output.dir, now_s() - t0);
+    }
+    if (rc->eval.at_end || rc->eval.strategy != BT_INTERVAL_NO) {
+        st = evaluate(j);
+        if (st != BT_OK) goto done;
+    }
+    {
+        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = "completed"};
+        st = bt_log_summary(&j->log, &si, NULL);
+        if (st != BT_OK) goto done;
+    }
+    if (rc->logging.report) {
+        char *cfg = bt_run_config_to_string(rc);
+        st = bt_report_write(rc->output.dir, cfg);
+        free(cfg);
+        if (st != BT_OK) goto done;
+        bt_log_message(&j->log, BT_LOG_INFO, "report: %s/report.html", rc->output.dir);
+    }
+done:
+    job_free(j);
+    return st;
+}
