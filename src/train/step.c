@@ -83,11 +83,13 @@ bt_status bt_trainer_init(bt_trainer *tr, bt_model *m, const bt_step_config *cfg
         if (!(s->probability > 0.0 && s->probability < 1.0))
             return bt_fail(BT_ERR_CONFIG, "MLM probability %g: expected a value in (0, 1)",
                            s->probability);
-        if (s->vocab_size != m->cfg.vocab_size || s->mask_id < 0 ||
-            s->mask_id >= s->vocab_size)
-            return bt_fail(BT_ERR_CONFIG, "MLM mask id %d / vocab size %d: expected a mask id "
-                           "inside the model's vocabulary of %d", s->mask_id, s->vocab_size,
-                           m->cfg.vocab_size);
+        /* random replacements are drawn from the tokenizer's ids (HF: len(tokenizer)),
+         * which may be fewer than the model's embedding rows */
+        if (s->vocab_size < 1 || s->vocab_size > m->cfg.vocab_size || s->mask_id < 0 ||
+            s->mask_id >= s->vocab_size || s->n_special > 8)
+            return bt_fail(BT_ERR_CONFIG, "MLM mask id %d / tokenizer vocabulary %d: expected "
+                           "a <mask> id inside a vocabulary of at most the model's %d ids",
+                           s->mask_id, s->vocab_size, m->cfg.vocab_size);
     }
     if (cfg->schedule.total_steps < 1)
         return bt_fail(BT_ERR_CONFIG, "the step config has no schedule (total steps %lld)",

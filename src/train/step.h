@@ -64,7 +64,8 @@ typedef struct bt_step_config {
     float w_itc, w_itm, w_mlm;
     int itc_duplicate_aware;   /* soft ITC targets over pairs sharing an image or caption */
     int itm_hard_negatives;    /* 1: ∝ exp(ITC sims) (needs the ITC head); 0: uniform */
-    bt_mlm_spec mlm;           /* probability, <mask>, vocab size, special ids */
+    bt_mlm_spec mlm;           /* probability, <mask>, vocab size (the tokenizer's,
+                                  <= the model's), special ids */
     /* optimizer */
     bt_adamw_hparams adamw;    /* lr is ignored: the schedule gives it */
     bt_schedule schedule;      /* base lr, total steps, warmup */
