@@ -226,12 +226,13 @@ static int32_t str_map_get(const str_map *m, const char *s, size_t len) {
     return k ? m->e[k - 1].id : -1;
 }
 
-/* Returns 0 when added, 1 when the string was already present (map unchanged). */
+/* Returns 0 when added, 1 when the string was already present (map unchanged), -1 when out
+ * of memory (map unchanged). */
 static int str_map_put(str_map *m, const char *s, size_t len, int32_t id) {
     if ((m->count + 1) * 2 > m->cap) {
         size_t ncap = m->cap ? m->cap * 2 : 1024;
         uint32_t *ns = calloc(ncap, sizeof *ns);
-        BT_ASSERT(ns != NULL);
+        if (!ns) return -1;
         free(m->slot);
         m->slot = ns;
         m->cap = ncap;
@@ -241,12 +242,14 @@ static int str_map_put(str_map *m, const char *s, size_t len, int32_t id) {
     size_t i = str_map_probe(m, s, len);
     if (m->slot[i]) return 1;
     if (m->count == m->e_cap) {
-        m->e_cap = m->e_cap ? m->e_cap * 2 : 1024;
-        m->e = realloc(m->e, m->e_cap * sizeof *m->e);
-        BT_ASSERT(m->e != NULL);
+        size_t ncap = m->e_cap ? m->e_cap * 2 : 1024;
+        str_entry *ne = realloc(m->e, ncap * sizeof *m->e);
+        if (!ne) return -1;
+        m->e = ne;
+        m->e_cap = ncap;
     }
     char *copy = malloc(len + 1);
-    BT_ASSERT(copy != NULL);
+    if (!copy) return -1;
     memcpy(copy, s, len);
     copy[len] = 0;
     m->e[m->count] = (str_entry){copy, (uint32_t)len, id};
@@ -278,12 +281,16 @@ static void pair_map_free(pair_map *m) {
     memset(m, 0, sizeof *m);
 }
 
-static void pair_map_put(pair_map *m, int32_t a, int32_t b, int32_t rank, int32_t out) {
+/* 0, or -1 when out of memory (map unchanged). */
+static int pair_map_put(pair_map *m, int32_t a, int32_t b, int32_t rank, int32_t out) {
     if ((m->count + 1) * 2 > m->cap) {
         size_t ncap = m->cap ? m->cap * 2 : 1024;
         pair_map n = {malloc(ncap * sizeof(uint64_t)), malloc(ncap * sizeof(int32_t)),
                       malloc(ncap * sizeof(int32_t)), m->count, ncap};
-        BT_ASSERT(n.key && n.rank && n.out);
+        if (!n.key || !n.rank || !n.out) {
+            pair_map_free(&n);
+            return -1;
+        }
         for (size_t i = 0; i < ncap; i++)
             n.key[i] = PAIR_EMPTY;
         for (size_t i = 0; i < m->cap; i++) {
@@ -307,6 +314,7 @@ static void pair_map_put(pair_map *m, int32_t a, int32_t b, int32_t rank, int32_
     m->key[j] = k;
     m->rank[j] = rank;
     m->out[j] = out;
+    return 0;
 }
 
 /* Returns 1 and fills rank/out when (a, b) is a merge. */
@@ -575,7 +583,11 @@ static bt_status load_vocab(struct tokenizer_impl *m, const cJSON *v, const char
             return bt_fail(BT_ERR_FORMAT,
                            "%s: %s entry %s: expected an integer id in [0, %d], got %s", path,
                            where, QUOTE(key, strlen(key)), TOKENIZER_MAX_ID, bt_json_type_name(c));
-        if (str_map_put(&m->vocab, key, strlen(key), id))
+        int put = str_map_put(&m->vocab, key, strlen(key), id);
+        if (put < 0)
+            return bt_fail(BT_ERR_NOMEM, "%s: out of memory after %zu vocabulary entries", path,
+                           m->vocab.count);
+        if (put)
             return bt_fail(BT_ERR_FORMAT, "%s: %s: token %s appears twice", path, where,
                            QUOTE(key, strlen(key)));
     }
@@ -595,7 +607,7 @@ static bt_status add_merge(struct tokenizer_impl *m, const char *a, size_t alen,
     }
     char small[256];
     char *ab = alen + blen <= sizeof small ? small : malloc(alen + blen);
-    BT_ASSERT(ab != NULL);
+    if (!ab) return bt_fail(BT_ERR_NOMEM, "%s: %s: out of memory", path, what);
     memcpy(ab, a, alen);
     memcpy(ab + alen, b, blen);
     int32_t iab = str_map_get(&m->vocab, ab, alen + blen);
@@ -603,8 +615,9 @@ static bt_status add_merge(struct tokenizer_impl *m, const char *a, size_t alen,
     if (iab < 0)
         st = bt_fail(BT_ERR_FORMAT, "%s: %s: merged token %s is not in the vocabulary", path, what,
                      QUOTE(ab, alen + blen));
-    else
-        pair_map_put(&m->merges, ia, ib, rank, iab);
+    else if (pair_map_put(&m->merges, ia, ib, rank, iab) != 0)
+        st = bt_fail(BT_ERR_NOMEM, "%s: %s: out of memory after %zu merges", path, what,
+                     m->merges.count);
     if (ab != small) free(ab);
     return st;
 }
@@ -674,14 +687,17 @@ static bt_status load_merges_json(struct tokenizer_impl *m, const cJSON *arr, co
     return BT_OK;
 }
 
-static void add_added(struct tokenizer_impl *m, const char *content, int32_t id, int lstrip,
-                      int rstrip, int normalized, int special) {
-    m->added = realloc(m->added, (m->n_added + 1) * sizeof *m->added);
-    BT_ASSERT(m->added != NULL);
+/* BT_OK or BT_ERR_NOMEM (naming `path`). */
+static bt_status add_added(struct tokenizer_impl *m, const char *content, int32_t id, int lstrip,
+                           int rstrip, int normalized, int special, const char *path) {
+    added_token *grown = realloc(m->added, (m->n_added + 1) * sizeof *m->added);
+    if (!grown) return bt_fail(BT_ERR_NOMEM, "%s: out of memory for added tokens", path);
+    m->added = grown;
     size_t len = strlen(content);
+    char *copy = malloc(len + 1);
+    if (!copy) return bt_fail(BT_ERR_NOMEM, "%s: out of memory for added tokens", path);
     added_token *a = &m->added[m->n_added++];
-    a->content = malloc(len + 1);
-    BT_ASSERT(a->content != NULL);
+    a->content = copy;
     memcpy(a->content, content, len + 1);
     a->len = len;
     a->id = id;
@@ -689,6 +705,7 @@ static void add_added(struct tokenizer_impl *m, const char *content, int32_t id,
     a->rstrip = rstrip;
     a->normalized = normalized;
     a->special = special;
+    return BT_OK;
 }
 
 /* Optional boolean field; *out keeps its default when absent or null. */
@@ -736,7 +753,9 @@ static bt_status load_added_tokens(struct tokenizer_impl *m, const cJSON *arr, c
             return bt_fail(BT_ERR_UNSUPPORTED,
                            "%s: %s (%s): single_word=true added tokens are not supported", path,
                            where, QUOTE(content->valuestring, strlen(content->valuestring)));
-        add_added(m, content->valuestring, json_id(id), lstrip, rstrip, normalized, special);
+        bt_status ast = add_added(m, content->valuestring, json_id(id), lstrip, rstrip,
+                                  normalized, special, path);
+        if (ast) return ast;
     }
     return BT_OK;
 }
@@ -822,7 +841,7 @@ static bt_status check_pipeline(struct tokenizer_impl *m, const cJSON *root, con
             return bt_fail(BT_ERR_FORMAT, "%s: model.unk_token: expected a string or null, got %s",
                            path, bt_json_type_name(unk));
         m->unk_token = strdup(unk->valuestring);
-        BT_ASSERT(m->unk_token != NULL);
+        if (!m->unk_token) return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
     }
     return BT_OK;
 }
@@ -845,7 +864,8 @@ static bt_status finish_load(tokenizer *t, const char *path) {
     m->id_str = calloc(vs, sizeof *m->id_str);
     m->id_len = calloc(vs, sizeof *m->id_len);
     m->is_special = calloc(vs, 1);
-    BT_ASSERT(m->id_str && m->id_len && m->is_special);
+    if (!m->id_str || !m->id_len || !m->is_special)
+        return bt_fail(BT_ERR_NOMEM, "%s: out of memory for %zu token ids", path, vs);
     for (size_t i = 0; i < m->vocab.count; i++) {
         const str_entry *e = &m->vocab.e[i];
         if (m->id_str[e->id])
@@ -954,9 +974,10 @@ bt_status tokenizer_load_files(tokenizer *t, const char *vocab_path, const char 
         static const char *const specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
         for (int i = 0; i < 5; i++) {
             int32_t id = str_map_get(&t->impl->vocab, specials[i], strlen(specials[i]));
-            if (id >= 0) add_added(t->impl, specials[i], id, i == 4, 0, i != 4, 1);
+            if (id >= 0 && !st)
+                st = add_added(t->impl, specials[i], id, i == 4, 0, i != 4, 1, vocab_path);
         }
-        st = finish_load(t, vocab_path);
+        if (!st) st = finish_load(t, vocab_path);
     }
     if (st) tokenizer_free(t);
     return st;
