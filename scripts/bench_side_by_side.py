@@ -25,9 +25,9 @@ A twin mode that cannot finish its steps within --budget seconds is stopped and 
 such (the steps it finished, if any, are shown).
 
 Reported per run: first step seconds, median of the later steps, samples/s from that median,
-peak RSS, achieved GFLOP/s from the analytic FLOP count of bench_step.c (every GEMM and
-attention product of the forward, x3 for training; checked against the matmuls oneDNN
-executes: within 0.05%), the same FLOPs for both implementations; the machine's GEMM peak
+peak RSS, achieved GFLOP/s from the model's analytic FLOP count (src/model/flops.c, printed
+by bench_step: every GEMM and attention product of the forward, x3 for training; checked
+against the matmuls oneDNN executes: within 0.005%), the same FLOPs for both implementations; the machine's GEMM peak
 measured in the same run by tests/bench_gemm.c (square products; fp32: OpenBLAS and oneDNN,
 bf16: oneDNN as the model calls it), and the ratios issue 9 sets targets for.
 

@@ -15,8 +15,8 @@
  *
  * Prints one line per step, then one JSON line (`{"impl": "bt", ...}`) with: first step
  * seconds, median of the later steps, samples/s from that median, peak RSS (getrusage), the
- * analytic FLOP count of one step (bt_bench_flops below: every GEMM and attention product of
- * the forward, x3 for a training step), achieved GFLOP/s, and for train the step's own phase
+ * analytic FLOP count of one step (src/model/flops.h: every GEMM and attention product of the
+ * forward, x3 for a training step), achieved GFLOP/s, and for train the step's own phase
  * times (towers/cross forward, losses, backward, optimizer + clip; medians).
  * --flops-only prints the JSON without running; --estimate adds parameter and activation bytes
  * (the side-by-side script decides from them whether the large model fits in memory).
@@ -35,41 +35,11 @@
 #endif
 
 #include "cpu.h"
+#include "flops.h"
 #include "gemm.h"
 #include "model.h"
 #include "step.h"
 #include "test_util.h"
-
-/* Analytic forward FLOPs (2 per multiply-add) of the backbone and the ITC head for B pairs of
- * T tokens and one image each: every Linear, the patch embedding, and the two attention
- * products (scores and values) of every self- and cross-attention. Omits elementwise work
- * (LayerNorm, softmax, GELU: O(tokens x width), under 1% here). */
-static double bt_bench_flops(const bt_model_config *c, double B, double T) {
-    const double Ht = c->text_hidden, It = c->text_intermediate, Hv = c->vision_hidden;
-    const double Np = c->np, H = c->hidden, C = c->contrastive_hidden;
-    const double P2 = (double)c->patch_size * c->patch_size * c->num_channels;
-    /* one encoder layer on n tokens of width w, FFN width f, attending over itself */
-    const double text_layer = 2 * B * T * (4 * Ht * Ht + 2 * Ht * It) + 4 * B * T * T * Ht;
-    const double vis_layer = 2 * B * Np * (4 * Hv * Hv + 2 * Hv * 4 * Hv) + 4 * B * Np * Np * Hv;
-    double f = c->text_layers * text_layer + c->vision_layers * vis_layer;
-    f += 2 * B * (Np - 1) * P2 * Hv; /* patch embedding */
-    /* each bridge: the uni-modal outputs through cross_modal_{text,image}_transform */
-    f += c->cross_layers * (2 * B * T * Ht * H + 2 * B * Np * Hv * H);
-    /* cross layers: per side, self-attention, cross-attention (keys/values from the other
-     * side), FFN (width It) */
-    const double sides[2][2] = {{T, Np}, {Np, T}};
-    for (int s = 0; s < 2; s++) {
-        const double q = sides[s][0], k = sides[s][1];
-        const double self = 2 * B * q * 4 * H * H + 4 * B * q * q * H;
-        const double cross = 2 * B * q * 2 * H * H + 2 * B * k * 2 * H * H + 4 * B * q * k * H;
-        const double ffn = 2 * B * q * 2 * H * It;
-        f += c->cross_layers * (self + cross + ffn);
-    }
-    f += 2 * 2 * B * H * H;                                       /* two poolers (CLS) */
-    f += 2 * B * Hv * H + 2 * B * Ht * C + 2 * B * H * C + 2 * B * 2 * H * C; /* ITC heads */
-    f += 3 * 2 * B * B * C;                                       /* ITC logits */
-    return f;
-}
 
 static double now_s(void) {
     struct timespec ts;
@@ -165,7 +135,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const size_t R = (size_t)c.image_size, nb = (size_t)B, nt = (size_t)T;
-    const double flops = bt_bench_flops(&c, (double)B, (double)T) * (train ? 3.0 : 1.0);
+    /* the model's analytic count (flops.h): B captions, B images, B pairs; training x3 */
+    const bt_flops fl = bt_model_flops(&c, BT_HEADS_ITC, nt);
+    const double flops = bt_flops_forward(&fl, nb, nb, nb, 0) * (train ? 3.0 : 1.0);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
