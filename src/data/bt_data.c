@@ -275,16 +275,10 @@ static int cmd_check(const args *a) {
     size_t *order = malloc(m.n * sizeof *order);
     int *widths = malloc(m.n * sizeof *widths), *heights = malloc(m.n * sizeof *heights);
     int *chars = malloc(m.n * sizeof *chars), *tokens = malloc(m.n * sizeof *tokens);
+    int rc = EXIT_PROBLEMS;
     if (!order || !widths || !heights || !chars || !tokens) {
         fprintf(stderr, "bt-data: error: out of memory for %zu records\n", m.n);
-        free(order);
-        free(widths);
-        free(heights);
-        free(chars);
-        free(tokens);
-        manifest_free(&m);
-        tokenizer_free(&tok);
-        return EXIT_PROBLEMS;
+        goto done;
     }
     for (size_t i = 0; i < m.n; i++)
         order[i] = i;
@@ -358,7 +352,8 @@ static int cmd_check(const args *a) {
     report_duplicates(&m, order, cmp_by_image, "image", key_image);
     report_duplicates(&m, order, cmp_by_caption, "caption", key_caption);
     printf("check: %zu records, %zu problems\n", m.n, problems);
-
+    rc = problems ? EXIT_PROBLEMS : EXIT_OK;
+done:
     free(order);
     free(widths);
     free(heights);
@@ -366,7 +361,7 @@ static int cmd_check(const args *a) {
     free(tokens);
     manifest_free(&m);
     tokenizer_free(&tok);
-    return problems ? EXIT_PROBLEMS : EXIT_OK;
+    return rc;
 }
 
 /* ---- tokenize ---------------------------------------------------------------------------- */

@@ -72,41 +72,15 @@ static bt_status st_fail(bt_status code, const char *path, const char *name, con
     return bt_fail(code, "%s: %s", path, what);
 }
 
-/* Offset of the first byte that breaks strict UTF-8 (overlong forms, surrogates and code
- * points above U+10FFFF are invalid), or n when all is well. With json_text set, control
- * bytes other than JSON whitespace are also refused: they are never valid in JSON, and a
- * raw NUL would silently cut a C string short. */
+/* Offset of the first byte that breaks strict UTF-8 (bt_utf8_valid_prefix), or n when all
+ * is well. With json_text set, control bytes other than JSON whitespace are also refused:
+ * they are never valid in JSON, and a raw NUL would silently cut a C string short. */
 static size_t st_utf8_check(const uint8_t *s, size_t n, int json_text) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            if (json_text && c < 0x20 && c != '\t' && c != '\n' && c != '\r') return i;
-            i++;
-            continue;
-        }
-        size_t len;
-        uint8_t lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
-        if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            if (c == 0xe0) lo = 0xa0; /* overlong */
-            if (c == 0xed) hi = 0x9f; /* UTF-16 surrogates */
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            if (c == 0xf0) lo = 0x90; /* overlong */
-            if (c == 0xf4) hi = 0x8f; /* above U+10FFFF */
-        } else {
-            return i;
-        }
-        if (n - i < len) return i;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k < len; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xbf) return i;
-        i += len;
-    }
-    return n;
+    size_t bad = bt_utf8_valid_prefix(s, n);
+    if (json_text)
+        for (size_t i = 0; i < bad; i++)
+            if (s[i] < 0x20 && s[i] != '\t' && s[i] != '\n' && s[i] != '\r') return i;
+    return bad;
 }
 
 static const char *st_json_type(const cJSON *v) {
