@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -41,6 +42,8 @@ static void help_config(void) {
 }
 
 int main(int argc, char **argv) {
+    const int info_rc = bt_runtime_cli_info(argc, argv, "bt-train"); /* --info (cpu.h) */
+    if (info_rc >= 0) return info_rc;
     const char *config = NULL;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     char *resume_set = NULL;
