@@ -293,6 +293,12 @@ def main():
                                                     if r.get("optimizer_share") else ""),
             fmt(r["peak_rss_bytes"] / 1e9, "%.2f")))
 
+    for r in results:
+        if r["impl"] == "bt" and "towers_fwd_s" in r:
+            print("# bt %s %s %s step phases (median s): towers forward %.3f, cross forward %.3f, "
+                  "losses %.3f, backward %.3f, optimizer + clip %.3f" % (
+                      r["config"], r["mode"], r["precision"], r["towers_fwd_s"], r["cross_fwd_s"],
+                      r["losses_s"], r["backward_s"], r["optimizer_s"]))
     print("\n# ratios (targets of issue 9 in brackets)")
     for name, _, _ in setups:
         for mode, target in (("train", 1.5), ("infer", 2.0)):
