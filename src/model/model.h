@@ -341,7 +341,7 @@ void bt_zero_grad(bt_model *m);
  * add up) before the one bt_towers_backward of that pass. Internal gradient slots are zeroed
  * lazily (once per forward of their phase); parameter gradients are never zeroed here
  * (bt_zero_grad). Outputs and d_* pointers stay valid until the next forward of their phase
- * or a reserve that grows the arena.
+ * (a towers forward also ends the last pair phase) or a reserve that grows the arena.
  *
  * Memory: each phase has an activation arena and an activation-gradient arena, each ONE
  * allocation laid out by a walk over named slots (model.c); sizes depend on (Bt, Bi, T) for
@@ -365,15 +365,16 @@ void bt_zero_grad(bt_model *m);
  * model-internal code (heads.c, bt_hf_loss scratch) kept for bt_forward only: the trainer's
  * losses live in src/train and write the d_* slots. */
 
-/* (a)+(b). Sizes the tower arenas for (Bt, Bi, T) (grow-only). Zeroes d_itc_text and
- * d_itc_image. Errors (naming the input and element): ids out of range, mask values other
+/* (a)+(b). Sizes the tower arenas for (Bt, Bi, T) (grow-only). Bt or Bi may be 0 (that tower
+ * is skipped; t or im may then be NULL). Zeroes d_itc_text and d_itc_image. Errors (naming the input and element): ids out of range, mask values other
  * than 0/1, T too long for the position table, NULL input_ids / pixel_values with a nonzero
  * count, BT_ERR_NOMEM (see Memory). */
 bt_status bt_towers_forward(bt_model *m, const bt_text_input *t, const bt_image_input *im);
 
 /* (c). pairs index the last bt_towers_forward (copied; both rows must exist). Sizes the pair
- * arenas for (P, Pm, T). Zeroes d_itc_cross, d_itm_logits, d_mlm_logits. Errors: a row
- * index out of range (named), P = 0, no tower pass, BT_ERR_NOMEM. */
+ * arenas for (P, Pm, T). Zeroes d_itc_cross, d_itm_logits, d_mlm_logits. Without an MLM head
+ * the mlm flags are ignored (Pm = 0). Errors: a row index out of range or an mlm flag other
+ * than 0/1 (named), P = 0, no tower pass, BT_ERR_NOMEM. */
 bt_status bt_cross_forward_pairs(bt_model *m, const bt_pair *pairs, size_t P);
 
 /* Backward of the last bt_cross_forward_pairs from the d_* pair slots (see Phases). */
