@@ -14,11 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/loader.h"
 #include "data/synth.h"
+#include "mem.h"
 #include "test_util.h"
 
 static char dir[1024];
@@ -318,6 +320,56 @@ static void test_loader_policies(const manifest *m, const tokenizer *tok,
     }
 }
 
+/* Out of memory is a status: the loader's estimate refuses a batch of 65536 rows on a 64 MB
+ * "machine" (BT_MEM_AVAILABLE); with the estimate off (BT_MEM_CHECK=0) and the address space
+ * capped (RLIMIT_AS, not under ASan, which reserves terabytes of it), the failing
+ * allocation itself returns BT_ERR_NOMEM instead of aborting. */
+static void test_loader_memory(const manifest *m, const tokenizer *tok,
+                               const image_preprocess_config *img) {
+    loader_options o = opts(MANIFEST_ON_ERROR_STOP, 1);
+    o.batch_size = 65536; /* 65536 x 3 x 32 x 32 x 4 bytes = 805 MB per batch slot */
+    o.prefetch = 2;
+    loader *l = NULL;
+    setenv("BT_MEM_AVAILABLE", "64M", 1);
+    bt_status st = loader_init(&l, m, tok, img, &o);
+    /* What batch_alloc allocates per row: pixels (3 x 32 x 32 fp32), ids and mask (T int32
+     * each), sampled and record (int64) and the id pointer, and with choices 5 x T ids and
+     * mask plus the label; two slots. The image working set and cache are small here. */
+    uint64_t row = 3 * 32 * 32 * 4 + 24 * 8 + 24 + (o.with_choices ? 24 * 8 * 5 + 4 : 0);
+    char want[64], need[32];
+    snprintf(want, sizeof want, "needs %s", bt_mem_format(need, sizeof need, row * 65536 * 2));
+    tu_check(st == BT_ERR_NOMEM && l == NULL && strstr(bt_error_message(), "the data loader") &&
+                 strstr(bt_error_message(), want) &&
+                 strstr(bt_error_message(), "reduce the batch size"),
+             "loader estimate (%s) refuses it on 64 MB: %s", want, bt_error_message());
+    unsetenv("BT_MEM_AVAILABLE");
+#if defined(__SANITIZE_ADDRESS__)
+    tu_check(1, "RLIMIT_AS case skipped under ASan (it reserves the address space itself)");
+#else
+    struct rlimit old;
+    getrlimit(RLIMIT_AS, &old);
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    struct rlimit lim = old;
+    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)512 << 20);
+    setenv("BT_MEM_CHECK", "0", 1);
+    if (tu_check(pages > 0 && setrlimit(RLIMIT_AS, &lim) == 0, "cap the address space")) {
+        st = loader_init(&l, m, tok, img, &o);
+        setrlimit(RLIMIT_AS, &old);
+        tu_check(st == BT_ERR_NOMEM && l == NULL &&
+                     strstr(bt_error_message(), "out of memory setting up the data loader"),
+                 "loader allocation failing under RLIMIT_AS: a status, not an abort: %s",
+                 st ? bt_error_message() : "succeeded");
+        if (st == BT_OK) loader_free(l);
+    }
+    unsetenv("BT_MEM_CHECK");
+#endif
+}
+
 static void test_loader_all_bad(const tokenizer *tok, const image_preprocess_config *img) {
     char path[1100];
     snprintf(path, sizeof path, "%s/allmissing.jsonl", dir);
@@ -390,6 +442,7 @@ int main(void) {
     image_preprocess_config img;
     image_preprocess_config_default(&img, 32);
     test_loader_policies(&m, &tok, &img);
+    test_loader_memory(&m, &tok, &img);
     test_loader_all_bad(&tok, &img);
     manifest_free(&m);
     tokenizer_free(&tok);

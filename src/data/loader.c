@@ -353,7 +353,16 @@ static void *worker_main(void *arg) {
 
 /* ---- setup and teardown ------------------------------------------------------------------ */
 
-static void batch_alloc(loader *l, loader_batch *b) {
+/* Zero-filled, 64-byte aligned (as bt_calloc), or NULL when out of memory; bt_free frees. */
+static void *zalloc(size_t bytes) {
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (p) memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+/* 0, or -1 when out of memory (what was allocated is freed by batch_free). */
+static int batch_alloc(loader *l, loader_batch *b) {
     int B = l->opt.batch_size;
     size_t T = (size_t)l->opt.max_length;
     memset(b, 0, sizeof *b);
@@ -361,18 +370,22 @@ static void batch_alloc(loader *l, loader_batch *b) {
     b->max_length = (int)T;
     b->image_size = l->img->crop_size;
     b->pixel_dtype = l->opt.pixel_dtype;
-    b->pixel_values = bt_calloc((size_t)B * l->row_bytes);
-    b->input_ids = bt_calloc((size_t)B * T * sizeof(int32_t));
-    b->attention_mask = bt_calloc((size_t)B * T * sizeof(int32_t));
-    b->sampled = bt_calloc((size_t)B * sizeof(int64_t));
-    b->record = bt_calloc((size_t)B * sizeof(int64_t));
-    b->ids = bt_calloc((size_t)B * sizeof(char *));
+    b->pixel_values = zalloc((size_t)B * l->row_bytes);
+    b->input_ids = zalloc((size_t)B * T * sizeof(int32_t));
+    b->attention_mask = zalloc((size_t)B * T * sizeof(int32_t));
+    b->sampled = zalloc((size_t)B * sizeof(int64_t));
+    b->record = zalloc((size_t)B * sizeof(int64_t));
+    b->ids = zalloc((size_t)B * sizeof(char *));
+    int ok = b->pixel_values && b->input_ids && b->attention_mask && b->sampled && b->record &&
+             b->ids;
     b->has_choices = l->has_choices;
     if (l->has_choices) {
-        b->choice_ids = bt_calloc((size_t)B * MANIFEST_N_CHOICES * T * sizeof(int32_t));
-        b->choice_mask = bt_calloc((size_t)B * MANIFEST_N_CHOICES * T * sizeof(int32_t));
-        b->labels = bt_calloc((size_t)B * sizeof(int32_t));
+        b->choice_ids = zalloc((size_t)B * MANIFEST_N_CHOICES * T * sizeof(int32_t));
+        b->choice_mask = zalloc((size_t)B * MANIFEST_N_CHOICES * T * sizeof(int32_t));
+        b->labels = zalloc((size_t)B * sizeof(int32_t));
+        ok = ok && b->choice_ids && b->choice_mask && b->labels;
     }
+    return ok ? 0 : -1;
 }
 
 static void batch_free(loader_batch *b) {
@@ -459,7 +472,12 @@ bt_status loader_init(loader **out, const manifest *m, const tokenizer *tok,
     }
 
     loader *l = calloc(1, sizeof *l);
-    BT_ASSERT(l);
+    if (!l) return bt_fail(BT_ERR_NOMEM, "loader: out of memory");
+    /* From here on loader_free releases whatever part is set up. */
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_mutex_init(&l->cache_mu, NULL);
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->ready, NULL);
     l->m = m;
     l->tok = tok;
     l->img = img;
@@ -512,39 +530,35 @@ bt_status loader_init(loader **out, const manifest *m, const tokenizer *tok,
             l->has_choices = manifest_has_choices(m, i);
 
     l->bad = calloc(m->n, sizeof *l->bad);
-    BT_ASSERT(l->bad);
+    if (!l->bad) goto oom;
     if (opt->cache_bytes >= l->row_bytes) {
         size_t max_entries = opt->cache_bytes / l->row_bytes;
         if (max_entries > m->n) max_entries = m->n;
         size_t cap = 16;
         while (cap < 2 * max_entries + 2)
             cap *= 2;
-        l->cache_cap = cap;
         l->cache = calloc(cap, sizeof *l->cache);
-        BT_ASSERT(l->cache);
+        if (!l->cache) goto oom;
+        l->cache_cap = cap;
     }
 
-    l->n_slots = opt->prefetch ? opt->prefetch : 2 * opt->num_workers;
-    l->slots = calloc((size_t)l->n_slots, sizeof *l->slots);
-    BT_ASSERT(l->slots);
+    int n_slots = opt->prefetch ? opt->prefetch : 2 * opt->num_workers;
+    l->slots = calloc((size_t)n_slots, sizeof *l->slots);
+    if (!l->slots) goto oom;
+    l->n_slots = n_slots;
     for (int i = 0; i < l->n_slots; i++)
-        batch_alloc(l, &l->slots[i].batch);
+        if (batch_alloc(l, &l->slots[i].batch) != 0) goto oom;
 
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_mutex_init(&l->cache_mu, NULL);
-    pthread_cond_init(&l->work, NULL);
-    pthread_cond_init(&l->ready, NULL);
-
+    l->workers = calloc((size_t)opt->num_workers, sizeof *l->workers);
+    if (!l->workers) goto oom;
     l->n_workers = opt->num_workers;
-    l->workers = calloc((size_t)l->n_workers, sizeof *l->workers);
-    BT_ASSERT(l->workers);
     for (int i = 0; i < l->n_workers; i++) {
         worker *w = &l->workers[i];
         w->l = l;
         w->epoch = -1;
         w->perm = malloc(m->n * sizeof *w->perm);
         w->list = malloc(((size_t)l->smp.num_samples + 1) * sizeof *w->list);
-        BT_ASSERT(w->perm && w->list);
+        if (!w->perm || !w->list) goto oom;
     }
     for (int i = 0; i < l->n_workers; i++) {
         if (pthread_create(&l->workers[i].thread, NULL, worker_main, &l->workers[i]) != 0) {
@@ -555,6 +569,11 @@ bt_status loader_init(loader **out, const manifest *m, const tokenizer *tok,
     }
     *out = l;
     return BT_OK;
+oom:
+    loader_free(l);
+    return bt_fail(BT_ERR_NOMEM, "%s: out of memory setting up the data loader (batch %d, "
+                   "%d tokens); reduce the batch size, the prefetch depth or the workers",
+                   m->path, opt->batch_size, opt->max_length);
 }
 
 void loader_free(loader *l) {
