@@ -344,7 +344,8 @@ static void test_loader_memory(const manifest *m, const tokenizer *tok,
              "loader estimate (%s) refuses it on 64 MB: %s", want, bt_error_message());
     unsetenv("BT_MEM_AVAILABLE");
 #if defined(__SANITIZE_ADDRESS__)
-    tu_check(1, "RLIMIT_AS case skipped under ASan (it reserves the address space itself)");
+    /* Not a check: ASan reserves the address space itself, so RLIMIT_AS cannot be used. */
+    printf("# RLIMIT_AS case not run under ASan\n");
 #else
     struct rlimit old;
     getrlimit(RLIMIT_AS, &old);
