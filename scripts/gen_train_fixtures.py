@@ -293,7 +293,9 @@ def gen_step():
     for step in range(STEP["steps"]):
         opt.zero_grad(set_to_none=True)
         terms = [0.0, 0.0, 0.0]
-        rec["lr"].append(STEP["lr"] * hf_linear_lambda(step, STEP["warmup"], STEP["steps"]))
+        # the lr torch's LambdaLR gave the multiplier-1 groups for this update
+        rec["lr"].append(next(g["lr"] for g, ((mult, _), _) in zip(opt.param_groups, sorted(groups.items()))
+                              if mult == 1.0))
         for k in range(STEP["accum"]):
             itc, itm, mlm = micro_losses(model, micros[step * STEP["accum"] + k])
             total = w[0] * itc + w[1] * itm + w[2] * mlm
