@@ -4,6 +4,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -193,41 +195,95 @@ static int pid_dead(long pid) {
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
-/* Parses "<digits>" or "<digits>.<digits>" at s (whole string); returns the first number
- * or -1. */
-static long parse_pid_suffix(const char *s, int allow_counter) {
+/* Parses "<digits>" (whole string) at s; the number, or -1. */
+static long parse_digits(const char *s, const char **end_out) {
     if (*s < '0' || *s > '9') return -1;
     char *end;
-    long pid = strtol(s, &end, 10);
-    if (*end == '.' && allow_counter) {
-        const char *c = end + 1;
-        if (*c < '0' || *c > '9') return -1;
-        strtoul(c, &end, 10);
-    }
-    return *end ? -1 : pid;
+    long v = strtol(s, &end, 10);
+    *end_out = end;
+    return v;
 }
 
-/* Removes ".<base>.bt-tmp.<pid>.<n>" and "<base>.tmp.<pid>" files of dead processes. */
-static void remove_stale_temps(const char *dir, const char *base) {
+/* This host's name with '.' and '/' replaced by '_' (it is one field of temp names), or
+ * "host" when unknown. */
+static char host_tag_buf[72];
+
+static void host_tag_init(void) {
+    char h[256] = "";
+    if (gethostname(h, sizeof h - 1) != 0 || !h[0]) snprintf(h, sizeof h, "host");
+    snprintf(host_tag_buf, sizeof host_tag_buf, "%s", h);
+    for (char *c = host_tag_buf; *c; c++)
+        if (*c == '.' || *c == '/') *c = '_';
+}
+
+const char *bt_temp_host_tag(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, host_tag_init);
+    return host_tag_buf;
+}
+
+/* The pid of a temp file name of ours, or -1: ".<target>.bt-tmp.<host>.<pid>.<n>" with this
+ * host; "<target>.tmp.<pid>" and "<target>.new.<pid>" (earlier bt versions) when <target>
+ * exists in the same directory (so an unrelated "notes.tmp.3" is never touched). */
+static long temp_owner_pid(int dirfd, const char *n) {
+    const char *at = strstr(n, ".bt-tmp.");
+    if (n[0] == '.' && at) {
+        const char *host = bt_temp_host_tag(), *p = at + 8, *end;
+        size_t hl = strlen(host);
+        if (strncmp(p, host, hl) != 0 || p[hl] != '.') return -1;
+        long pid = parse_digits(p + hl + 1, &end);
+        if (pid < 0 || *end != '.') return -1;
+        (void)parse_digits(end + 1, &end);
+        return *end ? -1 : pid;
+    }
+    const char *dot = strrchr(n, '.');
+    if (!dot || dot == n) return -1;
+    const char *end;
+    long pid = parse_digits(dot + 1, &end);
+    if (pid < 0 || *end) return -1;
+    size_t tl = (size_t)(dot - n);
+    int legacy = (tl > 4 && strncmp(dot - 4, ".tmp", 4) == 0) ||
+                 (tl > 4 && strncmp(dot - 4, ".new", 4) == 0);
+    if (!legacy) return -1;
+    char target[NAME_MAX + 1];
+    if (tl - 4 > NAME_MAX) return -1;
+    memcpy(target, n, tl - 4);
+    target[tl - 4] = '\0';
+    struct stat sb;
+    return fstatat(dirfd, target, &sb, 0) == 0 && S_ISREG(sb.st_mode) ? pid : -1;
+}
+
+/* Removes the temp files of dead processes of this host in dir, once per directory per
+ * process (a directory of 100k images is scanned once, not once per image). */
+static void remove_stale_temps(const char *dir) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    enum { SEEN_MAX = 256 };
+    static struct { dev_t dev; ino_t ino; } seen[SEEN_MAX];
+    static int n_seen;
+    struct stat ds;
+    if (stat(dir, &ds) != 0) return;
+    pthread_mutex_lock(&mu);
+    int done = 0;
+    for (int i = 0; i < n_seen && !done; i++)
+        done = seen[i].dev == ds.st_dev && seen[i].ino == ds.st_ino;
+    if (!done) {
+        if (n_seen == SEEN_MAX) n_seen = 0; /* forget all: a rescan is only slower */
+        seen[n_seen].dev = ds.st_dev;
+        seen[n_seen].ino = ds.st_ino;
+        n_seen++;
+    }
+    pthread_mutex_unlock(&mu);
+    if (done) return;
     DIR *d = opendir(dir);
     if (!d) return;
-    size_t bl = strlen(base);
+    int dfd = dirfd(d);
     struct dirent *e;
     while ((e = readdir(d))) {
-        const char *n = e->d_name;
-        long pid = -1;
-        if (n[0] == '.' && strncmp(n + 1, base, bl) == 0 && strncmp(n + 1 + bl, ".bt-tmp.", 8) == 0)
-            pid = parse_pid_suffix(n + 1 + bl + 8, 1);
-        else if (strncmp(n, base, bl) == 0 && strncmp(n + bl, ".tmp.", 5) == 0)
-            pid = parse_pid_suffix(n + bl + 5, 0);
+        long pid = temp_owner_pid(dfd, e->d_name);
         if (pid < 0 || !pid_dead(pid)) continue;
-        size_t cap = strlen(dir) + strlen(n) + 2;
-        char *p = malloc(cap);
-        if (!p) break;
-        snprintf(p, cap, "%s/%s", dir, n);
         struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(p);
-        free(p);
+        if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            unlinkat(dfd, e->d_name, 0);
     }
     closedir(d);
 }
@@ -240,7 +296,7 @@ bt_status bt_atomic_open(bt_atomic_file *af, const char *path, const char *what)
     if (s != BT_OK) return s;
     const char *base;
     char *dir = dir_of(path, &base);
-    size_t cap = strlen(path) + 64;
+    size_t cap = strlen(path) + 160;
     af->path = strdup(path);
     af->tmp = malloc(cap);
     if (!dir || !af->path || !af->tmp) {
@@ -248,9 +304,9 @@ bt_status bt_atomic_open(bt_atomic_file *af, const char *path, const char *what)
         bt_atomic_abort(af);
         return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
     }
-    remove_stale_temps(dir, base);
+    remove_stale_temps(dir);
     unsigned n = atomic_fetch_add(&tmp_counter, 1);
-    snprintf(af->tmp, cap, "%s/.%s.bt-tmp.%ld.%u", dir, base, (long)getpid(), n);
+    snprintf(af->tmp, cap, "%s/.%s.bt-tmp.%s.%ld.%u", dir, base, bt_temp_host_tag(), (long)getpid(), n);
     free(dir);
     int fd = open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {

@@ -6,14 +6,18 @@
  * Every loader (configs, tokenizer files, manifests, images, safetensors) opens through it.
  *
  * Writing: bt_atomic_* write a file under a temporary name in the target's directory,
- * ".<name>.bt-tmp.<pid>.<n>", fsync it, rename it over the target and fsync the directory:
+ * ".<name>.bt-tmp.<host>.<pid>.<n>", fsync it, rename it over the target and fsync the
+ * directory:
  * a crash never leaves a half-written file under the final name and never loses the
  * previous file. Before anything is written, an existing target that is not a regular file
  * (a device such as /dev/null, a FIFO, a socket, a directory) is refused: bt never replaces
  * what is not its own. A symlink to a regular file is replaced by a regular file (the file
- * it pointed to is left alone). Temp files of the same target left by a process that no
- * longer exists (a save killed with SIGKILL) are removed at the next save, as are those of
- * the older "<name>.tmp.<pid>" naming.
+ * it pointed to is left alone). Temp files left in a directory by a process of this host
+ * that no longer exists (a save killed with SIGKILL) are removed by the first save into that
+ * directory (once per directory per process: a directory of 100k images is scanned once),
+ * as are those of earlier bt versions ("<name>.tmp.<pid>", "<name>.new.<pid>", only when
+ * <name> exists beside them). Temp files of other hosts (a shared file system) are left
+ * alone: their pids mean nothing here.
  *
  * Deliberately not here: locking against two processes saving the same path at once (the
  * last rename wins, each file whole), and the time-of-check-to-time-of-use gap between the
@@ -73,6 +77,9 @@ bt_status bt_write_file_atomic(const char *path, const char *what, const void *d
  * format owns but a save does not write, e.g. an old tokenizer.json). BT_OK when absent;
  * BT_ERR_IO when it is something else or cannot be removed. */
 bt_status bt_remove_owned_file(const char *path, const char *what);
+
+/* This host's name as the temp names carry it ('.' and '/' as '_'). */
+const char *bt_temp_host_tag(void);
 
 /* fsync of the directory holding path (or of path itself when is_dir != 0). 0 or errno. */
 int bt_sync_dir_of(const char *path, int is_dir);

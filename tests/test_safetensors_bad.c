@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "safetensors.h"
 #include "test_util.h"
 
@@ -451,30 +452,38 @@ static long dead_pid(void) {
     return (long)p;
 }
 
-/* Temp files of a save killed with SIGKILL are removed by the next save of the same target;
- * those of a live process and of other targets are left alone. */
+/* Temp files of a save killed with SIGKILL are removed by the next save into the directory
+ * (fileio.h); those of a live process, of another host, and look-alikes are left alone. */
 static void test_stale_temps(void) {
-    const char *path = case_path("stale");
-    char dead1[600], dead2[600], live[600], other[600];
+    char sdir[600], path[700];
+    snprintf(sdir, sizeof sdir, "%s/stale", dir); /* a directory no save has scanned yet */
+    mkdir(sdir, 0755);
+    snprintf(path, sizeof path, "%s/stale.safetensors", sdir);
+    tu_setup_text(path, "the previous file");
+    const char *host = bt_temp_host_tag();
     long dp = dead_pid();
-    snprintf(dead1, sizeof dead1, "%s/.stale.safetensors.bt-tmp.%ld.3", dir, dp);
-    snprintf(dead2, sizeof dead2, "%s/stale.safetensors.tmp.%ld", dir, dp);
-    snprintf(live, sizeof live, "%s/.stale.safetensors.bt-tmp.%ld.0", dir, (long)getppid());
-    snprintf(other, sizeof other, "%s/.other.safetensors.bt-tmp.%ld.0", dir, dp);
-    tu_setup_text(dead1, "half a file");
-    tu_setup_text(dead2, "half a file");
-    tu_setup_text(live, "being written");
-    tu_setup_text(other, "someone else's");
+    char dead1[900], dead2[900], dead3[900], live[900], other_host[900], lookalike[900];
+    snprintf(dead1, sizeof dead1, "%s/.stale.safetensors.bt-tmp.%s.%ld.3", sdir, host, dp);
+    snprintf(dead2, sizeof dead2, "%s/stale.safetensors.tmp.%ld", sdir, dp);
+    snprintf(dead3, sizeof dead3, "%s/.other.safetensors.bt-tmp.%s.%ld.0", sdir, host, dp);
+    snprintf(live, sizeof live, "%s/.stale.safetensors.bt-tmp.%s.%ld.0", sdir, host,
+             (long)getppid());
+    snprintf(other_host, sizeof other_host, "%s/.stale.safetensors.bt-tmp.elsewhere%s.%ld.0",
+             sdir, host, dp);
+    snprintf(lookalike, sizeof lookalike, "%s/notes.tmp.%ld", sdir, dp);
+    const char *all[] = {dead1, dead2, dead3, live, other_host, lookalike};
+    for (int i = 0; i < 6; i++)
+        tu_setup_text(all[i], "half a file");
     float a[2] = {1, 2};
     safetensors_entry e = {"a", BT_DTYPE_F32, BT_DTYPE_F32, 1, {2}, a};
     tu_check(safetensors_write(path, &e, 1, NULL) == BT_OK, "save over stale temps");
     struct stat sb;
-    tu_check(stat(dead1, &sb) != 0 && stat(dead2, &sb) != 0,
-             "stale temps of a dead writer removed (both namings)");
+    tu_check(stat(dead1, &sb) != 0 && stat(dead2, &sb) != 0 && stat(dead3, &sb) != 0,
+             "temps of dead writers of this host removed (this target, an older naming, "
+             "another target)");
     tu_check(stat(live, &sb) == 0, "temp of a live process kept");
-    tu_check(stat(other, &sb) == 0, "temp of another target kept");
-    unlink(live);
-    unlink(other);
+    tu_check(stat(other_host, &sb) == 0, "temp of another host kept");
+    tu_check(stat(lookalike, &sb) == 0, "a look-alike with no target beside it kept");
 }
 
 int main(void) {

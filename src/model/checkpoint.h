@@ -32,7 +32,7 @@
  * only when copy_from_dir is the target itself). Every target is checked first: one that
  * exists and is not a regular file (a FIFO, a device, a directory) is refused before
  * anything is written. Every file is first written in full to a temp file
- * ".<name>.bt-tmp.<pid>.<n>" (src/fileio.h; fsync'ed); only when all of them are written are
+ * ".<name>.bt-tmp.<host>.<pid>.<n>" (src/fileio.h; fsync'ed); only when all of them are written are
  * they renamed over the final names, then stale aux files are removed and the directory is
  * fsync'ed. A failure before the renames removes the temp files and leaves the previous
  * checkpoint untouched; temp files of a killed save are removed by the next save.

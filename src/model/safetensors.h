@@ -24,7 +24,7 @@
  * rounding to nearest even with bt_bf16_from_f32), compact JSON header built with cJSON
  * ("__metadata__" first, then entries in the given order), data contiguous in entry order,
  * header padded with spaces so the data section starts 8-aligned. Written through
- * bt_atomic_file (src/fileio.h): a temp file ".<name>.bt-tmp.<pid>.<n>" in the same
+ * bt_atomic_file (src/fileio.h): a temp file ".<name>.bt-tmp.<host>.<pid>.<n>" in the same
  * directory, fsync, rename, fsync of the directory: a crash never leaves a half-written file
  * under the final name and never destroys the previous one; an existing target that is not
  * a regular file (/dev/null, a FIFO, a directory) is refused; on any error the temp file is
