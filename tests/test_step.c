@@ -257,6 +257,17 @@ static void test_groups(micro *data) {
                  bt_adamw_moments(&o, tt->offset, &mm, &vv) && o.mnumel < m.table.numel,
              "freeze_vision: no moments for vision tensors (%zu of %zu elements have moments)",
              o.mnumel, m.table.numel);
+    /* the norm the NaN policy reads: a NaN gradient of a trained tensor makes it NaN, one of
+     * a frozen tensor is not part of it (torch leaves requires_grad=False out) */
+    float *g = calloc(m.table.numel, sizeof *g);
+    g[tt->offset] = 3.0f;
+    g[vt->offset] = NAN;
+    const double n1 = bt_adamw_grad_norm(&o, g);
+    g[tt->offset + 1] = INFINITY;
+    const double n2 = bt_adamw_grad_norm(&o, g);
+    tu_check(n1 == 3.0 && isinf(n2), "grad norm: frozen NaN ignored (%g), trained Inf seen (%g)",
+             n1, n2);
+    free(g);
     bt_adamw_free(&o);
     bt_model_free(&m);
 
