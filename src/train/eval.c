@@ -83,11 +83,10 @@ static double dot_f64(const float *a, const float *b, size_t n) {
     return s;
 }
 
-static const manifest *sort_man; /* qsort has no context argument; set around the call */
-
-static int cmp_by_path(const void *pa, const void *pb) {
+static int cmp_by_path(const void *pa, const void *pb, void *ctx) {
+    const manifest *man = ctx;
     const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
-    int c = strcmp(manifest_image(sort_man, (size_t)a), manifest_image(sort_man, (size_t)b));
+    int c = strcmp(manifest_image(man, (size_t)a), manifest_image(man, (size_t)b));
     return c ? c : (a > b) - (a < b);
 }
 
@@ -97,9 +96,7 @@ static size_t group_images(const manifest *man, size_t N, int64_t *group) {
     int64_t *order = xcalloc(N, sizeof *order), *first = xcalloc(N, sizeof *first);
     for (size_t i = 0; i < N; i++)
         order[i] = (int64_t)i;
-    sort_man = man;
-    qsort(order, N, sizeof *order, cmp_by_path);
-    sort_man = NULL;
+    qsort_r(order, N, sizeof *order, cmp_by_path, (void *)man);
     for (size_t i = 0; i < N; i++) { /* first[r] = smallest record with r's path */
         int same = i > 0 && !strcmp(manifest_image(man, (size_t)order[i]),
                                     manifest_image(man, (size_t)order[i - 1]));
@@ -326,7 +323,7 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
             next_report = done + s->N / 10;
         }
     }
-    if (o->progress) loader_drain_problems(l, print_problem, o->progress);
+    if (l && o->progress) loader_drain_problems(l, print_problem, o->progress);
     loader_free(l);
     free(w.ids);
     free(w.mask);
