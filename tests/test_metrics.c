@@ -16,13 +16,15 @@
  * Randomized: ranks, top-k and re-ranked ranks against a reference that SORTS the candidates
  * (qsort with the documented total order) and reads the position of the first right one,
  * on matrices with heavy ties (scores on 4 levels) and shared keys. Exact integers: no
- * tolerance is involved. */
+ * tolerance is involved. Also bt_eval_result_scalars (the names and values the trainer logs)
+ * on a hand-made result. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "test_util.h"
+#include "train/eval.h"
 #include "train/metrics.h"
 
 static void check_summary(const char *name, const int64_t *ranks, size_t n, double r1, double r5,
@@ -319,6 +321,38 @@ static void test_random(void) {
              fails_rr);
 }
 
+/* bt_eval_result_scalars: the flat names and values the trainer logs, from a hand-made
+ * result (every field a distinct value, so a swapped pair shows). */
+static void test_eval_scalars(void) {
+    bt_eval_result r;
+    memset(&r, 0, sizeof r);
+    r.loss = 1.5;
+    r.t2i = (bt_retrieval_metrics){.n = 3, .r1 = 0.1, .r5 = 0.2, .r10 = 0.3, .mean_rank = 4,
+                                   .median_rank = 5};
+    r.i2t = (bt_retrieval_metrics){.n = 3, .r1 = 0.6, .r5 = 0.7, .r10 = 0.8, .mean_rank = 9,
+                                   .median_rank = 10};
+    const char *names[32];
+    double v[32];
+    size_t n = bt_eval_result_scalars(&r, names, v, 32);
+    tu_check(n == 11 && !strcmp(names[0], "eval/loss") && v[0] == 1.5 &&
+                 !strcmp(names[1], "eval/t2i_r1") && v[1] == 0.1 &&
+                 !strcmp(names[5], "eval/t2i_median_rank") && v[5] == 5 &&
+                 !strcmp(names[6], "eval/i2t_r1") && v[6] == 0.6 &&
+                 !strcmp(names[9], "eval/i2t_mean_rank") && v[9] == 9,
+             "eval scalars without re-ranking or choices: loss + 2 x 5 retrieval (%zu)", n);
+    r.has_rerank = 1;
+    r.t2i_rerank.r1 = 0.25;
+    r.has_choices = 1;
+    r.choice_accuracy = 0.75;
+    n = bt_eval_result_scalars(&r, names, v, 32);
+    tu_check(n == 22 && !strcmp(names[11], "eval/t2i_itm_r1") && v[11] == 0.25 &&
+                 !strcmp(names[21], "eval/choice_acc") && v[21] == 0.75,
+             "eval scalars with re-ranking and choices: 22, ITM and choice accuracy last (%zu)",
+             n);
+    tu_check(bt_eval_result_scalars(&r, names, v, 2) == 22 && !strcmp(names[1], "eval/t2i_r1"),
+             "eval scalars: the count is returned when cap is smaller, cap entries written");
+}
+
 int main(void) {
     test_identity();
     test_reversed();
@@ -329,5 +363,6 @@ int main(void) {
     test_nan();
     test_choices();
     test_random();
+    test_eval_scalars();
     return tu_finish();
 }
