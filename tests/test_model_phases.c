@@ -17,7 +17,8 @@
  *   5. memory: bt_model_activation_bytes equals what bt_model_reserve_phases allocates, a
  *      step at or below the reserved shapes allocates nothing, bt_forward's loss scratch
  *      equals bt_model_hf_loss_bytes, and impossible shapes give BT_ERR_NOMEM (naming what
- *      to reduce) without touching the model; bad pair indices are named errors.
+ *      to reduce) without touching the model; bad pair indices are named errors;
+ *   6. one tower only (Bt = 0 or Bi = 0): the same ITC embeddings, a text-only backward.
  *
  * Bitwise vs tolerance (1, 3, 4): under the reference GEMM (gemm_ref.c: every output element
  * a double-accumulated dot product rounded once) an output row depends on its own input rows
@@ -113,6 +114,11 @@ static bt_status towers_on(bt_model *m, gathered *g, const pool *pl, const int *
 
 static int identity[MAXR] = {0, 1, 2, 3, 4, 5, 6, 7};
 
+/* "ok" or the error message of a status (the thread's message may be stale on success). */
+static const char *msg(bt_status s) {
+    return s == BT_OK ? "ok" : bt_error_message();
+}
+
 /* --- model set-up -------------------------------------------------------------------------- */
 
 static int model_make(bt_model *m, bt_precision prec, uint64_t seed) {
@@ -183,9 +189,9 @@ static void check_pairs_vs_gathered(const char *title, bt_precision prec, const 
     gathered g;
     memset(&g, 0, sizeof g);
     bt_status s = towers_on(&m, &g, pl, identity, pl->nt, identity, pl->ni);
-    if (tu_check(s == BT_OK, "%s: towers: %s", title, bt_error_message()))
+    if (tu_check(s == BT_OK, "%s: towers: %s", title, msg(s)))
         s = bt_cross_forward_pairs(&m, pairs, P);
-    if (!tu_check(s == BT_OK, "%s: pairs: %s", title, bt_error_message())) {
+    if (!tu_check(s == BT_OK, "%s: pairs: %s", title, msg(s))) {
         bt_model_free(&m);
         free(g.pix);
         return;
@@ -201,8 +207,7 @@ static void check_pairs_vs_gathered(const char *title, bt_precision prec, const 
     gather(&g, pl, trows, P, irows, P);
     bt_batch b = {P, T, g.ids, g.mask, g.pix, NULL, NULL};
     s = bt_forward(&m, &b);
-    if (tu_check(s == BT_OK, "%s: bt_forward on the gathered batch: %s", title,
-                 bt_error_message())) {
+    if (tu_check(s == BT_OK, "%s: bt_forward on the gathered batch: %s", title, msg(s))) {
         const double af = prec == BT_PRECISION_BF16 ? 4e-2 : 1e-5;
         const double rt = prec == BT_PRECISION_BF16 ? 0.0 : 1e-5;
         char name[160];
@@ -479,7 +484,7 @@ static void test_reuse(const bt_model_config *c, int training) {
         bt_status s = towers_on(&m, &rc.g, &rc.pl, &tr, 1, &ir, 1);
         const bt_pair one = {0, 0, pairs[p].mlm};
         if (s == BT_OK) s = bt_cross_forward_pairs(&m, &one, 1);
-        if (!tu_check(s == BT_OK, "2a one-pair run %zu: %s", p, bt_error_message())) break;
+        if (!tu_check(s == BT_OK, "2a one-pair run %zu: %s", p, msg(s))) break;
         pair_loss(&m, &rc.ro, &p, mlm0, 1);
         mlm0 += (size_t)pairs[p].mlm;
         bt_cross_backward_pairs(&m);
@@ -501,7 +506,7 @@ static void test_reuse(const bt_model_config *c, int training) {
         mlm_lo += m.Pm;
         bt_cross_backward_pairs(&m);
     }
-    if (tu_check(s == BT_OK, "2a' rounds: %s", bt_error_message())) {
+    if (tu_check(s == BT_OK, "2a' rounds: %s", msg(s))) {
         bt_towers_backward(&m);
         snprintf(title, sizeof title, "2a' %s: two cross rounds on one tower pass", mode);
         check_grads_equal(title, "one-round gradient", &m, m.grads, grads[0]);
@@ -553,7 +558,7 @@ static int keyed_run(bt_model *m, gathered *g, const pool *pl, const int *trows,
     }
     bt_status s = towers_on(m, g, pl, trows, nt, irows, ni);
     if (s == BT_OK) s = bt_cross_forward_pairs(m, pairs, P);
-    if (!tu_check(s == BT_OK, "4: run: %s", bt_error_message())) return 0;
+    if (!tu_check(s == BT_OK, "4: run: %s", msg(s))) return 0;
     snap_take(out, m);
     return 1;
 }
@@ -704,15 +709,15 @@ static void test_memory(const bt_model_config *c) {
              m.pair_act.mem == mem[2] && m.pair_dact.mem == mem[3] && arenas_bytes(&m) == want;
     }
     tu_check(ok, "5: a step at the reserved shapes and a smaller one reuse the arenas (no "
-                 "allocation): %s", s == BT_OK ? "ok" : bt_error_message());
+                 "allocation): %s", msg(s));
 
     /* impossible shapes: a status, the model unchanged */
     s = bt_model_reserve_phases(&m, (size_t)1 << 36, Bi, P, Pm, T);
-    const char *msg = bt_error_message();
-    tu_check(s == BT_ERR_NOMEM && strstr(msg, "reduce the batch size") &&
-                 strstr(msg, "available") && m.tower_act.mem == mem[0] &&
+    const char *err = bt_error_message();
+    tu_check(s == BT_ERR_NOMEM && strstr(err, "reduce the batch size") &&
+                 strstr(err, "available") && m.tower_act.mem == mem[0] &&
                  arenas_bytes(&m) == want,
-             "5: 2^36 texts -> BT_ERR_NOMEM, model untouched (%s)", msg);
+             "5: 2^36 texts -> BT_ERR_NOMEM, model untouched (%s)", err);
     s = bt_model_reserve_phases(&m, Bt, Bi, (size_t)1 << 60, Pm, T);
     tu_check(s == BT_ERR_NOMEM && arenas_bytes(&m) == want,
              "5: 2^60 pairs -> BT_ERR_NOMEM (%s)", bt_error_message());
@@ -742,6 +747,55 @@ static void test_memory(const bt_model_config *c) {
     bt_model_free(&m);
 }
 
+/* --- 6: one tower only (Bt = 0 or Bi = 0) ------------------------------------------------- */
+
+static void test_one_tower(const bt_model_config *c) {
+    tu_rng r;
+    tu_rng_seed(&r, 59);
+    pool pl;
+    pool_init(&pl, c, 3, 2, &r);
+    gemm_backend be = gemm_get_backend();
+    gemm_set_backend(GEMM_BACKEND_REF);
+    bt_model m;
+    if (!model_make(&m, BT_PRECISION_FP32, 31)) return;
+    gathered g;
+    memset(&g, 0, sizeof g);
+    const size_t C = (size_t)c->contrastive_hidden;
+    bt_status s = towers_on(&m, &g, &pl, identity, 3, identity, 2);
+    float *t_both = s == BT_OK ? dup(m.itc_text, 3 * C) : NULL;
+    float *i_both = s == BT_OK ? dup(m.itc_image, 2 * C) : NULL;
+    if (tu_check(s == BT_OK, "6: both towers: %s", msg(s))) {
+        s = towers_on(&m, &g, &pl, identity, 3, identity, 0);
+        tu_check(s == BT_OK && m.Bi == 0 && memcmp(m.itc_text, t_both, 3 * C * sizeof(float)) == 0,
+                 "6: texts only (Bi = 0): the same ITC text embeddings, bit for bit (%s)",
+                 msg(s));
+        /* an ITC-text-only backward runs without a cross phase */
+        bt_zero_grad(&m);
+        for (size_t i = 0; i < 3 * C; i++) m.d_itc_text[i] = 1.0f;
+        bt_towers_backward(&m);
+        tu_check(absmax(m.g.itc_text_w, C * (size_t)c->hidden) > 0 &&
+                     absmax(m.g.text_word_emb, m.table.fields[BT_P_TEXT_WORD_EMB].numel) > 0 &&
+                     absmax(m.g.vis_patch_w, m.table.fields[BT_P_VIS_PATCH_W].numel) == 0,
+                 "6: texts only: the backward reaches the text side and leaves vision alone");
+        const bt_pair one = {0, 0, 0};
+        s = bt_cross_forward_pairs(&m, &one, 1);
+        tu_check(s == BT_ERR_ARG && strstr(bt_error_message(), "image_row"),
+                 "6: texts only: a pair has no image row to read (%s)", bt_error_message());
+        s = towers_on(&m, &g, &pl, identity, 0, identity, 2);
+        tu_check(s == BT_OK && m.Bt == 0 && memcmp(m.itc_image, i_both, 2 * C * sizeof(float)) == 0,
+                 "6: images only (Bt = 0): the same ITC image embeddings, bit for bit (%s)",
+                 msg(s));
+        s = towers_on(&m, &g, &pl, identity, 0, identity, 0);
+        tu_check(s == BT_ERR_SHAPE, "6: no rows at all is an error (%s)", bt_error_message());
+    }
+    free(t_both);
+    free(i_both);
+    gemm_set_backend(be);
+    free(g.pix);
+    free(pl.pix);
+    bt_model_free(&m);
+}
+
 int main(void) {
     if (gemm_init_from_env() != BT_OK) {
         fprintf(stderr, "%s\n", bt_error_message());
@@ -755,6 +809,7 @@ int main(void) {
         test_reuse(&c, 1);
         test_dropout_keys(&c);
         test_memory(&c);
+        test_one_tower(&c);
     }
     gemm_release();
     return tu_finish();
