@@ -204,11 +204,11 @@ static void test_nan(micro *data, size_t R) {
     bt_trainer_init(&tr, &m, &sc);
     mb[0] = as_batch(&data[0]);
     mb[1] = as_batch(&data[1]);
-    st = bt_train_step(&tr, mb, 2, &r); /* step 0 clean */
+    st = bt_train_step(&tr, mb, 2, &r); /* step 1 clean (steps are named from 1, HF global_step) */
     memcpy(p0, m.params, m.table.numel * sizeof *p0);
     mb[1] = as_batch(&bad);
     st = bt_train_step(&tr, mb, 2, &r);
-    tu_check(st == BT_ERR_NUMERIC && strstr(bt_error_message(), "step 1:") &&
+    tu_check(st == BT_ERR_NUMERIC && strstr(bt_error_message(), "step 2:") &&
                  strstr(bt_error_message(), "NaN"),
              "stop: BT_ERR_NUMERIC naming the step: %s", bt_error_message());
     tu_check_bytes_equal("stop: weights are those before the step", m.params, p0,

@@ -339,10 +339,10 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     res->grad_norm = NAN;
     res->clip_coef = 1.0f;
     res->lr = bt_schedule_lr(&c->schedule, (int64_t)tr->opt.t);
-    if (n_micro == 0) return bt_fail(BT_ERR_ARG, "step %lld: no micro-batch", (long long)tr->step);
+    if (n_micro == 0) return bt_fail(BT_ERR_ARG, "step %lld: no micro-batch", (long long)(tr->step + 1));
     for (size_t k = 0; k < n_micro; k++) {
         bt_status st = check_batch(&micro[k], k, c);
-        if (st != BT_OK) return bt_fail_context(st, "step %lld", (long long)tr->step);
+        if (st != BT_OK) return bt_fail_context(st, "step %lld", (long long)(tr->step + 1));
     }
     for (size_t k = 0; k < n_micro; k++) {
         bt_status st = reserve(tr, micro[k].B, micro[k].T);
@@ -385,13 +385,14 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
         res->t_total = now_s() - t_start;
         if (c->nan_policy == BT_NAN_STOP)
             return bt_fail(BT_ERR_NUMERIC, "step %lld: %s; stopping (nan_policy stop; the "
-                           "weights are those before this step)", (long long)s, res->nonfinite);
+                           "weights are those before this step)", (long long)(s + 1),
+                           res->nonfinite);
         bt_error_clear();
         return BT_OK;
     }
     if (st != BT_OK) {
         res->t_total = now_s() - t_start;
-        return bt_fail_context(st, "step %lld", (long long)tr->step);
+        return bt_fail_context(st, "step %lld", (long long)(tr->step + 1));
     }
     res->clip_coef = bt_clip_coef(res->grad_norm, (float)c->max_grad_norm);
     bt_adamw_hparams h = c->adamw;

@@ -109,7 +109,8 @@ struct loader_batch;
 bt_status bt_step_batch_from_loader(bt_step_batch *out, const struct loader_batch *lb);
 
 typedef struct bt_step_result {
-    int64_t step;                  /* index of this step (tr->step before the call) */
+    int64_t step;                  /* index of this step (tr->step before the call; messages
+                                      name it 1-based, step + 1, as HF global_step) */
     double loss;                   /* Σ w·term, mean over micro-batches */
     double loss_itc, loss_itm, loss_mlm; /* unweighted terms, mean over micro-batches */
     double lr;                     /* base lr of this step (multipliers apply on top) */

@@ -25,6 +25,7 @@
 #include "fileio.h"
 #include "mem.h"
 #include "model/checkpoint.h"
+#include "model/cpu.h"
 #include "model/flops.h"
 #include "model/model.h"
 #include "train/eval.h"
@@ -584,6 +585,7 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     if (rc->train.threads > 0) omp_set_num_threads((int)rc->train.threads);
 #endif
     if (o->install_signals) install_stop_signals();
+    bt_runtime_info_print(j->out, "bt-train");
     st = bt_check_output_dir(rc->output.dir, "output.dir", 1);
     if (st != BT_OK) goto done;
     st = resume_setup(j);

@@ -1,0 +1,401 @@
+/* test_bt_train.c: the bt-train job as a user runs it (its path is argv[1], passed by meson),
+ * on a generated synthetic dataset and the small synthetic model (configs/synthetic-model),
+ * with ITC + ITM + MLM and dropout on, so every random stream of the step is exercised.
+ *
+ * What it proves, each against an independent run of the same command (never against the
+ * program's own account of itself):
+ *   determinism   two uninterrupted runs give the same model.safetensors bytes;
+ *   SIGKILL       a run killed at two points (right after a checkpoint appears, and in the
+ *                 middle of a later step) and restarted with the same command ends with the
+ *                 same weights and moments, bit for bit, as the uninterrupted run, and its
+ *                 metrics.jsonl has every step exactly once;
+ *   SIGINT        exits 130 after writing a checkpoint of the step it stopped at, and the
+ *                 restarted run ends equal to the uninterrupted one;
+ *   bad input     malformed configs, unknown keys and bad --set values name the key; a
+ *                 corrupt image stops the run naming the manifest line (on_bad_record
+ *                 "stop") or is replaced with a warning naming it ("skip");
+ *   NaN policy    a learning rate that blows the weights up stops the run naming the step
+ *                 ("stop") or skips the steps and says so ("skip");
+ *   learning      the training loss of the last logged steps is below the first's.
+ * Whole-step numerics against PyTorch are test_step_parity's; this test is about the job. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "data/synth.h"
+#include "test_util.h"
+
+static const char *exe;
+static char data_dir[1024], model_dir[1024], base_cfg[1100];
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts bt-train --config base_cfg --set output.dir=OUT [extra --set ...] with stdout and
+ * stderr in OUT.log / OUT.err; returns the pid. */
+static pid_t spawn_train(const char *out, const char *const *sets, size_t n_sets) {
+    char log[1200], err[1200], outset[1200];
+    snprintf(log, sizeof log, "%s.log", out);
+    snprintf(err, sizeof err, "%s.err", out);
+    snprintf(outset, sizeof outset, "output.dir=%s", out);
+    const char *argv[64];
+    size_t n = 0;
+    argv[n++] = exe;
+    argv[n++] = "--config";
+    argv[n++] = base_cfg;
+    argv[n++] = "--quiet-config";
+    argv[n++] = "--set";
+    argv[n++] = outset;
+    for (size_t i = 0; i < n_sets && n < 60; i++) {
+        argv[n++] = "--set";
+        argv[n++] = sets[i];
+    }
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int fe = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fo < 0 || fe < 0) _exit(126);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Exit code, or 128 + signal when killed. */
+static int wait_exit(pid_t pid) {
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}
+
+static int run_train(const char *out, const char *const *sets, size_t n_sets) {
+    return wait_exit(spawn_train(out, sets, n_sets));
+}
+
+static char *read_text(const char *path) {
+    char *t = (char *)tu_read_file(path, NULL);
+    return t ? t : strdup("");
+}
+
+/* Waits (at most 120 s) for path to exist while pid runs; 1 when it appeared. */
+static int wait_for(const char *path, pid_t pid) {
+    for (int i = 0; i < 12000; i++) {
+        if (exists(path)) return 1;
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) return exists(path);
+        sleep_s(0.01);
+    }
+    return 0;
+}
+
+/* Steps of the "train" records of metrics.jsonl, in file order; returns how many. */
+static size_t train_steps(const char *out, int64_t *steps, double *losses, size_t cap) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    char *text = read_text(p);
+    size_t n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "train") && n < cap) {
+            steps[n] = (int64_t)cJSON_GetObjectItemCaseSensitive(j, "step")->valuedouble;
+            const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "loss");
+            losses[n] = cJSON_IsNumber(l) ? l->valuedouble : NAN;
+            n++;
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    return n;
+}
+
+static int same_file(const char *what, const char *a_dir, const char *b_dir, const char *name) {
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/%s", a_dir, name);
+    snprintf(b, sizeof b, "%s/%s", b_dir, name);
+    return tu_check(tu_files_equal(a, b), "%s: %s equals %s byte for byte", what, b, a);
+}
+
+static void setup(void) {
+    const char *tmp = tu_tmpdir();
+    snprintf(data_dir, sizeof data_dir, "%s/synth", tmp);
+    synth_options so;
+    memset(&so, 0, sizeof so);
+    so.out_dir = data_dir;
+    so.n[0] = 64; /* train */
+    so.n[1] = 16; /* val */
+    so.n[2] = 0;
+    so.seed = 3;
+    so.size = 64;
+    if (synth_generate(&so) != BT_OK) {
+        fprintf(stderr, "synth: %s\n", bt_error_message());
+        exit(1);
+    }
+    const char *configs = getenv("BT_CONFIGS");
+    snprintf(model_dir, sizeof model_dir, "%s/synthetic-model", configs ? configs : "configs");
+    snprintf(base_cfg, sizeof base_cfg, "%s/run.json", tmp);
+    char text[4096];
+    snprintf(text, sizeof text,
+             "{\n"
+             "  \"model\": {\"config\": \"%s\", \"init_seed\": 0, \"heads\": [\"itc\", \"itm\", "
+             "\"mlm\"]},\n"
+             "  \"data\": {\"train\": \"%s/train.jsonl\", \"validation\": \"%s/val.jsonl\",\n"
+             "           \"max_length\": 32, \"seed\": 1, \"drop_last\": true, \"num_workers\": 2},\n"
+             "  \"train\": {\"batch_size\": 8, \"max_steps\": 8, \"lr\": 1e-3, \"warmup_steps\": 2,\n"
+             "            \"weight_decay\": 0.01, \"max_grad_norm\": 1.0,\n"
+             "            \"loss_weights\": {\"itc\": 1, \"itm\": 0.5, \"mlm\": 0.5},\n"
+             "            \"seed\": 5, \"dropout\": true, \"threads\": 2},\n"
+             "  \"logging\": {\"steps\": 1, \"tensorboard\": true, \"report\": false},\n"
+             "  \"eval\": {\"strategy\": \"no\", \"at_end\": false},\n"
+             "  \"save\": {\"strategy\": \"steps\", \"steps\": 2, \"total_limit\": 2}\n"
+             "}\n",
+             model_dir, data_dir, data_dir);
+    tu_setup_text(base_cfg, text);
+}
+
+static const char *out_path(const char *name) {
+    return tu_tmp_path(name);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_bt_train PATH/TO/bt-train\n");
+        return 1;
+    }
+    exe = argv[1];
+    setup();
+
+    /* --- the reference run, and determinism ---------------------------------------------- */
+    char ref[1200], again[1200];
+    snprintf(ref, sizeof ref, "%s", out_path("ref"));
+    snprintf(again, sizeof again, "%s", out_path("again"));
+    int rc = run_train(ref, NULL, 0);
+    if (!tu_check(rc == 0, "uninterrupted run exits 0 (got %d)", rc)) {
+        char p[1300];
+        snprintf(p, sizeof p, "%s.err", ref);
+        char *e = read_text(p);
+        fprintf(stderr, "%s\n", e);
+        free(e);
+        return tu_finish();
+    }
+    tu_check(run_train(again, NULL, 0) == 0, "second uninterrupted run exits 0");
+    same_file("determinism", ref, again, "model.safetensors");
+    {
+        char a[1300], b[1300];
+        snprintf(a, sizeof a, "%s/checkpoint-8", ref);
+        snprintf(b, sizeof b, "%s/checkpoint-8", again);
+        same_file("determinism", a, b, "optimizer.safetensors");
+        snprintf(a, sizeof a, "%s/checkpoint-4", ref);
+        tu_check(!exists(a), "save.total_limit 2: %s was removed", a);
+        snprintf(a, sizeof a, "%s/checkpoint-6/trainer_state.json", ref);
+        tu_check(exists(a), "save.total_limit 2: %s kept", a);
+    }
+    int64_t steps[64];
+    double losses[64];
+    size_t n = train_steps(ref, steps, losses, 64);
+    tu_check(n == 8, "metrics.jsonl: 8 train records (got %zu)", n);
+    {
+        char p[1300];
+        snprintf(p, sizeof p, "%s/config.json", ref);
+        tu_check(exists(p), "final model directory written: %s", p);
+        snprintf(p, sizeof p, "%s/tokenizer.json", ref);
+        tu_check(exists(p), "final model directory has the tokenizer: %s", p);
+        snprintf(p, sizeof p, "%s/summary.json", ref);
+        tu_check(exists(p), "summary written: %s", p);
+    }
+
+    /* --- SIGKILL at two points, then resume by running the same command again ------------- */
+    char killed[1200];
+    snprintf(killed, sizeof killed, "%s", out_path("killed"));
+    {
+        char ck[1300];
+        pid_t pid = spawn_train(killed, NULL, 0);
+        snprintf(ck, sizeof ck, "%s/checkpoint-2/trainer_state.json", killed);
+        int seen = wait_for(ck, pid);
+        kill(pid, SIGKILL);
+        int st = wait_exit(pid);
+        tu_check(seen && st == 128 + SIGKILL, "first kill right after checkpoint-2 (status %d)", st);
+        pid = spawn_train(killed, NULL, 0);
+        snprintf(ck, sizeof ck, "%s/checkpoint-4/trainer_state.json", killed);
+        seen = wait_for(ck, pid);
+        sleep_s(0.15); /* into step 5 or 6: work after the last checkpoint is lost and redone */
+        kill(pid, SIGKILL);
+        st = wait_exit(pid);
+        tu_check(seen, "second kill after checkpoint-4 (status %d)", st);
+        rc = run_train(killed, NULL, 0);
+        tu_check(rc == 0, "resumed run exits 0 (got %d)", rc);
+        same_file("SIGKILL + resume", ref, killed, "model.safetensors");
+        char a[1300], b[1300];
+        snprintf(a, sizeof a, "%s/checkpoint-8", ref);
+        snprintf(b, sizeof b, "%s/checkpoint-8", killed);
+        same_file("SIGKILL + resume", a, b, "optimizer.safetensors");
+        int64_t ks[64];
+        double kl[64];
+        size_t kn = train_steps(killed, ks, kl, 64);
+        int once = kn == 8;
+        for (size_t i = 0; once && i < kn; i++) once = ks[i] == (int64_t)i + 1;
+        tu_check(once, "SIGKILL + resume: metrics.jsonl has steps 1..8 once each (%zu records)", kn);
+        char logp[1300];
+        snprintf(logp, sizeof logp, "%s.log", killed);
+        char *log = read_text(logp);
+        tu_check(strstr(log, "resuming from") != NULL, "the restarted run says it resumes");
+        free(log);
+    }
+
+    /* --- SIGINT: checkpoint of the current step, exit 130, resume --------------------------- */
+    char intr[1200];
+    snprintf(intr, sizeof intr, "%s", out_path("sigint"));
+    {
+        char ck[1300];
+        pid_t pid = spawn_train(intr, NULL, 0);
+        snprintf(ck, sizeof ck, "%s/checkpoint-2/trainer_state.json", intr);
+        wait_for(ck, pid);
+        sleep_s(0.05);
+        kill(pid, SIGINT);
+        int st = wait_exit(pid);
+        char errp[1300];
+        snprintf(errp, sizeof errp, "%s.err", intr);
+        char *err = read_text(errp);
+        tu_check(st == 130, "SIGINT: exit status 130 (got %d)", st);
+        tu_check(strstr(err, "SIGINT") != NULL, "SIGINT: the message says so: %.200s", err);
+        free(err);
+        rc = run_train(intr, NULL, 0);
+        tu_check(rc == 0, "SIGINT: resumed run exits 0 (got %d)", rc);
+        same_file("SIGINT + resume", ref, intr, "model.safetensors");
+    }
+
+    /* --- learning: the loss goes down over the run ------------------------------------------ */
+    {
+        const char *sets[] = {"train.max_steps=40", "save.strategy=no", "train.lr=2e-3"};
+        char learn[1200];
+        snprintf(learn, sizeof learn, "%s", out_path("learn"));
+        rc = run_train(learn, sets, 3);
+        size_t ln = train_steps(learn, steps, losses, 64);
+        double first = 0, last = 0;
+        for (size_t i = 0; i < 5 && ln >= 10; i++) first += losses[i] / 5;
+        for (size_t i = ln >= 10 ? ln - 5 : 0; i < ln; i++) last += losses[i] / 5;
+        tu_check(rc == 0 && ln == 40 && last < first,
+                 "40 steps: mean loss of the last 5 steps %.4f < first 5 %.4f", last, first);
+    }
+
+    /* --- bad input -------------------------------------------------------------------------- */
+    {
+        char out[1200];
+        snprintf(out, sizeof out, "%s", out_path("bad"));
+        const char *unknown[] = {"train.learning_rate=1e-3"};
+        rc = run_train(out, unknown, 1);
+        char errp[1300];
+        snprintf(errp, sizeof errp, "%s.err", out);
+        char *err = read_text(errp);
+        tu_check(rc == 1 && strstr(err, "train.learning_rate") && strstr(err, "train.lr"),
+                 "unknown key: exit 1 naming it and the right key (%d): %.300s", rc, err);
+        free(err);
+        unlink(errp);
+        const char *badval[] = {"train.batch_size=0"};
+        rc = run_train(out, badval, 1);
+        err = read_text(errp);
+        tu_check(rc == 1 && strstr(err, "train.batch_size"),
+                 "out-of-range value: exit 1 naming the key (%d): %.300s", rc, err);
+        free(err);
+        unlink(errp);
+        char badcfg[1200];
+        snprintf(badcfg, sizeof badcfg, "%s", out_path("broken.json"));
+        tu_setup_text(badcfg, "{\"train\": {\"lr\": 1e-3,}}");
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "'%s' --config '%s' > '%s.log' 2> '%s'", exe, badcfg, out, errp);
+        int status = system(cmd);
+        err = read_text(errp);
+        tu_check(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(err, badcfg),
+                 "malformed JSON: exit 1 naming the file: %.300s", err);
+        free(err);
+        unlink(errp);
+    }
+    {
+        /* a corrupt image in record 3 (line 3) of a copy of the manifest */
+        char man[1200], bad_img[1200], line[4096];
+        snprintf(man, sizeof man, "%s/bad.jsonl", data_dir); /* beside the images it names */
+        snprintf(bad_img, sizeof bad_img, "%s/corrupt.jpg", data_dir);
+        tu_setup_text(bad_img, "\xff\xd8\xff\xe0 this is not a JPEG");
+        char src[1200];
+        snprintf(src, sizeof src, "%s/train.jsonl", data_dir);
+        FILE *in = fopen(src, "r"), *o = fopen(man, "w");
+        int k = 0;
+        while (in && o && fgets(line, sizeof line, in)) {
+            if (++k == 3) fprintf(o, "{\"image\": \"corrupt.jpg\", \"caption\": \"a broken picture\"}\n");
+            else fputs(line, o);
+        }
+        if (in) fclose(in);
+        if (o) fclose(o);
+        char set_man[1300];
+        snprintf(set_man, sizeof set_man, "data.train=%s", man);
+        const char *stop[] = {set_man, "data.on_bad_record=stop", "data.shuffle=false",
+                              "save.strategy=no"};
+        char out[1200], errp[1300];
+        snprintf(out, sizeof out, "%s", out_path("badrec-stop"));
+        snprintf(errp, sizeof errp, "%s.err", out);
+        rc = run_train(out, stop, 4);
+        char *err = read_text(errp);
+        tu_check(rc == 1 && strstr(err, "bad.jsonl:3") && strstr(err, "corrupt.jpg"),
+                 "corrupt image, policy stop: exit 1 naming manifest line and image (%d): %.400s",
+                 rc, err);
+        free(err);
+        const char *skip[] = {set_man, "data.on_bad_record=skip", "data.shuffle=false",
+                              "save.strategy=no"};
+        snprintf(out, sizeof out, "%s", out_path("badrec-skip"));
+        snprintf(errp, sizeof errp, "%s.err", out);
+        rc = run_train(out, skip, 4);
+        err = read_text(errp);
+        tu_check(rc == 0 && strstr(err, "bad.jsonl:3") && strstr(err, "corrupt.jpg"),
+                 "corrupt image, policy skip: exit 0 with a warning naming it (%d): %.400s", rc,
+                 err);
+        free(err);
+    }
+    {
+        /* a learning rate that makes the weights non-finite */
+        const char *stop[] = {"train.lr=1e30", "train.max_grad_norm=0", "train.warmup_steps=0",
+                              "train.on_nan=stop", "save.strategy=no"};
+        char out[1200], errp[1300];
+        snprintf(out, sizeof out, "%s", out_path("nan-stop"));
+        snprintf(errp, sizeof errp, "%s.err", out);
+        rc = run_train(out, stop, 5);
+        char *err = read_text(errp);
+        /* step 1 runs on the initial weights; its update makes them non-finite */
+        tu_check(rc == 1 && strstr(err, "step 2:") && strstr(err, "NaN"),
+                 "non-finite loss, policy stop: exit 1 naming step 2 (%d): %.300s", rc, err);
+        free(err);
+        const char *skip[] = {"train.lr=1e30", "train.max_grad_norm=0", "train.warmup_steps=0",
+                              "train.on_nan=skip", "save.strategy=no"};
+        snprintf(out, sizeof out, "%s", out_path("nan-skip"));
+        snprintf(errp, sizeof errp, "%s.err", out);
+        rc = run_train(out, skip, 5);
+        err = read_text(errp);
+        tu_check(rc == 0 && strstr(err, "step 2 skipped"),
+                 "non-finite loss, policy skip: exit 0, the skipped steps reported (%d): %.300s",
+                 rc, err);
+        free(err);
+    }
+    return tu_finish();
+}
