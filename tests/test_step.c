@@ -268,6 +268,13 @@ static void test_groups(micro *data) {
     tu_check(n1 == 3.0 && isinf(n2), "grad norm: frozen NaN ignored (%g), trained Inf seen (%g)",
              n1, n2);
     free(g);
+    /* no loss reaches text_model.pooler: torch gives it no .grad and AdamW (weight decay
+     * included) skips it, so it must stay bit-identical (base_config has weight decay) */
+    const bt_param_tensor *pt = bt_param_table_find(&m.table, "text_model.pooler.dense.weight");
+    tu_check(pt && sc.adamw.weight_decay > 0 &&
+                 !memcmp(m.params + pt->offset, p0 + pt->offset, pt->numel * sizeof(float)) &&
+                 !bt_adamw_moments(&o, pt->offset, &mm, &vv),
+             "text_model.pooler: never updated, no moments (as torch: no gradient reaches it)");
     bt_adamw_free(&o);
     bt_model_free(&m);
 

@@ -28,6 +28,9 @@ double bt_optim_lr_mult(const bt_param_tensor *x, const bt_optim_groups *g) {
 
 int bt_optim_frozen(const bt_param_tensor *x, const bt_optim_groups *g) {
     if (x->head != BT_HEAD_BACKBONE) return 0;
+    /* No loss reaches the RoBERTa pooler (HF's heads read the cross-modal poolers), so torch
+     * never gives it a .grad and AdamW skips it, weight decay included: never updated. */
+    if (starts_with(x->bare_key, "text_model.pooler.")) return 1;
     return (g->freeze_text && starts_with(x->bare_key, "text_model.")) ||
            (g->freeze_vision && starts_with(x->bare_key, "vision_model."));
 }
