@@ -537,9 +537,34 @@ static void test_bf16_widen(void) {
     tu_check(s == BT_ERR_ARG && strstr(bt_error_message(), "BT_GEMM_BF16") != NULL &&
                  strstr(bt_error_message(), "'fp16'") != NULL,
              "BT_GEMM_BF16=fp16 is an error naming variable and value: %s", bt_error_message());
-    for (int mode = 0; mode < 2; mode++) {
-        setenv("BT_GEMM_BF16", mode ? "fp32" : "native", 1);
-        tu_check(gemm_init_from_env() == BT_OK, "BT_GEMM_BF16=%s accepted", mode ? "fp32" : "native");
+    /* the AUTO rule: native only when clearly (10%) faster */
+    tu_check(gemm_bf16_route_pick(1.0, 2.0) == GEMM_BF16_NATIVE &&
+                 gemm_bf16_route_pick(2.0, 1.0) == GEMM_BF16_FP32 &&
+                 gemm_bf16_route_pick(1.0, 1.05) == GEMM_BF16_FP32 &&
+                 gemm_bf16_route_pick(1.0, 1.2) == GEMM_BF16_NATIVE,
+             "gemm_bf16_route_pick: native only when >= 10%% faster");
+    /* the AUTO measurement: both routes timed (where the CPU has native bf16), and the route
+     * it picked is the one the next primitive is built on */
+    setenv("BT_GEMM_BF16", "auto", 1);
+    tu_check(gemm_init_from_env() == BT_OK, "BT_GEMM_BF16=auto accepted");
+    gemm_release();
+    double ns = -1.0, fs = -1.0;
+    const int measured = gemm_bf16_route_measure(&ns, &fs);
+    tu_check(measured == gemm_cpu_has_bf16(), "AUTO measures exactly where native bf16 exists");
+    tu_check(!measured || (ns > 0.0 && fs > 0.0 && ns < 10.0 && fs < 10.0),
+             "AUTO measurement: native %.3g s, fp32 %.3g s per 512x3072x768 product", ns, fs);
+    const gemm_bf16_route active = gemm_bf16_route_active();
+    tu_check(active == (measured ? gemm_bf16_route_pick(ns, fs) : GEMM_BF16_FP32),
+             "AUTO keeps the measured pick: %s", gemm_bf16_route_describe());
+    for (int mode = 0; mode < 3; mode++) {
+        static const char *const names[3] = {"native", "fp32", "auto"};
+        setenv("BT_GEMM_BF16", names[mode], 1);
+        tu_check(gemm_init_from_env() == BT_OK, "BT_GEMM_BF16=%s accepted", names[mode]);
+        const int want_widen = !gemm_cpu_has_bf16() || mode == 1 ||
+                               (mode == 2 && active == GEMM_BF16_FP32);
+        tu_check((gemm_bf16_route_active() == GEMM_BF16_FP32) == want_widen,
+                 "BT_GEMM_BF16=%s: active route %s", names[mode],
+                 gemm_bf16_route_name(gemm_bf16_route_active()));
         gemm_release(); /* the choice applies to primitives created from now on */
         tcase tc = {.ta = 1, .tb = 0, .m = 70, .n = 1024, .k = 90, .pad_a = 3, .batch = 1,
                     .sa = DENSE, .sb = DENSE, .sc = DENSE, .at = BT_DTYPE_F32, .bt = BT_DTYPE_F32,
@@ -550,17 +575,16 @@ static void test_bf16_widen(void) {
                            .beta = 1.0f, .compute = GEMM_COMPUTE_BF16};
         const char *impl = gemm_onednn_impl_name(&probe);
         int widened = strstr(impl, "widened") != NULL;
-        tu_check(widened == (mode == 1 || !gemm_cpu_has_bf16()),
-                 "BT_GEMM_BF16=%s, native bf16 %d: implementation '%s'", mode ? "fp32" : "native",
-                 gemm_cpu_has_bf16(), impl);
-        run_case(GEMM_BACKEND_ONEDNN, &tc, MODE_SAME, mode ? "bf16-widen" : "bf16-native");
-        run_case(GEMM_BACKEND_ONEDNN, &tc, MODE_BF16_VS_F32, mode ? "bf16-widen-vs-f32ref" : "bf16-native-vs-f32ref");
+        tu_check(widened == want_widen, "BT_GEMM_BF16=%s, native bf16 %d: implementation '%s'",
+                 names[mode], gemm_cpu_has_bf16(), impl);
+        run_case(GEMM_BACKEND_ONEDNN, &tc, MODE_SAME, widened ? "bf16-widen" : "bf16-native");
+        run_case(GEMM_BACKEND_ONEDNN, &tc, MODE_BF16_VS_F32, widened ? "bf16-widen-vs-f32ref" : "bf16-native-vs-f32ref");
         tcase mixed = tc;
         mixed.at = BT_DTYPE_BF16;
         mixed.tb = 1;
         mixed.batch = 3;
         mixed.sb = 0;
-        run_case(GEMM_BACKEND_ONEDNN, &mixed, MODE_SAME, mode ? "bf16-widen" : "bf16-native");
+        run_case(GEMM_BACKEND_ONEDNN, &mixed, MODE_SAME, widened ? "bf16-widen" : "bf16-native");
     }
     unsetenv("BT_GEMM_BF16");
     gemm_init_from_env();

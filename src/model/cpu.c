@@ -176,7 +176,8 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     }
     fprintf(out, "gemm fp32 route: %s\n", route_f32);
     fprintf(out, "gemm bf16 route: %s (BT_GEMM_BF16=%s)\n", route_bf16,
-            env_or("BT_GEMM_BF16", "native"));
+            env_or("BT_GEMM_BF16", "auto"));
+    fprintf(out, "gemm bf16 choice: %s\n", gemm_bf16_route_describe());
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();

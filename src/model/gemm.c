@@ -73,20 +73,15 @@ bt_status gemm_init_from_env(void) {
     /* BT_CPU_ISA first: it may set DNNL_MAX_CPU_ISA, which oneDNN reads once (cpu.h) */
     if (bt_cpu_isa_init_from_env() != BT_OK) return BT_ERR_ARG;
     const char *w = getenv("BT_GEMM_BF16");
-    int widen = 0;
-    if (w && *w) {
-        if (strcmp(w, "fp32") == 0) {
-            widen = 1;
-        } else if (strcmp(w, "native") != 0) {
-            return bt_fail(BT_ERR_ARG,
-                           "environment variable BT_GEMM_BF16: '%s' is unknown; expected native "
-                           "or fp32",
-                           w);
-        }
-    }
+    gemm_bf16_route route = GEMM_BF16_AUTO;
+    if (w && *w && gemm_bf16_route_from_name(w, &route) != BT_OK)
+        return bt_fail(BT_ERR_ARG,
+                       "environment variable BT_GEMM_BF16: '%s' is unknown; expected auto, "
+                       "native or fp32",
+                       w);
     const char *v = getenv("BT_GEMM");
     if (!v || !*v) {
-        gemm_onednn_set_bf16_widen(widen);
+        gemm_onednn_set_bf16_route(route);
         atomic_store(&gemm_current, (int)gemm_default_backend());
         return BT_OK;
     }
@@ -95,8 +90,61 @@ bt_status gemm_init_from_env(void) {
     if (s != BT_OK) return bt_fail_context(s, "environment variable BT_GEMM");
     s = gemm_set_backend(b);
     if (s != BT_OK) return bt_fail_context(s, "environment variable BT_GEMM=%s", v);
-    gemm_onednn_set_bf16_widen(widen);
+    gemm_onednn_set_bf16_route(route);
     return BT_OK;
+}
+
+/* --- bf16 route ----------------------------------------------------------------------- */
+
+static const char *const gemm_route_names[] = {"native", "fp32", "auto"};
+
+const char *gemm_bf16_route_name(gemm_bf16_route r) {
+    if ((int)r < 0 || r > GEMM_BF16_AUTO) return "unknown";
+    return gemm_route_names[r];
+}
+
+bt_status gemm_bf16_route_from_name(const char *name, gemm_bf16_route *out) {
+    for (int i = 0; name && i <= GEMM_BF16_AUTO; i++) {
+        if (strcmp(name, gemm_route_names[i]) == 0) {
+            *out = (gemm_bf16_route)i;
+            return BT_OK;
+        }
+    }
+    return bt_fail(BT_ERR_ARG, "bf16 GEMM route '%s' is unknown; expected auto, native or fp32",
+                   name ? name : "(null)");
+}
+
+void gemm_bf16_route_request(gemm_bf16_route r) {
+    BT_ASSERT((int)r >= 0 && r <= GEMM_BF16_AUTO);
+    gemm_onednn_set_bf16_route(r);
+}
+
+gemm_bf16_route gemm_bf16_route_pick(double native_s, double fp32_s) {
+    /* native must win clearly: where the two are close, noise must not flip the pick (and
+     * with it the summation order) from one run to the next */
+    return native_s * 1.1 < fp32_s ? GEMM_BF16_NATIVE : GEMM_BF16_FP32;
+}
+
+gemm_bf16_route gemm_bf16_route_active(void) {
+    if (gemm_get_backend() != GEMM_BACKEND_ONEDNN) return GEMM_BF16_FP32;
+    return gemm_onednn_bf16_route();
+}
+
+const char *gemm_bf16_route_describe(void) {
+    switch (gemm_get_backend()) {
+    case GEMM_BACKEND_ONEDNN:
+        return gemm_onednn_bf16_describe();
+    case GEMM_BACKEND_OPENBLAS:
+        return "fp32 (operands rounded to bf16, then openblas sgemm)";
+    default:
+        return "fp32 (reference loops on the bf16-rounded operands)";
+    }
+}
+
+int gemm_bf16_route_measure(double *native_s, double *fp32_s) {
+    *native_s = *fp32_s = 0.0;
+    if (!gemm_onednn_built()) return 0;
+    return gemm_onednn_bf16_measure(native_s, fp32_s);
 }
 
 /* First gemm() without an explicit selection: honor BT_GEMM, but a bad value cannot be

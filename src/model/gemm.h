@@ -22,9 +22,11 @@
  * (the bf16-rounded operands widened to fp32 and an fp32 primitive). Where the CPU has no
  * native bf16 (ISA below avx512_core_bf16) it always uses "fp32" (oneDNN's own emulation on
  * AVX512_CORE measured 4-5x slower; AVX2 has no bf16 matmul at all): the engine never
- * refuses. Where it has, "native" is the default and BT_GEMM_BF16=fp32 selects the other;
- * on the reference 2-core VM "fp32" is faster (vdpbf16ps runs at half the fp32 FMA rate
- * there), see docs/benchmarks.md "GEMM". The two differ only in summation order.
+ * refuses. Where it has, the default ("auto") measures both routes once on a representative
+ * Linear product (gemm_bf16_route_active) and keeps the faster: on the reference 2-core VM
+ * "fp32" is faster (vdpbf16ps runs at half the fp32 FMA rate there), on CPUs with full-rate
+ * bf16 or AMX "native" is. BT_GEMM_BF16=native|fp32 pins a route (and with it the bytes:
+ * the two differ only in summation order). See docs/benchmarks.md "GEMM".
  *
  * Edge cases: m == 0 or n == 0 is a no-op; k == 0 or alpha == 0 gives C = beta*C + bias
  * without reading A or B (the BLAS convention, so NaN in an unused A cannot leak). With batch > 1,
@@ -84,8 +86,8 @@ typedef struct gemm_args {
 } gemm_args;
 
 /* Reads BT_GEMM (ref | openblas | onednn) if set, else picks the fastest available backend
- * (oneDNN when built, else OpenBLAS), and BT_GEMM_BF16 (native | fp32, default native; see
- * above). Returns an error naming the variable and value if either is not one of its names or
+ * (oneDNN when built, else OpenBLAS), and BT_GEMM_BF16 (auto | native | fp32, default auto;
+ * see above). Returns an error naming the variable and value if either is not one of its names or
  * BT_GEMM names a backend not built (the settings are then left unchanged). Safe to call
  * more than once. main() should call it so a bad BT_GEMM is reported as an error; a
  * gemm() call before any selection runs this once and, on a bad value, prints the message to
@@ -98,6 +100,37 @@ const char *gemm_backend_name(gemm_backend b);
 int gemm_backend_available(gemm_backend b);
 bt_status gemm_set_backend(gemm_backend b);
 gemm_backend gemm_get_backend(void);
+
+/* How GEMM_COMPUTE_BF16 runs on the oneDNN backend (see the top comment). */
+typedef enum {
+    GEMM_BF16_NATIVE, /* bf16 primitives (vdpbf16ps / AMX) */
+    GEMM_BF16_FP32,   /* the bf16-rounded operands widened to fp32, fp32 primitives */
+    GEMM_BF16_AUTO,   /* the faster of the two, measured once per process */
+} gemm_bf16_route;
+
+/* Parses "native" | "fp32" | "auto"; error naming the value otherwise. */
+bt_status gemm_bf16_route_from_name(const char *name, gemm_bf16_route *out);
+const char *gemm_bf16_route_name(gemm_bf16_route r);
+/* Sets the requested route (what BT_GEMM_BF16 sets); applies to primitives created from now
+ * on (call gemm_release() to drop cached ones). */
+void gemm_bf16_route_request(gemm_bf16_route r);
+/* The route bf16 products run on now, never AUTO: FP32 when the backend is not oneDNN or the
+ * CPU has no native bf16; the requested route when pinned; under AUTO the result of one
+ * measurement (made on the first call, ~0.1-0.3 s: both routes on a 512x3072x768 product
+ * with bf16 weights, as a Linear layer runs it, best of 3 after a warm-up; native is chosen
+ * only when at least 10% faster, so the pick does not flip on noise where the two are
+ * close). Call it at model setup, outside parallel regions, so the measurement uses every
+ * thread; the first bf16 gemm() calls it otherwise. */
+gemm_bf16_route gemm_bf16_route_active(void);
+/* One line saying which route bf16 runs on and why (requested, or measured with both
+ * rates); resolves AUTO like gemm_bf16_route_active. Static storage. */
+const char *gemm_bf16_route_describe(void);
+/* The AUTO rule alone (for tests): NATIVE when native_s * 1.1 < fp32_s, else FP32. */
+gemm_bf16_route gemm_bf16_route_pick(double native_s, double fp32_s);
+/* Runs the AUTO measurement now (again) and returns the seconds of the best native and
+ * fp32-widened call; sets the AUTO result. 0 when oneDNN is not built or the CPU has no
+ * native bf16 (nothing measured, *native_s = *fp32_s = 0). */
+int gemm_bf16_route_measure(double *native_s, double *fp32_s);
 
 /* 1 if the CPU executes bf16 dot products natively (oneDNN's detected ISA is
  * avx512_core_bf16 or better), 0 otherwise. */

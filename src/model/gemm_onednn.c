@@ -23,7 +23,12 @@
  *     Used where the ISA lacks avx512_core_bf16 (measured, 2 threads: oneDNN's bf16
  *     emulation under DNNL_MAX_CPU_ISA=AVX512_CORE ran 55-60 GFLOP/s where the fp32
  *     primitive runs 250-300; under AVX2 oneDNN 2.6 has no bf16 matmul at all), when
- *     BT_GEMM_BF16=fp32 asks for it, and as a fallback if a bf16 primitive is unimplemented.
+ *     BT_GEMM_BF16=fp32 asks for it, when the AUTO measurement (below) finds it faster, and
+ *     as a fallback if a bf16 primitive is unimplemented.
+ *   - AUTO (the default where the CPU has native bf16): the first bf16 product (or
+ *     gemm_bf16_route_active() at model setup) times both routes on one Linear-shaped product
+ *     on private primitives (the cache is not touched) and keeps the faster; the result is
+ *     kept for the process (gemm_release does not forget it).
  *
  * Primitive cache: keyed by every field that changes the primitive (shape, transposes, lds,
  * strides, operand types, compute, bias presence, alpha, beta, and the thread context:
@@ -51,6 +56,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #if BT_HAVE_OPENMP
 #include <omp.h>
@@ -116,7 +122,12 @@ static size_t dn_count;
 static unsigned dn_next_id;
 static dn_thread *dn_threads;
 static _Atomic unsigned dn_generation = 1;
-static _Atomic int dn_bf16_widen_requested;
+static _Atomic int dn_route_requested = GEMM_BF16_AUTO;
+/* AUTO's result (-1: not measured yet) and what it measured; written under dn_route_mutex */
+static _Atomic int dn_route_auto = -1;
+static pthread_mutex_t dn_route_mutex = PTHREAD_MUTEX_INITIALIZER;
+static double dn_route_native_s, dn_route_fp32_s;
+static char dn_route_text[320];
 static _Thread_local dn_thread *dn_mine;
 static _Thread_local unsigned dn_mine_generation;
 
@@ -124,15 +135,56 @@ int gemm_onednn_built(void) {
     return 1;
 }
 
-void gemm_onednn_set_bf16_widen(int on) {
-    atomic_store(&dn_bf16_widen_requested, on ? 1 : 0);
+void gemm_onednn_set_bf16_route(gemm_bf16_route r) {
+    atomic_store(&dn_route_requested, (int)r);
 }
 
-/* Native bf16 matmul only where oneDNN dispatches avx512_core_bf16 or better. */
-static int dn_bf16_widen(void) {
+static int dn_isa_has_bf16(void) {
     unsigned bf16_isa = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    return atomic_load(&dn_bf16_widen_requested) ||
-           ((unsigned)dnnl_get_effective_cpu_isa() & bf16_isa) != bf16_isa;
+    return ((unsigned)dnnl_get_effective_cpu_isa() & bf16_isa) == bf16_isa;
+}
+
+static int dn_measure_routes(double *native_s, double *fp32_s);
+
+gemm_bf16_route gemm_onednn_bf16_route(void) {
+    /* native bf16 matmul only where oneDNN dispatches avx512_core_bf16 or better */
+    if (!dn_isa_has_bf16()) return GEMM_BF16_FP32;
+    const int req = atomic_load(&dn_route_requested);
+    if (req != GEMM_BF16_AUTO) return (gemm_bf16_route)req;
+    int got = atomic_load(&dn_route_auto);
+    if (got >= 0) return (gemm_bf16_route)got;
+    double n, f;
+    dn_measure_routes(&n, &f); /* sets dn_route_auto unless another thread did first */
+    return (gemm_bf16_route)atomic_load(&dn_route_auto);
+}
+
+int gemm_onednn_bf16_measure(double *native_s, double *fp32_s) {
+    *native_s = *fp32_s = 0.0;
+    if (!dn_isa_has_bf16()) return 0;
+    atomic_store(&dn_route_auto, -1);
+    return dn_measure_routes(native_s, fp32_s);
+}
+
+const char *gemm_onednn_bf16_describe(void) {
+    static char text[340];
+    const gemm_bf16_route r = gemm_onednn_bf16_route();
+    const int req = atomic_load(&dn_route_requested);
+    if (!dn_isa_has_bf16())
+        snprintf(text, sizeof text,
+                 "fp32 (bf16 operands widened to fp32: oneDNN's isa has no native bf16)");
+    else if (req != GEMM_BF16_AUTO)
+        snprintf(text, sizeof text, "%s (BT_GEMM_BF16=%s)", gemm_bf16_route_name(r),
+                 gemm_bf16_route_name(r));
+    else {
+        pthread_mutex_lock(&dn_route_mutex);
+        snprintf(text, sizeof text, "%s", dn_route_text);
+        pthread_mutex_unlock(&dn_route_mutex);
+    }
+    return text;
+}
+
+static int dn_bf16_widen(void) {
+    return gemm_onednn_bf16_route() == GEMM_BF16_FP32;
 }
 
 unsigned gemm_onednn_cpu_isa(void) {
@@ -160,7 +212,8 @@ static int dn_threads_now(void) {
 #endif
 }
 
-static void dn_make_key(dn_key *key, const gemm_args *g) {
+/* The key of g on the given bf16 route (widen 0/1; ignored for fp32 compute). */
+static void dn_make_key_route(dn_key *key, const gemm_args *g, int widen) {
     memset(key, 0, sizeof *key);
     key->m = (int64_t)g->m;
     key->n = (int64_t)g->n;
@@ -183,7 +236,11 @@ static void dn_make_key(dn_key *key, const gemm_args *g) {
     key->alpha_bits = dn_float_bits(g->alpha);
     key->beta_bits = dn_float_bits(g->beta);
     key->nthr = dn_threads_now();
-    key->bf16_widen = g->compute == GEMM_COMPUTE_BF16 && dn_bf16_widen();
+    key->bf16_widen = g->compute == GEMM_COMPUTE_BF16 && widen;
+}
+
+static void dn_make_key(dn_key *key, const gemm_args *g) {
+    dn_make_key_route(key, g, g->compute == GEMM_COMPUTE_BF16 && dn_bf16_widen());
 }
 
 static uint64_t dn_hash(const dn_key *key) {
@@ -486,25 +543,23 @@ static const void *dn_prepare_operand(const void *src, bt_dtype t, dn_operand o,
     return dst;
 }
 
-void gemm_onednn_run(const gemm_args *g) {
-    BT_ASSERT(g->batch >= 1 && g->m > 0 && g->n > 0 && g->k > 0);
-    const dn_entry *e = dn_lookup(g);
-    dn_thread *t = dn_thread_state();
-    dn_slot *s = dn_thread_slot(t, e);
-
+/* Runs g on entry e with the memory objects `mem` (DN_MEMS, as dn_thread_slot makes them)
+ * on `stream`. */
+static void dn_execute(const dn_entry *e, dnnl_memory_t *mem, dnnl_stream_t stream,
+                       const gemm_args *g) {
     const void *a = dn_prepare_operand(g->a, g->a_type, dn_operand_a(&e->key), e->pack_a,
                                        GEMM_SCRATCH_A);
     const void *b = dn_prepare_operand(g->b, g->b_type, dn_operand_b(&e->key), e->pack_b,
                                        GEMM_SCRATCH_B);
     /* oneDNN takes non-const handles; it does not write src, weights or bias */
-    DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_SRC], (void *)a));
-    DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_WEI], (void *)b));
-    DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_DST], g->c));
+    DN_CHECK(dnnl_memory_set_data_handle(mem[DN_SRC], (void *)a));
+    DN_CHECK(dnnl_memory_set_data_handle(mem[DN_WEI], (void *)b));
+    DN_CHECK(dnnl_memory_set_data_handle(mem[DN_DST], g->c));
     dnnl_exec_arg_t args[DN_MEMS];
     int nargs = 0;
-    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, s->mem[DN_SRC]};
-    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, s->mem[DN_WEI]};
-    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_DST, s->mem[DN_DST]};
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mem[DN_SRC]};
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mem[DN_WEI]};
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_DST, mem[DN_DST]};
     if (e->key.has_bias) {
         const float *bias = g->bias;
         if (e->bias_scaled) {
@@ -512,16 +567,109 @@ void gemm_onednn_run(const gemm_args *g) {
             for (size_t j = 0; j < g->n; j++) scaled[j] = g->bias[j] / g->alpha;
             bias = scaled;
         }
-        DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_BIAS], (void *)bias));
-        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, s->mem[DN_BIAS]};
+        DN_CHECK(dnnl_memory_set_data_handle(mem[DN_BIAS], (void *)bias));
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem[DN_BIAS]};
     }
     if (e->scratch_bytes) {
         void *scratch = gemm_thread_scratch(GEMM_SCRATCH_DNNL, e->scratch_bytes);
-        DN_CHECK(dnnl_memory_set_data_handle(s->mem[DN_SCRATCH], scratch));
-        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, s->mem[DN_SCRATCH]};
+        DN_CHECK(dnnl_memory_set_data_handle(mem[DN_SCRATCH], scratch));
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[DN_SCRATCH]};
     }
-    DN_CHECK(dnnl_primitive_execute(e->prim, t->stream, nargs, args));
-    DN_CHECK(dnnl_stream_wait(t->stream));
+    DN_CHECK(dnnl_primitive_execute(e->prim, stream, nargs, args));
+    DN_CHECK(dnnl_stream_wait(stream));
+}
+
+void gemm_onednn_run(const gemm_args *g) {
+    BT_ASSERT(g->batch >= 1 && g->m > 0 && g->n > 0 && g->k > 0);
+    const dn_entry *e = dn_lookup(g);
+    dn_thread *t = dn_thread_state();
+    dn_slot *s = dn_thread_slot(t, e);
+    dn_execute(e, s->mem, t->stream, g);
+}
+
+/* --- AUTO bf16 route ------------------------------------------------------------------ */
+
+static double dn_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Times both bf16 routes on a Linear forward as the model runs it (fp32 activations
+ * (512, 768), bf16 weight (3072, 768) read transposed, fp32 bias), on private primitives
+ * planned for the calling context; best of 3 calls each, interleaved, after one warm-up
+ * call each (JIT, page faults). Sets the AUTO result and its text; returns 1. Serialized by
+ * dn_route_mutex; a caller that waited finds the result already set and measures nothing. */
+static int dn_measure_routes(double *native_s, double *fp32_s) {
+    enum { M = 512, N = 3072, K = 768, REPS = 4 };
+    pthread_mutex_lock(&dn_route_mutex);
+    if (atomic_load(&dn_route_auto) >= 0) {
+        *native_s = dn_route_native_s;
+        *fp32_s = dn_route_fp32_s;
+        pthread_mutex_unlock(&dn_route_mutex);
+        return 1;
+    }
+    pthread_mutex_lock(&dn_mutex);
+    if (!dn_engine) DN_CHECK(dnnl_engine_create(&dn_engine, dnnl_cpu, 0));
+    pthread_mutex_unlock(&dn_mutex);
+    float *a = bt_alloc((size_t)M * K * sizeof *a), *bias = bt_alloc((size_t)N * sizeof *bias);
+    float *c = bt_alloc((size_t)M * N * sizeof *c);
+    bt_bf16 *w = bt_alloc((size_t)N * K * sizeof *w);
+    for (size_t i = 0; i < (size_t)M * K; i++) a[i] = 0.03f * (float)((int)(i % 17) - 8);
+    for (size_t i = 0; i < (size_t)N * K; i++) w[i] = bt_bf16_from_f32(0.02f * (float)((int)(i % 13) - 6));
+    for (size_t i = 0; i < (size_t)N; i++) bias[i] = 0.1f;
+    /* clang-format off */
+    const gemm_args g = {.trans_b = 1, .m = M, .n = N, .k = K, .a_type = BT_DTYPE_F32,
+                         .b_type = BT_DTYPE_BF16, .a = a, .lda = K, .b = w, .ldb = K, .c = c,
+                         .ldc = N, .alpha = 1.0f, .bias = bias, .compute = GEMM_COMPUTE_BF16,
+                         .batch = 1};
+    /* clang-format on */
+    dn_entry e[2];
+    dnnl_memory_t mem[2][DN_MEMS];
+    dnnl_stream_t stream;
+    DN_CHECK(dnnl_stream_create(&stream, dn_engine, dnnl_stream_default_flags));
+    for (int r = 0; r < 2; r++) { /* r = 1: widened */
+        memset(&e[r], 0, sizeof e[r]);
+        memset(mem[r], 0, sizeof mem[r]);
+        dn_make_key_route(&e[r].key, &g, r);
+        dn_create(&e[r]);
+        for (int i = 0; i < DN_MEMS; i++) {
+            if ((i == DN_BIAS && !e[r].key.has_bias) || (i == DN_SCRATCH && !e[r].scratch_bytes))
+                continue;
+            DN_CHECK(dnnl_memory_create(&mem[r][i], &e[r].md[i], dn_engine, DNNL_MEMORY_NONE));
+        }
+    }
+    double best[2] = {1e30, 1e30};
+    for (int rep = 0; rep < REPS; rep++) {
+        for (int r = 0; r < 2; r++) {
+            const double t0 = dn_now();
+            dn_execute(&e[r], mem[r], stream, &g);
+            const double dt = dn_now() - t0;
+            if (rep > 0 && dt < best[r]) best[r] = dt;
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < DN_MEMS; i++)
+            if (mem[r][i]) DN_CHECK(dnnl_memory_destroy(mem[r][i]));
+        DN_CHECK(dnnl_primitive_destroy(e[r].prim));
+    }
+    DN_CHECK(dnnl_stream_destroy(stream));
+    bt_free(a);
+    bt_free(bias);
+    bt_free(c);
+    bt_free(w);
+    const gemm_bf16_route pick = gemm_bf16_route_pick(best[0], best[1]);
+    const double gf = 2.0 * M * N * K * 1e-9;
+    snprintf(dn_route_text, sizeof dn_route_text,
+             "%s (auto: native %.1f GFLOP/s [%s], fp32-widened %.1f GFLOP/s [%s] on %dx%dx%d; "
+             "BT_GEMM_BF16=native|fp32 pins one)",
+             gemm_bf16_route_name(pick), gf / best[0], e[0].impl, gf / best[1], e[1].impl, M, N,
+             K);
+    dn_route_native_s = *native_s = best[0];
+    dn_route_fp32_s = *fp32_s = best[1];
+    atomic_store(&dn_route_auto, (int)pick);
+    pthread_mutex_unlock(&dn_route_mutex);
+    return 1;
 }
 
 void gemm_onednn_release(void) {
@@ -572,8 +720,21 @@ const char *gemm_onednn_impl_name(const gemm_args *g) {
     return "n/a";
 }
 
-void gemm_onednn_set_bf16_widen(int on) {
-    (void)on;
+void gemm_onednn_set_bf16_route(gemm_bf16_route r) {
+    (void)r;
+}
+
+gemm_bf16_route gemm_onednn_bf16_route(void) {
+    return GEMM_BF16_FP32;
+}
+
+const char *gemm_onednn_bf16_describe(void) {
+    return "fp32 (oneDNN not built)";
+}
+
+int gemm_onednn_bf16_measure(double *native_s, double *fp32_s) {
+    *native_s = *fp32_s = 0.0;
+    return 0;
 }
 
 void gemm_onednn_run(const gemm_args *g) {
