@@ -5,11 +5,14 @@
  * records, five forwards of (choice k, image) -> distinct images by path -> S = T·Iᵀ ->
  * ranks (metrics.c) -> optional ITM re-ranking forwards on the top-k pairs.
  *
- * Model calls use the phased API (model.h): per loader batch ONE tower pass on the record
- * captions plus the choice captions of its labelled records and on its images, then the
- * cross stack on the matched pairs (i, i) (cross embeddings; the loss) plus, for ITM choice
- * scoring, the (choice, image) pairs. The ITM re-ranking runs chunks of batch_size pairs:
- * one tower pass on the chunk's distinct texts and images, the cross stack on its pairs.
+ * Model calls use the phased API (model.h) and never exceed batch_size texts, images or
+ * pairs per pass, so evaluation needs no larger activation arenas than a training step of
+ * that batch size: per loader batch one tower pass on its captions and images and the cross
+ * stack on the matched pairs (i, i) (embeddings, loss); then the choices of its labelled
+ * records in chunks of floor(batch_size / 5) records (ITC: a text-only tower pass; ITM:
+ * towers on the chunk's choices and images, the cross stack on the (choice, image) pairs).
+ * The ITM re-ranking runs chunks of batch_size pairs: one tower pass on the chunk's
+ * distinct texts and images, the cross stack on its pairs.
  * The eval loss is bt_itc_loss (train/loss.h), the function the trainer's step uses.
  *
  * Deliberately not here: file output (bt_eval.c / bt_embed.c), distributed evaluation. */
@@ -183,65 +186,83 @@ static void state_free(eval_state *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Scratch of the per-batch model call: B records + 5 choices each. */
+/* Scratch of the per-batch model calls (never more than B texts, B images, B pairs). */
 typedef struct batch_ws {
-    int32_t *ids, *mask; /* (6B, T) captions, then choice captions */
-    bt_pair *pairs;      /* (6B) */
-    int64_t *lab_rows;   /* (B) batch rows of the labelled records */
+    int32_t *ids, *mask; /* (B, T) choice captions of a chunk */
+    float *pixels;       /* (B/5 + 1, 3, R, R) images of a chunk (ITM choice scoring) */
+    bt_pair *pairs;      /* (B) */
+    int64_t *lab_rows;   /* (B) batch rows of the labelled valid records */
     bt_loss_ws loss_ws;
 } batch_ws;
 
-/* The model on one loader batch: one tower pass on the n captions + 5 choice captions of
- * each labelled valid row and the n images; the cross stack on (i, i) (+ (choice, image)
- * pairs when choices are scored by ITM). Returns the batch's HF ITC loss in *loss; the
- * embeddings stay in the model (rows 0..n-1); choice scores go to s. */
-static bt_status batch_forward(bt_model *m, const manifest *man, const loader_batch *b,
-                               const bt_eval_options *o, eval_state *s, batch_ws *w,
-                               float *loss) {
-    const size_t T = s->T, C = s->C, n = (size_t)b->size, K = MANIFEST_N_CHOICES;
-    size_t nl = 0;
-    for (size_t i = 0; b->has_choices && i < n; i++)
-        if (b->labels[i] >= 0 && b->record[i] == b->sampled[i]) w->lab_rows[nl++] = (int64_t)i;
-    memcpy(w->ids, b->input_ids, n * T * sizeof *w->ids);
-    memcpy(w->mask, b->attention_mask, n * T * sizeof *w->mask);
-    for (size_t j = 0; j < nl; j++)
-        for (size_t k = 0; k < K; k++) {
-            const size_t src = ((size_t)w->lab_rows[j] * K + k) * T, dst = (n + j * K + k) * T;
-            memcpy(w->ids + dst, b->choice_ids + src, T * sizeof *w->ids);
-            memcpy(w->mask + dst, b->choice_mask + src, T * sizeof *w->mask);
-        }
-    const int choice_itm = o->choice_score == BT_EVAL_CHOICE_ITM;
-    size_t P = 0;
+/* The main pass of one loader batch, at the training shape: towers on its n captions and n
+ * images, the cross stack on (i, i). Returns the batch's HF ITC loss; the embeddings stay in
+ * the model (rows 0..n-1). */
+static bt_status batch_forward(bt_model *m, const loader_batch *b, const eval_state *s,
+                               batch_ws *w, float *loss) {
+    const size_t n = (size_t)b->size;
     for (size_t i = 0; i < n; i++)
-        w->pairs[P++] = (bt_pair){(int32_t)i, (int32_t)i, 0};
-    for (size_t j = 0; choice_itm && j < nl; j++)
-        for (size_t k = 0; k < K; k++)
-            w->pairs[P++] = (bt_pair){(int32_t)(n + j * K + k), (int32_t)w->lab_rows[j], 0};
-    bt_status st = model_run(m, n + nl * K, T, w->ids, w->mask, n, b->pixel_values, w->pairs, P);
+        w->pairs[i] = (bt_pair){(int32_t)i, (int32_t)i, 0};
+    bt_status st = model_run(m, n, s->T, b->input_ids, b->attention_mask, n, b->pixel_values,
+                             w->pairs, n);
     if (st != BT_OK) return st;
-    const bt_itc_args la = {.n_rows = n, .n_cols = n, .row_offset = 0, .n_total = n, .C = C,
+    const bt_itc_args la = {.n_rows = n, .n_cols = n, .row_offset = 0, .n_total = n, .C = s->C,
                             .text_rows = m->itc_text, .image_rows = m->itc_image,
                             .image_cols = m->itc_image, .cross_cols = m->itc_cross,
                             .logit_scale = *m->p.logit_scale, .weight = 1.0f};
     *loss = bt_itc_loss(&la, &w->loss_ws);
-    for (size_t j = 0; j < nl; j++) {
-        const size_t row = (size_t)w->lab_rows[j];
-        const int64_t rec = b->record[row];
-        for (size_t k = 0; k < K; k++) {
-            const size_t t = n + j * K + k;
-            const float v = choice_itm ? itm_match(m, n + j * K + k)
-                                       : (float)dot_f64(m->itc_text + t * C,
-                                                        m->itc_image + row * C, C);
-            if (!isfinite(v))
-                return bt_fail(BT_ERR_NUMERIC, "%s:%d: choice %zu scores %g (the model gave a "
-                               "non-finite %s output)",
-                               man->path, man->records[rec].line, k, (double)v,
-                               choice_itm ? "ITM" : "ITC");
-            s->cscore[(size_t)rec * K + k] = v;
-        }
-        s->clabel[rec] = b->labels[row];
-    }
     return BT_OK;
+}
+
+/* The 5 choices of every labelled valid record of a batch, in chunks of floor(B/5) records
+ * (at most B texts per tower pass). ITC: a text-only tower pass, each choice's embedding
+ * against the record's image embedding of the main pass (s->iemb). ITM: towers on the
+ * chunk's choices and images, the cross stack on the (choice, image) pairs. */
+static bt_status batch_choices(bt_model *m, const manifest *man, const loader_batch *b,
+                               const bt_eval_options *o, eval_state *s, batch_ws *w) {
+    const size_t T = s->T, C = s->C, px = s->px, n = (size_t)b->size, K = MANIFEST_N_CHOICES;
+    const size_t per = (size_t)o->batch_size / K ? (size_t)o->batch_size / K : 1;
+    const int use_itm = o->choice_score == BT_EVAL_CHOICE_ITM;
+    size_t nl = 0;
+    for (size_t i = 0; i < n; i++)
+        if (b->labels[i] >= 0 && s->valid[b->record[i]] && b->record[i] == b->sampled[i])
+            w->lab_rows[nl++] = (int64_t)i;
+    bt_status st = BT_OK;
+    for (size_t j0 = 0; j0 < nl && st == BT_OK; j0 += per) {
+        const size_t nj = nl - j0 < per ? nl - j0 : per;
+        for (size_t j = 0; j < nj; j++) {
+            const size_t row = (size_t)w->lab_rows[j0 + j];
+            for (size_t k = 0; k < K; k++) {
+                const size_t src = (row * K + k) * T, dst = (j * K + k) * T;
+                memcpy(w->ids + dst, b->choice_ids + src, T * sizeof *w->ids);
+                memcpy(w->mask + dst, b->choice_mask + src, T * sizeof *w->mask);
+                w->pairs[j * K + k] = (bt_pair){(int32_t)(j * K + k), (int32_t)j, 0};
+            }
+            if (use_itm)
+                memcpy(w->pixels + j * px, (const float *)b->pixel_values + row * px,
+                       px * sizeof(float));
+        }
+        st = model_run(m, nj * K, T, w->ids, w->mask, use_itm ? nj : 0, w->pixels, w->pairs,
+                       use_itm ? nj * K : 0);
+        for (size_t j = 0; st == BT_OK && j < nj; j++) {
+            const size_t row = (size_t)w->lab_rows[j0 + j];
+            const int64_t rec = b->record[row];
+            for (size_t k = 0; st == BT_OK && k < K; k++) {
+                const size_t t = j * K + k;
+                const float v = use_itm ? itm_match(m, t)
+                                        : (float)dot_f64(m->itc_text + t * C,
+                                                         s->iemb + (size_t)rec * C, C);
+                if (!isfinite(v))
+                    st = bt_fail(BT_ERR_NUMERIC, "%s:%d: choice %zu scores %g (the model gave a "
+                                 "non-finite %s output)",
+                                 man->path, man->records[rec].line, k, (double)v,
+                                 use_itm ? "ITM" : "ITC");
+                s->cscore[(size_t)rec * K + k] = v;
+            }
+            s->clabel[rec] = b->labels[row];
+        }
+    }
+    return st;
 }
 
 static void print_problem(const char *msg, void *ctx) {
@@ -267,10 +288,11 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
     loader *l = NULL;
     bt_status st = loader_init(&l, mv, tok, img, &lo);
     const size_t T = s->T, C = s->C, px = s->px, B = (size_t)o->batch_size;
-    const size_t K = MANIFEST_N_CHOICES;
-    batch_ws w = {.ids = xcalloc(B * (K + 1) * T, sizeof(int32_t)),
-                  .mask = xcalloc(B * (K + 1) * T, sizeof(int32_t)),
-                  .pairs = xcalloc(B * (K + 1), sizeof(bt_pair)),
+    const size_t Bc = B < MANIFEST_N_CHOICES ? MANIFEST_N_CHOICES : B; /* >= one record's 5 */
+    batch_ws w = {.ids = xcalloc(Bc * T, sizeof(int32_t)),
+                  .mask = xcalloc(Bc * T, sizeof(int32_t)),
+                  .pixels = xcalloc((Bc / MANIFEST_N_CHOICES + 1) * px, sizeof(float)),
+                  .pairs = xcalloc(Bc, sizeof(bt_pair)),
                   .lab_rows = xcalloc(B, sizeof(int64_t))};
     double loss_sum = 0.0;
     size_t loss_rows = 0, done = 0, next_report = s->N / 10;
@@ -280,8 +302,7 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
         if (st != BT_OK || !b) break;
         const size_t n = (size_t)b->size;
         float loss = 0.0f;
-        if (b->has_choices) s->has_choice_data = 1;
-        st = batch_forward(m, mv, b, o, s, &w, &loss);
+        st = batch_forward(m, b, s, &w, &loss);
         if (st == BT_OK && !isfinite(loss))
             st = bt_fail(BT_ERR_NUMERIC, "%s: batch %lld (records %lld..%lld): ITC loss is %g",
                          mv->path, (long long)b->index, (long long)b->record[0],
@@ -315,6 +336,10 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
                 }
             }
         }
+        if (st == BT_OK && b->has_choices) {
+            s->has_choice_data = 1;
+            st = batch_choices(m, mv, b, o, s, &w);
+        }
         loader_release(l, b);
         done += n;
         if (o->progress && st == BT_OK && done >= next_report && done < s->N) {
@@ -327,6 +352,7 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
     loader_free(l);
     free(w.ids);
     free(w.mask);
+    free(w.pixels);
     free(w.pairs);
     free(w.lab_rows);
     bt_loss_ws_free(&w.loss_ws);

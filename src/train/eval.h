@@ -25,12 +25,9 @@
  *      ITM match logit (choice_score = BT_EVAL_CHOICE_ITM), and accuracy = argmax == label
  *      (a tie counts as wrong).
  * The model runs in eval mode (dropout off; the caller's dropout setting is restored) in its
- * own precision, through the phased API (model.h): per batch one tower pass on the captions
- * plus the choice captions of its labelled records and on its images, the cross stack on the
- * matched pairs (and the (choice, image) pairs for ITM choice scoring); re-ranking runs the
- * towers on each chunk's distinct texts and images, the cross stack on its pairs. The
- * model's phase arenas grow to (6 * batch_size texts, batch_size images) when the manifest
- * has choices (arenas only grow: a trainer that evaluates keeps that size).
+ * own precision, through the phased API (model.h). No pass holds more than batch_size
+ * texts, batch_size images or batch_size pairs, so the model's phase arenas (which only
+ * grow) need not outgrow a training step of that batch size (eval.c says which passes).
  *
  * Records a loader reports bad under on_error SKIP (the loader replaces them by the next
  * valid record) are left out of the embeddings and metrics and counted in n_bad; the batch
