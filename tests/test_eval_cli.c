@@ -642,6 +642,19 @@ static void test_errors(const char *manifest) {
              tmp);
     tu_check(rc == 0 && strstr(out_text, "1 records") && strstr(out_text, "1 bad record"),
              "--skip-bad: the bad record is left out and counted (%s)", out_text);
+    rc = run(exe_eval, "--model '%s' --data '%s' --max-records 10 --no-choices --json '%s/mr.json'",
+             model_itc, manifest, tmp);
+    if (rc == 0) {
+        char mr[1400];
+        snprintf(mr, sizeof mr, "%s/mr.json", tmp);
+        cJSON *j = read_json(mr);
+        tu_check(jpath(j, "records", NULL)->valuedouble == 10 && !jpath(j, "choice", NULL) &&
+                     jpath(j, "text_to_image", "queries")->valuedouble == 10,
+                 "--max-records 10 --no-choices: 10 records, no choice block");
+        cJSON_Delete(j);
+    } else {
+        tu_check(0, "--max-records 10 exits 0 (%s)", err_text);
+    }
     rc = run(exe_eval, "--model '%s' --data '%s' --batch-size 0", model_itc, manifest);
     tu_check(rc == 2 && strstr(err_text, "--batch-size"), "--batch-size 0: usage error (exit 2)");
     rc = run(exe_embed, "--model '%s' --data '%s'", model_itc, manifest);
