@@ -366,6 +366,7 @@ static void out_add(out_list *o, const char *name, const float *data, int ndim, 
 }
 
 int main(int argc, char **argv) {
+    bt_runtime_prefer_passive_openmp(argv); /* cpu.h */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-forward"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
     fwd_args a;

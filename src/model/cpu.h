@@ -74,4 +74,12 @@ void bt_runtime_info_print(FILE *out, const char *tool);
  * goes on; nothing is changed). */
 int bt_runtime_cli_info(int argc, char **argv, const char *tool);
 
+/* For the tools' main(), first thing: OpenMP threads that spin while waiting (libgomp's
+ * default) steal the cores from the data loader's workers and from each other whenever
+ * anything else runs; on a busy 2-core machine a small-model step took seconds instead of
+ * milliseconds. Unless the user set OMP_WAIT_POLICY, this sets it to PASSIVE and re-executes
+ * the program once (libgomp reads it only at start-up). Returns only when no re-exec was
+ * needed or possible. */
+void bt_runtime_prefer_passive_openmp(char **argv);
+
 #endif

@@ -41,20 +41,8 @@ static void help_config(void) {
     }
 }
 
-/* OpenMP threads that spin while waiting (libgomp's default) steal the cores from the data
- * loader's workers and from each other when anything else runs: on a busy 2-core machine a
- * step of the small model took seconds instead of milliseconds. bt-train therefore runs with
- * OMP_WAIT_POLICY=PASSIVE unless the user set it; libgomp reads it only at start-up, so the
- * process re-executes itself once with it set (docs/training.md). */
-static void ensure_passive_openmp(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed: go on with libgomp's defaults */
-}
-
 int main(int argc, char **argv) {
-    ensure_passive_openmp(argv);
+    bt_runtime_prefer_passive_openmp(argv); /* cpu.h */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-train"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
     const char *config = NULL;
