@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/image.h"
 #include "test_util.h"
@@ -336,9 +338,53 @@ static void test_fuzz(void) {
     free(b);
 }
 
+/* A JPEG whose header claims 8192 x 8192 (192 MB of pixels) under a capped address space:
+ * the pixel buffer cannot be had, and decoding says so with a status instead of aborting.
+ * Not run under ASan, which reserves the address space itself. */
+static void test_decode_out_of_memory(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    printf("# decode out-of-memory case not run under ASan\n");
+#else
+    size_t n;
+    uint8_t *b = tu_read_file(tu_fixture_path("images/tiny.jpg"), &n);
+    uint8_t *sof = NULL;
+    for (size_t i = 0; b && i + 9 < n && !sof; i++)
+        if (b[i] == 0xFF && b[i + 1] == 0xC0) sof = b + i;
+    if (!tu_check(sof != NULL, "tiny.jpg has a baseline SOF0 marker")) {
+        free(b);
+        return;
+    }
+    sof[5] = 0x20, sof[6] = 0x00; /* height 8192 */
+    sof[7] = 0x20, sof[8] = 0x00; /* width 8192 */
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_AS, &old);
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    lim = old;
+    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)96 << 20);
+    if (tu_check(pages > 0 && setrlimit(RLIMIT_AS, &lim) == 0, "cap the address space")) {
+        image_u8 im;
+        bt_error_clear();
+        bt_status st = image_decode_jpeg(&im, b, n, "huge.jpg", 0, 0);
+        setrlimit(RLIMIT_AS, &old);
+        tu_check(st == BT_ERR_NOMEM && im.data == NULL &&
+                     strstr(bt_error_message(), "huge.jpg: out of memory decoding a 8192 x 8192"),
+                 "8192 x 8192 JPEG on a capped address space: %s",
+                 st ? bt_error_message() : "decoded");
+        if (st == BT_OK) image_u8_free(&im);
+    }
+    free(b);
+#endif
+}
+
 int main(void) {
     test_jpeg_bad();
     test_config_bad();
     test_fuzz();
+    test_decode_out_of_memory();
     return tu_finish();
 }

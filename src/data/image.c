@@ -431,8 +431,10 @@ static int jpeg_run(jpeg_job *job, image_u8 *out, const uint8_t *bytes, size_t n
     const int w = (int)ci->output_width, h = (int)ci->output_height;
     BT_ASSERT(w > 0 && h > 0);
     BT_ASSERT(ci->output_components == (ci->num_components == 4 ? 4 : 3));
-    job->pixels = bt_alloc((size_t)w * (size_t)h * 3);
-    if (ci->output_components == 4) job->row4 = bt_alloc((size_t)w * 4);
+    /* malloc, not bt_alloc: the size comes from the file (bt_free is free). */
+    job->pixels = malloc((size_t)w * (size_t)h * 3);
+    if (ci->output_components == 4) job->row4 = malloc((size_t)w * 4);
+    if (!job->pixels || (ci->output_components == 4 && !job->row4)) return 4;
     while (ci->output_scanline < ci->output_height) {
         uint8_t *dst = job->pixels + (size_t)ci->output_scanline * (size_t)w * 3;
         if (job->row4) {
@@ -497,6 +499,10 @@ static bt_status decode_impl(image_u8 *out, const uint8_t *bytes, size_t n, cons
         st = bt_fail(BT_ERR_UNSUPPORTED,
                      "%s: JPEG is %d x %d pixels, above the limit of %lld pixels", name,
                      out->orig_w, out->orig_h, (long long)IMAGE_MAX_PIXELS);
+    } else if (rc == 4) {
+        st = bt_fail(BT_ERR_NOMEM, "%s: out of memory decoding a %d x %d JPEG (%zu bytes)", name,
+                     out->orig_w, out->orig_h,
+                     (size_t)job.cinfo.output_width * job.cinfo.output_height * 3);
     } else if (rc == 3) {
         st = bt_fail(BT_ERR_UNSUPPORTED,
                      "%s: JPEG has %d colour components; bt reads 1 (gray), 3 (YCbCr/RGB) or 4 "
