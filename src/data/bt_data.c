@@ -700,16 +700,11 @@ static int cmd_batch(const args *a) {
     int64_t *ids64 = malloc((size_t)(B * T) * sizeof *ids64);
     int64_t *mask64 = malloc((size_t)(B * T) * sizeof *mask64);
     int64_t *labels = malloc((size_t)B * sizeof *labels);
+    char *s_ids = NULL, *s_rec = NULL, *s_smp = NULL;
+    int rc = EXIT_PROBLEMS;
     if (!ids64 || !mask64 || !labels) {
         fprintf(stderr, "bt-data: error: out of memory copying a batch of %" PRId64 " rows\n", B);
-        free(ids64);
-        free(mask64);
-        free(labels);
-        loader_release(l, b);
-        loader_free(l);
-        manifest_free(&m);
-        tokenizer_free(&tok);
-        return EXIT_PROBLEMS;
+        goto release;
     }
     for (int64_t i = 0; i < B * T; i++) {
         ids64[i] = b->input_ids[i];
@@ -731,7 +726,7 @@ static int cmd_batch(const args *a) {
         cJSON_AddItemToArray(j_rec, cJSON_CreateNumber((double)b->record[i]));
         cJSON_AddItemToArray(j_smp, cJSON_CreateNumber((double)b->sampled[i]));
     }
-    char *s_ids = json_take(j_ids), *s_rec = json_take(j_rec), *s_smp = json_take(j_smp);
+    s_ids = json_take(j_ids), s_rec = json_take(j_rec), s_smp = json_take(j_smp);
     char s_seq[32], s_epoch[32], s_index[32], s_seed[32], s_nb[32], s_T[16];
     snprintf(s_seq, sizeof s_seq, "%" PRId64, b->seq);
     snprintf(s_epoch, sizeof s_epoch, "%" PRId64, b->epoch);
@@ -744,7 +739,7 @@ static int cmd_batch(const args *a) {
                           "batches_per_epoch", s_nb, "seed", s_seed, "max_length", s_T,
                           "ids", s_ids, "records", s_rec, "sampled", s_smp, NULL};
     st = safetensors_write(a->output, e, 4, meta);
-    int rc = EXIT_OK;
+    rc = EXIT_OK;
     if (st != BT_OK) {
         rc = fail();
     } else {
@@ -767,6 +762,7 @@ static int cmd_batch(const args *a) {
             printf(k ? ", %d" : "%d", b->input_ids[k]);
         printf("]\n");
     }
+release:
     free(s_ids);
     free(s_rec);
     free(s_smp);
