@@ -144,6 +144,8 @@ static const field FIELDS[] = {
     I_("save.steps", save.steps, 0, 1, INT_MAX_JSON, 500, "save_steps"),
     I_("save.total_limit", save.total_limit, 0, 0, INT_MAX_JSON, 0, "save_total_limit"),
     E_("save.dtype", save.dtype, 0, save_dtype_names, BT_SAVE_F32, ""),
+    /* dist (docs/distributed.md) */
+    N_("dist.bucket_mb", dist.bucket_mb, 0, 0, 4096, 25, "ddp_bucket_cap_mb"),
     /* output */
     S_("output.dir", output.dir, F_NULL | F_REQUIRED, NULL, "output_dir"),
     B_("output.overwrite", output.overwrite, 0, 0, "overwrite_output_dir"),

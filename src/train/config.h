@@ -121,6 +121,9 @@ typedef struct bt_run_config {
         bt_save_dtype dtype; /* model.safetensors dtype */
     } save;
     struct {
+        double bucket_mb; /* gradient all-reduce bucket (MiB); 0: one bucket */
+    } dist;
+    struct {
         char *dir;
         int overwrite;     /* start fresh even when output.dir holds checkpoints */
         int auto_resume;   /* resume from the latest checkpoint in output.dir */

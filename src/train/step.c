@@ -123,8 +123,22 @@ static void free_scratch(bt_trainer *tr) {
     free(tr->sims);
 }
 
+void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes) {
+    tr->dist = bt_dist_active(d) ? d : NULL;
+    tr->bucket_bytes = bucket_bytes;
+    if (tr->dist) {
+        free(tr->counts);
+        tr->counts = calloc(3 * (size_t)d->size, sizeof *tr->counts);
+        BT_ASSERT(tr->counts);
+    }
+}
+
 void bt_trainer_free(bt_trainer *tr) {
     free_scratch(tr);
+    if (tr->have_red) bt_dist_reducer_free(&tr->red);
+    free(tr->counts);
+    free(tr->gbuf);
+    free(tr->gkeys);
     bt_adamw_free(&tr->opt);
     bt_loss_ws_free(&tr->ws);
     memset(tr, 0, sizeof *tr);
@@ -198,9 +212,26 @@ bt_status bt_step_batch_from_loader(bt_step_batch *out, const loader_batch *lb) 
     return BT_OK;
 }
 
+/* The collectives fail only on a message over 2^31 elements (MPI errors are fatal): treated
+ * as a bug, not an input error. */
+static void st_ok(bt_status st) {
+    BT_ASSERTF(st == BT_OK, "collective failed: %s", bt_error_message());
+}
+
+/* Gather buffers for a global batch of N rows (grow-only). */
+static void reserve_gather(bt_trainer *tr, size_t N, size_t C) {
+    if (N <= tr->gcap) return;
+    free(tr->gbuf);
+    free(tr->gkeys);
+    ALLOC_N(tr->gbuf, 4 * N * C);
+    ALLOC_N(tr->gkeys, 2 * N);
+    tr->gcap = N;
+}
+
 typedef struct micro_losses {
     double itc, itm, mlm;
     size_t mlm_tokens, fallbacks;
+    size_t rows; /* pairs of the micro-batch over all ranks */
 } micro_losses;
 
 /* Forward, losses and backward of one micro-batch; gradients scaled by 1/n_micro. Returns
@@ -251,6 +282,29 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
         memcpy(tr->mask + B * T, tr->mask, B * T * sizeof *tr->mask);
         Bt = 2 * B;
     }
+    /* data parallel: every rank's rows and masked tokens (the global means' denominators) */
+    const bt_dist *d = tr->dist;
+    const int W = d ? d->size : 1;
+    int64_t n_rows_all = (int64_t)B, n_mlm_all = 0, n_mlm = 0, row_offset = 0;
+    if (do_mlm)
+        for (size_t i = 0; i < B * T; i++) n_mlm += tr->mlm_labels[i] != -100;
+    n_mlm_all = n_mlm;
+    if (d) {
+        const double tc = now_s();
+        const int64_t mine[2] = {(int64_t)B, n_mlm};
+        st_ok(bt_dist_allgather_i64(d, mine, 2, tr->counts));
+        n_rows_all = n_mlm_all = 0;
+        for (int r = 0; r < W; r++) {
+            if (r < d->rank) row_offset += tr->counts[2 * r];
+            n_rows_all += tr->counts[2 * r];
+            n_mlm_all += tr->counts[2 * r + 1];
+            tr->counts[W * 2 + r] = tr->counts[2 * r]; /* rows only, for the row gathers */
+        }
+        res->t_comm += now_s() - tc;
+        reserve_gather(tr, (size_t)n_rows_all, C);
+    }
+    const int64_t *rows = d ? tr->counts + 2 * W : NULL;
+    out->rows = (size_t)n_rows_all;
     bt_text_input ti = {.B = Bt, .T = T, .input_ids = tr->ids, .attention_mask = tr->mask,
                         .sample_keys = tr->text_keys};
     bt_image_input ii = {.B = B, .pixel_values = b->pixel_values, .sample_keys = tr->image_keys};
@@ -293,8 +347,10 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     double t2 = now_s();
     res->t_cross_fwd += t2 - t1;
 
-    /* losses: fused forward + backward into the d_* slots */
-    if (do_itc) {
+    /* losses: fused forward + backward into the d_* slots. Data parallel: the gradient
+     * average divides by W, so each rank's weights carry W times its share of the global
+     * mean (ITC: its rows' share; ITM: B / N of the pairs; MLM: its tokens / all tokens) */
+    if (do_itc && !d) {
         bt_itc_args a = {.n_rows = B, .n_cols = B, .row_offset = 0, .n_total = B, .C = C,
                          .text_rows = m->itc_text, .image_rows = m->itc_image,
                          .image_cols = m->itc_image, .cross_cols = m->itc_cross + pos0 * C,
@@ -306,14 +362,60 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
                          .d_image_cols = m->d_itc_image, .d_cross_cols = m->d_itc_cross + pos0 * C,
                          .d_logit_scale = m->g.logit_scale};
         out->itc = bt_itc_loss(&a, &tr->ws);
+    } else if (do_itc) {
+        const size_t N = (size_t)n_rows_all;
+        float *img_all = tr->gbuf, *cross_all = img_all + N * C;
+        float *d_img_all = cross_all + N * C, *d_cross_all = d_img_all + N * C;
+        const int dup = c->itc_duplicate_aware;
+        const double tc = now_s();
+        st_ok(bt_dist_allgather_rows_f32(d, m->itc_image, img_all, rows, C));
+        st_ok(bt_dist_allgather_rows_f32(d, m->itc_cross + pos0 * C, cross_all, rows, C));
+        if (dup) {
+            st_ok(bt_dist_allgather_rows_u64(d, tr->dup_image, tr->gkeys, rows, 1));
+            st_ok(bt_dist_allgather_rows_u64(d, tr->dup_caption, tr->gkeys + N, rows, 1));
+        }
+        res->t_comm += now_s() - tc;
+        memset(d_img_all, 0, 2 * N * C * sizeof *d_img_all);
+        bt_itc_args a = {.n_rows = B, .n_cols = N, .row_offset = (size_t)row_offset,
+                         .n_total = N, .C = C,
+                         .text_rows = m->itc_text, .image_rows = m->itc_image,
+                         .image_cols = img_all, .cross_cols = cross_all,
+                         .logit_scale = *m->p.logit_scale,
+                         .image_key = dup ? tr->gkeys : NULL,
+                         .caption_key = dup ? tr->gkeys + N : NULL,
+                         .weight = c->w_itc * inv_n * (float)W,
+                         .d_text_rows = m->d_itc_text, .d_image_rows = m->d_itc_image,
+                         .d_image_cols = d_img_all, .d_cross_cols = d_cross_all,
+                         .d_logit_scale = m->g.logit_scale};
+        out->itc = bt_itc_loss(&a, &tr->ws);
+        const double tr0 = now_s();
+        st_ok(bt_dist_reduce_scatter_add_f32(d, d_img_all, m->d_itc_image, rows, C));
+        st_ok(bt_dist_reduce_scatter_add_f32(d, d_cross_all, m->d_itc_cross + pos0 * C, rows, C));
+        res->t_comm += now_s() - tr0;
     }
+    /* the shares of the global means (1 alone) */
+    const double itm_share = (double)B / (double)n_rows_all;
+    const double mlm_share = n_mlm_all > 0 ? (double)n_mlm / (double)n_mlm_all : 0.0;
     if (do_itm)
         out->itm = bt_itm_loss(m->d_itm_logits + pos0 * 2, m->itm_logits_out + pos0 * 2,
-                               tr->itm_labels, 3 * B, c->w_itm * inv_n, &tr->ws);
+                               tr->itm_labels, 3 * B,
+                               d ? (float)(c->w_itm * inv_n * W * itm_share)
+                                 : c->w_itm * inv_n, &tr->ws);
     if (do_mlm)
         out->mlm = bt_mlm_loss(m->d_mlm_logits, m->mlm_logits_out, tr->mlm_labels, B * T,
-                               (size_t)m->cfg.vocab_size, c->w_mlm * inv_n, &out->mlm_tokens,
-                               &tr->ws);
+                               (size_t)m->cfg.vocab_size,
+                               d ? (float)(c->w_mlm * inv_n * W * mlm_share)
+                                 : c->w_mlm * inv_n, &out->mlm_tokens, &tr->ws);
+    if (d) { /* global values: Σ over ranks of each rank's share */
+        double g[3] = {out->itc, out->itm * itm_share, out->mlm * mlm_share};
+        const double tc = now_s();
+        st_ok(bt_dist_sum_f64(d, g, 3));
+        res->t_comm += now_s() - tc;
+        out->itc = g[0];
+        out->itm = g[1];
+        out->mlm = g[2];
+        out->mlm_tokens = (size_t)n_mlm_all;
+    }
     double t3 = now_s();
     res->t_losses += t3 - t2;
     const double terms[3] = {out->itc, out->itm, out->mlm};
@@ -361,7 +463,19 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
         sum[2] += ml.mlm;
         res->mlm_tokens += ml.mlm_tokens;
         res->itm_fallbacks += ml.fallbacks;
-        res->samples += micro[k].B;
+        res->samples += ml.rows;
+    }
+    if (tr->dist) { /* the gradients averaged over the ranks */
+        if (st == BT_OK) {
+            if (!tr->have_red) {
+                st_ok(bt_dist_reducer_init(&tr->red, tr->dist, m->grads, m->table.numel,
+                                           tr->bucket_bytes));
+                tr->have_red = 1;
+            }
+            const double tc = now_s();
+            st_ok(bt_dist_reducer_finish(&tr->red));
+            res->t_comm += now_s() - tc;
+        }
     }
     const double inv = 1.0 / (double)n_micro;
     res->loss_itc = sum[0] * inv;

@@ -38,16 +38,38 @@
  * Memory: the trainer owns every buffer the step needs; they are sized on the first call (and
  * grow only when a later batch is larger), so a steady-state step allocates nothing.
  *
+ * Data parallelism (bt_trainer_set_dist with a world of several ranks, docs/distributed.md):
+ * every rank runs this step on its own micro-batches (the same n_micro on every rank), and
+ *   counts    per micro-batch, the ranks' row counts and masked-token counts are all-gathered
+ *   ITC       the normalized image and positive-pair cross embeddings (and the duplicate keys)
+ *             are all-gathered; each rank computes the loss of its own text / image rows
+ *             against all N columns (loss.h's local-rows shape, row_offset = the rows of the
+ *             lower ranks), the column gradients are reduce-scattered back to their owners
+ *             and the logit_scale gradient adds up through the gradient average
+ *   ITM, MLM  stay local (negatives from the local batch, as the original recipe); their
+ *             gradient weights are rescaled so the average over ranks is the gradient of the
+ *             global mean (ITM over all 3N pairs, MLM over all masked tokens of all ranks)
+ *   losses    the reported terms are the global values (one all-reduce of three doubles per
+ *             micro-batch; a NaN on any rank is therefore seen by all, which keep the same
+ *             skip / stop decision)
+ *   gradients after the last backward, the gradient arena is averaged (bt_dist_reducer:
+ *             MPI_Iallreduce per bucket of dist.bucket_mb, sum, then 1/world); the grad
+ *             norm, clip and AdamW then run on identical gradients on every rank.
+ * So N ranks × batch b compute the losses and the update of 1 rank × batch N·b up to fp32
+ * reduction order. samples and mlm_tokens are then global counts; t_comm is the time spent
+ * in the collectives (the exposed communication: the buckets are launched after the
+ * backward, not yet overlapped with it).
+ *
  * Deliberately not here: the data loader (the caller fills bt_step_batch from a loader
- * batch), logging and checkpoints (the caller reads bt_step_result and bt_trainer), MPI
- * (src/dist will all-reduce the gradients between backward and the grad norm, and gather
- * the ITC embeddings through loss.h's local-rows shape). */
+ * batch), logging and checkpoints (the caller reads bt_step_result and bt_trainer), the MPI
+ * calls themselves (src/dist). */
 #ifndef BT_TRAIN_STEP_H
 #define BT_TRAIN_STEP_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dist/dist.h"
 #include "loss.h"
 #include "model.h"
 #include "optim.h"
@@ -123,6 +145,7 @@ typedef struct bt_step_result {
     size_t samples;                /* Σ B */
     /* seconds, summed over micro-batches */
     double t_towers_fwd, t_cross_fwd, t_losses, t_backward, t_optimizer, t_total;
+    double t_comm;                 /* seconds in collectives (0 on one process) */
 } bt_step_result;
 
 typedef struct bt_trainer {
@@ -141,6 +164,15 @@ typedef struct bt_trainer {
     int32_t *itm_labels;                   /* (3B) */
     bt_pair *pairs;                        /* (4B) */
     float *sims;                           /* (B, B) */
+    /* data parallelism (bt_trainer_set_dist); dist NULL or size 1: alone */
+    const bt_dist *dist;                   /* not owned */
+    size_t bucket_bytes;
+    bt_dist_reducer red;
+    int have_red;
+    int64_t *counts;                       /* (2 · size) rows and masked tokens per rank */
+    float *gbuf;                           /* (4, N, C) gathered image / cross cols + grads */
+    uint64_t *gkeys;                       /* (2, N) gathered duplicate keys */
+    size_t gcap;                           /* N of gbuf / gkeys */
 } bt_trainer;
 
 /* Checks the config against the model (heads for nonzero weights, positive accumulation is
@@ -148,6 +180,9 @@ typedef struct bt_trainer {
  * Errors: BT_ERR_CONFIG naming the field. */
 bt_status bt_trainer_init(bt_trainer *tr, bt_model *m, const bt_step_config *cfg);
 void bt_trainer_free(bt_trainer *tr);
+/* Makes the step data-parallel over d (see above), gradients averaged in buckets of
+ * bucket_bytes (0: one bucket). d must outlive the trainer; NULL or size 1: alone. */
+void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes);
 
 /* One optimizer step over micro[0..n_micro). Errors: a bad batch (BT_ERR_ARG naming the
  * micro-batch and field), the model's input errors, BT_ERR_NUMERIC under BT_NAN_STOP.

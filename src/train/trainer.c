@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -22,6 +23,7 @@
 #include "data/loader.h"
 #include "data/manifest.h"
 #include "data/tokenizer.h"
+#include "dist/dist.h"
 #include "fileio.h"
 #include "mem.h"
 #include "model/checkpoint.h"
@@ -88,6 +90,8 @@ typedef struct job {
     double flops_per_sample;
     char last_saved[4096];
     int64_t last_saved_step;
+    bt_dist dist;            /* the world (docs/distributed.md); rank 0 logs and saves */
+    FILE *devnull;           /* j->out of ranks > 0 */
 } job;
 
 static void job_free(job *j) {
@@ -229,6 +233,33 @@ static void print_manifest_skips(job *j, const manifest *m) {
         fprintf(stderr, "bt-train: warning: skipped: %s\n", m->problems[i]);
 }
 
+/* The saved loader cursor translated to this run's world size (a copy). The cursor counts
+ * this rank's indices handed out; the ranks interleave one global order (sampler.h), so a
+ * position p of W ranks is the global prefix p·W, which is position p·W / W' of W' ranks
+ * when W' divides it (it does when the global batch is kept: resume_setup checks that);
+ * the end of an epoch maps to the end. Otherwise the copy is unchanged (the loader then
+ * names the key that differs). */
+static cJSON *cursor_for_world(const job *j, const cJSON *saved, int64_t n,
+                               const loader_options *lo) {
+    cJSON *c = cJSON_Duplicate(saved, 1);
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(saved, "world_size");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(saved, "position");
+    if (!cJSON_IsNumber(w) || !cJSON_IsNumber(p) || (int)w->valuedouble == lo->world_size ||
+        w->valuedouble < 1 || lo->drop_last)
+        return c;
+    const int64_t w0 = (int64_t)w->valuedouble, p0 = (int64_t)p->valuedouble, W = lo->world_size;
+    const int64_t end0 = (n + w0 - 1) / w0, end1 = (n + W - 1) / W;
+    int64_t p1;
+    if (p0 >= end0) p1 = end1;
+    else if ((p0 * w0) % W == 0) p1 = p0 * w0 / W;
+    else return c;
+    cJSON_ReplaceItemInObjectCaseSensitive(c, "position", cJSON_CreateNumber((double)p1));
+    cJSON_ReplaceItemInObjectCaseSensitive(c, "world_size", cJSON_CreateNumber((double)W));
+    cJSON_ReplaceItemInObjectCaseSensitive(c, "batch_size", cJSON_CreateNumber((double)lo->batch_size));
+    (void)j;
+    return c;
+}
+
 static bt_status loader_setup(job *j) {
     const bt_run_config *rc = &j->rc;
     manifest_options mo = manifest_opts(rc);
@@ -246,8 +277,8 @@ static bt_status loader_setup(job *j) {
     lo.num_workers = (int)rc->data.num_workers;
     lo.prefetch = (int)rc->data.prefetch;
     lo.seed = (uint64_t)rc->data.seed;
-    lo.rank = 0;
-    lo.world_size = 1;
+    lo.rank = j->dist.rank;
+    lo.world_size = j->dist.size;
     lo.batch_size = (int)rc->train.batch_size;
     lo.shuffle = rc->data.shuffle;
     lo.drop_last = 0;
@@ -263,8 +294,10 @@ static bt_status loader_setup(job *j) {
     if (j->resumed && j->resume.state.loader_cursor) {
         char what[4300];
         snprintf(what, sizeof what, "%s/trainer_state.json: loader_cursor", j->resume_dir);
-        st = loader_cursor_from_json(&lo, (int64_t)j->train_man.n, j->resume.state.loader_cursor,
-                                     what, &lo.start);
+        cJSON *cur = cursor_for_world(j, j->resume.state.loader_cursor, (int64_t)j->train_man.n,
+                                      &lo);
+        st = loader_cursor_from_json(&lo, (int64_t)j->train_man.n, cur, what, &lo.start);
+        cJSON_Delete(cur);
         if (st != BT_OK) return st;
     }
     st = loader_init(&j->ld, &j->train_man, &j->tok, &j->img, &lo);
@@ -319,6 +352,7 @@ static bt_status step_setup(job *j) {
     st = bt_trainer_init(&j->tr, &j->model, &sc);
     if (st != BT_OK) return st;
     j->have_tr = 1;
+    bt_trainer_set_dist(&j->tr, &j->dist, (size_t)(rc->dist.bucket_mb * 1048576.0));
     if (j->resumed) {
         const bt_adamw *src = &j->resume.optim;
         if (src->mnumel != j->tr.opt.mnumel)
@@ -361,6 +395,34 @@ static bt_status memory_plan(job *j) {
                         "the effective batch) or data.max_length");
 }
 
+/* Several ranks: every rank must run the same binary, resolved config and model; rank 0's
+ * weights then replace everyone's (the start is identical by seed anyway; this makes it so
+ * for any start). */
+static bt_status dist_setup(job *j) {
+    if (!bt_dist_active(&j->dist)) return BT_OK;
+    char *cfg = bt_run_config_to_string(&j->rc);
+    BT_ASSERT(cfg);
+    const bt_model_config *c = &j->model.cfg;
+    const int64_t shape[] = {c->text_layers, c->text_hidden, c->vision_layers, c->vision_hidden,
+                             c->image_size, c->cross_layers, c->hidden, c->vocab_size,
+                             (int64_t)j->model.table.numel, (int64_t)j->model.heads,
+                             (int64_t)j->train_man.n};
+    const char *names[] = {"binary (/proc/self/exe)", "resolved config",
+                           "model shape or training set size", "resumed step"};
+    const uint64_t h[] = {bt_dist_binary_hash(), bt_dist_hash(cfg, strlen(cfg), 0),
+                          bt_dist_hash(shape, sizeof shape, 0), (uint64_t)j->tr.step};
+    free(cfg);
+    bt_status st = bt_dist_check_same(&j->dist, names, h, sizeof h / sizeof *h);
+    if (st != BT_OK) return st;
+    bt_dist_bcast_f32(&j->dist, j->model.params, j->model.table.numel, 0);
+    bt_model_refresh_bf16(&j->model);
+    say(j, "bt-train: %d ranks (data parallel, docs/distributed.md): train.batch_size %lld per "
+           "rank, global batch %lld; gradients averaged in buckets of %g MiB",
+        j->dist.size, (long long)j->rc.train.batch_size,
+        (long long)(j->rc.train.batch_size * j->dist.size), j->rc.dist.bucket_mb);
+    return BT_OK;
+}
+
 /* --- resume ---------------------------------------------------------------------------------- */
 
 static bt_status resume_setup(job *j) {
@@ -389,6 +451,26 @@ static bt_status resume_setup(job *j) {
     char changed[1024] = "";
     char source[4200];
     snprintf(source, sizeof source, "%s/trainer_state.json", dir);
+    /* another world size: train.batch_size (per rank) may change with it when the global
+     * batch stays (docs/distributed.md) */
+    const cJSON *cw = j->resume.state.loader_cursor
+                          ? cJSON_GetObjectItemCaseSensitive(j->resume.state.loader_cursor,
+                                                             "world_size") : NULL;
+    const int64_t w0 = cJSON_IsNumber(cw) ? (int64_t)cw->valuedouble : 1;
+    if (w0 != j->dist.size) {
+        const int64_t b0 = j->resume.state.run_config.train.batch_size, b1 = rc->train.batch_size;
+        if (b0 * w0 != b1 * j->dist.size)
+            return bt_fail(BT_ERR_CONFIG, "%s: the checkpoint was trained by %lld ranks x "
+                           "train.batch_size %lld (global batch %lld); this run has %d ranks x "
+                           "%lld = %lld: keep the global batch (set train.batch_size to %lld)",
+                           source, (long long)w0, (long long)b0, (long long)(b0 * w0),
+                           j->dist.size, (long long)b1, (long long)(b1 * j->dist.size),
+                           (long long)(b0 * w0 % j->dist.size ? 0 : b0 * w0 / j->dist.size));
+        j->resume.state.run_config.train.batch_size = b1;
+        fprintf(j->out, "bt-train: the checkpoint was trained by %lld ranks x batch %lld; "
+                        "resuming on %d ranks x batch %lld (the same global batch)\n",
+                (long long)w0, (long long)b0, j->dist.size, (long long)b1);
+    }
     st = bt_run_config_check_resume(&j->resume.state.run_config, rc, source, changed,
                                     sizeof changed);
     if (st != BT_OK) return st;
@@ -410,6 +492,10 @@ static double epoch_of(const job *j) {
 }
 
 static bt_status save_checkpoint(job *j) {
+    if (j->dist.rank > 0) { /* rank 0 writes the (identical) state */
+        j->last_saved_step = j->tr.step;
+        return BT_OK;
+    }
     const double t0 = now_s();
     bt_train_state s;
     bt_train_state_init(&s);
@@ -446,13 +532,14 @@ static bt_status save_checkpoint(job *j) {
 }
 
 static bt_status evaluate(job *j) {
-    if (!j->have_val_man) return BT_OK;
+    if (!j->have_val_man || j->dist.rank > 0) return BT_OK;
     bt_eval_options eo;
     bt_eval_options_default(&eo);
     eo.batch_size = (int)j->rc.eval.batch_size;
     eo.max_length = (int)j->rc.data.max_length;
     eo.itm_rerank_k = (int)j->rc.eval.itm_rerank_k;
     eo.num_workers = (int)j->rc.data.num_workers;
+    eo.cache_bytes = (size_t)j->rc.data.image_cache_bytes;
     eo.on_error = j->rc.data.on_bad_record == BT_POLICY_SKIP ? MANIFEST_ON_ERROR_SKIP
                                                              : MANIFEST_ON_ERROR_STOP;
     bt_eval_result r;
@@ -482,10 +569,29 @@ static int due(bt_interval strategy, int64_t every, int64_t step, int epoch_ende
     return 0;
 }
 
+/* A warning: into the log on rank 0, to stderr (naming the rank) on the others. */
+static void warn(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(job *j, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char line[8192];
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (j->have_log) bt_log_message(&j->log, BT_LOG_WARN, "%s", line);
+    else fprintf(stderr, "bt-train: rank %d: warning: %s\n", j->dist.rank, line);
+}
+
 static void warn_bad_record(const char *msg, void *ctx) {
-    job *j = ctx;
-    bt_log_message(&j->log, BT_LOG_WARN, "bad record replaced (data.on_bad_record \"skip\"): %s",
-                   msg);
+    warn(ctx, "bad record replaced (data.on_bad_record \"skip\"): %s", msg);
+}
+
+/* A stop signal seen by any rank stops every rank after the same step (one all-reduce). */
+static int stop_requested(job *j) {
+    if (!bt_dist_active(&j->dist)) return g_stop_signal != 0;
+    double v[2] = {g_stop_signal == SIGINT, g_stop_signal == SIGTERM};
+    bt_dist_sum_f64(&j->dist, v, 2);
+    if (!g_stop_signal && (v[0] > 0 || v[1] > 0)) g_stop_signal = v[1] > 0 ? SIGTERM : SIGINT;
+    return g_stop_signal != 0;
 }
 
 /* --- the loop --------------------------------------------------------------------------------- */
@@ -497,7 +603,7 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
     bt_step_batch mb[64];
     BT_ASSERT(n_micro <= 64);
     while (j->tr.step < j->max_steps) {
-        if (g_stop_signal) break;
+        if (stop_requested(j)) break;
         const double t0 = now_s();
         loader_stats s0;
         loader_get_stats(j->ld, &s0);
@@ -529,9 +635,9 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
         j->batches_done += (int64_t)n_micro;
         j->samples_seen += (int64_t)res.samples;
         const int epoch_ended = j->batches_done / j->batches_per_epoch > epoch_before;
-        if (res.skipped)
-            bt_log_message(&j->log, BT_LOG_WARN, "step %lld skipped: %s (train.on_nan \"skip\")",
-                           (long long)j->tr.step, res.nonfinite);
+        if (res.skipped && j->dist.rank == 0)
+            warn(j, "step %lld skipped: %s (train.on_nan \"skip\")", (long long)j->tr.step,
+                 res.nonfinite);
         bt_log_step_rec r;
         bt_log_step_init(&r);
         r.step = j->tr.step;
@@ -548,9 +654,9 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
         r.forward_s = res.t_towers_fwd + res.t_cross_fwd + res.t_losses;
         r.backward_s = res.t_backward;
         r.optim_s = res.t_optimizer;
-        r.comm_s = NAN;
+        r.comm_s = bt_dist_active(&j->dist) ? res.t_comm : NAN;
         r.skipped = res.skipped;
-        bt_log_step(&j->log, &r);
+        if (j->have_log) bt_log_step(&j->log, &r);
         out->last_step = j->tr.step;
         const int last = j->tr.step == j->max_steps;
         if (!last && due(rc->eval.strategy, rc->eval.steps, j->tr.step, epoch_ended)) {
@@ -573,7 +679,13 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     j->out = o->out ? o->out : stdout;
     j->last_saved_step = -1;
     g_stop_signal = 0;
-    bt_status st = bt_run_config_resolve(&j->rc, o->config_path, o->sets, o->n_sets);
+    bt_status st = bt_dist_init(&j->dist, NULL, NULL);
+    if (st != BT_OK) goto done;
+    if (j->dist.rank > 0) { /* rank 0 speaks; the others' warnings and errors use stderr */
+        j->devnull = fopen("/dev/null", "w");
+        if (j->devnull) j->out = j->devnull;
+    }
+    st = bt_run_config_resolve(&j->rc, o->config_path, o->sets, o->n_sets);
     if (st != BT_OK) goto done;
     const bt_run_config *rc = &j->rc;
     if (o->print_config) {
@@ -582,11 +694,25 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         free(text);
     }
 #ifdef _OPENMP
-    if (rc->train.threads > 0) omp_set_num_threads((int)rc->train.threads);
+    if (rc->train.threads > 0) {
+        omp_set_num_threads((int)rc->train.threads);
+    } else if (bt_dist_active(&j->dist) && !getenv("OMP_NUM_THREADS")) {
+        /* several ranks: the cores this rank is bound to, or an equal share of the machine
+         * when mpirun did not bind (--bind-to none) */
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        const int local = ls && atoi(ls) > 0 ? atoi(ls) : 1;
+        const int mine = omp_get_num_procs(), all = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        const int n = mine < all ? mine : all / local;
+        omp_set_num_threads(n > 0 ? n : 1);
+    }
 #endif
     if (o->install_signals) install_stop_signals();
     bt_runtime_info_print(j->out, "bt-train");
-    st = bt_check_output_dir(rc->output.dir, "output.dir", 1);
+    if (j->dist.rank == 0) st = bt_check_output_dir(rc->output.dir, "output.dir", 1);
+    if (st == BT_OK && bt_dist_active(&j->dist)) {
+        bt_dist_barrier(&j->dist); /* rank 0 created it */
+        st = bt_check_output_dir(rc->output.dir, "output.dir", 0);
+    }
     if (st != BT_OK) goto done;
     st = resume_setup(j);
     if (st == BT_OK) st = model_setup(j);
@@ -599,6 +725,7 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
                         "%lld)\n", (long long)j->max_steps, (long long)j->resume.state.max_steps);
     st = step_setup(j);
     if (st == BT_OK) st = memory_plan(j);
+    if (st == BT_OK) st = dist_setup(j);
     if (st != BT_OK) goto done;
 
     bt_log_opts lo = bt_log_opts_default();
@@ -608,9 +735,11 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     lo.throughput_warmup_steps = rc->logging.throughput_warmup_steps;
     lo.resume_step = j->resumed ? j->tr.step : 0;
     lo.tensorboard = rc->logging.tensorboard;
-    st = bt_log_open(&j->log, rc->output.dir, &lo);
-    if (st != BT_OK) goto done;
-    j->have_log = 1;
+    if (j->dist.rank == 0) {
+        st = bt_log_open(&j->log, rc->output.dir, &lo);
+        if (st != BT_OK) goto done;
+        j->have_log = 1;
+    }
     {
         const bt_model_config *c = &j->model.cfg;
         say(j, "bt-train: %zu training records, %lld batches of %lld per epoch, %lld optimizer "
@@ -630,6 +759,14 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
 
     st = train_loop(j, out);
     if (st != BT_OK) goto done;
+    if (j->dist.rank > 0) { /* rank 0 saves, evaluates and reports */
+        out->interrupted_by = g_stop_signal;
+        if (g_stop_signal)
+            st = bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld (rank 0 saves the "
+                         "checkpoint)", g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                         (long long)j->tr.step);
+        goto done;
+    }
     if (g_stop_signal) {
         if (j->last_saved_step != j->tr.step) st = save_checkpoint(j);
         if (st != BT_OK) goto done;
@@ -684,5 +821,13 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     }
 done:
     job_free(j);
+    if (j->devnull) fclose(j->devnull);
+    if (st != BT_OK && st != BT_ERR_INTERRUPTED && bt_dist_active(&j->dist)) {
+        /* the others may wait in a collective: end the job (MPI_Abort) with this message */
+        char msg[8192];
+        snprintf(msg, sizeof msg, "error: %s", bt_error_message());
+        bt_dist_abort(&j->dist, "bt-train", msg, 1);
+    }
+    bt_dist_finalize(&j->dist);
     return st;
 }

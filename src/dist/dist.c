@@ -1,0 +1,337 @@
+/* dist/dist.c: the world, start checks and collectives of dist.h over Open MPI (or the world
+ * of one process when no launcher started us / the build has no MPI).
+ *
+ * Deliberately not here: what the training step reduces and when (train/step.c). */
+#include "dist/dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bt_config.h"
+#include "rng.h"
+
+#if BT_HAVE_MPI
+#include <mpi.h>
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* a launcher's environment: Open MPI (mpirun / prterun), PMIx, PMI (srun, hydra) */
+static int launched(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
+                                       "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+#if !BT_HAVE_MPI
+static int launcher_size(void) {
+    const char *s = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!s) s = getenv("PMI_SIZE");
+    return s ? atoi(s) : 1;
+}
+#endif
+
+bt_status bt_dist_init(bt_dist *d, int *argc, char ***argv) {
+    memset(d, 0, sizeof *d);
+    d->size = 1;
+    if (gethostname(d->host, sizeof d->host - 1) != 0) snprintf(d->host, sizeof d->host, "?");
+    if (!launched()) return BT_OK;
+#if BT_HAVE_MPI
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return bt_fail(BT_ERR_UNSUPPORTED, "MPI_Init failed (launched by mpirun?)");
+    d->mpi = 1;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+    return BT_OK;
+#else
+    (void)argc;
+    (void)argv;
+    if (launcher_size() > 1)
+        return bt_fail(BT_ERR_UNSUPPORTED, "started by an MPI launcher with %d processes, but "
+                       "this bt was built without MPI (install libopenmpi-dev and rebuild)",
+                       launcher_size());
+    return BT_OK;
+#endif
+}
+
+void bt_dist_finalize(bt_dist *d) {
+#if BT_HAVE_MPI
+    if (d->mpi) MPI_Finalize();
+#endif
+    d->mpi = 0;
+}
+
+void bt_dist_abort(const bt_dist *d, const char *prog, const char *message, int code) {
+    if (d && d->size > 1)
+        fprintf(stderr, "%s: rank %d of %d (%s): %s\n", prog, d->rank, d->size, d->host, message);
+    else
+        fprintf(stderr, "%s: %s\n", prog, message);
+    fflush(stderr);
+    fflush(stdout);
+#if BT_HAVE_MPI
+    if (d && d->mpi && d->size > 1) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+#endif
+    exit(code);
+}
+
+#if BT_HAVE_MPI
+/* MPI counts are int: a message larger than INT_MAX elements is split by the callers below
+ * or refused here. */
+static bt_status check_count(size_t n, const char *what) {
+    if (n > (size_t)0x7fffffff)
+        return bt_fail(BT_ERR_UNSUPPORTED, "%s: %zu elements in one MPI message (limit 2^31 - 1)",
+                       what, n);
+    return BT_OK;
+}
+#endif
+
+bt_status bt_dist_barrier(const bt_dist *d) {
+#if BT_HAVE_MPI
+    if (bt_dist_active(d)) MPI_Barrier(MPI_COMM_WORLD);
+#endif
+    (void)d;
+    return BT_OK;
+}
+
+bt_status bt_dist_bcast_f32(const bt_dist *d, float *buf, size_t n, int root) {
+#if BT_HAVE_MPI
+    if (!bt_dist_active(d)) return BT_OK;
+    const size_t chunk = (size_t)1 << 28;
+    for (size_t o = 0; o < n; o += chunk) {
+        const size_t c = n - o < chunk ? n - o : chunk;
+        MPI_Bcast(buf + o, (int)c, MPI_FLOAT, root, MPI_COMM_WORLD);
+    }
+#endif
+    (void)d, (void)buf, (void)n, (void)root;
+    return BT_OK;
+}
+
+bt_status bt_dist_sum_f64(const bt_dist *d, double *v, size_t n) {
+#if BT_HAVE_MPI
+    if (!bt_dist_active(d)) return BT_OK;
+    bt_status st = check_count(n, "bt_dist_sum_f64");
+    if (st != BT_OK) return st;
+    MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+#endif
+    (void)d, (void)v, (void)n;
+    return BT_OK;
+}
+
+bt_status bt_dist_allgather_i64(const bt_dist *d, const int64_t *mine, size_t n, int64_t *out) {
+#if BT_HAVE_MPI
+    if (bt_dist_active(d)) {
+        bt_status st = check_count(n, "bt_dist_allgather_i64");
+        if (st != BT_OK) return st;
+        MPI_Allgather(mine, (int)n, MPI_INT64_T, out, (int)n, MPI_INT64_T, MPI_COMM_WORLD);
+        return BT_OK;
+    }
+#endif
+    memmove(out, mine, n * sizeof *out);
+    (void)d;
+    return BT_OK;
+}
+
+#if BT_HAVE_MPI
+/* element counts and displacements of the row layout (int, MPI's type) */
+static bt_status row_layout(const bt_dist *d, const int64_t *counts, size_t width, int *cnt,
+                            int *disp) {
+    size_t off = 0;
+    for (int r = 0; r < d->size; r++) {
+        const size_t c = (size_t)counts[r] * width;
+        bt_status st = check_count(off + c, "row gather");
+        if (st != BT_OK) return st;
+        cnt[r] = (int)c;
+        disp[r] = (int)off;
+        off += c;
+    }
+    return BT_OK;
+}
+
+static bt_status allgather_rows(const bt_dist *d, const void *mine, void *all,
+                                const int64_t *counts, size_t width, MPI_Datatype type) {
+    int *cnt = malloc(2 * (size_t)d->size * sizeof *cnt);
+    BT_ASSERT(cnt);
+    int *disp = cnt + d->size;
+    bt_status st = row_layout(d, counts, width, cnt, disp);
+    if (st == BT_OK)
+        MPI_Allgatherv(mine, cnt[d->rank], type, all, cnt, disp, type, MPI_COMM_WORLD);
+    free(cnt);
+    return st;
+}
+#endif
+
+bt_status bt_dist_allgather_rows_f32(const bt_dist *d, const float *mine, float *all,
+                                     const int64_t *counts, size_t width) {
+#if BT_HAVE_MPI
+    if (bt_dist_active(d)) return allgather_rows(d, mine, all, counts, width, MPI_FLOAT);
+#endif
+    if (all != mine) memmove(all, mine, (size_t)counts[0] * width * sizeof *all);
+    return BT_OK;
+}
+
+bt_status bt_dist_allgather_rows_u64(const bt_dist *d, const uint64_t *mine, uint64_t *all,
+                                     const int64_t *counts, size_t width) {
+#if BT_HAVE_MPI
+    if (bt_dist_active(d)) return allgather_rows(d, mine, all, counts, width, MPI_UINT64_T);
+#endif
+    if (all != mine) memmove(all, mine, (size_t)counts[0] * width * sizeof *all);
+    return BT_OK;
+}
+
+bt_status bt_dist_reduce_scatter_add_f32(const bt_dist *d, const float *all, float *mine,
+                                         const int64_t *counts, size_t width) {
+    size_t n_mine = (size_t)counts[d ? d->rank : 0] * width;
+#if BT_HAVE_MPI
+    if (bt_dist_active(d)) {
+        int *cnt = malloc(2 * (size_t)d->size * sizeof *cnt);
+        BT_ASSERT(cnt);
+        int *disp = cnt + d->size;
+        bt_status st = row_layout(d, counts, width, cnt, disp);
+        float *tmp = st == BT_OK ? malloc((n_mine + 1) * sizeof *tmp) : NULL;
+        if (st == BT_OK) {
+            BT_ASSERT(tmp);
+            MPI_Reduce_scatter(all, tmp, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            for (size_t i = 0; i < n_mine; i++) mine[i] += tmp[i];
+        }
+        free(tmp);
+        free(cnt);
+        return st;
+    }
+#endif
+    for (size_t i = 0; i < n_mine; i++) mine[i] += all[i];
+    return BT_OK;
+}
+
+uint64_t bt_dist_hash(const void *data, size_t n, uint64_t seed) {
+    const unsigned char *p = data;
+    uint64_t h = bt_mix64(seed ^ bt_mix64(n ^ UINT64_C(0x9e3779b97f4a7c15)));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = bt_mix64(h ^ w);
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, p + i, n - i);
+    return bt_mix64(h ^ tail);
+}
+
+uint64_t bt_dist_binary_hash(void) {
+    FILE *f = fopen("/proc/self/exe", "rb");
+    if (!f) return 0;
+    unsigned char buf[1 << 16];
+    uint64_t h = 0;
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) h = bt_dist_hash(buf, got, h);
+    fclose(f);
+    return h;
+}
+
+bt_status bt_dist_check_same(const bt_dist *d, const char *const *names, const uint64_t *hashes,
+                             size_t n_items) {
+    if (!bt_dist_active(d)) return BT_OK;
+#if BT_HAVE_MPI
+    uint64_t *all = malloc((size_t)d->size * n_items * sizeof *all);
+    char *hosts = malloc((size_t)d->size * sizeof d->host);
+    BT_ASSERT(all && hosts);
+    MPI_Allgather(hashes, (int)n_items, MPI_UINT64_T, all, (int)n_items, MPI_UINT64_T,
+                  MPI_COMM_WORLD);
+    MPI_Allgather(d->host, (int)sizeof d->host, MPI_CHAR, hosts, (int)sizeof d->host, MPI_CHAR,
+                  MPI_COMM_WORLD);
+    bt_status st = BT_OK;
+    for (size_t i = 0; i < n_items && st == BT_OK; i++)
+        for (int r = 1; r < d->size; r++)
+            if (all[(size_t)r * n_items + i] != all[i]) {
+                st = bt_fail(BT_ERR_CONFIG, "the ranks differ in their %s: rank %d (%s) has "
+                             "%016llx, rank 0 (%s) %016llx; start every rank with the same "
+                             "binary, config and model", names[i], r,
+                             hosts + (size_t)r * sizeof d->host,
+                             (unsigned long long)all[(size_t)r * n_items + i], hosts,
+                             (unsigned long long)all[i]);
+                break;
+            }
+    free(hosts);
+    free(all);
+    return st;
+#else
+    (void)names, (void)hashes, (void)n_items;
+    return BT_OK;
+#endif
+}
+
+/* --- reducer ------------------------------------------------------------------------------ */
+
+bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
+                               size_t bucket_bytes) {
+    memset(r, 0, sizeof *r);
+    r->d = d;
+    r->arena = arena;
+    r->n = n;
+    r->bucket = bucket_bytes ? bucket_bytes / sizeof(float) : n;
+    if (r->bucket < 1) r->bucket = 1;
+    if (r->bucket > (size_t)0x7fffffff) r->bucket = (size_t)0x7fffffff;
+    r->n_buckets = n ? (n + r->bucket - 1) / r->bucket : 0;
+#if BT_HAVE_MPI
+    r->requests = calloc(r->n_buckets + 1, sizeof(MPI_Request));
+#else
+    r->requests = calloc(r->n_buckets + 1, 1);
+#endif
+    r->started = calloc(r->n_buckets + 1, 1);
+    BT_ASSERT(r->requests && r->started);
+    return BT_OK;
+}
+
+void bt_dist_reducer_free(bt_dist_reducer *r) {
+    free(r->requests);
+    free(r->started);
+    memset(r, 0, sizeof *r);
+}
+
+bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
+    if (!bt_dist_active(r->d)) return BT_OK;
+#if BT_HAVE_MPI
+    MPI_Request *req = r->requests;
+    for (size_t b = lo / r->bucket; b < r->n_buckets; b++) {
+        const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
+        if (o < lo || o + c > hi) {
+            if (o >= hi) break;
+            continue;
+        }
+        if (r->started[b]) continue;
+        MPI_Iallreduce(MPI_IN_PLACE, r->arena + o, (int)c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                       &req[b]);
+        r->started[b] = 1;
+    }
+#endif
+    return BT_OK;
+}
+
+bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
+    r->t_wait = 0;
+    if (!bt_dist_active(r->d)) return BT_OK;
+    bt_status st = bt_dist_reducer_start(r, 0, r->n);
+    if (st != BT_OK) return st;
+#if BT_HAVE_MPI
+    const double t0 = now_s();
+    MPI_Waitall((int)r->n_buckets, r->requests, MPI_STATUSES_IGNORE);
+    r->t_wait = now_s() - t0;
+#endif
+    memset(r->started, 0, r->n_buckets);
+    const float inv = 1.0f / (float)r->d->size;
+    float *a = r->arena;
+    const size_t n = r->n;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] *= inv;
+    return BT_OK;
+}

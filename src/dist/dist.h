@@ -1,0 +1,112 @@
+/* dist/dist.h: data parallelism over Open MPI (docs/distributed.md): the world, the start
+ * checks, and the few collectives the training step needs.
+ *
+ * World. bt_dist_init calls MPI_Init only when a launcher started the process (mpirun /
+ * orterun / prterun / srun: one of OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK, PMI_SIZE is
+ * set). Without a launcher it makes the world of one process without touching MPI, so
+ * `bt-train` alone needs no MPI runtime (no daemon, no network, no singleton start), and
+ * every collective below is then a local copy or a no-op. A build without MPI (meson
+ * -Dmpi=disabled) is world size 1 always; under a launcher with size > 1 its init fails
+ * with a message saying so.
+ *
+ * Failures (MPI_Abort semantics): MPI_COMM_WORLD keeps MPI_ERRORS_ARE_FATAL, so a failed
+ * collective or a peer that died (Open MPI's runtime notices a process that exits without
+ * MPI_Finalize and kills the job) ends every rank; a bt error on one rank is reported with
+ * bt_dist_abort, which prints "bt-train: rank R of N: <message>" to stderr and calls
+ * MPI_Abort, so the others stop within the runtime's kill delay instead of waiting in a
+ * collective. Errors that every rank sees alike (a config that does not resolve, a
+ * mismatch found by bt_dist_check_same) return normally on every rank.
+ *
+ * Gradients: bt_dist_reducer averages a flat fp32 arena in buckets of a fixed byte size,
+ * each bucket one MPI_Iallreduce (sum), then scales by 1/world. Buckets are launched by
+ * bt_dist_reducer_start (all of them, or a range as soon as its tensors are final) and
+ * waited for by bt_dist_reducer_finish, which reports the seconds it waited (the exposed
+ * communication time).
+ *
+ * Deliberately not here: the training step's use of these (train/step.c), loss math, the
+ * launch (mpirun), ZeRO sharding, bf16 on the wire (MPI has no bf16 sum with fp32
+ * accumulation; see docs/distributed.md). */
+#ifndef BT_DIST_DIST_H
+#define BT_DIST_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+typedef struct bt_dist {
+    int rank, size;
+    int mpi;        /* 1: MPI_Init was called by bt_dist_init (finalize calls MPI_Finalize) */
+    char host[64];  /* this process's host name (messages) */
+} bt_dist;
+
+/* Starts the world (see above). argc / argv may be NULL. Errors: MPI_Init failed, or a
+ * launcher with size > 1 on a build without MPI. */
+bt_status bt_dist_init(bt_dist *d, int *argc, char ***argv);
+/* MPI_Finalize when MPI was started. */
+void bt_dist_finalize(bt_dist *d);
+/* 1 when this process is one of several. */
+static inline int bt_dist_active(const bt_dist *d) { return d && d->size > 1; }
+
+/* Prints "PROG: rank R of N (HOST): MESSAGE" to stderr and ends the job: MPI_Abort(code)
+ * when several ranks run, exit(code) otherwise. */
+void bt_dist_abort(const bt_dist *d, const char *prog, const char *message, int code)
+    __attribute__((noreturn));
+
+/* MPI_Barrier. */
+bt_status bt_dist_barrier(const bt_dist *d);
+/* Rank root's n floats into everyone's buf. */
+bt_status bt_dist_bcast_f32(const bt_dist *d, float *buf, size_t n, int root);
+/* In place: v[i] = Σ_ranks v[i] (doubles; blocking). */
+bt_status bt_dist_sum_f64(const bt_dist *d, double *v, size_t n);
+/* out (size × n) = every rank's n int64 values, rank order. */
+bt_status bt_dist_allgather_i64(const bt_dist *d, const int64_t *mine, size_t n, int64_t *out);
+
+/* Variable-count gather / reduce-scatter of rows of `width` elements: rank r owns counts[r]
+ * rows, sitting at row offset Σ_{q<r} counts[q] of the full (Σ counts, width) array.
+ *   allgather: all = every rank's rows (mine = this rank's counts[rank] rows)
+ *   reduce_scatter_add: mine += Σ_ranks all[this rank's rows] (floats)
+ * counts (size) must be the same on every rank. */
+bt_status bt_dist_allgather_rows_f32(const bt_dist *d, const float *mine, float *all,
+                                     const int64_t *counts, size_t width);
+bt_status bt_dist_allgather_rows_u64(const bt_dist *d, const uint64_t *mine, uint64_t *all,
+                                     const int64_t *counts, size_t width);
+bt_status bt_dist_reduce_scatter_add_f32(const bt_dist *d, const float *all, float *mine,
+                                         const int64_t *counts, size_t width);
+
+/* Start check: every rank passes n_items (name, 64-bit hash) pairs in the same order (e.g.
+ * "resolved config", "model shape", "binary"); the hashes are gathered and compared with
+ * rank 0's. On a difference every rank returns BT_ERR_CONFIG naming the item and the first
+ * rank (and host) that differs, so every rank stops with the same message. */
+bt_status bt_dist_check_same(const bt_dist *d, const char *const *names, const uint64_t *hashes,
+                             size_t n_items);
+/* 64-bit content hash of n bytes (for bt_dist_check_same). */
+uint64_t bt_dist_hash(const void *data, size_t n, uint64_t seed);
+/* Hash of this process's executable file (/proc/self/exe): the build identity. 0 when it
+ * cannot be read. */
+uint64_t bt_dist_binary_hash(void);
+
+/* --- bucketed gradient averaging -------------------------------------------------------- */
+typedef struct bt_dist_reducer {
+    const bt_dist *d;
+    float *arena;           /* not owned */
+    size_t n;               /* floats */
+    size_t bucket;          /* floats per bucket (the last one may be shorter) */
+    size_t n_buckets;
+    void *requests;         /* (n_buckets) MPI_Request */
+    unsigned char *started; /* (n_buckets) */
+    double t_wait;          /* seconds waited in the last finish */
+} bt_dist_reducer;
+
+/* bucket_bytes 0: one bucket. */
+bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
+                               size_t bucket_bytes);
+void bt_dist_reducer_free(bt_dist_reducer *r);
+/* Launches (MPI_Iallreduce, in place) the buckets that lie wholly inside [lo, hi) floats and
+ * are not started yet; [0, n) launches all. A no-op for world size 1. */
+bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi);
+/* Launches what is left, waits for every bucket, scales the arena by 1/size. r->t_wait =
+ * the seconds spent waiting. */
+bt_status bt_dist_reducer_finish(bt_dist_reducer *r);
+
+#endif

@@ -1,0 +1,418 @@
+/* test_dist.c: data-parallel bt-train under mpirun (docs/distributed.md), by path (argv[1]),
+ * on a generated synthetic dataset and the small synthetic model, ITC + MLM with dropout on
+ * (ITM is left out: its negatives are drawn from each rank's local batch by design, so it is
+ * not batch-split invariant).
+ *
+ * What it proves, each against an independent one-process run of the same job:
+ *   equivalence  2 ranks x batch 4 (shared memory) and 4 ranks x batch 2 over TCP
+ *                (--mca btl self,tcp: the path ranks on different machines use) log the same
+ *                losses at every step and end with the same weights as 1 rank x batch 8;
+ *   resume       a checkpoint of the 1-rank run resumed on 2 ranks (batch 4), and one of the
+ *                2-rank run resumed on 1 rank (batch 8), end with the reference's weights;
+ *   a changed global batch on resume is refused, naming train.batch_size;
+ *   consistency  ranks started with different configs stop at start, the message naming the
+ *                resolved config and the rank that differs;
+ *   failure      a rank killed with SIGKILL mid-run ends the whole job (non-zero exit, every
+ *                rank gone) within 60 s with Open MPI's message naming the signal.
+ *
+ * Tolerances (fp32). The split runs compute the same sums in another order: the ITC softmax
+ * over gathered columns is the same, but the gradient of each parameter is a sum over ranks
+ * of partial sums (MPI's reduction order) instead of one sum over the batch, the MLM mean is
+ * Σ_r (mean_r · n_r / n) instead of one mean, the row gradients of gathered columns are
+ * reduce-scattered. Each is a few fp32 roundings (relative 1e-7 each) per step; AdamW
+ * divides by sqrt(v), which can amplify a relative change of a gradient element that is
+ * near zero into an update change of up to lr per step. Losses: relative 1e-5 (observed
+ * ~1e-8); the gradient norms (which AdamW's scale invariance would hide from the weights:
+ * they catch a wrong 1/W or a wrong share of the MLM mean) too. Weights after 4 steps at lr
+ * 1e-3: max |Δ| <= 5e-5 absolute (observed 1e-5 .. 2e-5: elements whose gradient is ~0, where
+ * Adam's m/sqrt(v) is sign-like and rounding moves it), 1.25% of the 4e-3 an element can move
+ * in 4 steps; the check is not vacuous: the weights move by more than 20x that between
+ * checkpoint-2 and the end. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "data/synth.h"
+#include "model/safetensors.h"
+#include "test_util.h"
+
+#define LOSS_RTOL 1e-5
+#define WEIGHT_ATOL 5e-5
+
+static const char *exe;
+static char base_cfg[1100];
+
+static double now_s(void) { return tu_clock_seconds(CLOCK_MONOTONIC); }
+
+/* Runs a shell command line, stdout and stderr to <out>.log / <out>.err; exit status. */
+static int sh(const char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int sh(const char *out, const char *fmt, ...) {
+    char cmd[6000], line[7000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(line, sizeof line, "%s > '%s.log' 2> '%s.err'", cmd, out, out);
+    const int st = system(line);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* mpirun prefix: oversubscribed (CI has 2 cores), no binding (ranks share the cores) */
+#define MPIRUN "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1"
+
+static int train(const char *out, int ranks, const char *mca, const char *extra) {
+    if (ranks == 0)
+        return sh(out, "'%s' --config '%s' --quiet-config --set output.dir='%s' %s", exe,
+                  base_cfg, out, extra);
+    return sh(out, MPIRUN " -np %d %s '%s' --config '%s' --quiet-config --set output.dir='%s' %s",
+              ranks, mca, exe, base_cfg, out, extra);
+}
+
+static char *read_text(const char *path) {
+    char *t = (char *)tu_read_file(path, NULL);
+    return t ? t : strdup("");
+}
+
+static void show_err(const char *out) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s.err", out);
+    char *e = read_text(p);
+    fprintf(stderr, "--- %s ---\n%s\n", p, e);
+    free(e);
+}
+
+/* losses[step - 1] (key "loss" or "grad_norm") of the "train" records of metrics.jsonl;
+ * returns the count. */
+static size_t logged(const char *out, const char *key, double *l, size_t cap) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    char *text = read_text(p);
+    size_t n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+        const cJSON *loss = cJSON_GetObjectItemCaseSensitive(j, key);
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "train") && cJSON_IsNumber(loss) &&
+            cJSON_IsNumber(step) && step->valuedouble >= 1 && step->valuedouble <= (double)cap) {
+            l[(size_t)step->valuedouble - 1] = loss->valuedouble;
+            n++;
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    return n;
+}
+
+/* max |a - b| over every tensor of two model.safetensors (same names); -1 on a mismatch of
+ * names / shapes or an unreadable file. */
+static double max_weight_diff(const char *a_path, const char *b_path) {
+    safetensors_file a, b;
+    if (safetensors_open(&a, a_path) != BT_OK) return -1;
+    if (safetensors_open(&b, b_path) != BT_OK) {
+        safetensors_close(&a);
+        return -1;
+    }
+    double worst = a.n_tensors == b.n_tensors && a.n_tensors > 0 ? 0 : -1;
+    for (size_t i = 0; i < a.n_tensors && worst >= 0; i++) {
+        const safetensors_tensor *ta = &a.tensors[i];
+        const safetensors_tensor *tb = safetensors_find(&b, ta->name);
+        if (!tb || tb->numel != ta->numel) {
+            worst = -1;
+            break;
+        }
+        if (ta->dtype != BT_DTYPE_F32) { /* integer buffers (position ids): equal bytes */
+            if (tb->dtype != ta->dtype || tb->end - tb->begin != ta->end - ta->begin ||
+                memcmp(ta->data, tb->data, ta->end - ta->begin))
+                worst = -1;
+            continue;
+        }
+        float *x = malloc(ta->numel * sizeof *x), *y = malloc(ta->numel * sizeof *y);
+        if (!x || !y || safetensors_read_f32(&a, ta, x, ta->numel) != BT_OK ||
+            safetensors_read_f32(&b, tb, y, tb->numel) != BT_OK) {
+            worst = -1;
+        } else {
+            for (size_t k = 0; k < ta->numel; k++) {
+                const double d = fabs((double)x[k] - (double)y[k]);
+                if (!(d <= worst)) worst = d; /* NaN propagates as a failure below */
+            }
+        }
+        free(x);
+        free(y);
+    }
+    safetensors_close(&a);
+    safetensors_close(&b);
+    return worst;
+}
+
+static void check_same_run(const char *what, const char *ref, const char *got, size_t n_steps) {
+    static const char *const keys[2] = {"loss", "grad_norm"};
+    for (int k = 0; k < 2; k++) {
+        double lr[16], lg[16];
+        const size_t nr = logged(ref, keys[k], lr, 16), ng = logged(got, keys[k], lg, 16);
+        int ok = nr == n_steps && ng == n_steps;
+        double worst = 0;
+        for (size_t i = 0; ok && i < n_steps; i++) {
+            const double rel = fabs(lg[i] - lr[i]) / fabs(lr[i]);
+            if (!(rel <= worst)) worst = rel;
+        }
+        tu_check(ok && worst <= LOSS_RTOL, "%s: the %zu steps' %s equal the 1-rank run's "
+                 "(worst relative difference %.2e <= %.0e)", what, ng, keys[k], worst,
+                 LOSS_RTOL);
+    }
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/model.safetensors", ref);
+    snprintf(b, sizeof b, "%s/model.safetensors", got);
+    const double d = max_weight_diff(a, b);
+    tu_check(d >= 0 && d <= WEIGHT_ATOL, "%s: final weights equal the 1-rank run's (max |diff| "
+             "%.2e <= %.0e)", what, d, WEIGHT_ATOL);
+}
+
+static void setup(void) {
+    const char *tmp = tu_tmpdir();
+    char data_dir[1024], model_dir[1024];
+    snprintf(data_dir, sizeof data_dir, "%s/synth", tmp);
+    synth_options so;
+    memset(&so, 0, sizeof so);
+    so.out_dir = data_dir;
+    so.n[0] = 64;
+    so.seed = 3;
+    so.size = 64;
+    if (synth_generate(&so) != BT_OK) {
+        fprintf(stderr, "synth: %s\n", bt_error_message());
+        exit(1);
+    }
+    const char *configs = getenv("BT_CONFIGS");
+    snprintf(model_dir, sizeof model_dir, "%s/synthetic-model", configs ? configs : "configs");
+    snprintf(base_cfg, sizeof base_cfg, "%s/run.json", tmp);
+    char text[4096];
+    snprintf(text, sizeof text,
+             "{\n"
+             "  \"model\": {\"config\": \"%s\", \"init_seed\": 0, \"heads\": [\"itc\", \"mlm\"]},\n"
+             "  \"data\": {\"train\": \"%s/train.jsonl\", \"max_length\": 32, \"seed\": 1,\n"
+             "           \"shuffle\": true, \"drop_last\": true, \"num_workers\": 1},\n"
+             "  \"train\": {\"batch_size\": 8, \"max_steps\": 4, \"lr\": 1e-3, \"warmup_steps\": 1,\n"
+             "            \"weight_decay\": 0.01, \"max_grad_norm\": 1.0,\n"
+             "            \"loss_weights\": {\"itc\": 1, \"itm\": 0, \"mlm\": 1},\n"
+             "            \"seed\": 5, \"dropout\": true, \"threads\": 1},\n"
+             "  \"logging\": {\"steps\": 1, \"tensorboard\": false, \"report\": false},\n"
+             "  \"eval\": {\"strategy\": \"no\", \"at_end\": false},\n"
+             "  \"save\": {\"strategy\": \"steps\", \"steps\": 2},\n"
+             "  \"dist\": {\"bucket_mb\": 0.25}\n"
+             "}\n",
+             model_dir, data_dir);
+    tu_setup_text(base_cfg, text);
+}
+
+/* pids of the processes whose parent is ppid (the ranks mpirun started; bt-train re-execs
+ * itself through /proc/self/exe, so their name is not a reliable mark) */
+static size_t children(pid_t ppid, pid_t *out, size_t cap) {
+    DIR *d = opendir("/proc");
+    size_t n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0) continue;
+        char p[64], buf[512];
+        snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        const size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = '\0';
+        const char *close_paren = strrchr(buf, ')');
+        int parent = 0;
+        char state;
+        if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &parent) == 2 &&
+            parent == (int)ppid && n < cap)
+            out[n++] = pid;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* 1 while pid exists and is not a zombie */
+static int alive(pid_t pid) {
+    char p[64], buf[512];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    const size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    const char *close_paren = strrchr(buf, ')');
+    return close_paren && close_paren[1] == ' ' && close_paren[2] != 'Z' && close_paren[2] != 'X';
+}
+
+static void test_killed_rank(void) {
+    const char *out = tu_tmp_path("killed");
+    char line[6000], log[1200], err[1200], metrics[1200];
+    snprintf(log, sizeof log, "%s.log", out);
+    snprintf(err, sizeof err, "%s.err", out);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    snprintf(line, sizeof line, "exec " MPIRUN " -np 2 '%s' --config '%s' --quiet-config --set "
+             "output.dir='%s' --set train.batch_size=4 --set train.max_steps=100000 --set "
+             "save.strategy=no > '%s' 2> '%s'", exe, base_cfg, out, log, err);
+    const pid_t mpirun = fork();
+    if (mpirun == 0) {
+        execl("/bin/sh", "sh", "-c", line, (char *)NULL);
+        _exit(127);
+    }
+    /* wait for a logged step (the ranks are in the training loop) */
+    struct stat st;
+    int started = 0;
+    for (double t0 = now_s(); now_s() - t0 < 120 && !started;) {
+        started = stat(metrics, &st) == 0 && st.st_size > 0;
+        if (waitpid(mpirun, NULL, WNOHANG) == mpirun) break;
+        usleep(20000);
+    }
+    pid_t ranks[8];
+    const size_t n = started ? children(mpirun, ranks, 8) : 0;
+    if (!tu_check(started && n == 2, "killed rank: the 2-rank job is training (%zu ranks seen)",
+                  n)) {
+        kill(mpirun, SIGKILL);
+        waitpid(mpirun, NULL, 0);
+        show_err(out);
+        return;
+    }
+    const double t_kill = now_s();
+    kill(ranks[1], SIGKILL);
+    int status = 0, ended = 0;
+    while (now_s() - t_kill < 60 && !ended) {
+        ended = waitpid(mpirun, &status, WNOHANG) == mpirun;
+        if (!ended) usleep(20000);
+    }
+    const double took = now_s() - t_kill;
+    if (!ended) {
+        kill(mpirun, SIGKILL);
+        waitpid(mpirun, &status, 0);
+    }
+    tu_check(ended && WIFEXITED(status) && WEXITSTATUS(status) != 0,
+             "killed rank: mpirun ends with a non-zero status %.1f s after SIGKILL of rank pid "
+             "%d (bound 60 s)", took, (int)ranks[1]);
+    int gone = 0;
+    for (double t0 = now_s(); now_s() - t0 < 10 && !gone; usleep(20000)) gone = !alive(ranks[0]);
+    tu_check(gone, "killed rank: the surviving rank (pid %d) is gone too", (int)ranks[0]);
+    char *e = read_text(err);
+    const int named = strstr(e, "signal 9") || strstr(e, "Killed") || strstr(e, "killed");
+    tu_check(named, "killed rank: the message names the signal");
+    if (!named) fprintf(stderr, "%s\n", e);
+    free(e);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_dist PATH/TO/bt-train\n");
+        return 1;
+    }
+    exe = argv[1];
+    if (system("mpirun --version > /dev/null 2>&1") != 0)
+        tu_skip("mpirun not found (scripts/install_deps.sh installs openmpi-bin)");
+    setup();
+
+    /* the reference: one process, batch 8, no launcher */
+    char ref[1200], r2[1200], r4[1200];
+    snprintf(ref, sizeof ref, "%s", tu_tmp_path("ref"));
+    snprintf(r2, sizeof r2, "%s", tu_tmp_path("r2"));
+    snprintf(r4, sizeof r4, "%s", tu_tmp_path("r4"));
+    int rc = train(ref, 0, "", "");
+    if (!tu_check(rc == 0, "1 process x batch 8 (no mpirun) exits 0 (got %d)", rc)) {
+        show_err(ref);
+        return tu_finish();
+    }
+    {
+        char a[1300], b[1300];
+        snprintf(a, sizeof a, "%s/checkpoint-2/model.safetensors", ref);
+        snprintf(b, sizeof b, "%s/model.safetensors", ref);
+        const double moved = max_weight_diff(a, b);
+        tu_check(moved > 20 * WEIGHT_ATOL, "the weights move by %.2e between step 2 and 4 "
+                 "(> 20 x the tolerance: the comparisons below can fail)", moved);
+    }
+
+    /* equivalence: 2 ranks over shared memory, 4 ranks over TCP */
+    rc = train(r2, 2, "", "--set train.batch_size=4");
+    if (tu_check(rc == 0, "mpirun -np 2, batch 4 exits 0 (got %d)", rc)) check_same_run("2 x 4", ref, r2, 4);
+    else show_err(r2);
+    rc = train(r4, 4, "--mca btl self,tcp", "--set train.batch_size=2");
+    if (tu_check(rc == 0, "mpirun -np 4 --mca btl self,tcp, batch 2 exits 0 (got %d)", rc))
+        check_same_run("4 x 2 over TCP", ref, r4, 4);
+    else show_err(r4);
+    {
+        char p[1300];
+        snprintf(p, sizeof p, "%s/metrics.jsonl", r2);
+        char *m = read_text(p);
+        tu_check(strstr(m, "\"comm\":") && !strstr(m, "\"comm\":null"),
+                 "2 ranks: metrics.jsonl has the communication time (phase_s.comm)");
+        free(m);
+    }
+
+    /* resume on another world size, the global batch kept */
+    {
+        char res2[1200], res1[1200], bad[1200], set[1400];
+        snprintf(res2, sizeof res2, "%s", tu_tmp_path("resume-1to2"));
+        snprintf(res1, sizeof res1, "%s", tu_tmp_path("resume-2to1"));
+        snprintf(bad, sizeof bad, "%s", tu_tmp_path("resume-bad"));
+        snprintf(set, sizeof set, "--set train.batch_size=4 --set output.resume_from='%s/checkpoint-2'",
+                 ref);
+        rc = train(res2, 2, "", set);
+        if (tu_check(rc == 0, "1-rank checkpoint-2 resumed on 2 ranks exits 0 (got %d)", rc)) {
+            char a[1300], b[1300];
+            snprintf(a, sizeof a, "%s/model.safetensors", ref);
+            snprintf(b, sizeof b, "%s/model.safetensors", res2);
+            const double d = max_weight_diff(a, b);
+            tu_check(d >= 0 && d <= WEIGHT_ATOL, "resume 1 -> 2 ranks: final weights equal the "
+                     "uninterrupted 1-rank run's (max |diff| %.2e)", d);
+        } else {
+            show_err(res2);
+        }
+        snprintf(set, sizeof set, "--set output.resume_from='%s/checkpoint-2'", r2);
+        rc = train(res1, 0, "", set);
+        if (tu_check(rc == 0, "2-rank checkpoint-2 resumed on 1 process exits 0 (got %d)", rc)) {
+            char a[1300], b[1300];
+            snprintf(a, sizeof a, "%s/model.safetensors", ref);
+            snprintf(b, sizeof b, "%s/model.safetensors", res1);
+            const double d = max_weight_diff(a, b);
+            tu_check(d >= 0 && d <= WEIGHT_ATOL, "resume 2 -> 1 rank: final weights equal the "
+                     "uninterrupted 1-rank run's (max |diff| %.2e)", d);
+        } else {
+            show_err(res1);
+        }
+        snprintf(set, sizeof set, "--set train.batch_size=8 --set output.resume_from='%s/checkpoint-2'",
+                 ref);
+        rc = train(bad, 2, "", set);
+        snprintf(set, sizeof set, "%s.err", bad);
+        char *e = read_text(set);
+        tu_check(rc != 0 && strstr(e, "global batch") && strstr(e, "train.batch_size to 4"),
+                 "resume on 2 ranks x batch 8 (global 16, was 8) is refused naming "
+                 "train.batch_size (exit %d)", rc);
+        free(e);
+    }
+
+    /* ranks that disagree: rank 1 gets another learning rate */
+    {
+        const char *out = tu_tmp_path("mismatch");
+        const double t0 = now_s();
+        rc = sh(out, MPIRUN " -np 1 '%s' --config '%s' --quiet-config --set output.dir='%s' : "
+                "-np 1 '%s' --config '%s' --quiet-config --set output.dir='%s' --set train.lr=2e-3",
+                exe, base_cfg, out, exe, base_cfg, out);
+        char p[1300];
+        snprintf(p, sizeof p, "%s.err", out);
+        char *e = read_text(p);
+        tu_check(rc != 0 && strstr(e, "resolved config") && strstr(e, "rank 1"),
+                 "ranks with different configs stop at start naming the resolved config and "
+                 "rank 1 (exit %d, %.1f s)", rc, now_s() - t0);
+        if (!strstr(e, "resolved config")) fprintf(stderr, "%s\n", e);
+        free(e);
+    }
+
+    test_killed_rank();
+    return tu_finish();
+}
