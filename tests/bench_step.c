@@ -47,6 +47,15 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU seconds of the whole process (all threads) and its minor page faults so far. */
+static double cpu_s(long *minflt) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *minflt = ru.ru_minflt;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -143,14 +152,18 @@ int main(int argc, char **argv) {
     threads = omp_get_max_threads();
 #endif
     const bt_precision precision = bf16 ? BT_PRECISION_BF16 : BT_PRECISION_FP32;
+    if (bf16 && !flops_only) fprintf(stderr, "bench_step: gemm bf16 route: %s\n", gemm_bf16_route_describe());
     /* the JSON line: what was run, then (unless --flops-only) what was measured */
     char head[1024];
     int hn = snprintf(head, sizeof head,
                       "{\"impl\": \"bt\", \"mode\": \"%s\", \"precision\": \"%s\", "
                       "\"config\": \"%s\", \"B\": %ld, \"T\": %ld, \"R\": %zu, \"threads\": %d, "
-                      "\"isa\": \"%s\", \"gemm\": \"%s\", \"flops_per_step\": %.6e",
+                      "\"isa\": \"%s\", \"gemm\": \"%s\", \"gemm_bf16_route\": \"%s\", "
+                      "\"flops_per_step\": %.6e",
                       mode, prec, config, B, T, R, threads, bt_isa_name(bt_cpu_isa_active()),
-                      gemm_backend_name(gemm_get_backend()), flops);
+                      gemm_backend_name(gemm_get_backend()),
+                      /* bf16 only: the AUTO route is measured on first use (gemm.h) */
+                      bf16 ? gemm_bf16_route_name(gemm_bf16_route_active()) : "n/a", flops);
     if (estimate) {
         bt_param_table table;
         bt_param_table_init(&table, &c, BT_HEADS_ITC);
@@ -199,7 +212,11 @@ int main(int argc, char **argv) {
     BT_ASSERT(t && ph[4]);
     const bt_step_batch sb = {.B = nb, .T = nt, .input_ids = ids, .pixel_values = pix};
     const bt_batch fb = {nb, nt, ids, NULL, pix, NULL, NULL};
+    double *cpu = calloc((size_t)steps, sizeof *cpu);
+    BT_ASSERT(cpu);
     for (long s = 0; s < steps; s++) {
+        long flt0, flt1;
+        const double c0 = cpu_s(&flt0);
         const double t0 = now_s();
         bt_status st;
         if (train) {
@@ -214,19 +231,28 @@ int main(int argc, char **argv) {
             st = bt_forward(&m, &fb);
         }
         t[s] = now_s() - t0;
+        cpu[s] = cpu_s(&flt1) - c0;
         if (st != BT_OK) {
             fprintf(stderr, "bench_step: step %ld: %s\n", s, bt_error_message());
             return 1;
         }
-        fprintf(stderr, "bench_step: %s %s step %ld: %.3f s\n", mode, prec, s, t[s]);
+        /* CPU time and page faults: on a shared machine wall time measures the load too */
+        fprintf(stderr, "bench_step: %s %s step %ld: %.3f s (cpu %.3f s, %ld minor faults)",
+                mode, prec, s, t[s], cpu[s], flt1 - flt0);
+        if (train)
+            fprintf(stderr, "; towers %.3f, cross %.3f, losses %.3f, backward %.3f, optimizer %.3f s",
+                    ph[0][s], ph[1][s], ph[2][s], ph[3][s], ph[4][s]);
+        fprintf(stderr, "\n");
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double med = steps > 1 ? median(t + 1, (size_t)steps - 1) : t[0];
     printf("%s, \"steps\": %ld, \"first_step_s\": %.6f, \"median_step_s\": %.6f, "
-           "\"samples_per_s\": %.6f, \"gflops\": %.3f, \"peak_rss_bytes\": %lld",
+           "\"samples_per_s\": %.6f, \"gflops\": %.3f, \"peak_rss_bytes\": %lld, "
+           "\"first_step_cpu_s\": %.6f, \"median_step_cpu_s\": %.6f",
            head, steps, t[0], med, (double)B / med, flops / med * 1e-9,
-           (long long)ru.ru_maxrss * 1024);
+           (long long)ru.ru_maxrss * 1024, cpu[0],
+           steps > 1 ? median(cpu + 1, (size_t)steps - 1) : cpu[0]);
     if (train) {
         static const char *const names[5] = {"towers_fwd_s", "cross_fwd_s", "losses_s",
                                              "backward_s", "optimizer_s"};
@@ -238,6 +264,7 @@ int main(int argc, char **argv) {
     if (train) bt_trainer_free(&tr);
     for (int p = 0; p < 5; p++) free(ph[p]);
     free(t);
+    free(cpu);
     free(ids);
     free(pix);
     bt_model_free(&m);

@@ -442,6 +442,57 @@ static void test_bias_residual(size_t n, size_t c) {
     free(dx2), free(db2), free(da1), free(da2), free(xi);
 }
 
+/* AdamW: the fast update gives the reference's bytes (same expressions, no contraction, IEEE
+ * sqrt and division in every lane), for p, m, v and the bf16 shadow, with and without the
+ * shadow; edge values in the gradient (0, +-Inf, NaN, huge, tiny) and v = 0 included. */
+static void test_adamw(size_t n) {
+    char name[128];
+    float *p1 = rand_f(n, -1, 1), *m1 = rand_f(n, -0.1f, 0.1f), *v1 = rand_f(n, 0, 0.01f);
+    float *g = rand_f(n, -2, 2);
+    static const float edge[] = {0.0f, INFINITY, -INFINITY, NAN, 3e38f, 1e-30f, -0.0f};
+    for (size_t i = 0; i < n; i += 5) g[i] = edge[(i / 5) % (sizeof edge / sizeof edge[0])];
+    for (size_t i = 3; i < n; i += 11) v1[i] = 0.0f;
+    float *p2 = copy_f(p1, n), *m2 = copy_f(m1, n), *v2 = copy_f(v1, n);
+    bt_bf16 *s1 = malloc(n * sizeof *s1), *s2 = malloc(n * sizeof *s2);
+    if (!s1 || !s2) abort();
+    for (size_t i = 0; i < n; i++) s1[i] = s2[i] = 0x7fc1; /* sentinel: a NaN pattern */
+    /* torch's scalars for step 3, lr 1e-3, wd 0.01, betas (0.9, 0.999), eps 1e-8, clip 0.5 */
+    const adamw_coefs k = {.grad_scale = 0.5f, .decay = (float)(1.0 - 1e-3 * 0.01),
+                           .b1 = 0.9f, .ob1 = (float)(1.0 - 0.9), .b2 = 0.999f,
+                           .ob2 = (float)(1.0 - 0.999), .bc2_sqrt = (float)sqrt(1.0 - pow(0.999, 3)),
+                           .eps = 1e-8f, .step_size = (float)(1e-3 / (1.0 - pow(0.9, 3)))};
+    for (int with_shadow = 0; with_shadow < 2; with_shadow++) {
+        adamw_update(p1, m1, v1, with_shadow ? s1 : NULL, g, n, &k);
+        adamw_update_ref(p2, m2, v2, with_shadow ? s2 : NULL, g, n, &k);
+        snprintf(name, sizeof name, "adamw n=%zu shadow %d: p, m, v (bitwise)", n, with_shadow);
+        tu_check(memcmp(p1, p2, n * sizeof *p1) == 0 && memcmp(m1, m2, n * sizeof *m1) == 0 &&
+                     memcmp(v1, v2, n * sizeof *v1) == 0, "%s", name);
+        snprintf(name, sizeof name, "adamw n=%zu shadow %d: bf16 shadow (bitwise)", n, with_shadow);
+        tu_check_bytes_equal(name, s1, s2, n * sizeof *s1);
+    }
+    int written = 1, finite = 1; /* the shadow was written; finite inputs stay finite */
+    for (size_t i = 0; i < n; i++) {
+        written &= s1[i] == bt_bf16_from_f32(p1[i]);
+        if (i % 5 != 0) finite &= isfinite(p1[i]) && isfinite(m1[i]) && isfinite(v1[i]);
+    }
+    tu_check(written && finite, "adamw n=%zu: shadow = bf16(p), finite rows finite", n);
+    free(p1), free(m1), free(v1), free(g), free(p2), free(m2), free(v2), free(s1), free(s2);
+}
+
+/* sum of squares: within n·2⁻⁵³ (relative to the sum, all terms >= 0) of the sequential
+ * double sum; exact where every partial sum is representable (x = ±0.5: n/4); the same
+ * bytes at every ISA level (16 fixed lanes) is checked by running this test under each
+ * isa_* setup against the same exact value. */
+static void test_sum_squares(size_t n) {
+    float *x = rand_f(n, -3, 3);
+    const double got = sum_squares(x, n), want = sum_squares_ref(x, n);
+    tu_check(fabs(got - want) <= (double)n * 0x1p-53 * want, "sum_squares n=%zu: %.17g vs %.17g",
+             n, got, want);
+    for (size_t i = 0; i < n; i++) x[i] = i % 3 ? 0.5f : -0.5f;
+    tu_check(sum_squares(x, n) == 0.25 * (double)n, "sum_squares of n=%zu halves = n/4", n);
+    free(x);
+}
+
 static void test_dropout(size_t n) {
     char name[128];
     const bt_dropout d = {.p = 0.1f, .seed = 0xfeedull + n};
@@ -752,6 +803,8 @@ int main(void) {
         test_pointwise("tanh", tanh_forward, tanh_forward_ref, tanh_backward, tanh_backward_ref, 1,
                        n, 4);
         test_dropout(n);
+        test_adamw(n);
+        test_sum_squares(n);
     }
     test_activation_tails();
     test_dropout_properties();

@@ -1036,6 +1036,55 @@ static void residual_backward_fast(float *da, float *db, const float *dout, size
     if (db) OPS_FOR_CHUNKS(n, lo, len, add_span(db + lo, db + lo, dout + lo, len));
 }
 
+/* --- sum of squares ------------------------------------------------------------------------- */
+
+/* 16 double lanes (lane = i mod 16), then a fixed pairwise combine: a loop the compiler
+ * vectorizes at every level with the same association, so the same result everywhere. */
+static double sum_squares_fast(const float *x, size_t n) {
+    BT_ASSERT(n == 0 || x);
+    double acc[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
+    for (int j = 0; i + (size_t)j < n; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
+/* --- AdamW ---------------------------------------------------------------------------------- */
+
+/* One span, the reference's expressions element for element (same bytes: -ffp-contract=off,
+ * IEEE sqrt and division per lane); the loop has no branch so it vectorizes (meson gives
+ * this file -fno-math-errno so sqrtf needs no errno path). The bf16 shadow is written from
+ * the span while it is in L1. */
+static void adamw_span(float *restrict p, float *restrict m, float *restrict v,
+                       bt_bf16 *restrict shadow, const float *restrict grad, size_t n,
+                       const adamw_coefs *k) {
+    const float gs = k->grad_scale, decay = k->decay, b1 = k->b1, ob1 = k->ob1, b2 = k->b2;
+    const float ob2 = k->ob2, bc2 = k->bc2_sqrt, eps = k->eps, step = k->step_size;
+    for (size_t i = 0; i < n; i++) {
+        const float gi = grad[i] * gs;
+        const float pi = p[i] * decay;
+        const float mi = m[i] * b1 + gi * ob1;
+        const float vi = v[i] * b2 + ob2 * gi * gi;
+        const float denom = sqrtf(vi) / bc2 + eps;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - step * (mi / denom);
+    }
+    if (shadow)
+        for (size_t i = 0; i < n; i++) shadow[i] = bt_bf16_from_f32(p[i]);
+}
+
+static void adamw_update_fast(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad,
+                              size_t n, const adamw_coefs *k) {
+    BT_ASSERT(n == 0 || (p && m && v && grad && k));
+    OPS_FOR_CHUNKS(n, lo, len,
+                   adamw_span(p + lo, m + lo, v + lo, shadow ? shadow + lo : NULL, grad + lo, len,
+                              k));
+}
+
 /* --- cross entropy -------------------------------------------------------------------------- */
 
 static void cross_entropy_check(const int32_t *targets, size_t n, size_t v, int32_t ignore) {
@@ -1315,6 +1364,9 @@ typedef struct ops_kernels {
                                   size_t);
     void (*bf16_from_f32)(bt_bf16 *, const float *, size_t);
     void (*f32_from_bf16)(float *, const bt_bf16 *, size_t);
+    void (*adamw_update)(float *, float *, float *, bt_bf16 *, const float *, size_t,
+                         const adamw_coefs *);
+    double (*sum_squares)(const float *, size_t);
 } ops_kernels;
 
 /* Overrides t's entries with this unit's fast kernels (all but the bf16 conversions, which
@@ -1348,6 +1400,8 @@ void OPS_FILL(ops_kernels *t) {
     t->cross_entropy_backward = cross_entropy_backward_fast;
     t->l2_normalize_forward = l2_normalize_forward_fast;
     t->l2_normalize_backward = l2_normalize_backward_fast;
+    t->adamw_update = adamw_update_fast;
+    t->sum_squares = sum_squares_fast;
 }
 
 #ifndef OPS_VARIANT
@@ -1403,6 +1457,8 @@ static const ops_kernels ops_ref_table = {
     .l2_normalize_backward = l2_normalize_backward_ref,
     .bf16_from_f32 = bf16_from_f32_ref,
     .f32_from_bf16 = f32_from_bf16_ref,
+    .adamw_update = adamw_update_ref,
+    .sum_squares = sum_squares_ref,
 };
 
 static ops_kernels ops_fast_table; /* filled once by ops_init_once */
@@ -1609,6 +1665,13 @@ void l2_normalize_backward(float *dx, const float *dout, const float *out, const
 }
 void bf16_from_f32(bt_bf16 *out, const float *in, size_t n) {
     ops_k()->bf16_from_f32(out, in, n);
+}
+double sum_squares(const float *x, size_t n) {
+    return ops_k()->sum_squares(x, n);
+}
+void adamw_update(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad, size_t n,
+                  const adamw_coefs *k) {
+    ops_k()->adamw_update(p, m, v, shadow, grad, n, k);
 }
 void f32_from_bf16(float *out, const bt_bf16 *in, size_t n) {
     ops_k()->f32_from_bf16(out, in, n);

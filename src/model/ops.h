@@ -167,6 +167,27 @@ void l2_normalize_forward(float *out, float *norm, const float *x, size_t n, siz
 void l2_normalize_backward(float *dx, const float *dout, const float *out, const float *norm,
                            size_t n, size_t c);
 
+/* --- sum of squares (the global gradient norm) ----------------------------------------------
+ * Σ x[i]² in double over one span (each product is exact in double). The fast version keeps
+ * 16 partial sums (lane i mod 16) combined in a fixed order, so its result is the same at
+ * every ISA level and thread count, and within n·2⁻⁵³ relative of the reference's
+ * sequential sum. Single-threaded: callers split long arrays into fixed chunks
+ * (src/train/optim.c). */
+double sum_squares(const float *x, size_t n);
+
+/* --- AdamW update of one parameter run ----------------------------------------------------
+ * The per-element math of torch.optim.AdamW (foreach=False) in fp32, in torch's order, with
+ * the step's scalars precomputed by the caller (src/train/optim.c):
+ *   g = grad*grad_scale; p *= decay; m = m*b1 + g*ob1; v = v*b2 + ob2*g*g;
+ *   p -= step_size * (m / (sqrt(v)/bc2_sqrt + eps));  shadow (if not NULL) = bf16(p).
+ * p, m, v (n) updated in place; shadow (n) assigned. The fast version gives the same bytes
+ * as the reference (no contraction; IEEE sqrt and division in every lane). */
+typedef struct adamw_coefs {
+    float grad_scale, decay, b1, ob1, b2, ob2, bc2_sqrt, eps, step_size;
+} adamw_coefs;
+void adamw_update(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad, size_t n,
+                  const adamw_coefs *k);
+
 /* --- fp32 <-> bf16 (round to nearest even; vectorized with run-time dispatch) -------------- */
 void bf16_from_f32(bt_bf16 *out, const float *in, size_t n);
 void f32_from_bf16(float *out, const bt_bf16 *in, size_t n);

@@ -55,3 +55,27 @@ void f32_from_bf16_ref(float *out, const bt_bf16 *in, size_t n) {
     BT_ASSERT(n == 0 || (out && in));
     for (size_t i = 0; i < n; i++) out[i] = bt_f32_from_bf16(in[i]);
 }
+
+double sum_squares_ref(const float *x, size_t n) {
+    BT_ASSERT(n == 0 || x);
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+void adamw_update_ref(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad, size_t n,
+                      const adamw_coefs *k) {
+    BT_ASSERT(n == 0 || (p && m && v && grad && k));
+    for (size_t i = 0; i < n; i++) {
+        const float gi = grad[i] * k->grad_scale;
+        float pi = p[i] * k->decay;                                /* p.mul_(1 - lr*wd) */
+        const float mi = m[i] * k->b1 + gi * k->ob1;               /* exp_avg.lerp_ */
+        const float vi = v[i] * k->b2 + k->ob2 * gi * gi;          /* exp_avg_sq.addcmul_ */
+        const float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;      /* (sqrt(v)/sqrt(bc2)) + eps */
+        pi = pi - k->step_size * (mi / denom);                     /* p.addcdiv_(m, denom) */
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi;
+        if (shadow) shadow[i] = bt_bf16_from_f32(pi);
+    }
+}

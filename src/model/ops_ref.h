@@ -87,6 +87,14 @@ void l2_normalize_backward_ref(float *dx, const float *dout, const float *out,
 void bf16_from_f32_ref(bt_bf16 *out, const float *in, size_t n);
 void f32_from_bf16_ref(float *out, const bt_bf16 *in, size_t n);
 
+/* Σ x² in double, one sequential sum. */
+double sum_squares_ref(const float *x, size_t n);
+
+/* The AdamW element loop of ops.h, scalar, in torch's fp32 order (float only: the optimizer
+ * has no gradient to check, its oracle is PyTorch's AdamW in test_optim/step_parity). */
+void adamw_update_ref(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad, size_t n,
+                      const adamw_coefs *k);
+
 /* --- double references (finite-difference oracles) -------------------------------------- */
 
 void dropout_forward_ref_f64(double *out, const double *x, size_t n, const bt_dropout *d);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops.h"
 #include "status.h"
 
 enum { NORM_CHUNK = 1 << 16 };
@@ -117,9 +118,7 @@ double bt_grad_norm(const float *g, size_t n) {
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < nchunks; c++) {
         const size_t lo = (size_t)c * NORM_CHUNK, hi = lo + NORM_CHUNK < n ? lo + NORM_CHUNK : n;
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)g[i] * g[i];
-        part[c] = s;
+        part[c] = sum_squares(g + lo, hi - lo); /* ops.h: vectorized, same at every level */
     }
     double total = 0.0;
     for (long c = 0; c < nchunks; c++) total += part[c]; /* fixed order: deterministic */
@@ -132,10 +131,7 @@ double bt_adamw_grad_norm(const bt_adamw *o, const float *grads) {
     double *part = o->chunk_sum;
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < nc; c++) {
-        const float *g = grads + o->chunk_off[c];
-        double s = 0.0;
-        for (size_t i = 0; i < o->chunk_len[c]; i++) s += (double)g[i] * g[i];
-        part[c] = s;
+        part[c] = sum_squares(grads + o->chunk_off[c], o->chunk_len[c]);
     }
     double total = 0.0;
     for (long c = 0; c < nc; c++) total += part[c]; /* fixed order: deterministic */
@@ -157,30 +153,17 @@ void bt_adamw_step(bt_adamw *o, float *params, const float *grads, float grad_sc
     const double bc1 = 1.0 - pow(h->beta1, (double)o->t);
     const double bc2 = 1.0 - pow(h->beta2, (double)o->t);
     const float bc2_sqrt = (float)sqrt(bc2);
-    const float b1 = (float)h->beta1, b2 = (float)h->beta2, eps = (float)h->eps;
-    const float ob1 = (float)(1.0 - h->beta1), ob2 = (float)(1.0 - h->beta2);
+    adamw_coefs k = {.grad_scale = grad_scale, .b1 = (float)h->beta1, .b2 = (float)h->beta2,
+                     .eps = (float)h->eps, .ob1 = (float)(1.0 - h->beta1),
+                     .ob2 = (float)(1.0 - h->beta2), .bc2_sqrt = bc2_sqrt};
     for (size_t s = 0; s < o->n_segs; s++) {
         const bt_optim_segment *seg = &o->segs[s];
         if (seg->frozen) continue;
         const double lr = h->lr * seg->lr_mult; /* the group's lr, as torch holds it */
-        const float step_size = (float)(lr / bc1);
-        const float decay = seg->decay ? (float)(1.0 - lr * h->weight_decay) : 1.0f;
-        float *p = params + seg->offset, *m = o->m + seg->moff, *v = o->v + seg->moff;
-        const float *g = grads + seg->offset;
-        bt_bf16 *sh = shadow ? shadow + seg->offset : NULL;
-        const long n = (long)seg->numel;
-#pragma omp parallel for schedule(static) if (n > 32768)
-        for (long i = 0; i < n; i++) {
-            const float gi = g[i] * grad_scale;
-            float pi = p[i] * decay;                       /* p.mul_(1 - lr*wd) */
-            const float mi = m[i] * b1 + gi * ob1;          /* exp_avg.mul_(b1).add_(g, 1-b1) */
-            const float vi = v[i] * b2 + ob2 * gi * gi;     /* exp_avg_sq.mul_(b2).addcmul_(g, g) */
-            const float denom = sqrtf(vi) / bc2_sqrt + eps; /* (sqrt(v)/sqrt(bc2)).add_(eps) */
-            pi = pi - step_size * (mi / denom);             /* p.addcdiv_(m, denom, -step) */
-            m[i] = mi;
-            v[i] = vi;
-            p[i] = pi;
-            if (sh) sh[i] = bt_bf16_from_f32(pi);
-        }
+        k.step_size = (float)(lr / bc1);
+        k.decay = seg->decay ? (float)(1.0 - lr * h->weight_decay) : 1.0f;
+        /* the element loop in torch's order: ops.h adamw_update (vectorized, threaded) */
+        adamw_update(params + seg->offset, o->m + seg->moff, o->v + seg->moff,
+                     shadow ? shadow + seg->offset : NULL, grads + seg->offset, seg->numel, &k);
     }
 }
