@@ -723,6 +723,18 @@ static void test_memory(const bt_model_config *c) {
              "5: 2^60 pairs -> BT_ERR_NOMEM (%s)", bt_error_message());
     s = towers_on(&m, &g, &pl, identity, Bt, identity, Bi);
     tu_check(s == BT_OK, "5: the model still runs after a refused reserve");
+    {
+        /* the weights themselves: a machine with 64 KiB free cannot hold the tiny model's
+         * weights and gradients; bt_model_init says so instead of aborting in calloc */
+        setenv("BT_MEM_AVAILABLE", "65536", 1);
+        bt_model small;
+        s = bt_model_init(&small, &m.cfg, BT_HEADS_ALL, BT_PRECISION_FP32);
+        unsetenv("BT_MEM_AVAILABLE");
+        tu_check(s == BT_ERR_NOMEM && strstr(bt_error_message(), "model config") &&
+                     small.params == NULL,
+                 "5: weights beyond the machine's memory -> BT_ERR_NOMEM at init (%s)",
+                 bt_error_message());
+    }
 
     /* bad inputs are named errors */
     const bt_pair bad[] = {{0, 0, 0}, {1, (int)Bi, 0}};

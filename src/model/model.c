@@ -185,6 +185,15 @@ bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
     m->heads = heads & BT_HEADS_ALL;
     m->precision = precision;
     bt_param_table_init(&m->table, c, m->heads);
+    /* weights and gradients (+ the bf16 shadow, counted as a third copy): refused with the
+     * sizes when the machine lacks them, instead of an allocation abort */
+    bt_status s = bt_param_table_check_memory(&m->table, precision == BT_PRECISION_BF16 ? 3 : 2,
+                                              "model config");
+    if (s != BT_OK) {
+        bt_param_table_free(&m->table);
+        memset(m, 0, sizeof *m);
+        return s;
+    }
     const size_t n = m->table.numel;
     m->params = bt_calloc(n * sizeof *m->params);
     m->grads = bt_calloc(n * sizeof *m->grads);
