@@ -47,6 +47,7 @@
  * descriptors). */
 #include "bt_config.h"
 #include "gemm_backend.h"
+#include "ops.h"
 
 #if BT_HAVE_ONEDNN
 
@@ -515,16 +516,15 @@ static void dn_pack_operand(void *dst, const void *src, bt_dtype t, dn_operand o
         size_t src_off = item * (size_t)o.stride + row * (size_t)o.ld;
         size_t dst_off = (size_t)r * (size_t)o.cols;
         size_t cols = (size_t)o.cols;
+        /* the conversions of ops.h: vectorized per ISA level, the bytes of bt_bf16_from_f32 /
+         * bt_f32_from_bf16 (test_ops_fast); a row is below their threading threshold */
         if (pack == DN_PACK_BF16) {
-            bt_bf16 *d = (bt_bf16 *)dst + dst_off;
             /* only fp32 operands are packed to bf16 */
-            const float *s = (const float *)src + src_off;
-            for (size_t j = 0; j < cols; j++) d[j] = bt_bf16_from_f32(s[j]);
+            bf16_from_f32((bt_bf16 *)dst + dst_off, (const float *)src + src_off, cols);
         } else {
             float *d = (float *)dst + dst_off;
             if (t == BT_DTYPE_BF16) {
-                const bt_bf16 *s = (const bt_bf16 *)src + src_off;
-                for (size_t j = 0; j < cols; j++) d[j] = bt_f32_from_bf16(s[j]);
+                f32_from_bf16(d, (const bt_bf16 *)src + src_off, cols);
             } else {
                 const float *s = (const float *)src + src_off;
                 for (size_t j = 0; j < cols; j++) d[j] = bt_f32_from_bf16(bt_bf16_from_f32(s[j]));
