@@ -7,6 +7,7 @@
  *   equivalence  2 ranks x batch 4 (shared memory) and 4 ranks x batch 2 over TCP
  *                (--mca btl self,tcp: the path ranks on different machines use) log the same
  *                losses at every step and end with the same weights as 1 rank x batch 8;
+ *                with 2 accumulated micro-batches, 2 ranks x 2 equal 1 rank x 4;
  *   resume       a checkpoint of the 1-rank run resumed on 2 ranks (batch 4), and one of the
  *                2-rank run resumed on 1 rank (batch 8), end with the reference's weights;
  *   a changed global batch on resume is refused, naming train.batch_size;
@@ -153,6 +154,7 @@ static double max_weight_diff(const char *a_path, const char *b_path) {
     return worst;
 }
 
+/* ref's and got's logged losses and grad norms per step, and final weights, agree. */
 static void check_same_run(const char *what, const char *ref, const char *got, size_t n_steps) {
     static const char *const keys[2] = {"loss", "grad_norm"};
     for (int k = 0; k < 2; k++) {
@@ -345,6 +347,20 @@ int main(int argc, char **argv) {
     if (tu_check(rc == 0, "mpirun -np 4 --mca btl self,tcp, batch 2 exits 0 (got %d)", rc))
         check_same_run("4 x 2 over TCP", ref, r4, 4);
     else show_err(r4);
+    /* gradient accumulation: 1 x (4 x 2 micro-batches) = 2 x (2 x 2 micro-batches) */
+    {
+        char acc1[1200], acc2[1200];
+        snprintf(acc1, sizeof acc1, "%s", tu_tmp_path("acc1"));
+        snprintf(acc2, sizeof acc2, "%s", tu_tmp_path("acc2"));
+        rc = train(acc1, 0, "", "--set train.batch_size=4 --set train.gradient_accumulation_steps=2");
+        const int rc2 = train(acc2, 2, "", "--set train.batch_size=2 "
+                              "--set train.gradient_accumulation_steps=2");
+        if (tu_check(rc == 0 && rc2 == 0, "accumulation 2: 1 process x 4 and 2 ranks x 2 exit 0 "
+                     "(got %d, %d)", rc, rc2))
+            check_same_run("accumulation 2, 2 x 2", acc1, acc2, 4);
+        else
+            show_err(rc ? acc1 : acc2);
+    }
     {
         char p[1300];
         snprintf(p, sizeof p, "%s/metrics.jsonl", r2);

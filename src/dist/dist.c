@@ -288,6 +288,7 @@ bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *aren
     r->requests = calloc(r->n_buckets + 1, 1);
 #endif
     r->started = calloc(r->n_buckets + 1, 1);
+    r->inflight = 0;
     BT_ASSERT(r->requests && r->started);
     return BT_OK;
 }
@@ -309,9 +310,20 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
             continue;
         }
         if (r->started[b]) continue;
+        /* at most BT_DIST_MAX_INFLIGHT buckets in flight: Open MPI's non-blocking
+         * all-reduce allocates a temporary of the bucket's size per call, so launching
+         * every bucket of a 3.5 GB arena at once doubles its memory */
+        while (r->inflight >= BT_DIST_MAX_INFLIGHT) {
+            size_t w = 0;
+            while (r->started[w] != 1) w++;
+            MPI_Wait(&req[w], MPI_STATUS_IGNORE);
+            r->started[w] = 2;
+            r->inflight--;
+        }
         MPI_Iallreduce(MPI_IN_PLACE, r->arena + o, (int)c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
                        &req[b]);
         r->started[b] = 1;
+        r->inflight++;
     }
 #endif
     return BT_OK;
@@ -328,6 +340,7 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     r->t_wait = now_s() - t0;
 #endif
     memset(r->started, 0, r->n_buckets);
+    r->inflight = 0;
     const float inv = 1.0f / (float)r->d->size;
     float *a = r->arena;
     const size_t n = r->n;

@@ -87,6 +87,9 @@ uint64_t bt_dist_hash(const void *data, size_t n, uint64_t seed);
 uint64_t bt_dist_binary_hash(void);
 
 /* --- bucketed gradient averaging -------------------------------------------------------- */
+/* Buckets in flight at once (the oldest is waited for before another is launched). */
+#define BT_DIST_MAX_INFLIGHT 4
+
 typedef struct bt_dist_reducer {
     const bt_dist *d;
     float *arena;           /* not owned */
@@ -94,7 +97,8 @@ typedef struct bt_dist_reducer {
     size_t bucket;          /* floats per bucket (the last one may be shorter) */
     size_t n_buckets;
     void *requests;         /* (n_buckets) MPI_Request */
-    unsigned char *started; /* (n_buckets) */
+    unsigned char *started; /* (n_buckets) 0 not started, 1 in flight, 2 done */
+    size_t inflight;        /* buckets started and not waited for */
     double t_wait;          /* seconds waited in the last finish */
 } bt_dist_reducer;
 
@@ -103,7 +107,9 @@ bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *aren
                                size_t bucket_bytes);
 void bt_dist_reducer_free(bt_dist_reducer *r);
 /* Launches (MPI_Iallreduce, in place) the buckets that lie wholly inside [lo, hi) floats and
- * are not started yet; [0, n) launches all. A no-op for world size 1. */
+ * are not started yet; [0, n) launches all; waits for the oldest first when
+ * BT_DIST_MAX_INFLIGHT are in flight (memory: Open MPI allocates a temporary per call).
+ * A no-op for world size 1. */
 bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi);
 /* Launches what is left, waits for every bucket, scales the arena by 1/size. r->t_wait =
  * the seconds spent waiting. */
