@@ -13,6 +13,9 @@
  *   a changed global batch on resume is refused, naming train.batch_size;
  *   consistency  ranks started with different configs stop at start, the message naming the
  *                resolved config and the rank that differs;
+ *   bad record   a corrupt image read by rank 1 only: policy "stop" ends the job within 60 s
+ *                with rank 1's message naming the manifest line (rank 0 was waiting in a
+ *                collective: MPI_Abort), "skip" completes with rank 1's warning;
  *   failure      a rank killed with SIGKILL mid-run ends the whole job (non-zero exit, every
  *                rank gone) within 60 s with Open MPI's message naming the signal.
  *
@@ -49,7 +52,7 @@
 #define WEIGHT_ATOL 5e-5
 
 static const char *exe;
-static char base_cfg[1100];
+static char base_cfg[1100], data_dir[1024];
 
 static double now_s(void) { return tu_clock_seconds(CLOCK_MONOTONIC); }
 
@@ -180,7 +183,7 @@ static void check_same_run(const char *what, const char *ref, const char *got, s
 
 static void setup(void) {
     const char *tmp = tu_tmpdir();
-    char data_dir[1024], model_dir[1024];
+    char model_dir[1024];
     snprintf(data_dir, sizeof data_dir, "%s/synth", tmp);
     synth_options so;
     memset(&so, 0, sizeof so);
@@ -252,6 +255,51 @@ static int alive(pid_t pid) {
     buf[got] = '\0';
     const char *close_paren = strrchr(buf, ')');
     return close_paren && close_paren[1] == ' ' && close_paren[2] != 'Z' && close_paren[2] != 'X';
+}
+
+/* A corrupt image in record 1 (line 2), which only rank 1 reads (no shuffle: rank r takes
+ * records r, r + 2, ...): "stop" ends the whole job with rank 1's message while rank 0 waits
+ * in a collective; "skip" replaces it with a warning from rank 1, as alone. */
+static void test_bad_record(void) {
+    char man[1200], img[1200], src[1200], line[4096];
+    snprintf(man, sizeof man, "%s/bad.jsonl", data_dir); /* beside the images it names */
+    snprintf(img, sizeof img, "%s/corrupt.jpg", data_dir);
+    snprintf(src, sizeof src, "%s/train.jsonl", data_dir);
+    tu_setup_text(img, "\xff\xd8\xff\xe0 this is not a JPEG");
+    FILE *in = fopen(src, "r"), *o = fopen(man, "w");
+    int k = 0;
+    while (in && o && fgets(line, sizeof line, in)) {
+        if (++k == 2) fprintf(o, "{\"image\": \"corrupt.jpg\", \"caption\": \"a broken picture\"}\n");
+        else fputs(line, o);
+    }
+    if (in) fclose(in);
+    if (o) fclose(o);
+    static const char *const policy[2] = {"stop", "skip"};
+    for (int p = 0; p < 2; p++) {
+        char name[64], set[1600], err[1300];
+        snprintf(name, sizeof name, "badrec-%s", policy[p]);
+        const char *out = tu_tmp_path(name);
+        snprintf(set, sizeof set, "--set data.train='%s' --set data.on_bad_record=%s --set "
+                 "data.shuffle=false --set save.strategy=no --set train.batch_size=4 --set "
+                 "train.max_steps=2", man, policy[p]);
+        const double t0 = now_s();
+        const int rc = train(out, 2, "", set);
+        const double took = now_s() - t0;
+        snprintf(err, sizeof err, "%s.err", out);
+        char *e = read_text(err);
+        if (p == 0)
+            tu_check(rc != 0 && took < 60 && strstr(e, "rank 1 of 2") && strstr(e, "bad.jsonl:2") &&
+                     strstr(e, "corrupt.jpg"), "bad record on rank 1, policy stop: the job ends "
+                     "(exit %d, %.1f s, bound 60 s) with rank 1's message naming the line",
+                     rc, took);
+        else
+            tu_check(rc == 0 && strstr(e, "rank 1: warning") && strstr(e, "bad.jsonl:2"),
+                     "bad record on rank 1, policy skip: the run completes (exit %d) with rank "
+                     "1's warning naming the line", rc);
+        if (!(p == 0 ? strstr(e, "rank 1 of 2") : strstr(e, "rank 1: warning")))
+            fprintf(stderr, "%s\n", e);
+        free(e);
+    }
 }
 
 static void test_killed_rank(void) {
@@ -429,6 +477,7 @@ int main(int argc, char **argv) {
         free(e);
     }
 
+    test_bad_record();
     test_killed_rank();
     return tu_finish();
 }
