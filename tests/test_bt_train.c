@@ -287,6 +287,60 @@ int main(int argc, char **argv) {
         same_file("SIGINT + resume", ref, intr, "model.safetensors");
     }
 
+    /* --- eval.metric_for_best: the best checkpoint is tracked and survives the rotation ----- */
+    {
+        const char *sets[] = {"eval.strategy=steps", "eval.steps=2", "eval.batch_size=16",
+                              "eval.metric_for_best=t2i_r1", "save.total_limit=1",
+                              "train.lr=3e-3"};
+        char best[1200];
+        snprintf(best, sizeof best, "%s", out_path("best"));
+        rc = run_train(best, sets, 6);
+        /* the expected best from the eval records of metrics.jsonl: the first maximum */
+        char p[1300];
+        snprintf(p, sizeof p, "%s/metrics.jsonl", best);
+        char *text = read_text(p);
+        double want = -1;
+        int64_t want_step = -1;
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+            cJSON *j = cJSON_Parse(line);
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "t2i_r1");
+            if (cJSON_IsString(type) && !strcmp(type->valuestring, "eval") && cJSON_IsNumber(v) &&
+                v->valuedouble > want) {
+                want = v->valuedouble;
+                want_step = (int64_t)cJSON_GetObjectItemCaseSensitive(j, "step")->valuedouble;
+            }
+            cJSON_Delete(j);
+        }
+        free(text);
+        snprintf(p, sizeof p, "%s/checkpoint-8/trainer_state.json", best);
+        text = read_text(p);
+        cJSON *st = cJSON_Parse(text);
+        const cJSON *bm = cJSON_GetObjectItemCaseSensitive(st, "best_metric");
+        const cJSON *bc = cJSON_GetObjectItemCaseSensitive(st, "best_model_checkpoint");
+        char suffix[64];
+        snprintf(suffix, sizeof suffix, "/checkpoint-%lld", (long long)want_step);
+        const int path_ok = cJSON_IsString(bc) && strlen(bc->valuestring) >= strlen(suffix) &&
+                            !strcmp(bc->valuestring + strlen(bc->valuestring) - strlen(suffix),
+                                    suffix);
+        tu_check(rc == 0 && want_step > 0 && cJSON_IsNumber(bm) && bm->valuedouble == want &&
+                     path_ok && exists(bc->valuestring),
+                 "metric_for_best t2i_r1: best %g at step %lld in trainer_state.json (%s), "
+                 "its checkpoint kept with total_limit 1", want, (long long)want_step,
+                 cJSON_IsString(bc) ? bc->valuestring : "none");
+        cJSON_Delete(st);
+        free(text);
+        const char *bad[] = {"eval.strategy=steps", "eval.steps=2", "eval.metric_for_best=r1",
+                             "train.max_steps=2"};
+        snprintf(best, sizeof best, "%s", out_path("best-bad"));
+        rc = run_train(best, bad, 4);
+        snprintf(p, sizeof p, "%s.err", best);
+        char *err = read_text(p);
+        tu_check(rc == 1 && strstr(err, "eval.metric_for_best") && strstr(err, "t2i_r1"),
+                 "an unknown metric_for_best is named with the metrics there are: %.300s", err);
+        free(err);
+    }
+
     /* --- learning: the loss goes down over the run ------------------------------------------ */
     {
         const char *sets[] = {"train.max_steps=40", "save.strategy=no", "train.lr=2e-3"};

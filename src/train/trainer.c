@@ -90,6 +90,12 @@ typedef struct job {
     double flops_per_sample;
     char last_saved[4096];
     int64_t last_saved_step;
+    /* eval.metric_for_best (HF metric_for_best_model): best value, the step it was measured
+     * at, and the checkpoint saved at that step (kept by save.total_limit) */
+    int has_best;
+    double best_metric;
+    int64_t best_step;
+    char best_checkpoint[4096];
     bt_dist dist;            /* the world (docs/distributed.md); rank 0 logs and saves */
     FILE *devnull;           /* j->out of ranks > 0 */
 } job;
@@ -478,6 +484,13 @@ static bt_status resume_setup(job *j) {
     const cJSON *ex = j->resume.state.extra;
     const cJSON *bd = ex ? cJSON_GetObjectItemCaseSensitive(ex, "batches_done") : NULL;
     if (cJSON_IsNumber(bd)) j->batches_done = (int64_t)bd->valuedouble;
+    j->has_best = j->resume.state.has_best;
+    j->best_metric = j->resume.state.best_metric;
+    const cJSON *bs = ex ? cJSON_GetObjectItemCaseSensitive(ex, "best_step") : NULL;
+    j->best_step = cJSON_IsNumber(bs) ? (int64_t)bs->valuedouble : -1;
+    if (j->resume.state.best_model_checkpoint)
+        snprintf(j->best_checkpoint, sizeof j->best_checkpoint, "%s",
+                 j->resume.state.best_model_checkpoint);
     j->samples_seen = j->resume.state.samples_seen;
     fprintf(j->out, "bt-train: resuming from %s at step %lld (epoch %.3f)%s%s\n", dir,
             (long long)j->resume.state.global_step, j->resume.state.epoch,
@@ -513,6 +526,7 @@ static bt_status save_checkpoint(job *j) {
     s.extra = cJSON_CreateObject();
     cJSON_AddNumberToObject(s.extra, "batches_done", (double)j->batches_done);
     cJSON_AddNumberToObject(s.extra, "skipped_steps", (double)j->tr.n_skipped);
+    if (j->has_best) cJSON_AddNumberToObject(s.extra, "best_step", (double)j->best_step);
     bt_train_checkpoint c = {
         .table = &j->model.table,
         .params = j->model.params,
@@ -522,13 +536,59 @@ static bt_status save_checkpoint(job *j) {
         .copy_from_dir = j->source_dir,
         .dtype = j->rc.save.dtype == BT_SAVE_BF16 ? BT_DTYPE_BF16 : BT_DTYPE_F32,
     };
-    bt_status st = bt_train_checkpoint_save(j->rc.output.dir, &c, j->rc.save.total_limit, NULL,
-                                            j->last_saved, sizeof j->last_saved);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/checkpoint-%lld", j->rc.output.dir, (long long)j->tr.step);
+    const int is_best = j->has_best && j->best_step == j->tr.step;
+    s.has_best = j->has_best;
+    s.best_metric = j->best_metric;
+    s.best_model_checkpoint = is_best ? strdup(path)
+                              : j->best_checkpoint[0] ? strdup(j->best_checkpoint) : NULL;
+    bt_status st = bt_train_checkpoint_save(j->rc.output.dir, &c, j->rc.save.total_limit,
+                                            s.best_model_checkpoint, j->last_saved,
+                                            sizeof j->last_saved);
     bt_train_state_free(&s);
     if (st != BT_OK) return st;
     j->last_saved_step = j->tr.step;
+    if (is_best) snprintf(j->best_checkpoint, sizeof j->best_checkpoint, "%s", j->last_saved);
     bt_log_checkpoint(&j->log, j->tr.step, j->last_saved, now_s() - t0);
     return BT_OK;
+}
+
+/* eval.metric_for_best, as HF's metric_for_best_model: a name of bt_eval_result_scalars
+ * with or without its "eval/" or "eval_" prefix ("loss", "t2i_r1", "eval/choice_acc");
+ * greater is better unless the name ends in "loss". */
+static bt_status track_best(job *j, const bt_eval_result *r) {
+    const char *want = j->rc.eval.metric_for_best;
+    if (!want || !want[0]) return BT_OK;
+    const char *names[64];
+    double values[64];
+    size_t n = bt_eval_result_scalars(r, names, values, 64);
+    if (n > 64) n = 64;
+    const char *bare = want;
+    if (!strncmp(bare, "eval/", 5) || !strncmp(bare, "eval_", 5)) bare += 5;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = !strncmp(names[i], "eval/", 5) ? names[i] + 5 : names[i];
+        if (strcmp(name, bare) != 0) continue;
+        const size_t len = strlen(bare);
+        const int lower = len >= 4 && !strcmp(bare + len - 4, "loss");
+        const double v = values[i];
+        if (!isfinite(v)) return BT_OK;
+        if (!j->has_best || (lower ? v < j->best_metric : v > j->best_metric)) {
+            j->has_best = 1;
+            j->best_metric = v;
+            j->best_step = j->tr.step;
+            j->best_checkpoint[0] = '\0'; /* the checkpoint of this step, when one is saved */
+            bt_log_message(&j->log, BT_LOG_INFO, "best %s so far: %.6g at step %lld", names[i],
+                           v, (long long)j->tr.step);
+        }
+        return BT_OK;
+    }
+    char list[2048] = "";
+    for (size_t i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                 names[i]);
+    return bt_fail(BT_ERR_CONFIG, "eval.metric_for_best: \"%s\" is not a metric of this "
+                   "evaluation; it has: %s", want, list);
 }
 
 static bt_status evaluate(job *j) {
@@ -558,6 +618,7 @@ static bt_status evaluate(job *j) {
         e.samples = (int64_t)r.n_records;
         e.seconds = r.seconds;
         bt_log_eval(&j->log, &e);
+        st = track_best(j, &r);
     }
     bt_eval_result_free(&r);
     return st;
@@ -785,7 +846,12 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
                      j->last_saved);
         goto done;
     }
-    /* the end: last checkpoint, the final model in output.dir (HF save_model), evaluation */
+    /* the end: the final evaluation (before the last checkpoint, so that its state holds the
+     * best metric), the last checkpoint, the final model in output.dir (HF save_model) */
+    if (rc->eval.at_end || rc->eval.strategy != BT_INTERVAL_NO) {
+        st = evaluate(j);
+        if (st != BT_OK) goto done;
+    }
     if (rc->save.strategy != BT_INTERVAL_NO && j->last_saved_step != j->tr.step) {
         st = save_checkpoint(j);
         if (st != BT_OK) goto done;
@@ -802,10 +868,6 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         snprintf(out->final_dir, sizeof out->final_dir, "%s", rc->output.dir);
         bt_log_message(&j->log, BT_LOG_INFO, "final model saved to %s (%.2f s): it opens with "
                        "transformers' BridgeTower*.from_pretrained", rc->output.dir, now_s() - t0);
-    }
-    if (rc->eval.at_end || rc->eval.strategy != BT_INTERVAL_NO) {
-        st = evaluate(j);
-        if (st != BT_OK) goto done;
     }
     {
         bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = "completed"};
