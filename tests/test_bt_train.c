@@ -147,7 +147,7 @@ static void setup(void) {
     so.out_dir = data_dir;
     so.n[0] = 64; /* train */
     so.n[1] = 16; /* val */
-    so.n[2] = 0;
+    so.n[2] = 12; /* test */
     so.seed = 3;
     so.size = 64;
     if (synth_generate(&so) != BT_OK) {
@@ -157,12 +157,13 @@ static void setup(void) {
     const char *configs = getenv("BT_CONFIGS");
     snprintf(model_dir, sizeof model_dir, "%s/synthetic-model", configs ? configs : "configs");
     snprintf(base_cfg, sizeof base_cfg, "%s/run.json", tmp);
-    char text[4096];
+    char text[8192];
     snprintf(text, sizeof text,
              "{\n"
              "  \"model\": {\"config\": \"%s\", \"init_seed\": 0, \"heads\": [\"itc\", \"itm\", "
              "\"mlm\"]},\n"
              "  \"data\": {\"train\": \"%s/train.jsonl\", \"validation\": \"%s/val.jsonl\",\n"
+             "           \"test\": \"%s/test.jsonl\",\n"
              "           \"max_length\": 32, \"seed\": 1, \"drop_last\": true, \"num_workers\": 2},\n"
              "  \"train\": {\"batch_size\": 8, \"max_steps\": 8, \"lr\": 1e-3, \"warmup_steps\": 2,\n"
              "            \"weight_decay\": 0.01, \"max_grad_norm\": 1.0,\n"
@@ -172,7 +173,7 @@ static void setup(void) {
              "  \"eval\": {\"strategy\": \"no\", \"at_end\": false},\n"
              "  \"save\": {\"strategy\": \"steps\", \"steps\": 2, \"total_limit\": 2}\n"
              "}\n",
-             model_dir, data_dir, data_dir);
+             model_dir, data_dir, data_dir, data_dir);
     tu_setup_text(base_cfg, text);
 }
 
@@ -330,6 +331,21 @@ int main(int argc, char **argv) {
                  cJSON_IsString(bc) ? bc->valuestring : "none");
         cJSON_Delete(st);
         free(text);
+        /* the final evaluation and the test split (HF --do_eval / --do_predict) */
+        snprintf(p, sizeof p, "%s/eval_results.json", best);
+        cJSON *ev = cJSON_Parse(text = read_text(p));
+        free(text);
+        snprintf(p, sizeof p, "%s/test_results.json", best);
+        cJSON *te = cJSON_Parse(text = read_text(p));
+        free(text);
+        const cJSON *er = cJSON_GetObjectItemCaseSensitive(ev, "records");
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(te, "records");
+        tu_check(cJSON_IsNumber(er) && er->valuedouble == 16 && cJSON_IsNumber(tr) &&
+                     tr->valuedouble == 12,
+                 "eval_results.json (16 validation records) and test_results.json (12 test "
+                 "records) written");
+        cJSON_Delete(ev);
+        cJSON_Delete(te);
         const char *bad[] = {"eval.strategy=steps", "eval.steps=2", "eval.metric_for_best=r1",
                              "train.max_steps=2"};
         snprintf(best, sizeof best, "%s", out_path("best-bad"));
@@ -430,21 +446,22 @@ int main(int argc, char **argv) {
     {
         /* a learning rate that makes the weights non-finite */
         const char *stop[] = {"train.lr=1e30", "train.max_grad_norm=0", "train.warmup_steps=0",
-                              "train.on_nan=stop", "save.strategy=no"};
+                              "train.on_nan=stop", "save.strategy=no", "data.test=null"};
         char out[1200], errp[1300];
         snprintf(out, sizeof out, "%s", out_path("nan-stop"));
         snprintf(errp, sizeof errp, "%s.err", out);
-        rc = run_train(out, stop, 5);
+        rc = run_train(out, stop, 6);
         char *err = read_text(errp);
         /* step 1 runs on the initial weights; its update makes them non-finite */
         tu_check(rc == 1 && strstr(err, "step 2:") && strstr(err, "NaN"),
                  "non-finite loss, policy stop: exit 1 naming step 2 (%d): %.300s", rc, err);
         free(err);
+        /* (no test split: a diverged model's scores are not finite, which evaluation refuses) */
         const char *skip[] = {"train.lr=1e30", "train.max_grad_norm=0", "train.warmup_steps=0",
-                              "train.on_nan=skip", "save.strategy=no"};
+                              "train.on_nan=skip", "save.strategy=no", "data.test=null"};
         snprintf(out, sizeof out, "%s", out_path("nan-skip"));
         snprintf(errp, sizeof errp, "%s.err", out);
-        rc = run_train(out, skip, 5);
+        rc = run_train(out, skip, 6);
         err = read_text(errp);
         tu_check(rc == 0 && strstr(err, "step 2 skipped"),
                  "non-finite loss, policy skip: exit 0, the skipped steps reported (%d): %.300s",

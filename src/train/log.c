@@ -476,7 +476,8 @@ void bt_log_step(bt_log *log, const bt_log_step_rec *r) {
     }
     log->last = *r;
 
-    int logged = r->step % log->o.logging_steps == 0 || r->step >= log->o.total_steps;
+    int logged = r->step % log->o.logging_steps == 0 || r->step >= log->o.total_steps ||
+                 (log->o.first_step && r->step == 1);
     bt_log_step_rec m;
     double sps, wait;
     interval_means(log, &m, &sps, &wait);

@@ -14,10 +14,11 @@
  *
  * Cadence. bt_log_step is called after EVERY optimizer step; the log keeps the logging
  * cadence itself: on steps that are multiples of logging_steps (and the last step,
- * total_steps) it writes one metrics.jsonl record, the TensorBoard scalars and one permanent
- * line, whose values are those of the interval since the previous logged step (as the HF
- * Trainer logs): loss and each term are means over the interval's steps with a finite value,
- * lr and grad_norm are the last step's, samples_per_s = interval samples / interval seconds,
+ * total_steps, and step 1 with first_step) it writes one metrics.jsonl record, the
+ * TensorBoard scalars and one permanent line, whose values are those of the interval
+ * since the previous logged step (as the HF Trainer logs): loss and each term are means
+ * over the interval's steps with a finite value, lr and grad_norm are the last step's,
+ * samples_per_s = interval samples / interval seconds,
  * data_wait = interval data-wait seconds / interval seconds (a fraction), phase seconds are
  * means per step. Every step also refreshes the live line (at most every min_redraw_s).
  *
@@ -76,6 +77,7 @@ typedef struct bt_log_opts {
     int columns;                     /* 0: the terminal's width */
     int64_t total_steps;             /* > 0 (for step/total, the last logged step and ETA) */
     int64_t logging_steps;           /* >= 1 */
+    int first_step;                  /* 1: also log step 1 (HF logging_first_step) */
     int64_t throughput_warmup_steps; /* >= 0 */
     int64_t resume_step;             /* 0: fresh run; > 0: the checkpoint's step */
     int tensorboard;                 /* 1: write TensorBoard event files */

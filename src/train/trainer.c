@@ -591,8 +591,7 @@ static bt_status track_best(job *j, const bt_eval_result *r) {
                    "evaluation; it has: %s", want, list);
 }
 
-static bt_status evaluate(job *j) {
-    if (!j->have_val_man || j->dist.rank > 0) return BT_OK;
+static bt_eval_options eval_options(const job *j) {
     bt_eval_options eo;
     bt_eval_options_default(&eo);
     eo.batch_size = (int)j->rc.eval.batch_size;
@@ -602,6 +601,51 @@ static bt_status evaluate(job *j) {
     eo.cache_bytes = (size_t)j->rc.data.image_cache_bytes;
     eo.on_error = j->rc.data.on_bad_record == BT_POLICY_SKIP ? MANIFEST_ON_ERROR_SKIP
                                                              : MANIFEST_ON_ERROR_STOP;
+    return eo;
+}
+
+/* <output.dir>/<name>: the evaluation as JSON (HF's eval_results.json / test_results.json),
+ * with the step it was measured at. */
+static bt_status write_results(const job *j, const char *name, const bt_eval_result *r) {
+    cJSON *o = bt_eval_result_to_json(r);
+    cJSON_AddNumberToObject(o, "step", (double)j->tr.step);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) return bt_fail(BT_ERR_NOMEM, "%s: cannot format the results", name);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", j->rc.output.dir, name);
+    bt_status st = bt_write_file_atomic(path, "evaluation results", text, strlen(text));
+    free(text);
+    return st;
+}
+
+/* data.test after training (HF --do_predict): printed and written to test_results.json; not
+ * part of the eval curves nor of the best-metric choice. */
+static bt_status evaluate_test(job *j) {
+    if (!j->rc.data.test || j->dist.rank > 0) return BT_OK;
+    manifest_options mo = manifest_opts(&j->rc);
+    manifest man;
+    bt_status st = manifest_load(&man, j->rc.data.test, &mo);
+    bt_eval_result r;
+    memset(&r, 0, sizeof r);
+    if (st == BT_OK) {
+        print_manifest_skips(j, &man);
+        const bt_eval_options eo = eval_options(j);
+        st = bt_eval_run(&j->model, &man, &j->tok, &j->img, &eo, &r);
+    }
+    if (st == BT_OK) {
+        fprintf(j->out, "test split (%s):\n", j->rc.data.test);
+        bt_eval_result_print(&r, j->out);
+        st = write_results(j, "test_results.json", &r);
+    }
+    bt_eval_result_free(&r);
+    manifest_free(&man);
+    return st;
+}
+
+static bt_status evaluate(job *j, int final) {
+    if (!j->have_val_man || j->dist.rank > 0) return BT_OK;
+    const bt_eval_options eo = eval_options(j);
     bt_eval_result r;
     bt_status st = bt_eval_run(&j->model, &j->val_man, &j->tok, &j->img, &eo, &r);
     if (st == BT_OK) {
@@ -619,6 +663,7 @@ static bt_status evaluate(job *j) {
         e.seconds = r.seconds;
         bt_log_eval(&j->log, &e);
         st = track_best(j, &r);
+        if (st == BT_OK && final) st = write_results(j, "eval_results.json", &r);
     }
     bt_eval_result_free(&r);
     return st;
@@ -721,7 +766,7 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
         out->last_step = j->tr.step;
         const int last = j->tr.step == j->max_steps;
         if (!last && due(rc->eval.strategy, rc->eval.steps, j->tr.step, epoch_ended)) {
-            st = evaluate(j);
+            st = evaluate(j, 0);
             if (st != BT_OK) return st;
         }
         if (!last && due(rc->save.strategy, rc->save.steps, j->tr.step, epoch_ended)) {
@@ -793,6 +838,7 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     lo.out = j->out;
     lo.total_steps = j->max_steps;
     lo.logging_steps = rc->logging.steps;
+    lo.first_step = rc->logging.first_step;
     lo.throughput_warmup_steps = rc->logging.throughput_warmup_steps;
     lo.resume_step = j->resumed ? j->tr.step : 0;
     lo.tensorboard = rc->logging.tensorboard;
@@ -849,9 +895,11 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     /* the end: the final evaluation (before the last checkpoint, so that its state holds the
      * best metric), the last checkpoint, the final model in output.dir (HF save_model) */
     if (rc->eval.at_end || rc->eval.strategy != BT_INTERVAL_NO) {
-        st = evaluate(j);
+        st = evaluate(j, 1);
         if (st != BT_OK) goto done;
     }
+    st = evaluate_test(j);
+    if (st != BT_OK) goto done;
     if (rc->save.strategy != BT_INTERVAL_NO && j->last_saved_step != j->tr.step) {
         st = save_checkpoint(j);
         if (st != BT_OK) goto done;
