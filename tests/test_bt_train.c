@@ -357,6 +357,20 @@ int main(int argc, char **argv) {
         free(err);
     }
 
+    /* --- logging cadence: logging.steps 3 with first_step logs steps 1, 3, 6 and the last ---- */
+    {
+        const char *sets[] = {"logging.steps=3", "logging.first_step=true", "train.max_steps=7",
+                              "save.strategy=no", "data.test=null"};
+        char lg[1200];
+        snprintf(lg, sizeof lg, "%s", out_path("cadence"));
+        rc = run_train(lg, sets, 5);
+        int64_t ls[16];
+        double ll[16];
+        const size_t k = train_steps(lg, ls, ll, 16);
+        tu_check(rc == 0 && k == 4 && ls[0] == 1 && ls[1] == 3 && ls[2] == 6 && ls[3] == 7,
+                 "logging.steps 3 + first_step: records at steps 1, 3, 6, 7 (%zu records)", k);
+    }
+
     /* --- learning: the loss goes down over the run ------------------------------------------ */
     {
         const char *sets[] = {"train.max_steps=40", "save.strategy=no", "train.lr=2e-3"};
