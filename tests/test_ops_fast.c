@@ -753,6 +753,24 @@ static void test_bf16_impl(const char *impl) {
     }
     snprintf(name, sizeof name, "f32_from_bf16 [%s]: lengths 0..67, unaligned, no overrun", impl);
     tu_check(ok, "%s", name);
+    /* the serial forms (GEMM operand packing): same bytes, odd unaligned lengths */
+    ok = 1;
+    for (size_t len = 0; len <= 67; len++) {
+        memset(h1, 0xab, (len + 8) * sizeof(bt_bf16));
+        bf16_from_f32_serial(h1 + 1, x + 5, len);
+        bf16_from_f32_ref(h2, x + 5, len);
+        ok &= memcmp(h1 + 1, h2, len * sizeof(bt_bf16)) == 0 && h1[1 + len] == 0xabab;
+        tu_fill_sentinel_f32(y1, len + 4);
+        f32_from_bf16_serial(y1 + 1, h2, len);
+        f32_from_bf16_ref(y2, h2, len);
+        ok &= memcmp(y1 + 1, y2, len * sizeof(float)) == 0 && isnan(y1[len + 1]);
+    }
+    bf16_from_f32_serial(h1, x, big);
+    bf16_from_f32_ref(h2, x, big);
+    ok &= memcmp(h1, h2, big * sizeof(bt_bf16)) == 0;
+    snprintf(name, sizeof name, "bf16_from_f32_serial / f32_from_bf16_serial [%s]: bytes of the "
+             "reference, lengths 0..67 and %zu, no overrun", impl, big);
+    tu_check(ok, "%s", name);
     free(bits), free(x), free(y1), free(y2), free(h1), free(h2);
 }
 

@@ -516,18 +516,24 @@ static void dn_pack_operand(void *dst, const void *src, bt_dtype t, dn_operand o
         size_t src_off = item * (size_t)o.stride + row * (size_t)o.ld;
         size_t dst_off = (size_t)r * (size_t)o.cols;
         size_t cols = (size_t)o.cols;
-        /* the conversions of ops.h: vectorized per ISA level, the bytes of bt_bf16_from_f32 /
-         * bt_f32_from_bf16 (test_ops_fast); a row is below their threading threshold */
+        /* the conversions of ops.h on this thread (rows are already spread over threads):
+         * vectorized per ISA level, the bytes of bt_bf16_from_f32 / bt_f32_from_bf16 */
         if (pack == DN_PACK_BF16) {
             /* only fp32 operands are packed to bf16 */
-            bf16_from_f32((bt_bf16 *)dst + dst_off, (const float *)src + src_off, cols);
+            bf16_from_f32_serial((bt_bf16 *)dst + dst_off, (const float *)src + src_off, cols);
         } else {
             float *d = (float *)dst + dst_off;
             if (t == BT_DTYPE_BF16) {
-                f32_from_bf16(d, (const bt_bf16 *)src + src_off, cols);
+                f32_from_bf16_serial(d, (const bt_bf16 *)src + src_off, cols);
             } else {
+                /* round to bf16 and widen back, 1024 at a time through the stack */
                 const float *s = (const float *)src + src_off;
-                for (size_t j = 0; j < cols; j++) d[j] = bt_f32_from_bf16(bt_bf16_from_f32(s[j]));
+                bt_bf16 tmp[1024];
+                for (size_t j = 0; j < cols; j += 1024) {
+                    const size_t len = cols - j < 1024 ? cols - j : 1024;
+                    bf16_from_f32_serial(tmp, s + j, len);
+                    f32_from_bf16_serial(d + j, tmp, len);
+                }
             }
         }
     }

@@ -1673,6 +1673,14 @@ void adamw_update(float *p, float *m, float *v, bt_bf16 *shadow, const float *gr
                   const adamw_coefs *k) {
     ops_k()->adamw_update(p, m, v, shadow, grad, n, k);
 }
+void bf16_from_f32_serial(bt_bf16 *out, const float *in, size_t n) {
+    if (ops_k() == &ops_ref_table) bf16_from_f32_ref(out, in, n);
+    else ops_bf16_from_f32_impl(out, in, n);
+}
+void f32_from_bf16_serial(float *out, const bt_bf16 *in, size_t n) {
+    if (ops_k() == &ops_ref_table) f32_from_bf16_ref(out, in, n);
+    else ops_f32_from_bf16_impl(out, in, n);
+}
 void f32_from_bf16(float *out, const bt_bf16 *in, size_t n) {
     ops_k()->f32_from_bf16(out, in, n);
 }

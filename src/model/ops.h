@@ -191,6 +191,10 @@ void adamw_update(float *p, float *m, float *v, bt_bf16 *shadow, const float *gr
 /* --- fp32 <-> bf16 (round to nearest even; vectorized with run-time dispatch) -------------- */
 void bf16_from_f32(bt_bf16 *out, const float *in, size_t n);
 void f32_from_bf16(float *out, const bt_bf16 *in, size_t n);
+/* The same conversions on the calling thread only (no OpenMP region: for callers that are
+ * already parallel or convert short rows, e.g. the GEMM operand packing). */
+void bf16_from_f32_serial(bt_bf16 *out, const float *in, size_t n);
+void f32_from_bf16_serial(float *out, const bt_bf16 *in, size_t n);
 
 /* --- for tests and benchmarks -------------------------------------------------------------
  * The fp32 -> bf16 conversion in use: "avx512bf16" (vcvtne2ps2bf16), "avx512f" (integer
