@@ -17,6 +17,7 @@
 #include "dist/dist.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "train/step.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -62,7 +63,12 @@ int main(int argc, char **argv) {
         }
         bt_param_table t;
         bt_param_table_init(&t, &c, BT_HEADS_ITC | BT_HEADS_ITM | BT_HEADS_MLM);
-        size_t n = t.numel;
+        size_t n = t.numel, lo, hi;
+        bt_step_overlap_range(&t, &lo, &hi);
+        if (d.rank == 0)
+            printf("%s: the cross-modal layers, poolers and ITM / MLM heads (averaged during the "
+                   "towers' backward) are %.1f%% of the %zu-float arena\n", argv[a],
+                   100.0 * (double)(hi - lo) / (double)t.numel, t.numel);
         const size_t cap = (size_t)(max_mib * 1048576.0 / 4.0);
         const int cut = n > cap;
         if (cut) n = cap;

@@ -4,6 +4,7 @@
  * Deliberately not here: what the training step reduces and when (train/step.c). */
 #include "dist/dist.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +48,10 @@ bt_status bt_dist_init(bt_dist *d, int *argc, char ***argv) {
     if (!launched()) return BT_OK;
 #if BT_HAVE_MPI
     int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return bt_fail(BT_ERR_UNSUPPORTED, "MPI_Init failed (launched by mpirun?)");
     d->mpi = 1;
+    d->multiple = provided == MPI_THREAD_MULTIPLE && !getenv("BT_DIST_NO_PROGRESS_THREAD");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->size);
@@ -294,14 +296,99 @@ bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *aren
 }
 
 void bt_dist_reducer_free(bt_dist_reducer *r) {
+    BT_ASSERT(!r->thread); /* finish joins it */
+    if (r->mutex) pthread_mutex_destroy(r->mutex);
+    free(r->mutex);
     free(r->requests);
     free(r->started);
     memset(r, 0, sizeof *r);
 }
 
+#if BT_HAVE_MPI
+/* Polls the in-flight buckets (caller holds the mutex or the thread is not running). */
+static void poll_buckets(bt_dist_reducer *r) {
+    MPI_Request *req = r->requests;
+    for (size_t b = 0; b < r->n_buckets; b++) {
+        if (r->started[b] != 1) continue;
+        int flag = 0;
+        MPI_Test(&req[b], &flag, MPI_STATUS_IGNORE);
+        if (flag) {
+            r->started[b] = 2;
+            r->inflight--;
+        }
+    }
+}
+
+static void launch_bucket(bt_dist_reducer *r, size_t b) {
+    const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
+    MPI_Iallreduce(MPI_IN_PLACE, r->arena + o, (int)c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                   &((MPI_Request *)r->requests)[b]);
+    r->started[b] = 1;
+    r->inflight++;
+}
+
+static void *progress_main(void *arg) {
+    bt_dist_reducer *r = arg;
+    pthread_mutex_t *mu = r->mutex;
+    for (;;) {
+        pthread_mutex_lock(mu);
+        const int stop = r->stop;
+        if (!stop) {
+            poll_buckets(r);
+            for (size_t b = 0; b < r->n_buckets && r->inflight < BT_DIST_MAX_INFLIGHT; b++)
+                if (r->started[b] == 3) launch_bucket(r, b);
+        }
+        pthread_mutex_unlock(mu);
+        if (stop) break;
+        const struct timespec ts = {0, 50000}; /* 50 us */
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+#endif
+
+#if BT_HAVE_MPI
+static void launch_range(bt_dist_reducer *r, size_t lo, size_t hi, int queued_only);
+#endif
+
 bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
     if (!bt_dist_active(r->d)) return BT_OK;
 #if BT_HAVE_MPI
+    if (r->d->multiple && hi < r->n) { /* a part: queue it for the progress thread */
+        if (!r->mutex) {
+            r->mutex = malloc(sizeof(pthread_mutex_t));
+            BT_ASSERT(r->mutex);
+            pthread_mutex_init(r->mutex, NULL);
+        }
+        pthread_mutex_lock(r->mutex);
+        for (size_t b = lo / r->bucket; b < r->n_buckets; b++) {
+            const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
+            if (o >= hi) break;
+            if (o >= lo && o + c <= hi && r->started[b] == 0) r->started[b] = 3;
+        }
+        pthread_mutex_unlock(r->mutex);
+        if (!r->thread) {
+            r->stop = 0;
+            r->thread = malloc(sizeof(pthread_t));
+            BT_ASSERT(r->thread);
+            if (pthread_create(r->thread, NULL, progress_main, r) != 0) {
+                free(r->thread);
+                r->thread = NULL; /* finish launches them */
+            }
+        }
+        return BT_OK;
+    }
+    launch_range(r, lo, hi, 0);
+#endif
+    return BT_OK;
+}
+
+#if BT_HAVE_MPI
+/* Launches, in index order, the buckets inside [lo, hi) that are idle (or, queued_only,
+ * queued), within the in-flight window. Every rank must issue the collectives in the same
+ * order: the progress thread launches queued buckets in index order, finish launches the
+ * rest of the queue first, then the others, so the order is the same on every rank. */
+static void launch_range(bt_dist_reducer *r, size_t lo, size_t hi, int queued_only) {
     MPI_Request *req = r->requests;
     for (size_t b = lo / r->bucket; b < r->n_buckets; b++) {
         const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
@@ -309,7 +396,8 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
             if (o >= hi) break;
             continue;
         }
-        if (r->started[b]) continue;
+        if (queued_only ? r->started[b] != 3 : r->started[b] == 1 || r->started[b] == 2)
+            continue;
         /* at most BT_DIST_MAX_INFLIGHT buckets in flight: Open MPI's non-blocking
          * all-reduce allocates a temporary of the bucket's size per call, so launching
          * every bucket of a 3.5 GB arena at once doubles its memory */
@@ -320,22 +408,26 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
             r->started[w] = 2;
             r->inflight--;
         }
-        MPI_Iallreduce(MPI_IN_PLACE, r->arena + o, (int)c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                       &req[b]);
-        r->started[b] = 1;
-        r->inflight++;
+        launch_bucket(r, b);
     }
-#endif
-    return BT_OK;
 }
+#endif
 
 bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     r->t_wait = 0;
     if (!bt_dist_active(r->d)) return BT_OK;
-    bt_status st = bt_dist_reducer_start(r, 0, r->n);
-    if (st != BT_OK) return st;
 #if BT_HAVE_MPI
     const double t0 = now_s();
+    if (r->thread) { /* stop the progress thread; this thread takes over */
+        pthread_mutex_lock(r->mutex);
+        r->stop = 1;
+        pthread_mutex_unlock(r->mutex);
+        pthread_join(*(pthread_t *)r->thread, NULL);
+        free(r->thread);
+        r->thread = NULL;
+    }
+    launch_range(r, 0, r->n, 1); /* the rest of the queue first (see launch_range) */
+    launch_range(r, 0, r->n, 0);
     MPI_Waitall((int)r->n_buckets, r->requests, MPI_STATUSES_IGNORE);
     r->t_wait = now_s() - t0;
 #endif

@@ -37,6 +37,7 @@
 typedef struct bt_dist {
     int rank, size;
     int mpi;        /* 1: MPI_Init was called by bt_dist_init (finalize calls MPI_Finalize) */
+    int multiple;   /* 1: MPI_THREAD_MULTIPLE (the reducer's progress thread may run) */
     char host[64];  /* this process's host name (messages) */
 } bt_dist;
 
@@ -97,8 +98,13 @@ typedef struct bt_dist_reducer {
     size_t bucket;          /* floats per bucket (the last one may be shorter) */
     size_t n_buckets;
     void *requests;         /* (n_buckets) MPI_Request */
-    unsigned char *started; /* (n_buckets) 0 not started, 1 in flight, 2 done */
+    unsigned char *started; /* (n_buckets) 0 idle, 1 in flight, 2 done, 3 queued */
     size_t inflight;        /* buckets started and not waited for */
+    /* progress thread (MPI_THREAD_MULTIPLE): launches queued buckets and drives Open MPI's
+     * progress (MPI_Test) while the caller computes */
+    void *thread;           /* pthread_t *, NULL when not running */
+    void *mutex;            /* pthread_mutex_t * */
+    volatile int stop;
     double t_wait;          /* seconds waited in the last finish */
 } bt_dist_reducer;
 
@@ -107,9 +113,12 @@ bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *aren
                                size_t bucket_bytes);
 void bt_dist_reducer_free(bt_dist_reducer *r);
 /* Launches (MPI_Iallreduce, in place) the buckets that lie wholly inside [lo, hi) floats and
- * are not started yet; [0, n) launches all; waits for the oldest first when
- * BT_DIST_MAX_INFLIGHT are in flight (memory: Open MPI allocates a temporary per call).
- * A no-op for world size 1. */
+ * are not started yet, at most BT_DIST_MAX_INFLIGHT at a time (memory: Open MPI allocates a
+ * temporary per call). With MPI_THREAD_MULTIPLE the buckets are queued and a progress thread
+ * launches them and polls them (Open MPI's non-blocking collectives advance only inside MPI
+ * calls), so the call returns at once and the communication overlaps what the caller does
+ * next; without it the call launches them itself, waiting for the oldest when the window is
+ * full. A no-op for world size 1. */
 bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi);
 /* Launches what is left, waits for every bucket, scales the arena by 1/size. r->t_wait =
  * the seconds spent waiting. */

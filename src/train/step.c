@@ -123,6 +123,18 @@ static void free_scratch(bt_trainer *tr) {
     free(tr->sims);
 }
 
+void bt_step_overlap_range(const bt_param_table *t, size_t *lo, size_t *hi) {
+    /* the cross-modal layers .. the ITM / MLM heads (the arena follows the parameter list of
+     * params.h); the ITC text / image heads and logit_scale come after them */
+    *lo = t->fields[BT_P_XTL_Q_W].offset;
+    *hi = t->numel;
+    for (int id = BT_P_ITC_TEXT_W; id < BT_P_COUNT; id++)
+        if (t->fields[id].present) {
+            *hi = t->fields[id].offset;
+            break;
+        }
+}
+
 void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes) {
     tr->dist = bt_dist_active(d) ? d : NULL;
     tr->bucket_bytes = bucket_bytes;
@@ -130,6 +142,7 @@ void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes) 
         free(tr->counts);
         tr->counts = calloc(3 * (size_t)d->size, sizeof *tr->counts);
         BT_ASSERT(tr->counts);
+        bt_step_overlap_range(&tr->model->table, &tr->overlap_lo, &tr->overlap_hi);
     }
 }
 
@@ -426,6 +439,8 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
                            isnan(terms[i]) ? "NaN" : "Inf", k);
 
     bt_cross_backward_pairs(m);
+    if (d && k + 1 == n_micro) /* these gradients are final: average them during the towers' */
+        st_ok(bt_dist_reducer_start(&tr->red, tr->overlap_lo, tr->overlap_hi));
     bt_towers_backward(m);
     res->t_backward += now_s() - t3;
     return BT_OK;
@@ -452,6 +467,11 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     }
     bt_model_set_dropout(m, c->dropout, c->seed, (uint64_t)tr->step);
     bt_zero_grad(m);
+    if (tr->dist && !tr->have_red) {
+        st_ok(bt_dist_reducer_init(&tr->red, tr->dist, m->grads, m->table.numel,
+                                   tr->bucket_bytes));
+        tr->have_red = 1;
+    }
 
     bt_status st = BT_OK;
     double sum[3] = {0, 0, 0};
@@ -467,11 +487,6 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     }
     if (tr->dist) { /* the gradients averaged over the ranks */
         if (st == BT_OK) {
-            if (!tr->have_red) {
-                st_ok(bt_dist_reducer_init(&tr->red, tr->dist, m->grads, m->table.numel,
-                                           tr->bucket_bytes));
-                tr->have_red = 1;
-            }
             const double tc = now_s();
             st_ok(bt_dist_reducer_finish(&tr->red));
             res->t_comm += now_s() - tc;

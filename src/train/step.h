@@ -52,13 +52,16 @@
  *   losses    the reported terms are the global values (one all-reduce of three doubles per
  *             micro-batch; a NaN on any rank is therefore seen by all, which keep the same
  *             skip / stop decision)
- *   gradients after the last backward, the gradient arena is averaged (bt_dist_reducer:
- *             MPI_Iallreduce per bucket of dist.bucket_mb, sum, then 1/world); the grad
+ *   gradients the gradient arena is averaged (bt_dist_reducer: MPI_Iallreduce per bucket of
+ *             dist.bucket_mb, sum, then 1/world). In the last micro-batch, the buckets of
+ *             the cross-modal layers, poolers and ITM / MLM heads (whose gradients are final
+ *             once bt_cross_backward_pairs returns) are launched before bt_towers_backward
+ *             and progress during it (dist.h's progress thread); the rest after it. The grad
  *             norm, clip and AdamW then run on identical gradients on every rank.
  * So N ranks × batch b compute the losses and the update of 1 rank × batch N·b up to fp32
- * reduction order. samples and mlm_tokens are then global counts; t_comm is the time spent
- * in the collectives (the exposed communication: the buckets are launched after the
- * backward, not yet overlapped with it).
+ * reduction order. samples and mlm_tokens are then global counts; t_comm is the time the
+ * step waited in collectives (the exposed communication: what overlapped the towers'
+ * backward is not in it).
  *
  * Deliberately not here: the data loader (the caller fills bt_step_batch from a loader
  * batch), logging and checkpoints (the caller reads bt_step_result and bt_trainer), the MPI
@@ -169,6 +172,7 @@ typedef struct bt_trainer {
     size_t bucket_bytes;
     bt_dist_reducer red;
     int have_red;
+    size_t overlap_lo, overlap_hi;         /* arena range final after the cross backward */
     int64_t *counts;                       /* (2 · size) rows and masked tokens per rank */
     float *gbuf;                           /* (4, N, C) gathered image / cross cols + grads */
     uint64_t *gkeys;                       /* (2, N) gathered duplicate keys */
@@ -180,6 +184,9 @@ typedef struct bt_trainer {
  * Errors: BT_ERR_CONFIG naming the field. */
 bt_status bt_trainer_init(bt_trainer *tr, bt_model *m, const bt_step_config *cfg);
 void bt_trainer_free(bt_trainer *tr);
+/* The arena range [*lo, *hi) (floats) whose gradients only bt_cross_backward_pairs writes
+ * (cross-modal layers, poolers, ITM / MLM heads): final before bt_towers_backward runs. */
+void bt_step_overlap_range(const bt_param_table *t, size_t *lo, size_t *hi);
 /* Makes the step data-parallel over d (see above), gradients averaged in buckets of
  * bucket_bytes (0: one bucket). d must outlive the trainer; NULL or size 1: alone. */
 void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes);
