@@ -17,7 +17,9 @@
  *                with rank 1's message naming the manifest line (rank 0 was waiting in a
  *                collective: MPI_Abort), "skip" completes with rank 1's warning;
  *   failure      a rank killed with SIGKILL mid-run ends the whole job (non-zero exit, every
- *                rank gone) within 60 s with Open MPI's message naming the signal.
+ *                rank gone) within 60 s with Open MPI's message naming the signal;
+ *   SIGTERM      to rank 1 only: every rank stops after the same step, rank 0 writes its
+ *                checkpoint, the job exits 143.
  *
  * Tolerances (fp32). The split runs compute the same sums in another order: the ITC softmax
  * over gathered columns is the same, but the gradient of each parameter is a sum over ranks
@@ -302,8 +304,26 @@ static void test_bad_record(void) {
     }
 }
 
-static void test_killed_rank(void) {
-    const char *out = tu_tmp_path("killed");
+/* 1 when pid's environment says it is Open MPI rank `rank` */
+static int is_rank(pid_t pid, int rank) {
+    char p[64], want[64];
+    snprintf(p, sizeof p, "/proc/%d/environ", (int)pid);
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    size_t n = 0;
+    char *env = (char *)tu_read_file(p, &n);
+    int found = 0;
+    for (size_t i = 0; env && i < n; i += strlen(env + i) + 1)
+        if (!strcmp(env + i, want)) found = 1;
+    free(env);
+    return found;
+}
+
+/* A 2-rank job gets signal sig on rank 1 mid-run. SIGKILL: mpirun ends the job (non-zero,
+ * every rank gone, the signal named) within 60 s. SIGTERM: the ranks agree to stop after
+ * the same step, rank 0 writes that step's checkpoint, the job exits 143. */
+static void test_signal_rank(int sig) {
+    const char *out = tu_tmp_path(sig == SIGKILL ? "killed" : "sigterm");
+    const char *what = sig == SIGKILL ? "killed rank" : "SIGTERM to rank 1";
     char line[6000], log[1200], err[1200], metrics[1200];
     snprintf(log, sizeof log, "%s.log", out);
     snprintf(err, sizeof err, "%s.err", out);
@@ -326,15 +346,20 @@ static void test_killed_rank(void) {
     }
     pid_t ranks[8];
     const size_t n = started ? children(mpirun, ranks, 8) : 0;
-    if (!tu_check(started && n == 2, "killed rank: the 2-rank job is training (%zu ranks seen)",
-                  n)) {
+    if (n == 2 && is_rank(ranks[0], 1)) { /* ranks[1] = rank 1 */
+        const pid_t t = ranks[0];
+        ranks[0] = ranks[1];
+        ranks[1] = t;
+    }
+    if (!tu_check(started && n == 2 && is_rank(ranks[1], 1), "%s: the 2-rank job is training "
+                  "(%zu ranks seen)", what, n)) {
         kill(mpirun, SIGKILL);
         waitpid(mpirun, NULL, 0);
         show_err(out);
         return;
     }
     const double t_kill = now_s();
-    kill(ranks[1], SIGKILL);
+    kill(ranks[1], sig);
     int status = 0, ended = 0;
     while (now_s() - t_kill < 60 && !ended) {
         ended = waitpid(mpirun, &status, WNOHANG) == mpirun;
@@ -344,6 +369,20 @@ static void test_killed_rank(void) {
     if (!ended) {
         kill(mpirun, SIGKILL);
         waitpid(mpirun, &status, 0);
+    }
+    if (sig == SIGTERM) {
+        char p[1300];
+        snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+        char *m = read_text(p);
+        size_t n_train = 0;
+        for (const char *q = m; (q = strstr(q, "\"type\":\"train\"")); q++) n_train++;
+        free(m);
+        snprintf(p, sizeof p, "%s/checkpoint-%zu/trainer_state.json", out, n_train);
+        struct stat cst;
+        tu_check(ended && WIFEXITED(status) && WEXITSTATUS(status) == 143 && n_train > 0 &&
+                 stat(p, &cst) == 0, "%s: the job exits 143 within 60 s (%.1f s) and rank 0 "
+                 "saved the checkpoint of the last logged step %zu", what, took, n_train);
+        return;
     }
     tu_check(ended && WIFEXITED(status) && WEXITSTATUS(status) != 0,
              "killed rank: mpirun ends with a non-zero status %.1f s after SIGKILL of rank pid "
@@ -478,6 +517,7 @@ int main(int argc, char **argv) {
     }
 
     test_bad_record();
-    test_killed_rank();
+    test_signal_rank(SIGTERM);
+    test_signal_rank(SIGKILL);
     return tu_finish();
 }
