@@ -354,7 +354,7 @@ static void launch_range(bt_dist_reducer *r, size_t lo, size_t hi, int queued_on
 bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
     if (!bt_dist_active(r->d)) return BT_OK;
 #if BT_HAVE_MPI
-    if (r->d->multiple && hi < r->n) { /* a part: queue it for the progress thread */
+    if (r->d->multiple) { /* queue them for the progress thread */
         if (!r->mutex) {
             r->mutex = malloc(sizeof(pthread_mutex_t));
             BT_ASSERT(r->mutex);
