@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < n; i++) g[i] = (float)(i % 1000) * 1e-3f;
         for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
             bt_dist_reducer r;
-            bt_dist_reducer_init(&r, &d, g, n, (size_t)(buckets[b] * 1048576.0));
+            bt_dist_reducer_init(&r, &d, g, n, (size_t)(buckets[b] * 1048576.0), 0);
             double total = 0;
             for (int k = -1; k < reps; k++) {
                 bt_dist_barrier(&d);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bt_config.h"
+#include "dtype.h"
 #include "rng.h"
 
 #if BT_HAVE_MPI
@@ -274,8 +275,19 @@ bt_status bt_dist_check_same(const bt_dist *d, const char *const *names, const u
 
 /* --- reducer ------------------------------------------------------------------------------ */
 
+#if BT_HAVE_MPI
+/* inout[i] = bf16(f32(in[i]) + f32(inout[i])) */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const bt_bf16 *a = in;
+    bt_bf16 *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = bt_bf16_from_f32(bt_f32_from_bf16(a[i]) + bt_f32_from_bf16(b[i]));
+}
+#endif
+
 bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
-                               size_t bucket_bytes) {
+                               size_t bucket_bytes, int wire_bf16) {
     memset(r, 0, sizeof *r);
     r->d = d;
     r->arena = arena;
@@ -291,12 +303,27 @@ bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *aren
 #endif
     r->started = calloc(r->n_buckets + 1, 1);
     r->inflight = 0;
+#if BT_HAVE_MPI
+    if (wire_bf16 && bt_dist_active(d)) {
+        r->stage = malloc((n + 1) * sizeof *r->stage);
+        r->op = malloc(sizeof(MPI_Op));
+        BT_ASSERT(r->stage && r->op);
+        MPI_Op_create(bf16_sum, 1, r->op);
+    }
+#else
+    (void)wire_bf16;
+#endif
     BT_ASSERT(r->requests && r->started);
     return BT_OK;
 }
 
 void bt_dist_reducer_free(bt_dist_reducer *r) {
     BT_ASSERT(!r->thread); /* finish joins it */
+#if BT_HAVE_MPI
+    if (r->op) MPI_Op_free(r->op);
+#endif
+    free(r->op);
+    free(r->stage);
     if (r->mutex) pthread_mutex_destroy(r->mutex);
     free(r->mutex);
     free(r->requests);
@@ -321,8 +348,15 @@ static void poll_buckets(bt_dist_reducer *r) {
 
 static void launch_bucket(bt_dist_reducer *r, size_t b) {
     const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
-    MPI_Iallreduce(MPI_IN_PLACE, r->arena + o, (int)c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                   &((MPI_Request *)r->requests)[b]);
+    MPI_Request *req = &((MPI_Request *)r->requests)[b];
+    if (r->stage) {
+        for (size_t i = 0; i < c; i++) r->stage[o + i] = bt_bf16_from_f32(r->arena[o + i]);
+        MPI_Iallreduce(MPI_IN_PLACE, r->stage + o, (int)c, MPI_UINT16_T, *(MPI_Op *)r->op,
+                       MPI_COMM_WORLD, req);
+    } else {
+        MPI_Iallreduce(MPI_IN_PLACE, r->arena + o, (int)c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                       req);
+    }
     r->started[b] = 1;
     r->inflight++;
 }
@@ -435,8 +469,14 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     r->inflight = 0;
     const float inv = 1.0f / (float)r->d->size;
     float *a = r->arena;
+    const uint16_t *w = r->stage;
     const size_t n = r->n;
+    if (w) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) a[i] *= inv;
+        for (size_t i = 0; i < n; i++) a[i] = bt_f32_from_bf16(w[i]) * inv;
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] *= inv;
+    }
     return BT_OK;
 }

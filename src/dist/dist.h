@@ -24,8 +24,7 @@
  * communication time).
  *
  * Deliberately not here: the training step's use of these (train/step.c), loss math, the
- * launch (mpirun), ZeRO sharding, bf16 on the wire (MPI has no bf16 sum with fp32
- * accumulation; see docs/distributed.md). */
+ * launch (mpirun), ZeRO sharding. */
 #ifndef BT_DIST_DIST_H
 #define BT_DIST_DIST_H
 
@@ -105,12 +104,18 @@ typedef struct bt_dist_reducer {
     void *thread;           /* pthread_t *, NULL when not running */
     void *mutex;            /* pthread_mutex_t * */
     volatile int stop;
+    uint16_t *stage;        /* (n) bf16 copy on the wire, NULL for fp32 */
+    void *op;               /* MPI_Op * of the bf16 sum */
     double t_wait;          /* seconds waited in the last finish */
 } bt_dist_reducer;
 
-/* bucket_bytes 0: one bucket. */
+/* bucket_bytes 0: one bucket (counted in fp32 bytes either way). wire_bf16: each bucket is
+ * rounded to bf16 (round to nearest even) into a staging copy (n bf16 values), summed with a
+ * user-defined MPI operation (each addition in fp32, the result rounded to bf16: up to N-1
+ * roundings per element on N ranks, MPI has no bf16 type or fp32-accumulating bf16 sum), and
+ * widened back into the arena at the end: half the bytes on the wire. */
 bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
-                               size_t bucket_bytes);
+                               size_t bucket_bytes, int wire_bf16);
 void bt_dist_reducer_free(bt_dist_reducer *r);
 /* Launches (MPI_Iallreduce, in place) the buckets that lie wholly inside [lo, hi) floats and
  * are not started yet, at most BT_DIST_MAX_INFLIGHT at a time (memory: Open MPI allocates a

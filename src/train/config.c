@@ -146,6 +146,7 @@ static const field FIELDS[] = {
     E_("save.dtype", save.dtype, 0, save_dtype_names, BT_SAVE_F32, ""),
     /* dist (docs/distributed.md) */
     N_("dist.bucket_mb", dist.bucket_mb, 0, 0, 4096, 25, "ddp_bucket_cap_mb"),
+    E_("dist.wire_dtype", dist.wire_dtype, 0, save_dtype_names, BT_SAVE_F32, ""),
     /* output */
     S_("output.dir", output.dir, F_NULL | F_REQUIRED, NULL, "output_dir"),
     B_("output.overwrite", output.overwrite, 0, 0, "overwrite_output_dir"),

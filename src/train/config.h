@@ -122,6 +122,8 @@ typedef struct bt_run_config {
     } save;
     struct {
         double bucket_mb; /* gradient all-reduce bucket (MiB); 0: one bucket */
+        bt_save_dtype wire_dtype; /* gradients on the wire: f32, or bf16 (summed in fp32,
+                                     rounded to bf16 after each addition) */
     } dist;
     struct {
         char *dir;

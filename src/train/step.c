@@ -135,9 +135,11 @@ void bt_step_overlap_range(const bt_param_table *t, size_t *lo, size_t *hi) {
         }
 }
 
-void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes) {
+void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
+                         int wire_bf16) {
     tr->dist = bt_dist_active(d) ? d : NULL;
     tr->bucket_bytes = bucket_bytes;
+    tr->wire_bf16 = wire_bf16;
     if (tr->dist) {
         free(tr->counts);
         tr->counts = calloc(3 * (size_t)d->size, sizeof *tr->counts);
@@ -184,6 +186,12 @@ static bt_status reserve(bt_trainer *tr, size_t B, size_t T) {
     const size_t Bt = mlm ? 2 * nB : nB;
     const size_t P = (c->w_itc > 0.0f || itm ? nB : 0) + (itm ? 2 * nB : 0) + (mlm ? nB : 0);
     return bt_model_reserve_phases(tr->model, Bt, nB, P, mlm ? nB : 0, nT);
+}
+
+bt_status bt_trainer_reserve(bt_trainer *tr, size_t B, size_t T) {
+    if (B == 0 || T == 0)
+        return bt_fail(BT_ERR_ARG, "reserve: B = %zu, T = %zu: both must be positive", B, T);
+    return reserve(tr, B, T);
 }
 
 static bt_status check_batch(const bt_step_batch *b, size_t k, const bt_step_config *c) {
@@ -469,7 +477,7 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     bt_zero_grad(m);
     if (tr->dist && !tr->have_red) {
         st_ok(bt_dist_reducer_init(&tr->red, tr->dist, m->grads, m->table.numel,
-                                   tr->bucket_bytes));
+                                   tr->bucket_bytes, tr->wire_bf16));
         tr->have_red = 1;
     }
 

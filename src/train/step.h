@@ -170,6 +170,7 @@ typedef struct bt_trainer {
     /* data parallelism (bt_trainer_set_dist); dist NULL or size 1: alone */
     const bt_dist *dist;                   /* not owned */
     size_t bucket_bytes;
+    int wire_bf16;                         /* gradients in bf16 on the wire */
     bt_dist_reducer red;
     int have_red;
     size_t overlap_lo, overlap_hi;         /* arena range final after the cross backward */
@@ -188,8 +189,14 @@ void bt_trainer_free(bt_trainer *tr);
  * (cross-modal layers, poolers, ITM / MLM heads): final before bt_towers_backward runs. */
 void bt_step_overlap_range(const bt_param_table *t, size_t *lo, size_t *hi);
 /* Makes the step data-parallel over d (see above), gradients averaged in buckets of
- * bucket_bytes (0: one bucket). d must outlive the trainer; NULL or size 1: alone. */
-void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes);
+ * bucket_bytes (0: one bucket), in bf16 on the wire when wire_bf16 (dist.h). d must outlive the trainer; NULL or size 1: alone. */
+void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
+                         int wire_bf16);
+
+/* Sizes the step's scratch and the model's arenas for micro-batches of up to B x T now (and
+ * backs the arenas with memory, model.c), so the first bt_train_step allocates and faults
+ * nothing; the step does the same lazily otherwise. Errors: as bt_model_reserve_phases. */
+bt_status bt_trainer_reserve(bt_trainer *tr, size_t B, size_t T);
 
 /* One optimizer step over micro[0..n_micro). Errors: a bad batch (BT_ERR_ARG naming the
  * micro-batch and field), the model's input errors, BT_ERR_NUMERIC under BT_NAN_STOP.

@@ -358,7 +358,8 @@ static bt_status step_setup(job *j) {
     st = bt_trainer_init(&j->tr, &j->model, &sc);
     if (st != BT_OK) return st;
     j->have_tr = 1;
-    bt_trainer_set_dist(&j->tr, &j->dist, (size_t)(rc->dist.bucket_mb * 1048576.0));
+    bt_trainer_set_dist(&j->tr, &j->dist, (size_t)(rc->dist.bucket_mb * 1048576.0),
+                        rc->dist.wire_dtype == BT_SAVE_BF16);
     if (j->resumed) {
         const bt_adamw *src = &j->resume.optim;
         if (src->mnumel != j->tr.opt.mnumel)
