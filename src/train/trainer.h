@@ -22,7 +22,7 @@
  * a checkpoint is written and the run returns BT_ERR_INTERRUPTED (bt-train exits 130 / 143);
  * a second signal ends the process at once.
  *
- * Deliberately not here: MPI (src/dist: world size 1 only for now), the step itself
+ * Deliberately not here: MPI itself (src/dist; docs/distributed.md), the step itself
  * (step.h), file formats (state.h, log.h). */
 #ifndef BT_TRAIN_TRAINER_H
 #define BT_TRAIN_TRAINER_H
