@@ -194,6 +194,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nb * 3 * R * R; i++) pix[i] = (float)tu_rng_normal(&rng);
 
     bt_trainer tr;
+    double reserve_s = 0.0;
     bt_step_config sc = bt_step_config_default();
     if (train) {
         sc.w_itc = 1.0f, sc.w_itm = 0.0f, sc.w_mlm = 0.0f;
@@ -203,6 +204,15 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_step: %s\n", bt_error_message());
             return 1;
         }
+        /* as bt-train does at start: arenas sized and backed before the first step */
+        const double r0 = now_s();
+        if (bt_trainer_reserve(&tr, nb, nt) != BT_OK) {
+            fprintf(stderr, "bench_step: %s\n", bt_error_message());
+            return 1;
+        }
+        reserve_s = now_s() - r0;
+        fprintf(stderr, "bench_step: reserve (arenas for B %zu, T %zu): %.3f s\n", nb, nt,
+                reserve_s);
     } else {
         bt_model_set_dropout(&m, 0, 0, 0);
     }
@@ -249,10 +259,10 @@ int main(int argc, char **argv) {
     const double med = steps > 1 ? median(t + 1, (size_t)steps - 1) : t[0];
     printf("%s, \"steps\": %ld, \"first_step_s\": %.6f, \"median_step_s\": %.6f, "
            "\"samples_per_s\": %.6f, \"gflops\": %.3f, \"peak_rss_bytes\": %lld, "
-           "\"first_step_cpu_s\": %.6f, \"median_step_cpu_s\": %.6f",
+           "\"first_step_cpu_s\": %.6f, \"median_step_cpu_s\": %.6f, \"reserve_s\": %.6f",
            head, steps, t[0], med, (double)B / med, flops / med * 1e-9,
            (long long)ru.ru_maxrss * 1024, cpu[0],
-           steps > 1 ? median(cpu + 1, (size_t)steps - 1) : cpu[0]);
+           steps > 1 ? median(cpu + 1, (size_t)steps - 1) : cpu[0], reserve_s);
     if (train) {
         static const char *const names[5] = {"towers_fwd_s", "cross_fwd_s", "losses_s",
                                              "backward_s", "optimizer_s"};

@@ -397,9 +397,13 @@ static bt_status memory_plan(job *j) {
     say(j, "memory plan: weights + gradients + AdamW moments %s, activations %s (batch %zu, "
            "%zu text rows, %zu pairs, T %zu), total %s", bt_mem_format(w, sizeof w, weights),
         bt_mem_format(a, sizeof a, act), B, Bt, P, T, bt_mem_format(t, sizeof t, weights + act));
-    return bt_mem_check(act, "the activations of one micro-batch",
-                        "reduce train.batch_size (use train.gradient_accumulation_steps to keep "
-                        "the effective batch) or data.max_length");
+    bt_status st = bt_mem_check(act, "the activations of one micro-batch",
+                                "reduce train.batch_size (use train.gradient_accumulation_steps "
+                                "to keep the effective batch) or data.max_length");
+    if (st != BT_OK) return st;
+    /* the step's arenas sized and backed with memory now, so the first step does not pay
+     * their page faults (docs/benchmarks.md "First step") */
+    return bt_trainer_reserve(&j->tr, B, T);
 }
 
 /* Several ranks: every rank must run the same binary, resolved config and model; rank 0's
