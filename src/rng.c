@@ -2,6 +2,8 @@
  * written definition). */
 #include "rng.h"
 
+#include <string.h>
+
 #include "status.h"
 
 uint64_t bt_mix64(uint64_t z) {
@@ -54,4 +56,18 @@ uint64_t bt_rng_below(bt_rng *r, uint64_t bound) {
 
 double bt_rng_uniform(bt_rng *r) {
     return (double)(bt_rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+uint64_t bt_hash_bytes(const void *data, size_t n, uint64_t seed) {
+    const unsigned char *p = data;
+    uint64_t h = bt_mix64(seed ^ bt_mix64(n ^ UINT64_C(0x9e3779b97f4a7c15)));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = bt_mix64(h ^ w);
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, p + i, n - i);
+    return bt_mix64(h ^ tail);
 }

@@ -17,6 +17,7 @@
 #ifndef BT_RNG_H
 #define BT_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct bt_rng {
@@ -35,5 +36,10 @@ uint64_t bt_rng_next(bt_rng *r);
 uint64_t bt_rng_below(bt_rng *r, uint64_t bound);
 /* Uniform double in [0, 1) with 53 random bits: (next >> 11) * 2^-53. */
 double bt_rng_uniform(bt_rng *r);
+
+/* A 64-bit content hash of n bytes (8-byte words through bt_mix64, then the tail), chained
+ * by seed: equality keys (duplicate images / captions) and consistency checks across MPI
+ * ranks. Not cryptographic. */
+uint64_t bt_hash_bytes(const void *data, size_t n, uint64_t seed);
 
 #endif

@@ -217,17 +217,7 @@ bt_status bt_dist_reduce_scatter_add_f32(const bt_dist *d, const float *all, flo
 }
 
 uint64_t bt_dist_hash(const void *data, size_t n, uint64_t seed) {
-    const unsigned char *p = data;
-    uint64_t h = bt_mix64(seed ^ bt_mix64(n ^ UINT64_C(0x9e3779b97f4a7c15)));
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = bt_mix64(h ^ w);
-    }
-    uint64_t tail = 0;
-    memcpy(&tail, p + i, n - i);
-    return bt_mix64(h ^ tail);
+    return bt_hash_bytes(data, n, seed); /* rng.h */
 }
 
 uint64_t bt_dist_binary_hash(void) {

@@ -32,21 +32,6 @@ static uint64_t stream_seed(uint64_t seed, uint64_t tag, int64_t step, size_t mi
     return bt_mix64(seed ^ bt_mix64(tag ^ bt_mix64((uint64_t)step ^ bt_mix64((uint64_t)micro))));
 }
 
-/* content hash of n bytes (8-byte words, then the tail), for duplicate keys */
-static uint64_t hash_bytes(const void *data, size_t n) {
-    const unsigned char *p = data;
-    uint64_t h = bt_mix64(n ^ UINT64_C(0x6a09e667f3bcc908));
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = bt_mix64(h ^ w);
-    }
-    uint64_t tail = 0;
-    memcpy(&tail, p + i, n - i);
-    return bt_mix64(h ^ tail);
-}
-
 bt_step_config bt_step_config_default(void) {
     bt_step_config c;
     memset(&c, 0, sizeof c);
@@ -279,11 +264,11 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
         const size_t R = (size_t)m->cfg.image_size, npix = 3 * R * R;
         for (size_t i = 0; i < B; i++) {
             tr->dup_image[i] = b->image_key ? b->image_key[i]
-                                            : hash_bytes(b->pixel_values + i * npix,
-                                                         npix * sizeof(float));
+                                            : bt_hash_bytes(b->pixel_values + i * npix,
+                                                            npix * sizeof(float), 0);
             tr->dup_caption[i] = b->caption_key ? b->caption_key[i]
-                                                : hash_bytes(b->input_ids + i * T,
-                                                             T * sizeof(int32_t));
+                                                : bt_hash_bytes(b->input_ids + i * T,
+                                                                T * sizeof(int32_t), 0);
         }
     }
 
