@@ -1321,52 +1321,11 @@ static void f32_from_bf16_fast(float *out, const bt_bf16 *in, size_t n) {
 
 /* --- the kernel table ------------------------------------------------------------------------ */
 
+/* One entry per kernel of ops_table.h. */
 typedef struct ops_kernels {
-    void (*dropout_forward)(float *, const float *, size_t, const bt_dropout *);
-    void (*dropout_backward)(float *, const float *, size_t, const bt_dropout *);
-    void (*linear_forward)(float *, const float *, const float *, const bt_bf16 *,
-                           const float *, size_t, size_t, size_t, gemm_compute);
-    void (*linear_backward)(float *, float *, float *, const float *, const float *,
-                            const float *, const bt_bf16 *, size_t, size_t, size_t,
-                            gemm_compute);
-    void (*layernorm_forward)(float *, float *, float *, const float *, const float *,
-                              const float *, size_t, size_t, float);
-    void (*layernorm_backward)(float *, float *, float *, const float *, const float *,
-                               const float *, const float *, const float *, size_t, size_t);
-    void (*gelu_forward)(float *, const float *, size_t);
-    void (*gelu_backward)(float *, const float *, const float *, size_t);
-    void (*quick_gelu_forward)(float *, const float *, size_t);
-    void (*quick_gelu_backward)(float *, const float *, const float *, size_t);
-    void (*tanh_forward)(float *, const float *, size_t);
-    void (*tanh_backward)(float *, const float *, const float *, size_t);
-    void (*softmax_forward)(float *, const float *, size_t, size_t);
-    void (*softmax_backward)(float *, const float *, const float *, size_t, size_t);
-    void (*attention_forward)(float *, float *, const float *, const float *, const float *,
-                              const float *, const attention_dims *, const bt_dropout *,
-                              gemm_compute);
-    void (*attention_backward)(float *, float *, float *, const float *, const float *,
-                               const float *, const float *, const float *,
-                               const attention_dims *, const bt_dropout *, gemm_compute);
-    void (*attention_key_bias_from_mask)(float *, const int32_t *, size_t);
-    void (*embedding_forward)(float *, const int32_t *, const float *, size_t, size_t, size_t);
-    void (*embedding_backward)(float *, const float *, const int32_t *, size_t, size_t, size_t,
-                               int32_t);
-    void (*bias_add_forward)(float *, const float *, const float *, size_t, size_t);
-    void (*bias_add_backward)(float *, float *, const float *, size_t, size_t);
-    void (*residual_forward)(float *, const float *, const float *, size_t);
-    void (*residual_backward)(float *, float *, const float *, size_t);
-    float (*cross_entropy_forward)(float *, const float *, const int32_t *, size_t, size_t,
-                                   int32_t, size_t *);
-    void (*cross_entropy_backward)(float *, const float *, const int32_t *, size_t, size_t,
-                                   int32_t, float);
-    void (*l2_normalize_forward)(float *, float *, const float *, size_t, size_t);
-    void (*l2_normalize_backward)(float *, const float *, const float *, const float *, size_t,
-                                  size_t);
-    void (*bf16_from_f32)(bt_bf16 *, const float *, size_t);
-    void (*f32_from_bf16)(float *, const bt_bf16 *, size_t);
-    void (*adamw_update)(float *, float *, float *, bt_bf16 *, const float *, size_t,
-                         const adamw_coefs *);
-    double (*sum_squares)(const float *, size_t);
+#define OPS_ENTRY(ret, name, params, args) ret(*name) params;
+    OPS_KERNELS(OPS_ENTRY)
+#undef OPS_ENTRY
 } ops_kernels;
 
 /* Overrides t's entries with this unit's fast kernels (all but the bf16 conversions, which
@@ -1428,37 +1387,9 @@ static void (*ops_fill_for(bt_isa isa))(ops_kernels *) {
 }
 
 static const ops_kernels ops_ref_table = {
-    .dropout_forward = dropout_forward_ref,
-    .dropout_backward = dropout_backward_ref,
-    .linear_forward = linear_forward_ref,
-    .linear_backward = linear_backward_ref,
-    .layernorm_forward = layernorm_forward_ref,
-    .layernorm_backward = layernorm_backward_ref,
-    .gelu_forward = gelu_forward_ref,
-    .gelu_backward = gelu_backward_ref,
-    .quick_gelu_forward = quick_gelu_forward_ref,
-    .quick_gelu_backward = quick_gelu_backward_ref,
-    .tanh_forward = tanh_forward_ref,
-    .tanh_backward = tanh_backward_ref,
-    .softmax_forward = softmax_forward_ref,
-    .softmax_backward = softmax_backward_ref,
-    .attention_forward = attention_forward_ref,
-    .attention_backward = attention_backward_ref,
-    .attention_key_bias_from_mask = attention_key_bias_from_mask_ref,
-    .embedding_forward = embedding_forward_ref,
-    .embedding_backward = embedding_backward_ref,
-    .bias_add_forward = bias_add_forward_ref,
-    .bias_add_backward = bias_add_backward_ref,
-    .residual_forward = residual_forward_ref,
-    .residual_backward = residual_backward_ref,
-    .cross_entropy_forward = cross_entropy_forward_ref,
-    .cross_entropy_backward = cross_entropy_backward_ref,
-    .l2_normalize_forward = l2_normalize_forward_ref,
-    .l2_normalize_backward = l2_normalize_backward_ref,
-    .bf16_from_f32 = bf16_from_f32_ref,
-    .f32_from_bf16 = f32_from_bf16_ref,
-    .adamw_update = adamw_update_ref,
-    .sum_squares = sum_squares_ref,
+#define OPS_REF_ENTRY(ret, name, params, args) .name = name##_ref,
+    OPS_KERNELS(OPS_REF_ENTRY)
+#undef OPS_REF_ENTRY
 };
 
 static ops_kernels ops_fast_table; /* filled once by ops_init_once */
@@ -1570,109 +1501,11 @@ static const ops_kernels *ops_k(void) {
 
 /* --- public entry points: one call through the table each --------------------------------- */
 
-void dropout_forward(float *out, const float *x, size_t n, const bt_dropout *d) {
-    ops_k()->dropout_forward(out, x, n, d);
-}
-void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *d) {
-    ops_k()->dropout_backward(dx, dout, n, d);
-}
-void linear_forward(float *out, const float *x, const float *w, const bt_bf16 *w_bf16,
-                    const float *b, size_t n, size_t c, size_t oc, gemm_compute compute) {
-    ops_k()->linear_forward(out, x, w, w_bf16, b, n, c, oc, compute);
-}
-void linear_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
-                     const float *w, const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
-                     gemm_compute compute) {
-    ops_k()->linear_backward(dx, dw, db, dout, x, w, w_bf16, n, c, oc, compute);
-}
-void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
-                       const float *b, size_t n, size_t c, float eps) {
-    ops_k()->layernorm_forward(out, mean, rstd, x, w, b, n, c, eps);
-}
-void layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
-                        const float *w, const float *mean, const float *rstd, size_t n,
-                        size_t c) {
-    ops_k()->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, n, c);
-}
-void gelu_forward(float *out, const float *x, size_t n) { ops_k()->gelu_forward(out, x, n); }
-void gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
-    ops_k()->gelu_backward(dx, dout, x, n);
-}
-void quick_gelu_forward(float *out, const float *x, size_t n) {
-    ops_k()->quick_gelu_forward(out, x, n);
-}
-void quick_gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
-    ops_k()->quick_gelu_backward(dx, dout, x, n);
-}
-void tanh_forward(float *out, const float *x, size_t n) { ops_k()->tanh_forward(out, x, n); }
-void tanh_backward(float *dx, const float *dout, const float *y, size_t n) {
-    ops_k()->tanh_backward(dx, dout, y, n);
-}
-void softmax_forward(float *out, const float *x, size_t n, size_t c) {
-    ops_k()->softmax_forward(out, x, n, c);
-}
-void softmax_backward(float *dx, const float *dout, const float *y, size_t n, size_t c) {
-    ops_k()->softmax_backward(dx, dout, y, n, c);
-}
-void attention_forward(float *out, float *probs, const float *q, const float *k,
-                       const float *v, const float *key_bias, const attention_dims *d,
-                       const bt_dropout *drop, gemm_compute compute) {
-    ops_k()->attention_forward(out, probs, q, k, v, key_bias, d, drop, compute);
-}
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs,
-                        const float *q, const float *k, const float *v,
-                        const attention_dims *d, const bt_dropout *drop,
-                        gemm_compute compute) {
-    ops_k()->attention_backward(dq, dk, dv, dout, probs, q, k, v, d, drop, compute);
-}
-void attention_key_bias_from_mask(float *key_bias, const int32_t *mask, size_t n) {
-    ops_k()->attention_key_bias_from_mask(key_bias, mask, n);
-}
-void embedding_forward(float *out, const int32_t *ids, const float *table, size_t n, size_t c,
-                       size_t rows) {
-    ops_k()->embedding_forward(out, ids, table, n, c, rows);
-}
-void embedding_backward(float *dtable, const float *dout, const int32_t *ids, size_t n,
-                        size_t c, size_t rows, int32_t padding_idx) {
-    ops_k()->embedding_backward(dtable, dout, ids, n, c, rows, padding_idx);
-}
-void bias_add_forward(float *out, const float *x, const float *bias, size_t n, size_t c) {
-    ops_k()->bias_add_forward(out, x, bias, n, c);
-}
-void bias_add_backward(float *dx, float *dbias, const float *dout, size_t n, size_t c) {
-    ops_k()->bias_add_backward(dx, dbias, dout, n, c);
-}
-void residual_forward(float *out, const float *a, const float *b, size_t n) {
-    ops_k()->residual_forward(out, a, b, n);
-}
-void residual_backward(float *da, float *db, const float *dout, size_t n) {
-    ops_k()->residual_backward(da, db, dout, n);
-}
-float cross_entropy_forward(float *probs, const float *logits, const int32_t *targets,
-                            size_t n, size_t v, int32_t ignore_index, size_t *n_valid) {
-    return ops_k()->cross_entropy_forward(probs, logits, targets, n, v, ignore_index, n_valid);
-}
-void cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
-                            size_t n, size_t v, int32_t ignore_index, float dloss) {
-    ops_k()->cross_entropy_backward(dlogits, probs, targets, n, v, ignore_index, dloss);
-}
-void l2_normalize_forward(float *out, float *norm, const float *x, size_t n, size_t c) {
-    ops_k()->l2_normalize_forward(out, norm, x, n, c);
-}
-void l2_normalize_backward(float *dx, const float *dout, const float *out, const float *norm,
-                           size_t n, size_t c) {
-    ops_k()->l2_normalize_backward(dx, dout, out, norm, n, c);
-}
-void bf16_from_f32(bt_bf16 *out, const float *in, size_t n) {
-    ops_k()->bf16_from_f32(out, in, n);
-}
-double sum_squares(const float *x, size_t n) {
-    return ops_k()->sum_squares(x, n);
-}
-void adamw_update(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad, size_t n,
-                  const adamw_coefs *k) {
-    ops_k()->adamw_update(p, m, v, shadow, grad, n, k);
-}
+#define OPS_WRAPPER(ret, name, params, args) \
+    ret name params { OPS_RETURN_##ret ops_k()->name args; }
+OPS_KERNELS(OPS_WRAPPER)
+#undef OPS_WRAPPER
+
 void bf16_from_f32_serial(bt_bf16 *out, const float *in, size_t n) {
     if (ops_k() == &ops_ref_table) bf16_from_f32_ref(out, in, n);
     else ops_bf16_from_f32_impl(out, in, n);
@@ -1680,8 +1513,5 @@ void bf16_from_f32_serial(bt_bf16 *out, const float *in, size_t n) {
 void f32_from_bf16_serial(float *out, const bt_bf16 *in, size_t n) {
     if (ops_k() == &ops_ref_table) f32_from_bf16_ref(out, in, n);
     else ops_f32_from_bf16_impl(out, in, n);
-}
-void f32_from_bf16(float *out, const bt_bf16 *in, size_t n) {
-    ops_k()->f32_from_bf16(out, in, n);
 }
 #endif /* !OPS_VARIANT */

@@ -14,7 +14,9 @@
  *
  * Dispatch: each public function calls through a kernel table that kernels_init() fills with
  * the plain reference (ops_ref.h) first and then overrides with the fast (OpenMP, vectorized)
- * versions. BT_KERNELS=ref in the environment, or ops_use_reference(1), keeps the reference
+ * versions. The table entries, the wrappers and the reference prototypes are generated from
+ * one list, ops_table.h (a new kernel: a line there, its documented prototype here, a
+ * reference, a fast version, tests). BT_KERNELS=ref in the environment, or ops_use_reference(1), keeps the reference
  * (BT_KERNELS=fast or unset: the fast kernels; any other value is reported on stderr).
  * Tests pit every fast kernel against its reference (tests/test_ops_fast.c) and every
  * reference backward against central finite differences in double (tests/test_ops_grad.c).

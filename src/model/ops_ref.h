@@ -27,73 +27,16 @@
 #define BT_OPS_REF_H
 
 #include "ops.h"
+#include "ops_table.h"
 
-/* --- float references (same signatures as ops.h) --------------------------------------- */
-
-void dropout_forward_ref(float *out, const float *x, size_t n, const bt_dropout *d);
-void dropout_backward_ref(float *dx, const float *dout, size_t n, const bt_dropout *d);
-
-void linear_forward_ref(float *out, const float *x, const float *w, const bt_bf16 *w_bf16,
-                        const float *b, size_t n, size_t c, size_t oc, gemm_compute compute);
-void linear_backward_ref(float *dx, float *dw, float *db, const float *dout, const float *x,
-                         const float *w, const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
-                         gemm_compute compute);
-
-void layernorm_forward_ref(float *out, float *mean, float *rstd, const float *x,
-                           const float *w, const float *b, size_t n, size_t c, float eps);
-void layernorm_backward_ref(float *dx, float *dw, float *db, const float *dout, const float *x,
-                            const float *w, const float *mean, const float *rstd, size_t n,
-                            size_t c);
-
-void gelu_forward_ref(float *out, const float *x, size_t n);
-void gelu_backward_ref(float *dx, const float *dout, const float *x, size_t n);
-void quick_gelu_forward_ref(float *out, const float *x, size_t n);
-void quick_gelu_backward_ref(float *dx, const float *dout, const float *x, size_t n);
-void tanh_forward_ref(float *out, const float *x, size_t n);
-void tanh_backward_ref(float *dx, const float *dout, const float *y, size_t n);
-
-void softmax_forward_ref(float *out, const float *x, size_t n, size_t c);
-void softmax_backward_ref(float *dx, const float *dout, const float *y, size_t n, size_t c);
-
-void attention_forward_ref(float *out, float *probs, const float *q, const float *k,
-                           const float *v, const float *key_bias, const attention_dims *d,
-                           const bt_dropout *drop, gemm_compute compute);
-void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
-                            const float *probs, const float *q, const float *k, const float *v,
-                            const attention_dims *d, const bt_dropout *drop,
-                            gemm_compute compute);
-void attention_key_bias_from_mask_ref(float *key_bias, const int32_t *mask, size_t n);
-
-void embedding_forward_ref(float *out, const int32_t *ids, const float *table, size_t n,
-                           size_t c, size_t rows);
-void embedding_backward_ref(float *dtable, const float *dout, const int32_t *ids, size_t n,
-                            size_t c, size_t rows, int32_t padding_idx);
-
-void bias_add_forward_ref(float *out, const float *x, const float *bias, size_t n, size_t c);
-void bias_add_backward_ref(float *dx, float *dbias, const float *dout, size_t n, size_t c);
-void residual_forward_ref(float *out, const float *a, const float *b, size_t n);
-void residual_backward_ref(float *da, float *db, const float *dout, size_t n);
-
-float cross_entropy_forward_ref(float *probs, const float *logits, const int32_t *targets,
-                                size_t n, size_t v, int32_t ignore_index, size_t *n_valid);
-void cross_entropy_backward_ref(float *dlogits, const float *probs, const int32_t *targets,
-                                size_t n, size_t v, int32_t ignore_index, float dloss);
-
-void l2_normalize_forward_ref(float *out, float *norm, const float *x, size_t n, size_t c);
-void l2_normalize_backward_ref(float *dx, const float *dout, const float *out,
-                               const float *norm, size_t n, size_t c);
-
-/* Scalar loops over bt_bf16_from_f32 / bt_f32_from_bf16 (dtype.h). */
-void bf16_from_f32_ref(bt_bf16 *out, const float *in, size_t n);
-void f32_from_bf16_ref(float *out, const bt_bf16 *in, size_t n);
-
-/* Σ x² in double, one sequential sum. */
-double sum_squares_ref(const float *x, size_t n);
-
-/* The AdamW element loop of ops.h, scalar, in torch's fp32 order (float only: the optimizer
- * has no gradient to check, its oracle is PyTorch's AdamW in test_optim/step_parity). */
-void adamw_update_ref(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad, size_t n,
-                      const adamw_coefs *k);
+/* --- float references (same signatures as ops.h) ---------------------------------------
+ * X_ref for every kernel of ops_table.h, declared from that list. Besides the ops_ref.inc
+ * bodies: bf16_from_f32_ref / f32_from_bf16_ref are scalar loops over bt_bf16_from_f32 /
+ * bt_f32_from_bf16 (dtype.h); sum_squares_ref is one sequential double sum;
+ * adamw_update_ref is the AdamW element loop in torch's fp32 order (float only: the
+ * optimizer has no gradient to check, its oracle is PyTorch's AdamW in optim_parity /
+ * step_parity). All in ops_ref.c. */
+OPS_KERNELS(OPS_REF_PROTOTYPE)
 
 /* --- double references (finite-difference oracles) -------------------------------------- */
 
