@@ -296,9 +296,10 @@ def main():
     for r in results:
         if r["impl"] == "bt" and "towers_fwd_s" in r:
             print("# bt %s %s %s step phases (median s): towers forward %.3f, cross forward %.3f, "
-                  "losses %.3f, backward %.3f, optimizer + clip %.3f" % (
+                  "losses %.3f, backward %.3f, optimizer + clip %.3f; arenas reserved before "
+                  "the first step in %.3f s (bt_trainer_reserve, not in the first step)" % (
                       r["config"], r["mode"], r["precision"], r["towers_fwd_s"], r["cross_fwd_s"],
-                      r["losses_s"], r["backward_s"], r["optimizer_s"]))
+                      r["losses_s"], r["backward_s"], r["optimizer_s"], r.get("reserve_s", 0.0)))
     print("\n# ratios (targets of issue 9 in brackets)")
     for name, _, _ in setups:
         for mode, target in (("train", 1.5), ("infer", 2.0)):
