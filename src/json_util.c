@@ -366,3 +366,16 @@ bt_status bt_json_load(const char *path, const char *what, cJSON **out) {
     free(text);
     return s;
 }
+
+char *bt_json_print_line(const cJSON *j) {
+    char *txt = cJSON_Print(j);
+    BT_ASSERT(txt);
+    size_t n = strlen(txt);
+    char *out = malloc(n + 2);
+    BT_ASSERT(out);
+    memcpy(out, txt, n);
+    out[n] = '\n';
+    out[n + 1] = '\0';
+    cJSON_free(txt);
+    return out;
+}

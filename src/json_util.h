@@ -60,6 +60,10 @@ bt_status bt_json_check(const struct cJSON *root, const char *text, size_t len,
 /* Reads the file at path (bt_json_read_text) and parses it with bt_json_parse. */
 bt_status bt_json_load(const char *path, const char *what, struct cJSON **out);
 
+/* j printed indented (cJSON_Print) with a final newline, as bt writes JSON files (malloc'd;
+ * the caller frees it). */
+char *bt_json_print_line(const struct cJSON *j);
+
 /* Copies untrusted text (n bytes of s) into out (cap bytes, always NUL-terminated) so it
  * is safe to print on a terminal: printable ASCII and valid UTF-8 are kept, a backslash,
  * a quote, control bytes and bytes that are not UTF-8 become \\, \", \n, \t, \xNN. Cut with

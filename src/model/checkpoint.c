@@ -637,16 +637,8 @@ char *bt_checkpoint_config_json(const bt_model_config *c, unsigned heads, bt_dty
     js_sort(root);
     js_sort(tc);
     js_sort(vc);
-    char *body = cJSON_Print(root);
+    char *text = bt_json_print_line(root);
     cJSON_Delete(root);
-    BT_ASSERT(body);
-    size_t n = strlen(body);
-    char *text = malloc(n + 2);
-    BT_ASSERT(text);
-    memcpy(text, body, n);
-    text[n] = '\n';
-    text[n + 1] = '\0';
-    cJSON_free(body);
     return text;
 }
 

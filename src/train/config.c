@@ -667,19 +667,6 @@ char *bt_run_config_to_string(const bt_run_config *c) {
     return out;
 }
 
-char *bt_json_print_line(const cJSON *j) {
-    char *txt = cJSON_Print(j);
-    BT_ASSERT(txt);
-    size_t n = strlen(txt);
-    char *out = malloc(n + 2);
-    BT_ASSERT(out);
-    memcpy(out, txt, n);
-    out[n] = '\n';
-    out[n + 1] = '\0';
-    free(txt);
-    return out;
-}
-
 void bt_run_config_key_default(size_t i, char *out, size_t cap) {
     BT_ASSERT(i < N_FIELDS);
     bt_run_config d;

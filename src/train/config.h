@@ -200,7 +200,4 @@ struct cJSON *bt_json_exact_number(double v);
 
 const char *bt_interval_name(bt_interval s);
 
-/* j printed indented (cJSON_Print) with a final newline, as bt writes JSON files (malloc'd). */
-char *bt_json_print_line(const struct cJSON *j);
-
 #endif
