@@ -113,16 +113,22 @@ static void job_free(job *j) {
     bt_run_config_free(&j->rc);
 }
 
-static void say(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(job *j, const char *fmt, ...) {
+/* A line for the user: into the log once it is open; before that (and on ranks other than 0,
+ * which open no log) INFO to the job's output, warnings to stderr naming the rank. */
+static void say_at(job *j, bt_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say_at(job *j, bt_log_level level, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     char line[8192];
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (j->have_log) bt_log_message(&j->log, BT_LOG_INFO, "%s", line);
-    else fprintf(j->out, "%s\n", line);
+    if (j->have_log) bt_log_message(&j->log, level, "%s", line);
+    else if (level == BT_LOG_INFO) fprintf(j->out, "%s\n", line);
+    else fprintf(stderr, "bt-train: rank %d: warning: %s\n", j->dist.rank, line);
 }
+#define say(j, ...) say_at((j), BT_LOG_INFO, __VA_ARGS__)
+#define warn(j, ...) say_at((j), BT_LOG_WARN, __VA_ARGS__)
 
 /* The directory that holds config.json for model.config (a directory or its config.json). */
 static void model_config_dir(const char *given, char *dir, size_t cap) {
@@ -680,17 +686,6 @@ static int due(bt_interval strategy, int64_t every, int64_t step, int epoch_ende
     return 0;
 }
 
-/* A warning: into the log on rank 0, to stderr (naming the rank) on the others. */
-static void warn(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warn(job *j, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char line[8192];
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (j->have_log) bt_log_message(&j->log, BT_LOG_WARN, "%s", line);
-    else fprintf(stderr, "bt-train: rank %d: warning: %s\n", j->dist.rank, line);
-}
 
 static void warn_bad_record(const char *msg, void *ctx) {
     warn(ctx, "bad record replaced (data.on_bad_record \"skip\"): %s", msg);
