@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -347,20 +346,10 @@ static void test_loader_memory(const manifest *m, const tokenizer *tok,
     /* Not a check: ASan reserves the address space itself, so RLIMIT_AS cannot be used. */
     printf("# RLIMIT_AS case not run under ASan\n");
 #else
-    struct rlimit old;
-    getrlimit(RLIMIT_AS, &old);
-    long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%ld", &pages) != 1) pages = 0;
-        fclose(f);
-    }
-    struct rlimit lim = old;
-    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)512 << 20);
     setenv("BT_MEM_CHECK", "0", 1);
-    if (tu_check(pages > 0 && setrlimit(RLIMIT_AS, &lim) == 0, "cap the address space")) {
+    if (tu_check(tu_cap_address_space((size_t)512 << 20), "cap the address space")) {
         st = loader_init(&l, m, tok, img, &o);
-        setrlimit(RLIMIT_AS, &old);
+        tu_uncap_address_space();
         tu_check(st == BT_ERR_NOMEM && l == NULL &&
                      strstr(bt_error_message(), "out of memory setting up the data loader"),
                  "loader allocation failing under RLIMIT_AS: a status, not an abort: %s",

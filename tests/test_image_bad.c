@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -356,21 +355,11 @@ static void test_decode_out_of_memory(void) {
     }
     sof[5] = 0x20, sof[6] = 0x00; /* height 8192 */
     sof[7] = 0x20, sof[8] = 0x00; /* width 8192 */
-    struct rlimit old, lim;
-    getrlimit(RLIMIT_AS, &old);
-    long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%ld", &pages) != 1) pages = 0;
-        fclose(f);
-    }
-    lim = old;
-    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)96 << 20);
-    if (tu_check(pages > 0 && setrlimit(RLIMIT_AS, &lim) == 0, "cap the address space")) {
+    if (tu_check(tu_cap_address_space((size_t)96 << 20), "cap the address space")) {
         image_u8 im;
         bt_error_clear();
         bt_status st = image_decode_jpeg(&im, b, n, "huge.jpg", 0, 0);
-        setrlimit(RLIMIT_AS, &old);
+        tu_uncap_address_space();
         tu_check(st == BT_ERR_NOMEM && im.data == NULL &&
                      strstr(bt_error_message(), "huge.jpg: out of memory decoding a 8192 x 8192"),
                  "8192 x 8192 JPEG on a capped address space: %s",

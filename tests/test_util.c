@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -258,6 +259,28 @@ int tu_vrun_captured(const char *exe, const char *stdin_path, const char *dir, c
     tu_read_into(p, err, err_cap);
     if (status == -1 || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);
+}
+
+static struct rlimit tu_as_old;
+static int tu_as_capped;
+
+int tu_cap_address_space(size_t headroom) {
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    if (pages <= 0 || getrlimit(RLIMIT_AS, &tu_as_old) != 0) return 0;
+    struct rlimit lim = tu_as_old;
+    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (rlim_t)headroom;
+    tu_as_capped = setrlimit(RLIMIT_AS, &lim) == 0;
+    return tu_as_capped;
+}
+
+void tu_uncap_address_space(void) {
+    if (tu_as_capped) setrlimit(RLIMIT_AS, &tu_as_old);
+    tu_as_capped = 0;
 }
 
 double tu_clock_seconds(clockid_t id) {

@@ -82,6 +82,12 @@ int tu_vrun_captured(const char *exe, const char *stdin_path, const char *dir, c
 /* clock_gettime(id) in seconds (benchmarks: CLOCK_MONOTONIC for wall time,
  * CLOCK_PROCESS_CPUTIME_ID for CPU time). */
 double tu_clock_seconds(clockid_t id);
+/* Out-of-memory tests: caps this process's address space (RLIMIT_AS) at its current size
+ * (/proc/self/statm) + headroom bytes, so the next large allocation fails. Returns 1 when
+ * capped; tu_uncap_address_space() restores the limit. Not usable under ASan (it reserves
+ * terabytes of address space itself). */
+int tu_cap_address_space(size_t headroom);
+void tu_uncap_address_space(void);
 
 /* Path of a file under tests/fixtures (env BT_FIXTURES set by meson, else the source tree
  * path compiled in); static buffer. */
