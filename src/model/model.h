@@ -228,6 +228,20 @@ typedef struct bt_arena {
                                the forward; the rest is zeroed lazily by the backward) */
 } bt_arena;
 
+/* Points of the backward after which a set of parameter gradients is final (see
+ * "Gradients-final events" below), in firing order. */
+typedef enum {
+    BT_GRAD_EV_NONE = -1, /* no backward writes the field */
+    BT_GRAD_EV_PAIRS,     /* end of bt_cross_backward_pairs */
+    BT_GRAD_EV_ITC_HEADS, /* bt_towers_backward: ITC uni-modal heads done */
+    BT_GRAD_EV_BRIDGES,   /* the bridges' uni-modal halves done */
+    BT_GRAD_EV_TEXT_LAYER,/* text layer `layer` done (Lt-1 .. 0) */
+    BT_GRAD_EV_TEXT_EMB,  /* text embeddings done */
+    BT_GRAD_EV_VIT_LAYER, /* vision block `layer` done (Lv-1 .. 0) */
+    BT_GRAD_EV_VIT_EMB,   /* vision embeddings and ln_pre done */
+} bt_grad_event;
+typedef void (*bt_grads_final_fn)(void *ctx, bt_grad_event ev, int layer);
+
 typedef struct bt_model {
     bt_model_config cfg;
     bt_param_table table;
@@ -273,6 +287,10 @@ typedef struct bt_model {
     bt_hf_loss hf;
     float loss_itc, loss_itm, loss_mlm;
     size_t mlm_valid;        /* non-ignored MLM positions */
+
+    /* gradients-final hook (see "Gradients-final events"); NULL: none */
+    bt_grads_final_fn grads_final;
+    void *grads_final_ctx;
 } bt_model;
 
 /* Weights of each loss in the backward (total = Σ w·loss). */
@@ -384,6 +402,36 @@ void bt_cross_backward_pairs(bt_model *m);
  * backward(s) accumulated. Call after bt_cross_backward_pairs (or alone when no cross phase
  * ran, e.g. an ITC-only step with the cross stack frozen). Once per bt_towers_forward. */
 void bt_towers_backward(bt_model *m);
+
+/* --- Gradients-final events --------------------------------------------------------------
+ * For a caller that ships gradients while the backward still runs (data parallelism:
+ * src/train/step.c launches each gradient bucket once all its elements are final). With
+ * m->grads_final set, the backwards call grads_final(grads_final_ctx, event, layer) at each
+ * point past which the rest of that pass writes a set of parameter gradients no more:
+ *   BT_GRAD_EV_PAIRS       end of every bt_cross_backward_pairs: link towers, the first
+ *                          cross layers' LayerNorms, cross layers, poolers, ITM / MLM /
+ *                          ITC-cross heads (final when it was the pass's last cross round)
+ *   BT_GRAD_EV_ITC_HEADS   in bt_towers_backward: itc_text_head, itc_image_head
+ *   BT_GRAD_EV_BRIDGES     text / image transforms, token_type_embeddings, ln_post
+ *   BT_GRAD_EV_TEXT_LAYER  layer l = Lt-1 .. 0 (Bt > 0): text layer l
+ *   BT_GRAD_EV_TEXT_EMB    (Bt > 0) word / position / type embeddings, embedding LN
+ *   BT_GRAD_EV_VIT_LAYER   layer l = Lv-1 .. 0 (Bi > 0): vision block l
+ *   BT_GRAD_EV_VIT_EMB     (Bi > 0) class / patch / position embeddings, ln_pre
+ * fired in this order (bt_grad_event_order: strictly increasing along a pass). The model
+ * knows nothing of what the callback does (no MPI here). tests/test_grad_events.c checks
+ * the contract: nothing is written after its event and the events cover every gradient
+ * element a backward writes. */
+static inline void bt_grads_final(bt_model *m, bt_grad_event ev, int layer) {
+    if (m->grads_final) m->grads_final(m->grads_final_ctx, ev, layer);
+}
+/* The event after which field id's gradient (repetition l: the event of layer l) is final;
+ * BT_GRAD_EV_NONE for fields no model backward writes (the unused text pooler, and
+ * logit_scale, which the ITC loss writes before any backward). */
+bt_grad_event bt_param_grad_event(bt_param_id id);
+/* Position of (ev, layer) in the firing order of one cross + towers backward for config c:
+ * PAIRS 0, ITC_HEADS 1, BRIDGES 2, text layers 3 .. Lt+2 (layer Lt-1 first), TEXT_EMB Lt+3,
+ * vision blocks Lt+4 .. Lt+Lv+3, VIT_EMB Lt+Lv+4; -1 for BT_GRAD_EV_NONE. */
+int bt_grad_event_order(const bt_model_config *c, bt_grad_event ev, int layer);
 
 /* Bytes of the activation and activation-gradient arenas of both phases for (Bt, Bi, P,
  * Pm, T) with this config, head set and precision, computed by the walk that lays out the

@@ -164,8 +164,10 @@ void text_backward(bt_model *m) {
                                   c->text_layer_norm_eps);
     const bt_dropout de = model_dropout(m, bt_site(BT_SITE_TEXT_EMB, 0, 0), m->hidden_dropout);
 
-    for (int l = c->text_layers - 1; l >= 0; l--)
+    for (int l = c->text_layers - 1; l >= 0; l--) {
         text_layer_backward(m, l, d->text_h[l], d->text_h[l + 1], a->text_h[l]);
+        bt_grads_final(m, BT_GRAD_EV_TEXT_LAYER, l); /* model.h: gradients-final events */
+    }
 
     /* h0 = dropout(emb_ln), emb_ln = LN(e) */
     rows_dropout_backward(d->text_emb_ln, d->text_h[0], m->Bt, m->T * C, &de, m->text_keys);
@@ -178,4 +180,5 @@ void text_backward(bt_model *m) {
     embedding_backward(m->g.text_pos_emb, d_e, m->pos_ids, N, C,
                        (size_t)c->max_position_embeddings, c->pad_token_id);
     bias_add_backward(NULL, m->g.text_type_emb, d_e, N, C);
+    bt_grads_final(m, BT_GRAD_EV_TEXT_EMB, 0);
 }

@@ -161,12 +161,15 @@ void vit_backward(bt_model *m) {
     const bt_norm ln_pre = model_norm(m, BT_P_VIS_LN_PRE_W, BT_P_VIS_LN_PRE_B, 0,
                                       c->vision_layer_norm_eps);
 
-    for (int l = c->vision_layers - 1; l >= 0; l--)
+    for (int l = c->vision_layers - 1; l >= 0; l--) {
         vit_layer_backward(m, l, d->vis_h[l], d->vis_h[l + 1], a->vis_h[l]);
+        bt_grads_final(m, BT_GRAD_EV_VIT_LAYER, l); /* model.h: gradients-final events */
+    }
 
     norm_backward(d->vis_emb, d->vis_h[0], a->vis_emb, a->vis_emb_mean, a->vis_emb_rstd,
                   &ln_pre, B * Np);
     vit_assemble_backward(d->patch_emb, m->g.vis_cls, m->g.vis_pos, d->vis_emb, B, Np, Hv);
     /* patch_emb = patches · W_patchᵀ: weight gradient only (no pixel gradient) */
     lin_backward(m, NULL, d->patch_emb, a->patches, &patch, B * (Np - 1));
+    bt_grads_final(m, BT_GRAD_EV_VIT_EMB, 0);
 }

@@ -1,0 +1,235 @@
+/* test_grad_events.c: the gradients-final events of the backward (model.h "Gradients-final
+ * events"), the contract the data-parallel step relies on to launch each gradient bucket
+ * while the backward still runs (src/train/step.c).
+ *
+ * On the tiny config (random init moved off its zero/one values), in the trainer's shape
+ * (2B texts = captions + masked copies, B images, positive / negative / MLM pairs, dropout
+ * on), with the parameter gradients pre-filled with random values (a later micro-batch of
+ * an accumulation) and random gradients in the loss slots (d_itc_*, d_itm_logits,
+ * d_mlm_logits), the hook copies, at each event, the gradient elements of the fields
+ * bt_param_grad_event assigns to that event (that layer's repetition for per-layer fields).
+ * After bt_cross_backward_pairs + bt_towers_backward:
+ *   1. the events fired are exactly PAIRS, ITC_HEADS, BRIDGES, text layers Lt-1..0,
+ *      TEXT_EMB, vision blocks Lv-1..0, VIT_EMB, each once, at strictly increasing
+ *      bt_grad_event_order positions 0 .. Lt+Lv+4;
+ *   2. every claimed element's final gradient equals its copy at event time, bit for bit
+ *      (nothing wrote it after its event);
+ *   3. every element no event claims (fields mapped to BT_GRAD_EV_NONE, alignment padding)
+ *      is bit for bit what it was before the backward started: the events cover every
+ *      element the backward writes;
+ *   4. every event claims elements the backward did change (the mapping is not vacuous);
+ *   5. control: claiming each event's fields one event too early (at the previous event)
+ *      is caught by check 2, so the comparison can fail.
+ * Run in fp32 and bf16. Exact comparisons: the claim is about which writes happen when,
+ * not about values, so no tolerance applies.
+ *
+ * Deliberately not here: the data-parallel launch order and the all-reduce (tests/test_dist.c
+ * checks the distributed step against one process; step.c's bucket schedule is derived
+ * from bt_param_grad_event / bt_grad_event_order, checked here). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "gemm.h"
+#include "model.h"
+#include "params.h"
+#include "test_model_fd.h"
+#include "test_util.h"
+
+enum { B = 3, T = 8, MAX_EVENTS = 256 };
+
+typedef struct recorder {
+    bt_model *m;
+    int shift;            /* control: claim the fields of the NEXT event in order */
+    int n_events, orders[MAX_EVENTS];
+    float *copy;          /* (numel) gradient copies taken at the claiming event */
+    unsigned char *claimed; /* (numel) times an element was claimed */
+    int *order_of;        /* (numel) firing position of the claiming event */
+} recorder;
+
+/* the (event, layer) at firing-order position `order` for config c (inverse of
+ * bt_grad_event_order); returns 0 when no event has that position */
+static int event_at(const bt_model_config *c, int order, bt_grad_event *ev, int *layer) {
+    const bt_grad_event kinds[] = {BT_GRAD_EV_PAIRS,      BT_GRAD_EV_ITC_HEADS,
+                                   BT_GRAD_EV_BRIDGES,    BT_GRAD_EV_TEXT_LAYER,
+                                   BT_GRAD_EV_TEXT_EMB,   BT_GRAD_EV_VIT_LAYER,
+                                   BT_GRAD_EV_VIT_EMB};
+    const int maxl = c->text_layers > c->vision_layers ? c->text_layers : c->vision_layers;
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        for (int l = 0; l < maxl; l++)
+            if (bt_grad_event_order(c, kinds[k], l) == order) {
+                *ev = kinds[k];
+                *layer = l;
+                return 1;
+            }
+    return 0;
+}
+
+/* copies the gradient elements of the fields final at (ev, layer) and marks them claimed */
+static void claim(recorder *r, bt_grad_event ev, int layer, int order) {
+    const bt_param_table *t = &r->m->table;
+    for (int id = 0; id < BT_P_COUNT; id++) {
+        const bt_param_field *f = &t->fields[id];
+        if (!f->present || bt_param_grad_event((bt_param_id)id) != ev) continue;
+        const int per_layer = f->rep == BT_REP_TEXT || f->rep == BT_REP_VISION;
+        for (int l = 0; l < f->reps; l++) {
+            if (per_layer && l != layer) continue;
+            const size_t o = f->offset + (size_t)l * f->numel;
+            memcpy(r->copy + o, r->m->grads + o, f->numel * sizeof *r->copy);
+            for (size_t i = 0; i < f->numel; i++) {
+                r->claimed[o + i]++;
+                r->order_of[o + i] = order;
+            }
+        }
+    }
+}
+
+static void on_final(void *ctx, bt_grad_event ev, int layer) {
+    recorder *r = ctx;
+    const int order = bt_grad_event_order(&r->m->cfg, ev, layer);
+    if (r->n_events < MAX_EVENTS) r->orders[r->n_events] = order;
+    r->n_events++;
+    if (r->shift) {
+        bt_grad_event next;
+        int nl;
+        if (event_at(&r->m->cfg, order + 1, &next, &nl)) claim(r, next, nl, order);
+        return;
+    }
+    claim(r, ev, layer, order);
+}
+
+/* One backward with the hook; returns the failures of checks 1-4 (shift: the number of
+ * claimed elements whose copy differs from the final value, the control). */
+static size_t run(const bt_model_config *c, bt_precision prec, int shift) {
+    bt_model m;
+    if (!tu_check(bt_model_init(&m, c, BT_HEADS_ALL, prec) == BT_OK, "model init: %s",
+                  bt_error_message()))
+        return 1;
+    tu_rng rng;
+    tu_rng_seed(&rng, 4242);
+    bt_model_init_params(&m, 11);
+    fd_move_off_init(&m, &rng);
+    bt_model_refresh_bf16(&m);
+    bt_model_set_dropout(&m, 1, 77, 3);
+
+    /* texts: B captions and their masked copies; B images */
+    int32_t ids[2 * B * T], mask[2 * B * T];
+    uint64_t tkeys[2 * B], ikeys[B];
+    for (size_t b = 0; b < 2 * B; b++) {
+        const size_t len = T - (b % B) % 3;
+        for (size_t s = 0; s < T; s++) {
+            ids[b * T + s] = s >= len ? c->pad_token_id
+                             : s == 0 ? 0
+                                      : 3 + (int32_t)(tu_rng_next(&rng) %
+                                                      (uint64_t)(c->vocab_size - 3));
+            mask[b * T + s] = s < len;
+        }
+        tkeys[b] = 100 + b;
+    }
+    const size_t npix = 3 * (size_t)c->image_size * (size_t)c->image_size;
+    float *pix = malloc(B * npix * sizeof *pix);
+    tu_fill_uniform_f32(&rng, pix, B * npix, -1.0f, 1.0f);
+    for (size_t i = 0; i < B; i++) ikeys[i] = 900 + i;
+    bt_text_input ti = {.B = 2 * B, .T = T, .input_ids = ids, .attention_mask = mask,
+                        .sample_keys = tkeys};
+    bt_image_input ii = {.B = B, .pixel_values = pix, .sample_keys = ikeys};
+    size_t fails = 0;
+    fails += !tu_check(bt_towers_forward(&m, &ti, &ii) == BT_OK, "towers: %s",
+                       bt_error_message());
+    /* pairs: positives, negative images, negative texts, MLM on the masked copies */
+    bt_pair pairs[4 * B];
+    size_t P = 0;
+    for (int i = 0; i < B; i++) pairs[P++] = (bt_pair){i, i, 0};
+    for (int i = 0; i < B; i++) pairs[P++] = (bt_pair){i, (i + 1) % B, 0};
+    for (int i = 0; i < B; i++) pairs[P++] = (bt_pair){(i + 2) % B, i, 0};
+    for (int i = 0; i < B; i++) pairs[P++] = (bt_pair){B + i, i, 1};
+    fails += !tu_check(bt_cross_forward_pairs(&m, pairs, P) == BT_OK, "pairs: %s",
+                       bt_error_message());
+    const size_t C = (size_t)c->contrastive_hidden, V = (size_t)c->vocab_size;
+    tu_fill_uniform_f32(&rng, m.d_itc_text, 2 * B * C, -0.1f, 0.1f);
+    tu_fill_uniform_f32(&rng, m.d_itc_image, B * C, -0.1f, 0.1f);
+    tu_fill_uniform_f32(&rng, m.d_itc_cross, P * C, -0.1f, 0.1f);
+    tu_fill_uniform_f32(&rng, m.d_itm_logits, P * 2, -0.1f, 0.1f);
+    tu_fill_uniform_f32(&rng, m.d_mlm_logits, B * T * V, -0.01f, 0.01f);
+
+    /* gradients of an earlier micro-batch (padding stays 0, as in the arena) */
+    const size_t n = m.table.numel;
+    for (int id = 0; id < BT_P_COUNT; id++) {
+        const bt_param_field *f = &m.table.fields[id];
+        if (f->present)
+            tu_fill_uniform_f32(&rng, m.grads + f->offset, f->numel * (size_t)f->reps, -1.0f,
+                                1.0f);
+    }
+    float *before = malloc(n * sizeof *before);
+    memcpy(before, m.grads, n * sizeof *before);
+    recorder r = {.m = &m, .shift = shift};
+    r.copy = calloc(n, sizeof *r.copy);
+    r.claimed = calloc(n, 1);
+    r.order_of = calloc(n, sizeof *r.order_of);
+    m.grads_final = on_final;
+    m.grads_final_ctx = &r;
+    bt_cross_backward_pairs(&m);
+    bt_towers_backward(&m);
+    m.grads_final = NULL;
+
+    size_t late = 0, uncovered = 0, twice = 0, n_claimed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (r.claimed[i] > 1) twice++;
+        n_claimed += r.claimed[i] != 0;
+        if (r.claimed[i]) late += memcmp(&r.copy[i], &m.grads[i], sizeof(float)) != 0;
+        else uncovered += memcmp(&before[i], &m.grads[i], sizeof(float)) != 0;
+    }
+    const char *pname = prec == BT_PRECISION_BF16 ? "bf16" : "fp32";
+    if (shift) {
+        fails = late;
+        printf("control (%s): claiming each event's fields one event early: %zu elements "
+               "written after the claim\n", pname, late);
+    } else {
+        const int Lt = c->text_layers, Lv = c->vision_layers, want = Lt + Lv + 5;
+        int in_order = r.n_events == want;
+        for (int k = 0; in_order && k < r.n_events; k++) in_order = r.orders[k] == k;
+        fails += !tu_check(in_order, "%s: %d events fired (want %d, positions 0..%d in order)",
+                           pname, r.n_events, want, want - 1);
+        fails += !tu_check(twice == 0, "%s: %zu elements claimed by two events", pname, twice);
+        fails += !tu_check(late == 0, "%s: %zu gradient elements written after their event",
+                           pname, late);
+        fails += !tu_check(uncovered == 0, "%s: %zu gradient elements written that no event "
+                           "claims", pname, uncovered);
+        /* 4: each event claims something the backward changed */
+        size_t changed[MAX_EVENTS] = {0};
+        for (size_t i = 0; i < n; i++)
+            if (r.claimed[i] && memcmp(&before[i], &m.grads[i], sizeof(float)) != 0)
+                changed[r.order_of[i]]++;
+        for (int order = 0; order < want && order < MAX_EVENTS; order++)
+            fails += !tu_check(changed[order] > 0, "%s: the event at position %d claims "
+                               "elements the backward changed (%zu)", pname, order,
+                               changed[order]);
+        printf("%s: %d events; %zu claimed elements, %zu written after their event; %zu "
+               "unclaimed, %zu of them written\n", pname, r.n_events, n_claimed, late,
+               n - n_claimed, uncovered);
+    }
+    free(r.copy);
+    free(r.claimed);
+    free(r.order_of);
+    free(before);
+    free(pix);
+    bt_model_free(&m);
+    return fails;
+}
+
+int main(void) {
+    if (gemm_init_from_env() != BT_OK) {
+        fprintf(stderr, "%s\n", bt_error_message());
+        return 1;
+    }
+    bt_model_config c;
+    if (fd_tiny_config(&c)) {
+        run(&c, BT_PRECISION_FP32, 0);
+        run(&c, BT_PRECISION_BF16, 0);
+        tu_check(run(&c, BT_PRECISION_FP32, 1) > 0,
+                 "control: fields claimed one event early were not caught");
+    }
+    gemm_release();
+    return tu_finish();
+}
