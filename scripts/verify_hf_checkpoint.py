@@ -12,7 +12,12 @@ src/train/bt-train src/data/bt-data` builds the four.)
 Needs a transformers 4.27.1 BridgeTower (modeling_bridgetower.py + configuration_bridgetower.py)
 importable as transformers.models.bridgetower; transformers itself is not installable on the
 build machines, so docs/checkpoints.md records the run made against the 4.27.1 source files
-with a minimal import shim. A one-off compatibility check, not part of the test suite.
+with a minimal import shim, which scripts/make_hf_shim.py builds outside the repo from a git
+directory of transformers 4.27.1 (the fetch tool's github:xiaojunjun65/transformers-mlu_4.27.1):
+
+    /usr/bin/python3 scripts/make_hf_shim.py /work/.mirror/xiaojunjun65+transformers-mlu_4.27.1/repo
+
+A one-off compatibility check, not part of the test suite.
 
 A. bt -> HF: bt-checkpoint re-saves tests/fixtures/tiny (all heads; ITM only; backbone only;
    BF16). For each directory: BridgeTowerConfig(**config.json) (what from_pretrained does with
@@ -58,8 +63,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import safetensors_io as st  # noqa: E402
-from transformers.models.bridgetower import modeling_bridgetower as hf  # noqa: E402
-from transformers.models.bridgetower.configuration_bridgetower import BridgeTowerConfig  # noqa: E402
+try:
+    from transformers.models.bridgetower import modeling_bridgetower as hf  # noqa: E402
+    from transformers.models.bridgetower.configuration_bridgetower import BridgeTowerConfig  # noqa: E402
+except ImportError as e:
+    sys.exit("verify_hf_checkpoint.py: cannot import transformers' BridgeTower (%s); build the shim with "
+             "scripts/make_hf_shim.py GIT_DIR and put its directory (default /tmp/hf_bt/shim) on PYTHONPATH" % e)
 try:
     # 4.27.1's ForContrastiveLearning.forward adds the image type embedding with expand_as to the
     # Hv-wide ln_post output, which runs only when Hv == H (true for every published checkpoint,
