@@ -18,14 +18,18 @@
  *      is bit for bit what it was before the backward started: the events cover every
  *      element the backward writes;
  *   4. every event claims elements the backward did change (the mapping is not vacuous);
- *   5. control: claiming each event's fields one event too early (at the previous event)
- *      is caught by check 2, so the comparison can fail.
+ *   5. the trainer's bucket schedule (bt_step_overlap_schedule; buckets of 997 and 4096
+ *      floats, which cut fields and layers anywhere, and one bucket): buckets launched as
+ *      step.c launches them (those of position -1 before the backward, the others at their
+ *      event) are a permutation of all buckets in non-decreasing position, all launched,
+ *      and each bucket's copy at launch equals its final gradients bit for bit;
+ *   6. control: claiming each event's fields, and launching each bucket, one event too
+ *      early is caught by checks 2 and 5, so the comparisons can fail.
  * Run in fp32 and bf16. Exact comparisons: the claim is about which writes happen when,
  * not about values, so no tolerance applies.
  *
- * Deliberately not here: the data-parallel launch order and the all-reduce (tests/test_dist.c
- * checks the distributed step against one process; step.c's bucket schedule is derived
- * from bt_param_grad_event / bt_grad_event_order, checked here). */
+ * Deliberately not here: MPI (tests/test_dist.c checks the distributed step, whose buckets
+ * follow this schedule, against one process). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +40,7 @@
 #include "params.h"
 #include "test_model_fd.h"
 #include "test_util.h"
+#include "train/step.h"
 
 enum { B = 3, T = 8, MAX_EVENTS = 256 };
 
@@ -46,7 +51,22 @@ typedef struct recorder {
     float *copy;          /* (numel) gradient copies taken at the claiming event */
     unsigned char *claimed; /* (numel) times an element was claimed */
     int *order_of;        /* (numel) firing position of the claiming event */
+    /* the trainer's bucket schedule (bt_step_overlap_schedule), "launched" by copying */
+    size_t bucket, nb, next, *border;
+    int *bpos;
+    float *sent;          /* (numel) each bucket's gradients at its launch */
 } recorder;
+
+/* "launches" (copies into r->sent) the scheduled buckets waiting for positions <= pos, as
+ * step.c's launch_final starts them */
+static void launch(recorder *r, int pos) {
+    const size_t n = r->m->table.numel;
+    while (r->next < r->nb && r->bpos[r->next] <= pos) {
+        const size_t lo = r->border[r->next++] * r->bucket;
+        const size_t len = n - lo < r->bucket ? n - lo : r->bucket;
+        memcpy(r->sent + lo, r->m->grads + lo, len * sizeof *r->sent);
+    }
+}
 
 /* the (event, layer) at firing-order position `order` for config c (inverse of
  * bt_grad_event_order); returns 0 when no event has that position */
@@ -94,14 +114,17 @@ static void on_final(void *ctx, bt_grad_event ev, int layer) {
         bt_grad_event next;
         int nl;
         if (event_at(&r->m->cfg, order + 1, &next, &nl)) claim(r, next, nl, order);
+        launch(r, order + 1);
         return;
     }
     claim(r, ev, layer, order);
+    launch(r, order);
 }
 
-/* One backward with the hook; returns the failures of checks 1-4 (shift: the number of
- * claimed elements whose copy differs from the final value, the control). */
-static size_t run(const bt_model_config *c, bt_precision prec, int shift) {
+/* One backward with the hook and a bucket schedule of `bucket` floats; returns the failures
+ * of checks 1-5 (shift: the number of claimed elements and bucket elements whose copy
+ * differs from the final value, the control). */
+static size_t run(const bt_model_config *c, bt_precision prec, int shift, size_t bucket) {
     bt_model m;
     if (!tu_check(bt_model_init(&m, c, BT_HEADS_ALL, prec) == BT_OK, "model init: %s",
                   bt_error_message()))
@@ -167,14 +190,21 @@ static size_t run(const bt_model_config *c, bt_precision prec, int shift) {
     r.copy = calloc(n, sizeof *r.copy);
     r.claimed = calloc(n, 1);
     r.order_of = calloc(n, sizeof *r.order_of);
+    r.bucket = bucket;
+    r.border = malloc((n / bucket + 2) * sizeof *r.border);
+    r.bpos = malloc((n / bucket + 2) * sizeof *r.bpos);
+    r.sent = calloc(n, sizeof *r.sent);
+    r.nb = bt_step_overlap_schedule(&m.table, bucket, r.border, r.bpos);
+    launch(&r, -1); /* final from the start of the backward */
     m.grads_final = on_final;
     m.grads_final_ctx = &r;
     bt_cross_backward_pairs(&m);
     bt_towers_backward(&m);
     m.grads_final = NULL;
 
-    size_t late = 0, uncovered = 0, twice = 0, n_claimed = 0;
+    size_t late = 0, uncovered = 0, twice = 0, n_claimed = 0, sent_late = 0;
     for (size_t i = 0; i < n; i++) {
+        sent_late += memcmp(&r.sent[i], &m.grads[i], sizeof(float)) != 0;
         if (r.claimed[i] > 1) twice++;
         n_claimed += r.claimed[i] != 0;
         if (r.claimed[i]) late += memcmp(&r.copy[i], &m.grads[i], sizeof(float)) != 0;
@@ -182,9 +212,10 @@ static size_t run(const bt_model_config *c, bt_precision prec, int shift) {
     }
     const char *pname = prec == BT_PRECISION_BF16 ? "bf16" : "fp32";
     if (shift) {
-        fails = late;
+        fails = late && sent_late;
         printf("control (%s): claiming each event's fields one event early: %zu elements "
-               "written after the claim\n", pname, late);
+               "written after the claim; launching each bucket one event early: %zu elements "
+               "written after the launch\n", pname, late, sent_late);
     } else {
         const int Lt = c->text_layers, Lv = c->vision_layers, want = Lt + Lv + 5;
         int in_order = r.n_events == want;
@@ -205,6 +236,23 @@ static size_t run(const bt_model_config *c, bt_precision prec, int shift) {
             fails += !tu_check(changed[order] > 0, "%s: the event at position %d claims "
                                "elements the backward changed (%zu)", pname, order,
                                changed[order]);
+        /* 5: the schedule (buckets of `bucket` floats): a permutation of the buckets in
+         * non-decreasing position, every bucket launched, each copy at launch final */
+        int sorted = 1;
+        unsigned char *seen = calloc(r.nb + 1, 1);
+        for (size_t i = 0; i < r.nb; i++) {
+            sorted &= (i == 0 || r.bpos[i] >= r.bpos[i - 1]) && r.border[i] < r.nb &&
+                      !seen[r.border[i]];
+            if (r.border[i] < r.nb) seen[r.border[i]] = 1;
+        }
+        free(seen);
+        fails += !tu_check(sorted && r.nb == (n + bucket - 1) / bucket,
+                           "%s, buckets of %zu floats: the schedule orders the %zu buckets by "
+                           "event position", pname, bucket, r.nb);
+        fails += !tu_check(r.next == r.nb, "%s, buckets of %zu floats: %zu of %zu launched",
+                           pname, bucket, r.next, r.nb);
+        fails += !tu_check(sent_late == 0, "%s, buckets of %zu floats: %zu elements written "
+                           "after their bucket's launch", pname, bucket, sent_late);
         printf("%s: %d events; %zu claimed elements, %zu written after their event; %zu "
                "unclaimed, %zu of them written\n", pname, r.n_events, n_claimed, late,
                n - n_claimed, uncovered);
@@ -212,6 +260,9 @@ static size_t run(const bt_model_config *c, bt_precision prec, int shift) {
     free(r.copy);
     free(r.claimed);
     free(r.order_of);
+    free(r.border);
+    free(r.bpos);
+    free(r.sent);
     free(before);
     free(pix);
     bt_model_free(&m);
@@ -225,10 +276,12 @@ int main(void) {
     }
     bt_model_config c;
     if (fd_tiny_config(&c)) {
-        run(&c, BT_PRECISION_FP32, 0);
-        run(&c, BT_PRECISION_BF16, 0);
-        tu_check(run(&c, BT_PRECISION_FP32, 1) > 0,
-                 "control: fields claimed one event early were not caught");
+        /* buckets: odd sizes cutting fields and layers anywhere, and one bucket */
+        run(&c, BT_PRECISION_FP32, 0, 997);
+        run(&c, BT_PRECISION_BF16, 0, 4096);
+        run(&c, BT_PRECISION_FP32, 0, (size_t)1 << 30);
+        tu_check(run(&c, BT_PRECISION_FP32, 1, 997) > 0,
+                 "control: fields claimed / buckets launched one event early were caught");
     }
     gemm_release();
     return tu_finish();

@@ -292,6 +292,8 @@ bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *aren
     r->requests = calloc(r->n_buckets + 1, 1);
 #endif
     r->started = calloc(r->n_buckets + 1, 1);
+    r->queue = calloc(r->n_buckets + 1, sizeof *r->queue);
+    BT_ASSERT(r->queue);
     r->inflight = 0;
 #if BT_HAVE_MPI
     if (wire_bf16 && bt_dist_active(d)) {
@@ -318,6 +320,7 @@ void bt_dist_reducer_free(bt_dist_reducer *r) {
     free(r->mutex);
     free(r->requests);
     free(r->started);
+    free(r->queue);
     memset(r, 0, sizeof *r);
 }
 
@@ -359,8 +362,8 @@ static void *progress_main(void *arg) {
         const int stop = r->stop;
         if (!stop) {
             poll_buckets(r);
-            for (size_t b = 0; b < r->n_buckets && r->inflight < BT_DIST_MAX_INFLIGHT; b++)
-                if (r->started[b] == 3) launch_bucket(r, b);
+            while (r->q_next < r->n_queue && r->inflight < BT_DIST_MAX_INFLIGHT)
+                launch_bucket(r, r->queue[r->q_next++]); /* in queue order (launch_range) */
         }
         pthread_mutex_unlock(mu);
         if (stop) break;
@@ -388,7 +391,10 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
         for (size_t b = lo / r->bucket; b < r->n_buckets; b++) {
             const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
             if (o >= hi) break;
-            if (o >= lo && o + c <= hi && r->started[b] == 0) r->started[b] = 3;
+            if (o >= lo && o + c <= hi && r->started[b] == 0) {
+                r->started[b] = 3;
+                r->queue[r->n_queue++] = b;
+            }
         }
         pthread_mutex_unlock(r->mutex);
         if (!r->thread) {
@@ -408,31 +414,41 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
 }
 
 #if BT_HAVE_MPI
-/* Launches, in index order, the buckets inside [lo, hi) that are idle (or, queued_only,
- * queued), within the in-flight window. Every rank must issue the collectives in the same
- * order: the progress thread launches queued buckets in index order, finish launches the
- * rest of the queue first, then the others, so the order is the same on every rank. */
-static void launch_range(bt_dist_reducer *r, size_t lo, size_t hi, int queued_only) {
+/* Launches bucket b once the in-flight window has room: at most BT_DIST_MAX_INFLIGHT
+ * buckets in flight (Open MPI's non-blocking all-reduce allocates a temporary of the
+ * bucket's size per call, so launching every bucket of a 3.5 GB arena at once doubles its
+ * memory). */
+static void launch_in_window(bt_dist_reducer *r, size_t b) {
     MPI_Request *req = r->requests;
+    while (r->inflight >= BT_DIST_MAX_INFLIGHT) {
+        size_t w = 0;
+        while (r->started[w] != 1) w++;
+        MPI_Wait(&req[w], MPI_STATUS_IGNORE);
+        r->started[w] = 2;
+        r->inflight--;
+    }
+    launch_bucket(r, b);
+}
+
+/* Launches the buckets inside [lo, hi) that are idle (queued_only: the rest of the queue,
+ * in queue order), within the in-flight window. Every rank must issue the collectives in
+ * the same order: queued buckets go in the order the start calls queued them (the progress
+ * thread and finish both follow the queue), then finish launches the others in index
+ * order; so the order is the same on every rank when every rank makes the same start
+ * calls in the same order, whatever the timing. */
+static void launch_range(bt_dist_reducer *r, size_t lo, size_t hi, int queued_only) {
+    if (queued_only) {
+        while (r->q_next < r->n_queue) launch_in_window(r, r->queue[r->q_next++]);
+        return;
+    }
     for (size_t b = lo / r->bucket; b < r->n_buckets; b++) {
         const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
         if (o < lo || o + c > hi) {
             if (o >= hi) break;
             continue;
         }
-        if (queued_only ? r->started[b] != 3 : r->started[b] == 1 || r->started[b] == 2)
-            continue;
-        /* at most BT_DIST_MAX_INFLIGHT buckets in flight: Open MPI's non-blocking
-         * all-reduce allocates a temporary of the bucket's size per call, so launching
-         * every bucket of a 3.5 GB arena at once doubles its memory */
-        while (r->inflight >= BT_DIST_MAX_INFLIGHT) {
-            size_t w = 0;
-            while (r->started[w] != 1) w++;
-            MPI_Wait(&req[w], MPI_STATUS_IGNORE);
-            r->started[w] = 2;
-            r->inflight--;
-        }
-        launch_bucket(r, b);
+        if (r->started[b] == 1 || r->started[b] == 2) continue;
+        launch_in_window(r, b);
     }
 }
 #endif
@@ -457,6 +473,7 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
 #endif
     memset(r->started, 0, r->n_buckets);
     r->inflight = 0;
+    r->n_queue = r->q_next = 0;
     const float inv = 1.0f / (float)r->d->size;
     float *a = r->arena;
     const uint16_t *w = r->stage;

@@ -98,6 +98,8 @@ typedef struct bt_dist_reducer {
     size_t n_buckets;
     void *requests;         /* (n_buckets) MPI_Request */
     unsigned char *started; /* (n_buckets) 0 idle, 1 in flight, 2 done, 3 queued */
+    size_t *queue;          /* (n_buckets) queued buckets in the order start queued them */
+    size_t n_queue, q_next; /* queued so far / launched so far (launches follow the queue) */
     size_t inflight;        /* buckets started and not waited for */
     /* progress thread (MPI_THREAD_MULTIPLE): launches queued buckets and drives Open MPI's
      * progress (MPI_Test) while the caller computes */
@@ -123,7 +125,9 @@ void bt_dist_reducer_free(bt_dist_reducer *r);
  * launches them and polls them (Open MPI's non-blocking collectives advance only inside MPI
  * calls), so the call returns at once and the communication overlaps what the caller does
  * next; without it the call launches them itself, waiting for the oldest when the window is
- * full. A no-op for world size 1. */
+ * full. Either way buckets are launched in the order of the start calls (index order
+ * within one call), so ranks that make the same calls in the same order issue the same
+ * collective sequence (MPI requires it). A no-op for world size 1. */
 bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi);
 /* Launches what is left, waits for every bucket, scales the arena by 1/size. r->t_wait =
  * the seconds spent waiting. */

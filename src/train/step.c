@@ -108,16 +108,55 @@ static void free_scratch(bt_trainer *tr) {
     free(tr->sims);
 }
 
-void bt_step_overlap_range(const bt_param_table *t, size_t *lo, size_t *hi) {
-    /* the cross-modal layers .. the ITM / MLM heads (the arena follows the parameter list of
-     * params.h); the ITC text / image heads and logit_scale come after them */
-    *lo = t->fields[BT_P_XTL_Q_W].offset;
-    *hi = t->numel;
-    for (int id = BT_P_ITC_TEXT_W; id < BT_P_COUNT; id++)
-        if (t->fields[id].present) {
-            *hi = t->fields[id].offset;
-            break;
+size_t bt_step_overlap_schedule(const bt_param_table *t, size_t bucket, size_t *order,
+                                int *pos) {
+    const size_t nb = t->numel ? (t->numel + bucket - 1) / bucket : 0;
+    const int n_pos = t->cfg.text_layers + t->cfg.vision_layers + 5; /* model.h */
+    int *when = malloc((nb + 1) * sizeof *when);
+    size_t *count = calloc((size_t)n_pos + 2, sizeof *count);
+    BT_ASSERT(when && count);
+    for (size_t b = 0; b < nb; b++) when[b] = -1; /* padding only: final from the start */
+    for (int id = 0; id < BT_P_COUNT; id++) {
+        const bt_param_field *f = &t->fields[id];
+        if (!f->present || !f->numel) continue;
+        const int per_layer = f->rep == BT_REP_TEXT || f->rep == BT_REP_VISION;
+        for (int l = 0; l < f->reps; l++) {
+            const int p = bt_grad_event_order(&t->cfg, bt_param_grad_event((bt_param_id)id),
+                                              per_layer ? l : 0);
+            const size_t o = f->offset + (size_t)l * f->numel;
+            for (size_t b = o / bucket; b <= (o + f->numel - 1) / bucket; b++)
+                if (p > when[b]) when[b] = p;
         }
+    }
+    /* stable counting sort by position (-1 first) */
+    for (size_t b = 0; b < nb; b++) count[when[b] + 2]++;
+    for (int p = 1; p < n_pos + 2; p++) count[p] += count[p - 1];
+    for (size_t b = 0; b < nb; b++) {
+        const size_t i = count[when[b] + 1]++;
+        order[i] = b;
+        pos[i] = when[b];
+    }
+    free(count);
+    free(when);
+    return nb;
+}
+
+double bt_step_overlap_share(const bt_param_table *t, size_t bucket) {
+    const size_t nb = t->numel ? (t->numel + bucket - 1) / bucket : 0;
+    size_t *order = malloc((nb + 1) * sizeof *order);
+    int *pos = malloc((nb + 1) * sizeof *pos);
+    BT_ASSERT(order && pos);
+    bt_step_overlap_schedule(t, bucket, order, pos);
+    const int last = bt_grad_event_order(&t->cfg, BT_GRAD_EV_VIT_EMB, 0);
+    size_t early = 0;
+    for (size_t i = 0; i < nb; i++)
+        if (pos[i] < last) {
+            const size_t o = order[i] * bucket;
+            early += t->numel - o < bucket ? t->numel - o : bucket;
+        }
+    free(order);
+    free(pos);
+    return t->numel ? (double)early / (double)t->numel : 0.0;
 }
 
 void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
@@ -129,13 +168,14 @@ void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
         free(tr->counts);
         tr->counts = calloc(3 * (size_t)d->size, sizeof *tr->counts);
         BT_ASSERT(tr->counts);
-        bt_step_overlap_range(&tr->model->table, &tr->overlap_lo, &tr->overlap_hi);
     }
 }
 
 void bt_trainer_free(bt_trainer *tr) {
     free_scratch(tr);
     if (tr->have_red) bt_dist_reducer_free(&tr->red);
+    free(tr->ov_order);
+    free(tr->ov_pos);
     free(tr->counts);
     free(tr->gbuf);
     free(tr->gkeys);
@@ -239,6 +279,22 @@ typedef struct micro_losses {
     size_t mlm_tokens, fallbacks;
     size_t rows; /* pairs of the micro-batch over all ranks */
 } micro_losses;
+
+/* Overlap (the last micro-batch of a data-parallel step): starts, in schedule order, the
+ * buckets whose event position is <= pos (bt_step_overlap_schedule). */
+static void launch_final(bt_trainer *tr, int pos) {
+    bt_dist_reducer *r = &tr->red;
+    while (tr->ov_next < tr->ov_n && tr->ov_pos[tr->ov_next] <= pos) {
+        const size_t lo = tr->ov_order[tr->ov_next++] * r->bucket;
+        st_ok(bt_dist_reducer_start(r, lo, r->n - lo < r->bucket ? r->n : lo + r->bucket));
+    }
+}
+
+/* the model's gradients-final hook (model.h) during the last micro-batch's backward */
+static void on_grads_final(void *ctx, bt_grad_event ev, int layer) {
+    bt_trainer *tr = ctx;
+    launch_final(tr, bt_grad_event_order(&tr->model->cfg, ev, layer));
+}
 
 /* Forward, losses and backward of one micro-batch; gradients scaled by 1/n_micro. Returns
  * BT_ERR_NUMERIC (message set, nothing accumulated past the losses) on a non-finite loss. */
@@ -431,10 +487,31 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
             return bt_fail(BT_ERR_NUMERIC, "loss_%s is %s in micro-batch %zu", names[i],
                            isnan(terms[i]) ? "NaN" : "Inf", k);
 
+    /* data parallel, last micro-batch: each bucket is launched as soon as the backward has
+     * finished every tensor it overlaps (step.h, docs/distributed.md) */
+    const int overlap = d && k + 1 == n_micro;
+    if (overlap) {
+        if (tr->ov_bucket != tr->red.bucket) { /* the schedule, once per trainer */
+            free(tr->ov_order);
+            free(tr->ov_pos);
+            tr->ov_order = malloc((tr->red.n_buckets + 1) * sizeof *tr->ov_order);
+            tr->ov_pos = malloc((tr->red.n_buckets + 1) * sizeof *tr->ov_pos);
+            BT_ASSERT(tr->ov_order && tr->ov_pos);
+            tr->ov_n = bt_step_overlap_schedule(&m->table, tr->red.bucket, tr->ov_order,
+                                                tr->ov_pos);
+            tr->ov_bucket = tr->red.bucket;
+        }
+        tr->ov_next = 0;
+        launch_final(tr, -1); /* buckets no backward writes */
+        m->grads_final = on_grads_final;
+        m->grads_final_ctx = tr;
+    }
     bt_cross_backward_pairs(m);
-    if (d && k + 1 == n_micro) /* these gradients are final: average them during the towers' */
-        st_ok(bt_dist_reducer_start(&tr->red, tr->overlap_lo, tr->overlap_hi));
     bt_towers_backward(m);
+    if (overlap) {
+        m->grads_final = NULL;
+        m->grads_final_ctx = NULL;
+    }
     res->t_backward += now_s() - t3;
     return BT_OK;
 }

@@ -53,11 +53,15 @@
  *             micro-batch; a NaN on any rank is therefore seen by all, which keep the same
  *             skip / stop decision)
  *   gradients the gradient arena is averaged (bt_dist_reducer: MPI_Iallreduce per bucket of
- *             dist.bucket_mb, sum, then 1/world). In the last micro-batch, the buckets of
- *             the cross-modal layers, poolers and ITM / MLM heads (whose gradients are final
- *             once bt_cross_backward_pairs returns) are launched before bt_towers_backward
- *             and progress during it (dist.h's progress thread); the rest after it. The grad
- *             norm, clip and AdamW then run on identical gradients on every rank.
+ *             dist.bucket_mb, sum, then 1/world). In the last micro-batch (only), each bucket
+ *             is launched from the model's gradients-final hook (model.h) as soon as the
+ *             backward has finished every tensor it overlaps (bt_step_overlap_schedule:
+ *             after the cross phase, the ITC heads, the bridges, each text layer, the text
+ *             embeddings, each vision block), and progresses during the rest of the
+ *             backward (dist.h's progress thread). Every rank launches the buckets in the
+ *             schedule's order (it depends on the parameter table and bucket size only; an
+ *             event that does not fire only delays a prefix of it), as MPI requires. The
+ *             grad norm, clip and AdamW then run on identical gradients on every rank.
  * So N ranks × batch b compute the losses and the update of 1 rank × batch N·b up to fp32
  * reduction order. samples and mlm_tokens are then global counts; t_comm is the time the
  * step waited in collectives (the exposed communication: what overlapped the towers'
@@ -173,7 +177,10 @@ typedef struct bt_trainer {
     int wire_bf16;                         /* gradients in bf16 on the wire */
     bt_dist_reducer red;
     int have_red;
-    size_t overlap_lo, overlap_hi;         /* arena range final after the cross backward */
+    /* the buckets' launch schedule (bt_step_overlap_schedule for the reducer's buckets) */
+    size_t *ov_order;                      /* (ov_n) bucket indices in launch order */
+    int *ov_pos;                           /* (ov_n) event position each one waits for */
+    size_t ov_n, ov_next, ov_bucket;       /* buckets, launched so far, bucket floats */
     int64_t *counts;                       /* (2 · size) rows and masked tokens per rank */
     float *gbuf;                           /* (4, N, C) gathered image / cross cols + grads */
     uint64_t *gkeys;                       /* (2, N) gathered duplicate keys */
@@ -185,9 +192,18 @@ typedef struct bt_trainer {
  * Errors: BT_ERR_CONFIG naming the field. */
 bt_status bt_trainer_init(bt_trainer *tr, bt_model *m, const bt_step_config *cfg);
 void bt_trainer_free(bt_trainer *tr);
-/* The arena range [*lo, *hi) (floats) whose gradients only bt_cross_backward_pairs writes
- * (cross-modal layers, poolers, ITM / MLM heads): final before bt_towers_backward runs. */
-void bt_step_overlap_range(const bt_param_table *t, size_t *lo, size_t *hi);
+/* The overlap schedule of the buckets of `bucket` floats over t's gradient arena: for each
+ * bucket, the position (model.h bt_grad_event_order) of the backward event after which
+ * every element it overlaps is final: the latest event among the field repetitions it
+ * overlaps (bt_param_grad_event), -1 when no backward writes any of them (final from the
+ * start of the backward). order[i] = bucket indices sorted by that position (ties in index
+ * order), pos[i] = its position; both have room for the bucket count, which is returned.
+ * Depends only on the table and the bucket size: the same on every rank. */
+size_t bt_step_overlap_schedule(const bt_param_table *t, size_t bucket, size_t *order,
+                                int *pos);
+/* The share of the arena's floats in buckets launched before the towers' backward ends
+ * (position before the last event, BT_GRAD_EV_VIT_EMB). */
+double bt_step_overlap_share(const bt_param_table *t, size_t bucket);
 /* Makes the step data-parallel over d (see above), gradients averaged in buckets of
  * bucket_bytes (0: one bucket), in bf16 on the wire when wire_bf16 (dist.h). d must outlive the trainer; NULL or size 1: alone. */
 void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
