@@ -276,15 +276,44 @@ static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
 }
 #endif
 
-bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
-                               size_t bucket_bytes, int wire_bf16) {
+size_t bt_dist_bucket_floats(size_t n, size_t bucket_bytes) {
+    size_t b = bucket_bytes ? bucket_bytes / sizeof(float) : n;
+    if (b < 1) b = 1;
+    if (b > (size_t)0x7fffffff) b = (size_t)0x7fffffff;
+    return b;
+}
+
+size_t bt_dist_block(size_t c, int size, int rank, size_t *lo) {
+    const size_t blk = (c + (size_t)size - 1) / (size_t)size;
+    const size_t a = (size_t)rank * blk < c ? (size_t)rank * blk : c;
+    const size_t b = a + blk < c ? a + blk : c;
+    *lo = a;
+    return b - a;
+}
+
+size_t bt_dist_shard_ranges(size_t n, size_t bucket, int size, int rank, size_t *lohi) {
+    size_t k = 0;
+    for (size_t o = 0; o < n; o += bucket) {
+        const size_t c = n - o < bucket ? n - o : bucket;
+        size_t lo;
+        const size_t len = bt_dist_block(c, size, rank, &lo);
+        if (!len) continue;
+        if (lohi) {
+            lohi[2 * k] = o + lo;
+            lohi[2 * k + 1] = o + lo + len;
+        }
+        k++;
+    }
+    return k;
+}
+
+static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
+                              size_t bucket_bytes, int wire_bf16, int shard) {
     memset(r, 0, sizeof *r);
     r->d = d;
     r->arena = arena;
     r->n = n;
-    r->bucket = bucket_bytes ? bucket_bytes / sizeof(float) : n;
-    if (r->bucket < 1) r->bucket = 1;
-    if (r->bucket > (size_t)0x7fffffff) r->bucket = (size_t)0x7fffffff;
+    r->bucket = bt_dist_bucket_floats(n, bucket_bytes);
     r->n_buckets = n ? (n + r->bucket - 1) / r->bucket : 0;
 #if BT_HAVE_MPI
     r->requests = calloc(r->n_buckets + 1, sizeof(MPI_Request));
@@ -306,7 +335,37 @@ bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *aren
     (void)wire_bf16;
 #endif
     BT_ASSERT(r->requests && r->started);
+    r->shard = shard && bt_dist_active(d);
+    if (r->shard) { /* the block layout of every bucket, and this rank's place in recv */
+        const size_t W = (size_t)d->size;
+        r->counts = malloc((r->n_buckets * W + 1) * sizeof *r->counts);
+        r->displs = malloc((r->n_buckets * W + 1) * sizeof *r->displs);
+        r->roff = malloc((r->n_buckets + 1) * sizeof *r->roff);
+        BT_ASSERT(r->counts && r->displs && r->roff);
+        for (size_t b = 0; b < r->n_buckets; b++) {
+            const size_t o = b * r->bucket, c = n - o < r->bucket ? n - o : r->bucket;
+            for (size_t q = 0; q < W; q++) {
+                size_t lo;
+                r->counts[b * W + q] = (int)bt_dist_block(c, d->size, (int)q, &lo);
+                r->displs[b * W + q] = (int)lo;
+            }
+            r->roff[b] = r->shard_n;
+            r->shard_n += (size_t)r->counts[b * W + (size_t)d->rank];
+        }
+        r->recv = malloc((r->shard_n + 1) * (r->stage ? sizeof(bt_bf16) : sizeof(float)));
+        BT_ASSERT(r->recv);
+    }
     return BT_OK;
+}
+
+bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
+                               size_t bucket_bytes, int wire_bf16) {
+    return reducer_init(r, d, arena, n, bucket_bytes, wire_bf16, 0);
+}
+
+bt_status bt_dist_reducer_init_sharded(bt_dist_reducer *r, const bt_dist *d, float *arena,
+                                       size_t n, size_t bucket_bytes, int wire_bf16) {
+    return reducer_init(r, d, arena, n, bucket_bytes, wire_bf16, 1);
 }
 
 void bt_dist_reducer_free(bt_dist_reducer *r) {
@@ -316,6 +375,10 @@ void bt_dist_reducer_free(bt_dist_reducer *r) {
 #endif
     free(r->op);
     free(r->stage);
+    free(r->recv);
+    free(r->roff);
+    free(r->counts);
+    free(r->displs);
     if (r->mutex) pthread_mutex_destroy(r->mutex);
     free(r->mutex);
     free(r->requests);
@@ -342,7 +405,18 @@ static void poll_buckets(bt_dist_reducer *r) {
 static void launch_bucket(bt_dist_reducer *r, size_t b) {
     const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
     MPI_Request *req = &((MPI_Request *)r->requests)[b];
-    if (r->stage) {
+    if (r->shard) { /* ZeRO-1: this rank receives the sum of its block only */
+        const size_t W = (size_t)r->d->size;
+        if (r->stage) {
+            for (size_t i = 0; i < c; i++) r->stage[o + i] = bt_bf16_from_f32(r->arena[o + i]);
+            MPI_Ireduce_scatter(r->stage + o, (bt_bf16 *)r->recv + r->roff[b],
+                                r->counts + b * W, MPI_UINT16_T, *(MPI_Op *)r->op,
+                                MPI_COMM_WORLD, req);
+        } else {
+            MPI_Ireduce_scatter(r->arena + o, (float *)r->recv + r->roff[b], r->counts + b * W,
+                                MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, req);
+        }
+    } else if (r->stage) {
         for (size_t i = 0; i < c; i++) r->stage[o + i] = bt_bf16_from_f32(r->arena[o + i]);
         MPI_Iallreduce(MPI_IN_PLACE, r->stage + o, (int)c, MPI_UINT16_T, *(MPI_Op *)r->op,
                        MPI_COMM_WORLD, req);
@@ -475,6 +549,21 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     r->inflight = 0;
     r->n_queue = r->q_next = 0;
     const float inv = 1.0f / (float)r->d->size;
+    if (r->shard) { /* this rank's averaged blocks back into the arena */
+        const size_t W = (size_t)r->d->size, me = (size_t)r->d->rank;
+        for (size_t b = 0; b < r->n_buckets; b++) {
+            const size_t c = (size_t)r->counts[b * W + me];
+            float *a = r->arena + b * r->bucket + (size_t)r->displs[b * W + me];
+            if (r->stage) {
+                const bt_bf16 *w = (const bt_bf16 *)r->recv + r->roff[b];
+                for (size_t i = 0; i < c; i++) a[i] = bt_f32_from_bf16(w[i]) * inv;
+            } else {
+                const float *w = (const float *)r->recv + r->roff[b];
+                for (size_t i = 0; i < c; i++) a[i] = w[i] * inv;
+            }
+        }
+        return BT_OK;
+    }
     float *a = r->arena;
     const uint16_t *w = r->stage;
     const size_t n = r->n;
@@ -485,5 +574,45 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++) a[i] *= inv;
     }
+    return BT_OK;
+}
+
+bt_status bt_dist_reducer_allgather(bt_dist_reducer *r, float *params) {
+    r->t_wait = 0;
+    if (!r->shard) return BT_OK;
+#if BT_HAVE_MPI
+    const double t0 = now_s();
+    const size_t W = (size_t)r->d->size;
+    MPI_Request *req = r->requests;
+    size_t oldest = 0;
+    for (size_t b = 0; b < r->n_buckets; b++) {
+        if (b - oldest >= BT_DIST_MAX_INFLIGHT) MPI_Wait(&req[oldest++], MPI_STATUS_IGNORE);
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, params + b * r->bucket,
+                        r->counts + b * W, r->displs + b * W, MPI_FLOAT, MPI_COMM_WORLD,
+                        &req[b]);
+    }
+    MPI_Waitall((int)(r->n_buckets - oldest), req + oldest, MPI_STATUSES_IGNORE);
+    r->t_wait = now_s() - t0;
+#else
+    (void)params;
+#endif
+    return BT_OK;
+}
+
+bt_status bt_dist_to_root_f32(const bt_dist *d, int from, const float *buf, float *out, size_t n) {
+    const int me = d ? d->rank : 0;
+    if (from == 0) {
+        if (me == 0 && out != buf) memmove(out, buf, n * sizeof *out);
+        return BT_OK;
+    }
+#if BT_HAVE_MPI
+    if (!bt_dist_active(d) || (me != from && me != 0)) return BT_OK;
+    const size_t chunk = (size_t)1 << 28;
+    for (size_t o = 0; o < n; o += chunk) {
+        const int c = (int)(n - o < chunk ? n - o : chunk);
+        if (me == from) MPI_Send(buf + o, c, MPI_FLOAT, 0, 0, MPI_COMM_WORLD);
+        else MPI_Recv(out + o, c, MPI_FLOAT, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+#endif
     return BT_OK;
 }

@@ -23,8 +23,14 @@
  * waited for by bt_dist_reducer_finish, which reports the seconds it waited (the exposed
  * communication time).
  *
+ * ZeRO-1 (optimizer-state sharding, docs/distributed.md): a sharded reducer cuts every
+ * bucket into `size` blocks (bt_dist_block) and rank q owns block q of each bucket; its
+ * buckets are MPI_Ireduce_scatter'ed instead of all-reduced, so each rank ends with the
+ * averaged gradients of its own blocks only, and bt_dist_reducer_allgather puts the blocks
+ * of the updated weights back together on every rank. Same launch API, same bucket order.
+ *
  * Deliberately not here: the training step's use of these (train/step.c), loss math, the
- * launch (mpirun), ZeRO sharding. */
+ * launch (mpirun), which optimizer state a rank keeps (train/optim.c). */
 #ifndef BT_DIST_DIST_H
 #define BT_DIST_DIST_H
 
@@ -87,6 +93,17 @@ uint64_t bt_dist_hash(const void *data, size_t n, uint64_t seed);
 uint64_t bt_dist_binary_hash(void);
 
 /* --- bucketed gradient averaging -------------------------------------------------------- */
+/* Floats per bucket of an arena of n floats for bucket_bytes (0: one bucket of n), capped at
+ * MPI's int count. */
+size_t bt_dist_bucket_floats(size_t n, size_t bucket_bytes);
+/* ZeRO-1 block of `rank` in a bucket of c floats cut in `size` blocks of ceil(c / size)
+ * (the last ones shorter or empty): *lo (offset in the bucket), returns its length. */
+size_t bt_dist_block(size_t c, int size, int rank, size_t *lo);
+/* The arena ranges rank `rank` owns under ZeRO-1 (its block of every bucket of `bucket`
+ * floats, bucket order, empty blocks left out): lohi[2i], lohi[2i+1] = [lo, hi) of range i
+ * when lohi != NULL (room for 2 x the bucket count); returns the count. */
+size_t bt_dist_shard_ranges(size_t n, size_t bucket, int size, int rank, size_t *lohi);
+
 /* Buckets in flight at once (the oldest is waited for before another is launched). */
 #define BT_DIST_MAX_INFLIGHT 4
 
@@ -107,6 +124,12 @@ typedef struct bt_dist_reducer {
     void *mutex;            /* pthread_mutex_t * */
     volatile int stop;
     uint16_t *stage;        /* (n) bf16 copy on the wire, NULL for fp32 */
+    /* ZeRO-1 (bt_dist_reducer_init_sharded): reduce-scatter into recv, all-gather of blocks */
+    int shard;
+    size_t shard_n;         /* floats of this rank's blocks (Σ over buckets) */
+    void *recv;             /* (shard_n) float, or bt_bf16 with the bf16 wire */
+    size_t *roff;           /* (n_buckets) offset of this rank's block in recv */
+    int *counts, *displs;   /* (n_buckets, size) block lengths / offsets in the bucket */
     void *op;               /* MPI_Op * of the bf16 sum */
     double t_wait;          /* seconds waited in the last finish */
 } bt_dist_reducer;
@@ -118,6 +141,12 @@ typedef struct bt_dist_reducer {
  * widened back into the arena at the end: half the bytes on the wire. */
 bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
                                size_t bucket_bytes, int wire_bf16);
+/* The same, sharded (ZeRO-1): each bucket is reduce-scattered (MPI_Ireduce_scatter, sum)
+ * so that finish leaves the average over the ranks in this rank's blocks of the arena only
+ * (the other blocks keep this rank's own, unaveraged sums: read them no more); the bf16 wire
+ * applies to the reduce-scatter. World size 1: the plain reducer (a no-op). */
+bt_status bt_dist_reducer_init_sharded(bt_dist_reducer *r, const bt_dist *d, float *arena,
+                                       size_t n, size_t bucket_bytes, int wire_bf16);
 void bt_dist_reducer_free(bt_dist_reducer *r);
 /* Launches (MPI_Iallreduce, in place) the buckets that lie wholly inside [lo, hi) floats and
  * are not started yet, at most BT_DIST_MAX_INFLIGHT at a time (memory: Open MPI allocates a
@@ -132,5 +161,12 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi);
 /* Launches what is left, waits for every bucket, scales the arena by 1/size. r->t_wait =
  * the seconds spent waiting. */
 bt_status bt_dist_reducer_finish(bt_dist_reducer *r);
+/* Sharded reducer: every rank's blocks of `params` (n floats, the arena's layout; fp32
+ * always, whatever the wire) to every rank: MPI_Iallgatherv in place per bucket, at most
+ * BT_DIST_MAX_INFLIGHT in flight. r->t_wait = its seconds. No-op unsharded or alone. */
+bt_status bt_dist_reducer_allgather(bt_dist_reducer *r, float *params);
+/* n floats of rank `from`'s buf into rank 0's out (blocking point-to-point; a copy when
+ * from is 0). Ranks other than `from` and 0 return at once. */
+bt_status bt_dist_to_root_f32(const bt_dist *d, int from, const float *buf, float *out, size_t n);
 
 #endif

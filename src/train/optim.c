@@ -4,6 +4,7 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,27 +42,33 @@ void bt_adamw_init(bt_adamw *o, const bt_param_table *table) {
     bt_adamw_init_groups(o, table, &g);
 }
 
-void bt_adamw_init_groups(bt_adamw *o, const bt_param_table *table, const bt_optim_groups *g) {
-    memset(o, 0, sizeof *o);
-    o->numel = table->numel;
-    /* tensors are in arena order in table->tensors; merge runs with equal (decay, mult,
-     * frozen), absorbing the zero padding between them */
-    o->segs = calloc(table->n_tensors ? table->n_tensors : 1, sizeof *o->segs);
-    BT_ASSERT(o->segs);
+/* The table's segments: runs of tensors with equal (decay, mult, frozen), absorbing the
+ * zero padding between them; *n gets their count (calloc'd array, >= 1 entry). */
+static bt_optim_segment *build_segments(const bt_param_table *table, const bt_optim_groups *g,
+                                        size_t *n) {
+    bt_optim_segment *segs = calloc(table->n_tensors ? table->n_tensors : 1, sizeof *segs);
+    BT_ASSERT(segs);
+    size_t k = 0;
     for (size_t i = 0; i < table->n_tensors; i++) {
         const bt_param_tensor *x = &table->tensors[i];
         const double mult = bt_optim_lr_mult(x, g);
         const int frozen = bt_optim_frozen(x, g);
-        bt_optim_segment *last = o->n_segs ? &o->segs[o->n_segs - 1] : NULL;
+        bt_optim_segment *last = k ? &segs[k - 1] : NULL;
         BT_ASSERT(!last || x->offset >= last->offset + last->numel);
         if (last && last->decay == x->decay && last->lr_mult == mult && last->frozen == frozen) {
             last->numel = x->offset + x->numel - last->offset;
         } else {
-            o->segs[o->n_segs++] = (bt_optim_segment){.offset = x->offset, .numel = x->numel,
-                                                      .decay = x->decay, .frozen = frozen,
-                                                      .lr_mult = mult};
+            segs[k++] = (bt_optim_segment){.offset = x->offset, .numel = x->numel,
+                                           .decay = x->decay, .frozen = frozen,
+                                           .lr_mult = mult};
         }
     }
+    *n = k;
+    return segs;
+}
+
+/* Moment offsets, zeroed moments and grad-norm chunks for o->segs. */
+static void finish_init(bt_adamw *o) {
     size_t nchunks = 0;
     for (size_t s = 0; s < o->n_segs; s++) {
         bt_optim_segment *seg = &o->segs[s];
@@ -86,6 +93,85 @@ void bt_adamw_init_groups(bt_adamw *o, const bt_param_table *table, const bt_opt
             o->n_chunks++;
         }
     }
+}
+
+void bt_adamw_init_groups(bt_adamw *o, const bt_param_table *table, const bt_optim_groups *g) {
+    memset(o, 0, sizeof *o);
+    o->numel = table->numel;
+    o->segs = build_segments(table, g, &o->n_segs);
+    finish_init(o);
+}
+
+void bt_adamw_init_shard(bt_adamw *o, const bt_param_table *table, const bt_optim_groups *g,
+                         const size_t *lohi, size_t n_ranges) {
+    memset(o, 0, sizeof *o);
+    o->numel = table->numel;
+    o->sharded = 1;
+    size_t n_full;
+    bt_optim_segment *full = build_segments(table, g, &n_full);
+    /* pieces: each range cut at the trained segments' edges (both sorted: one merge) */
+    size_t cap = n_ranges + n_full + 1, k = 0, s = 0;
+    o->segs = calloc(cap, sizeof *o->segs);
+    BT_ASSERT(o->segs);
+    for (size_t i = 0; i < n_ranges; i++) {
+        const size_t lo = lohi[2 * i], hi = lohi[2 * i + 1];
+        BT_ASSERT(lo <= hi && hi <= table->numel && (i == 0 || lo >= lohi[2 * i - 1]));
+        while (s < n_full && full[s].offset + full[s].numel <= lo) s++;
+        for (size_t t = s; t < n_full && full[t].offset < hi; t++) {
+            if (full[t].frozen) continue;
+            const size_t a = full[t].offset > lo ? full[t].offset : lo;
+            const size_t e = full[t].offset + full[t].numel;
+            const size_t b = e < hi ? e : hi;
+            if (a >= b) continue;
+            if (k == cap) {
+                cap *= 2;
+                o->segs = realloc(o->segs, cap * sizeof *o->segs);
+                BT_ASSERT(o->segs);
+            }
+            o->segs[k] = full[t];
+            o->segs[k].offset = a;
+            o->segs[k].numel = b - a;
+            k++;
+        }
+    }
+    o->n_segs = k;
+    free(full);
+    finish_init(o);
+}
+
+size_t bt_adamw_trained_numel(const bt_param_table *table, const bt_optim_groups *g) {
+    size_t n_segs, total = 0;
+    bt_optim_segment *segs = build_segments(table, g, &n_segs);
+    for (size_t s = 0; s < n_segs; s++)
+        if (!segs[s].frozen) total += segs[s].numel;
+    free(segs);
+    return total;
+}
+
+bt_status bt_adamw_shard_copy(bt_adamw *shard, bt_adamw *full, int to_full) {
+    BT_ASSERT(!full->sharded && shard->numel == full->numel);
+    for (size_t s = 0; s < shard->n_segs; s++) {
+        const bt_optim_segment *seg = &shard->segs[s];
+        float *fm, *fv, *em, *ev;
+        /* the piece must be one run of the full layout's moments (same groups) */
+        if (!bt_adamw_moments(full, seg->offset + seg->numel - 1, &em, &ev) ||
+            !bt_adamw_moments(full, seg->offset, &fm, &fv) || em - fm != (ptrdiff_t)seg->numel - 1)
+            return bt_fail(BT_ERR_SHAPE, "optimizer state: the parameters at arena offsets "
+                           "[%zu, %zu) are trained here but not in the other layout (frozen "
+                           "towers differ)", seg->offset, seg->offset + seg->numel);
+        float *sm = shard->m + seg->moff, *sv = shard->v + seg->moff;
+        const size_t bytes = seg->numel * sizeof *sm;
+        if (to_full) {
+            memcpy(fm, sm, bytes);
+            memcpy(fv, sv, bytes);
+        } else {
+            memcpy(sm, fm, bytes);
+            memcpy(sv, fv, bytes);
+        }
+    }
+    if (to_full) full->t = shard->t;
+    else shard->t = full->t;
+    return BT_OK;
 }
 
 void bt_adamw_free(bt_adamw *o) {
@@ -127,6 +213,10 @@ double bt_grad_norm(const float *g, size_t n) {
 }
 
 double bt_adamw_grad_norm(const bt_adamw *o, const float *grads) {
+    return sqrt(bt_adamw_grad_sumsq(o, grads));
+}
+
+double bt_adamw_grad_sumsq(const bt_adamw *o, const float *grads) {
     const long nc = (long)o->n_chunks;
     double *part = o->chunk_sum;
 #pragma omp parallel for schedule(static)
@@ -135,7 +225,7 @@ double bt_adamw_grad_norm(const bt_adamw *o, const float *grads) {
     }
     double total = 0.0;
     for (long c = 0; c < nc; c++) total += part[c]; /* fixed order: deterministic */
-    return sqrt(total);
+    return total;
 }
 
 float bt_clip_coef(double norm, float max_norm) {

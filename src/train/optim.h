@@ -41,6 +41,7 @@
 
 #include "dtype.h"
 #include "params.h"
+#include "status.h"
 
 /* Doubles, like the Python floats torch receives: scalars such as 1 - beta2 are formed in
  * double and rounded to fp32 once (1.0f - 0.999f would differ from torch by 1e-5). */
@@ -74,6 +75,7 @@ typedef struct bt_optim_segment {
 
 typedef struct bt_adamw {
     size_t numel;            /* parameter arena length (table numel) */
+    int sharded;             /* 1: bt_adamw_init_shard (segs cover part of the arena only) */
     size_t mnumel;           /* moment arena length: Σ numel of the trained segments */
     float *m, *v;            /* (mnumel) first and second moments, compact */
     uint64_t t;              /* steps taken */
@@ -88,6 +90,19 @@ typedef struct bt_adamw {
 void bt_adamw_init(bt_adamw *o, const bt_param_table *table);
 /* The same with parameter groups. */
 void bt_adamw_init_groups(bt_adamw *o, const bt_param_table *table, const bt_optim_groups *g);
+/* ZeRO-1 shard (docs/distributed.md): the optimizer of the trained parameters inside the
+ * arena ranges [lohi[2i], lohi[2i+1]) only (sorted, disjoint; bt_dist_shard_ranges): its
+ * segments are those ranges cut at the group segments' edges, moments (and memory) for
+ * those elements only; bt_adamw_step, bt_adamw_grad_sumsq and bt_adamw_moments then work on
+ * the shard alone, element by element as the full optimizer does. */
+void bt_adamw_init_shard(bt_adamw *o, const bt_param_table *table, const bt_optim_groups *g,
+                         const size_t *lohi, size_t n_ranges);
+/* Moments the full (unsharded) optimizer of (table, g) holds: the trained elements. */
+size_t bt_adamw_trained_numel(const bt_param_table *table, const bt_optim_groups *g);
+/* Copies a shard's moments and t into the full optimizer of the same arena (to_full), or
+ * the full one's into the shard. Errors: BT_ERR_SHAPE when a piece of the shard is not a run
+ * of trained elements of full (their groups' frozen towers differ). */
+bt_status bt_adamw_shard_copy(bt_adamw *shard, bt_adamw *full, int to_full);
 void bt_adamw_free(bt_adamw *o);
 
 /* The group rules above for one tensor: its lr multiplier and whether it is frozen. */
@@ -102,6 +117,8 @@ int bt_adamw_moments(const bt_adamw *o, size_t offset, float **m, float **v);
 double bt_grad_norm(const float *g, size_t n);
 /* Global L2 norm over the trained segments of grads (the arena layout), deterministic. */
 double bt_adamw_grad_norm(const bt_adamw *o, const float *grads);
+/* Its square before the root (a shard's share of the global sum under ZeRO-1). */
+double bt_adamw_grad_sumsq(const bt_adamw *o, const float *grads);
 /* clip_grad_norm_'s coefficient: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0. */
 float bt_clip_coef(double norm, float max_norm);
 
