@@ -147,6 +147,7 @@ static const field FIELDS[] = {
     /* dist (docs/distributed.md) */
     N_("dist.bucket_mb", dist.bucket_mb, 0, 0, 4096, 25, "ddp_bucket_cap_mb"),
     E_("dist.wire_dtype", dist.wire_dtype, 0, save_dtype_names, BT_SAVE_F32, ""),
+    I_("dist.zero_stage", dist.zero_stage, 0, 0, 1, 0, ""),
     /* output */
     S_("output.dir", output.dir, F_NULL | F_REQUIRED, NULL, "output_dir"),
     B_("output.overwrite", output.overwrite, 0, 0, "overwrite_output_dir"),

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "data/loader.h"
+#include "ops.h"
 #include "rng.h"
 
 /* stream tags mixed into the run seed, one per random stream of the step */
@@ -159,8 +160,27 @@ double bt_step_overlap_share(const bt_param_table *t, size_t bucket) {
     return t->numel ? (double)early / (double)t->numel : 0.0;
 }
 
+/* The collectives fail only on a message over 2^31 elements (MPI errors are fatal): treated
+ * as a bug, not an input error. */
+static void st_ok(bt_status st) {
+    BT_ASSERTF(st == BT_OK, "collective failed: %s", bt_error_message());
+}
+
+/* ZeRO-1: the optimizer of rank q's blocks (dist.h's layout for the trainer's buckets). */
+static void init_shard_optim(const bt_trainer *tr, int q, bt_adamw *o) {
+    const bt_param_table *t = &tr->model->table;
+    const size_t bucket = bt_dist_bucket_floats(t->numel, tr->bucket_bytes);
+    const size_t n = bt_dist_shard_ranges(t->numel, bucket, tr->dist->size, q, NULL);
+    size_t *lohi = malloc((2 * n + 1) * sizeof *lohi);
+    BT_ASSERT(lohi);
+    bt_dist_shard_ranges(t->numel, bucket, tr->dist->size, q, lohi);
+    bt_adamw_init_shard(o, t, &tr->cfg.groups, lohi, n);
+    free(lohi);
+}
+
 void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
-                         int wire_bf16) {
+                         int wire_bf16, int zero_stage) {
+    BT_ASSERT(!tr->have_red); /* before the first step */
     tr->dist = bt_dist_active(d) ? d : NULL;
     tr->bucket_bytes = bucket_bytes;
     tr->wire_bf16 = wire_bf16;
@@ -169,6 +189,78 @@ void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
         tr->counts = calloc(3 * (size_t)d->size, sizeof *tr->counts);
         BT_ASSERT(tr->counts);
     }
+    const int zero = tr->dist && zero_stage >= 1;
+    if (zero != tr->zero) { /* the moments so far are dropped (documented) */
+        bt_adamw_free(&tr->opt);
+        if (zero) init_shard_optim(tr, d->rank, &tr->opt);
+        else bt_adamw_init_groups(&tr->opt, &tr->model->table, &tr->cfg.groups);
+        tr->zero = zero;
+    }
+    if (zero) {
+        free(tr->norm_parts);
+        tr->norm_parts = calloc((size_t)d->size, sizeof *tr->norm_parts);
+        BT_ASSERT(tr->norm_parts);
+    }
+}
+
+size_t bt_trainer_optim_bytes(const bt_trainer *tr, size_t *full_bytes) {
+    const bt_param_table *t = &tr->model->table;
+    if (full_bytes) *full_bytes = 2 * sizeof(float) * bt_adamw_trained_numel(t, &tr->cfg.groups);
+    size_t bytes = 2 * sizeof(float) * tr->opt.mnumel;
+    if (tr->zero) { /* + the reduce-scatter's receive buffer (this rank's blocks) */
+        const size_t bucket = bt_dist_bucket_floats(t->numel, tr->bucket_bytes);
+        const int W = tr->dist->size;
+        for (size_t o = 0; o < t->numel; o += bucket) {
+            size_t lo;
+            bytes += bt_dist_block(t->numel - o < bucket ? t->numel - o : bucket, W,
+                                   tr->dist->rank, &lo) * (tr->wire_bf16 ? 2 : 4);
+        }
+    }
+    return bytes;
+}
+
+bt_status bt_trainer_gather_optim(bt_trainer *tr, bt_adamw *full, const bt_adamw **out) {
+    if (!tr->zero) {
+        *out = &tr->opt;
+        return BT_OK;
+    }
+    const bt_dist *d = tr->dist;
+    const int root = d->rank == 0;
+    if (root) bt_adamw_init_groups(full, &tr->model->table, &tr->cfg.groups);
+    bt_status st = BT_OK;
+    for (int q = 0; q < d->size; q++) {
+        if (q == 0 || (!root && q != d->rank)) { /* rank 0's own shard: copied, no message */
+            if (root) st = bt_adamw_shard_copy(&tr->opt, full, 1);
+            continue;
+        }
+        bt_adamw sq; /* rank q's layout (rank 0 receives into it) */
+        memset(&sq, 0, sizeof sq);
+        if (root) init_shard_optim(tr, q, &sq);
+        const bt_adamw *src = root ? &sq : &tr->opt;
+        st_ok(bt_dist_to_root_f32(d, q, src->m, sq.m, src->mnumel));
+        st_ok(bt_dist_to_root_f32(d, q, src->v, sq.v, src->mnumel));
+        if (root && st == BT_OK) st = bt_adamw_shard_copy(&sq, full, 1);
+        bt_adamw_free(&sq);
+    }
+    if (root) full->t = tr->opt.t;
+    *out = root ? full : NULL;
+    return st;
+}
+
+bt_status bt_trainer_load_optim(bt_trainer *tr, const bt_adamw *full, const char *source) {
+    const size_t want = tr->zero ? bt_adamw_trained_numel(&tr->model->table, &tr->cfg.groups)
+                                 : tr->opt.mnumel;
+    if (full->mnumel != want || full->numel != tr->opt.numel)
+        return bt_fail(BT_ERR_SHAPE, "%s: %zu moment values, this run trains %zu parameters "
+                       "(frozen towers or heads differ)", source, full->mnumel, want);
+    if (tr->zero) { /* read only: the copy goes from full into the shard */
+        bt_status st = bt_adamw_shard_copy(&tr->opt, (bt_adamw *)full, 0);
+        return st == BT_OK ? BT_OK : bt_fail_context(st, "%s", source);
+    }
+    memcpy(tr->opt.m, full->m, full->mnumel * sizeof *full->m);
+    memcpy(tr->opt.v, full->v, full->mnumel * sizeof *full->v);
+    tr->opt.t = full->t;
+    return BT_OK;
 }
 
 void bt_trainer_free(bt_trainer *tr) {
@@ -177,6 +269,7 @@ void bt_trainer_free(bt_trainer *tr) {
     free(tr->ov_order);
     free(tr->ov_pos);
     free(tr->counts);
+    free(tr->norm_parts);
     free(tr->gbuf);
     free(tr->gkeys);
     bt_adamw_free(&tr->opt);
@@ -258,11 +351,6 @@ bt_status bt_step_batch_from_loader(bt_step_batch *out, const loader_batch *lb) 
     return BT_OK;
 }
 
-/* The collectives fail only on a message over 2^31 elements (MPI errors are fatal): treated
- * as a bug, not an input error. */
-static void st_ok(bt_status st) {
-    BT_ASSERTF(st == BT_OK, "collective failed: %s", bt_error_message());
-}
 
 /* Gather buffers for a global batch of N rows (grow-only). */
 static void reserve_gather(bt_trainer *tr, size_t N, size_t C) {
@@ -516,6 +604,23 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     return BT_OK;
 }
 
+/* ZeRO-1, after this rank's AdamW: every rank's updated blocks to every rank, and the bf16
+ * shadow of the blocks received (the own ones were written by the update). */
+static void gather_weights(bt_trainer *tr, bt_step_result *res) {
+    bt_model *m = tr->model;
+    bt_dist_reducer *r = &tr->red;
+    st_ok(bt_dist_reducer_allgather(r, m->params));
+    res->t_comm += r->t_wait;
+    if (!m->params_bf16) return;
+    for (size_t o = 0; o < r->n; o += r->bucket) {
+        const size_t c = r->n - o < r->bucket ? r->n - o : r->bucket;
+        size_t lo;
+        const size_t len = bt_dist_block(c, tr->dist->size, tr->dist->rank, &lo);
+        bf16_from_f32(m->params_bf16 + o, m->params + o, lo);
+        bf16_from_f32(m->params_bf16 + o + lo + len, m->params + o + lo + len, c - lo - len);
+    }
+}
+
 bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_micro,
                         bt_step_result *res) {
     bt_model *m = tr->model;
@@ -538,8 +643,8 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     bt_model_set_dropout(m, c->dropout, c->seed, (uint64_t)tr->step);
     bt_zero_grad(m);
     if (tr->dist && !tr->have_red) {
-        st_ok(bt_dist_reducer_init(&tr->red, tr->dist, m->grads, m->table.numel,
-                                   tr->bucket_bytes, tr->wire_bf16));
+        st_ok((tr->zero ? bt_dist_reducer_init_sharded : bt_dist_reducer_init)(
+            &tr->red, tr->dist, m->grads, m->table.numel, tr->bucket_bytes, tr->wire_bf16));
         tr->have_red = 1;
     }
 
@@ -569,7 +674,20 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     res->loss = (c->w_itc * sum[0] + c->w_itm * sum[1] + c->w_mlm * sum[2]) * inv;
 
     const double t_opt = now_s();
-    if (st == BT_OK) {
+    if (st == BT_OK && tr->zero) { /* Σ of the shards' sums; each share exact (x + 0) */
+        const bt_dist *d = tr->dist;
+        memset(tr->norm_parts, 0, (size_t)d->size * sizeof *tr->norm_parts);
+        tr->norm_parts[d->rank] = bt_adamw_grad_sumsq(&tr->opt, m->grads);
+        const double tc = now_s();
+        st_ok(bt_dist_sum_f64(d, tr->norm_parts, (size_t)d->size));
+        res->t_comm += now_s() - tc;
+        double total = 0.0;
+        for (int q = 0; q < d->size; q++) total += tr->norm_parts[q]; /* rank order */
+        res->grad_norm = sqrt(total);
+        if (!isfinite(res->grad_norm))
+            st = bt_fail(BT_ERR_NUMERIC, "the gradient norm is %s (a non-finite gradient)",
+                         isnan(res->grad_norm) ? "NaN" : "Inf");
+    } else if (st == BT_OK) {
         res->grad_norm = bt_adamw_grad_norm(&tr->opt, m->grads);
         if (!isfinite(res->grad_norm))
             st = bt_fail(BT_ERR_NUMERIC, "the gradient norm is %s (a non-finite gradient)",
@@ -597,6 +715,7 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     bt_adamw_hparams h = c->adamw;
     h.lr = res->lr;
     bt_adamw_step(&tr->opt, m->params, m->grads, res->clip_coef, &h, m->params_bf16);
+    if (tr->zero) gather_weights(tr, res);
     tr->step++;
     const double t_end = now_s();
     res->t_optimizer = t_end - t_opt;

@@ -62,6 +62,14 @@
  *             schedule's order (it depends on the parameter table and bucket size only; an
  *             event that does not fire only delays a prefix of it), as MPI requires. The
  *             grad norm, clip and AdamW then run on identical gradients on every rank.
+ * ZeRO-1 (zero_stage 1 in bt_trainer_set_dist): tr->opt holds the moments of this rank's
+ * blocks of the arena only (bt_dist_shard_ranges: block r of every bucket); the buckets are
+ * reduce-scattered instead of all-reduced (same launches, same overlap), so finish leaves
+ * the averaged gradients of the own blocks; the grad norm is the sum of the ranks' shard
+ * sums of squares (each rank's share gathered exactly, added in rank order: the same value
+ * on every rank, so the same clip and NaN decision), AdamW updates the own blocks, and the
+ * updated fp32 weights are all-gathered (dist.h), the bf16 shadow refreshed for the blocks
+ * received. Checkpoints gather the moments on rank 0 (bt_trainer_gather_optim).
  * So N ranks × batch b compute the losses and the update of 1 rank × batch N·b up to fp32
  * reduction order. samples and mlm_tokens are then global counts; t_comm is the time the
  * step waited in collectives (the exposed communication: what overlapped the towers'
@@ -177,6 +185,8 @@ typedef struct bt_trainer {
     int wire_bf16;                         /* gradients in bf16 on the wire */
     bt_dist_reducer red;
     int have_red;
+    int zero;                              /* 1: ZeRO-1, tr->opt is this rank's shard */
+    double *norm_parts;                    /* (size) shard sums of squares (ZeRO-1) */
     /* the buckets' launch schedule (bt_step_overlap_schedule for the reducer's buckets) */
     size_t *ov_order;                      /* (ov_n) bucket indices in launch order */
     int *ov_pos;                           /* (ov_n) event position each one waits for */
@@ -205,9 +215,27 @@ size_t bt_step_overlap_schedule(const bt_param_table *t, size_t bucket, size_t *
  * (position before the last event, BT_GRAD_EV_VIT_EMB). */
 double bt_step_overlap_share(const bt_param_table *t, size_t bucket);
 /* Makes the step data-parallel over d (see above), gradients averaged in buckets of
- * bucket_bytes (0: one bucket), in bf16 on the wire when wire_bf16 (dist.h). d must outlive the trainer; NULL or size 1: alone. */
+ * bucket_bytes (0: one bucket), in bf16 on the wire when wire_bf16 (dist.h); zero_stage 1
+ * shards the optimizer state (ZeRO-1, above; the moments so far are dropped: call it before
+ * loading any). d must outlive the trainer; NULL or size 1: alone (zero_stage ignored). */
 void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
-                         int wire_bf16);
+                         int wire_bf16, int zero_stage);
+
+/* This rank's optimizer-state bytes: the AdamW moments it holds (its shard under ZeRO-1,
+ * plus the shard's reduce-scatter receive buffer); *full_bytes (may be NULL) = the moments
+ * of every trained parameter, what one unsharded rank holds. */
+size_t bt_trainer_optim_bytes(const bt_trainer *tr, size_t *full_bytes);
+
+/* The trainer's optimizer state as one full (unsharded) optimizer, for a checkpoint.
+ * Unsharded: *out = &tr->opt, nothing copied, no communication. ZeRO-1: collective (every
+ * rank calls it at the same point): rank 0 receives every rank's moment shard into *full
+ * (initialized here; the caller frees it with bt_adamw_free) and *out = full; the other
+ * ranks send theirs and get *out = NULL. */
+bt_status bt_trainer_gather_optim(bt_trainer *tr, bt_adamw *full, const bt_adamw **out);
+/* Loads moments and step count from a full optimizer (a checkpoint's, any world size, with
+ * the trainer's groups) into tr->opt, its own shard only under ZeRO-1. Errors:
+ * BT_ERR_SHAPE naming `source` when the trained parameters differ. */
+bt_status bt_trainer_load_optim(bt_trainer *tr, const bt_adamw *full, const char *source);
 
 /* Sizes the step's scratch and the model's arenas for micro-batches of up to B x T now (and
  * backs the arenas with memory, model.c), so the first bt_train_step allocates and faults

@@ -97,11 +97,14 @@ typedef struct job {
     int64_t best_step;
     char best_checkpoint[4096];
     bt_dist dist;            /* the world (docs/distributed.md); rank 0 logs and saves */
+    bt_adamw optim_full;     /* ZeRO-1: the moments gathered on rank 0 for a checkpoint */
+    int have_full;           /* optim_full is gathered (rank 0) / sent (other ranks) */
     FILE *devnull;           /* j->out of ranks > 0 */
 } job;
 
 static void job_free(job *j) {
     if (j->have_log) bt_log_close(&j->log);
+    bt_adamw_free(&j->optim_full);
     if (j->have_tr) bt_trainer_free(&j->tr);
     loader_free(j->ld);
     if (j->have_val_man) manifest_free(&j->val_man);
@@ -365,16 +368,13 @@ static bt_status step_setup(job *j) {
     if (st != BT_OK) return st;
     j->have_tr = 1;
     bt_trainer_set_dist(&j->tr, &j->dist, (size_t)(rc->dist.bucket_mb * 1048576.0),
-                        rc->dist.wire_dtype == BT_SAVE_BF16);
+                        rc->dist.wire_dtype == BT_SAVE_BF16, (int)rc->dist.zero_stage);
     if (j->resumed) {
-        const bt_adamw *src = &j->resume.optim;
-        if (src->mnumel != j->tr.opt.mnumel)
-            return bt_fail(BT_ERR_SHAPE, "%s/optimizer.safetensors: %zu moment values, this run "
-                           "trains %zu parameters (frozen towers or heads differ)", j->resume_dir,
-                           src->mnumel, j->tr.opt.mnumel);
-        memcpy(j->tr.opt.m, src->m, src->mnumel * sizeof *src->m);
-        memcpy(j->tr.opt.v, src->v, src->mnumel * sizeof *src->v);
-        j->tr.opt.t = src->t;
+        char src_name[4200];
+        snprintf(src_name, sizeof src_name, "%s/optimizer.safetensors", j->resume_dir);
+        st = bt_trainer_load_optim(&j->tr, &j->resume.optim, src_name);
+        if (st != BT_OK) return st;
+        bt_adamw_free(&j->resume.optim); /* copied: no full set of moments kept (ZeRO-1) */
         j->tr.step = j->resume.state.global_step;
         const cJSON *ex = j->resume.state.extra;
         const cJSON *sk = ex ? cJSON_GetObjectItemCaseSensitive(ex, "skipped_steps") : NULL;
@@ -398,11 +398,21 @@ static bt_status memory_plan(job *j) {
     const size_t act = bt_model_activation_bytes(&j->model.cfg, rc->model.heads,
                                                  rc->train.precision, Bt, B, P, mlm ? B : 0, T);
     const size_t numel = j->model.table.numel;
-    const size_t weights = numel * (4 + 4 + 8 + (rc->train.precision == BT_PRECISION_BF16 ? 2 : 0));
-    char a[32], w[32], t[32];
-    say(j, "memory plan: weights + gradients + AdamW moments %s, activations %s (batch %zu, "
-           "%zu text rows, %zu pairs, T %zu), total %s", bt_mem_format(w, sizeof w, weights),
-        bt_mem_format(a, sizeof a, act), B, Bt, P, T, bt_mem_format(t, sizeof t, weights + act));
+    size_t full_optim;
+    const size_t optim = bt_trainer_optim_bytes(&j->tr, &full_optim);
+    const size_t weights = numel * (4 + 4 + (rc->train.precision == BT_PRECISION_BF16 ? 2 : 0));
+    char a[32], w[32], o[32], f[32], t[32], zero[160] = "";
+    if (j->tr.zero)
+        snprintf(zero, sizeof zero, " (ZeRO-1: this rank's shard of %s over %d ranks, with its "
+                 "gradient receive buffer)", bt_mem_format(f, sizeof f, full_optim), j->dist.size);
+    else if (rc->dist.zero_stage)
+        snprintf(zero, sizeof zero, " (dist.zero_stage %lld: no effect on one process)",
+                 (long long)rc->dist.zero_stage);
+    say(j, "memory plan per rank: weights + gradients %s, optimizer state %s%s, activations %s "
+           "(batch %zu, %zu text rows, %zu pairs, T %zu), total %s",
+        bt_mem_format(w, sizeof w, weights), bt_mem_format(o, sizeof o, optim), zero,
+        bt_mem_format(a, sizeof a, act), B, Bt, P, T,
+        bt_mem_format(t, sizeof t, weights + optim + act));
     bt_status st = bt_mem_check(act, "the activations of one micro-batch",
                                 "reduce train.batch_size (use train.gradient_accumulation_steps "
                                 "to keep the effective batch) or data.max_length");
@@ -434,9 +444,11 @@ static bt_status dist_setup(job *j) {
     bt_dist_bcast_f32(&j->dist, j->model.params, j->model.table.numel, 0);
     bt_model_refresh_bf16(&j->model);
     say(j, "bt-train: %d ranks (data parallel, docs/distributed.md): train.batch_size %lld per "
-           "rank, global batch %lld; gradients averaged in buckets of %g MiB",
+           "rank, global batch %lld; gradients averaged in buckets of %g MiB%s",
         j->dist.size, (long long)j->rc.train.batch_size,
-        (long long)(j->rc.train.batch_size * j->dist.size), j->rc.dist.bucket_mb);
+        (long long)(j->rc.train.batch_size * j->dist.size), j->rc.dist.bucket_mb,
+        j->tr.zero ? "; optimizer state sharded (ZeRO-1, dist.zero_stage 1: gradients "
+                     "reduce-scattered, weights all-gathered)" : "");
     return BT_OK;
 }
 
@@ -515,11 +527,29 @@ static double epoch_of(const job *j) {
     return (double)j->batches_done / (double)j->batches_per_epoch;
 }
 
+/* The optimizer state for a checkpoint. ZeRO-1: every rank's moment shard gathered on rank 0
+ * (collective: every rank calls it, before rank 0 saves); once per save. */
+static bt_status gather_optim(job *j) {
+    if (j->have_full || !j->tr.zero) return BT_OK;
+    const bt_adamw *o;
+    bt_status st = bt_trainer_gather_optim(&j->tr, &j->optim_full, &o);
+    j->have_full = 1;
+    return st;
+}
+
+static void release_optim(job *j) {
+    bt_adamw_free(&j->optim_full);
+    j->have_full = 0;
+}
+
 static bt_status save_checkpoint(job *j) {
+    bt_status gst = gather_optim(j);
     if (j->dist.rank > 0) { /* rank 0 writes the (identical) state */
+        release_optim(j);
         j->last_saved_step = j->tr.step;
-        return BT_OK;
+        return gst;
     }
+    if (gst != BT_OK) return gst;
     const double t0 = now_s();
     bt_train_state s;
     bt_train_state_init(&s);
@@ -541,7 +571,7 @@ static bt_status save_checkpoint(job *j) {
     bt_train_checkpoint c = {
         .table = &j->model.table,
         .params = j->model.params,
-        .optim = &j->tr.opt,
+        .optim = j->tr.zero ? &j->optim_full : &j->tr.opt,
         .state = &s,
         .base_config_json = j->base_config_json,
         .copy_from_dir = j->source_dir,
@@ -558,6 +588,7 @@ static bt_status save_checkpoint(job *j) {
                                             s.best_model_checkpoint, j->last_saved,
                                             sizeof j->last_saved);
     bt_train_state_free(&s);
+    release_optim(j);
     if (st != BT_OK) return st;
     j->last_saved_step = j->tr.step;
     if (is_best) snprintf(j->best_checkpoint, sizeof j->best_checkpoint, "%s", j->last_saved);
@@ -866,6 +897,14 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
 
     st = train_loop(j, out);
     if (st != BT_OK) goto done;
+    if (j->tr.zero) { /* rank 0 saves below, after the others have left: gather the moments now
+                       * (the ranks first agree on a late stop signal, which decides the save) */
+        stop_requested(j);
+        if (j->last_saved_step != j->tr.step &&
+            (g_stop_signal || rc->save.strategy != BT_INTERVAL_NO))
+            st = gather_optim(j);
+        if (st != BT_OK) goto done;
+    }
     if (j->dist.rank > 0) { /* rank 0 saves, evaluates and reports */
         out->interrupted_by = g_stop_signal;
         if (g_stop_signal)
