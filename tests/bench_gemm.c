@@ -13,8 +13,8 @@
  * and two square products for the machine's peak. The header also prints the instruction
  * ceilings (vfmadd231ps and vdpbf16ps throughput on all threads) to compare against.
  *
- * BT_GEMM_BF16=fp32 in the environment makes the two bf16 columns measure the fp32-widened
- * bf16 path (gemm.h).
+ * BT_GEMM_BF16=widened (or fp32) in the environment makes the two bf16 columns measure the
+ * fp32-widened bf16 path (gemm.h; under fp32 the model itself would run plain fp32 products).
  *
  * Columns: ref (plain loops, small shapes only), openblas fp32, onednn fp32, onednn bf16 as
  * the model runs it (fp32 activations rounded to bf16 per call, weights already bf16), and

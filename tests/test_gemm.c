@@ -528,8 +528,9 @@ static void test_threads(void) {
 #endif
 }
 
-/* BT_GEMM_BF16=fp32: oneDNN runs bf16 compute on fp32 primitives (always so where the ISA
- * lacks native bf16); same semantics, so the same bounds hold. */
+/* BT_GEMM_BF16: the routes and what bf16 mode requests on each. Explicit GEMM_COMPUTE_BF16
+ * calls keep bf16 semantics on every route (native, or widened to fp32 primitives: always so
+ * where the ISA lacks native bf16), so the same bounds hold. */
 static void test_bf16_widen(void) {
     if (!gemm_backend_available(GEMM_BACKEND_ONEDNN)) return;
     setenv("BT_GEMM_BF16", "fp16", 1);
@@ -556,15 +557,30 @@ static void test_bf16_widen(void) {
     const gemm_bf16_route active = gemm_bf16_route_active();
     tu_check(active == (measured ? gemm_bf16_route_pick(ns, fs) : GEMM_BF16_FP32),
              "AUTO keeps the measured pick: %s", gemm_bf16_route_describe());
-    for (int mode = 0; mode < 3; mode++) {
-        static const char *const names[3] = {"native", "fp32", "auto"};
+    const int has = gemm_cpu_has_bf16();
+    for (int mode = 0; mode < 4; mode++) {
+        static const char *const names[4] = {"native", "fp32", "auto", "widened"};
+        /* native falls back to widened (same semantics) without native bf16; AUTO is FP32
+         * there (nothing measured) */
+        const gemm_bf16_route want[4] = {has ? GEMM_BF16_NATIVE : GEMM_BF16_WIDENED,
+                                         GEMM_BF16_FP32, active, GEMM_BF16_WIDENED};
         setenv("BT_GEMM_BF16", names[mode], 1);
         tu_check(gemm_init_from_env() == BT_OK, "BT_GEMM_BF16=%s accepted", names[mode]);
-        const int want_widen = !gemm_cpu_has_bf16() || mode == 1 ||
-                               (mode == 2 && active == GEMM_BF16_FP32);
-        tu_check((gemm_bf16_route_active() == GEMM_BF16_FP32) == want_widen,
-                 "BT_GEMM_BF16=%s: active route %s", names[mode],
-                 gemm_bf16_route_name(gemm_bf16_route_active()));
+        tu_check(gemm_bf16_route_active() == want[mode], "BT_GEMM_BF16=%s: active route %s",
+                 names[mode], gemm_bf16_route_name(gemm_bf16_route_active()));
+        tu_check(gemm_bf16_mode_compute() ==
+                     (want[mode] == GEMM_BF16_FP32 ? GEMM_COMPUTE_F32 : GEMM_COMPUTE_BF16),
+                 "BT_GEMM_BF16=%s: bf16 mode requests %s compute", names[mode],
+                 gemm_bf16_mode_compute() == GEMM_COMPUTE_F32 ? "fp32" : "bf16");
+        /* backends without native bf16: a pinned bf16 route keeps bf16 semantics, else fp32 */
+        tu_check(gemm_set_backend(GEMM_BACKEND_REF) == BT_OK, "select ref");
+        const gemm_bf16_route on_ref = gemm_bf16_route_active();
+        tu_check(on_ref == (mode == 0 || mode == 3 ? GEMM_BF16_WIDENED : GEMM_BF16_FP32) &&
+                     strstr(gemm_bf16_route_describe(), gemm_bf16_route_name(on_ref)) != NULL,
+                 "BT_GEMM_BF16=%s on the ref backend: %s", names[mode],
+                 gemm_bf16_route_describe());
+        tu_check(gemm_set_backend(GEMM_BACKEND_ONEDNN) == BT_OK, "select onednn");
+        const int want_widen = want[mode] != GEMM_BF16_NATIVE;
         gemm_release(); /* the choice applies to primitives created from now on */
         tcase tc = {.ta = 1, .tb = 0, .m = 70, .n = 1024, .k = 90, .pad_a = 3, .batch = 1,
                     .sa = DENSE, .sb = DENSE, .sc = DENSE, .at = BT_DTYPE_F32, .bt = BT_DTYPE_F32,
@@ -586,6 +602,9 @@ static void test_bf16_widen(void) {
         mixed.sb = 0;
         run_case(GEMM_BACKEND_ONEDNN, &mixed, MODE_SAME, widened ? "bf16-widen" : "bf16-native");
     }
+    tu_check(gemm_bf16_route_from_name("widened", &(gemm_bf16_route){0}) == BT_OK &&
+                 strcmp(gemm_bf16_route_name(GEMM_BF16_WIDENED), "widened") == 0,
+             "route name widened round-trips");
     unsetenv("BT_GEMM_BF16");
     gemm_init_from_env();
     gemm_release();

@@ -19,6 +19,8 @@
  * threads while main() selects (selection is meant for program start, see gemm.h). */
 static _Atomic int gemm_current = -1;
 static pthread_once_t gemm_lazy_once = PTHREAD_ONCE_INIT;
+/* The route BT_GEMM_BF16 (or gemm_bf16_route_request) asks for; AUTO by default. */
+static _Atomic int gemm_route_requested = GEMM_BF16_AUTO;
 
 static const char *const gemm_names[GEMM_BACKEND_COUNT] = {"ref", "openblas", "onednn"};
 
@@ -77,11 +79,11 @@ bt_status gemm_init_from_env(void) {
     if (w && *w && gemm_bf16_route_from_name(w, &route) != BT_OK)
         return bt_fail(BT_ERR_ARG,
                        "environment variable BT_GEMM_BF16: '%s' is unknown; expected auto, "
-                       "native or fp32",
+                       "native, fp32 or widened",
                        w);
     const char *v = getenv("BT_GEMM");
     if (!v || !*v) {
-        gemm_onednn_set_bf16_route(route);
+        atomic_store(&gemm_route_requested, (int)route);
         atomic_store(&gemm_current, (int)gemm_default_backend());
         return BT_OK;
     }
@@ -90,33 +92,38 @@ bt_status gemm_init_from_env(void) {
     if (s != BT_OK) return bt_fail_context(s, "environment variable BT_GEMM");
     s = gemm_set_backend(b);
     if (s != BT_OK) return bt_fail_context(s, "environment variable BT_GEMM=%s", v);
-    gemm_onednn_set_bf16_route(route);
+    atomic_store(&gemm_route_requested, (int)route);
     return BT_OK;
 }
 
 /* --- bf16 route ----------------------------------------------------------------------- */
 
-static const char *const gemm_route_names[] = {"native", "fp32", "auto"};
+gemm_bf16_route gemm_bf16_route_requested(void) {
+    return (gemm_bf16_route)atomic_load(&gemm_route_requested);
+}
+
+static const char *const gemm_route_names[] = {"native", "fp32", "auto", "widened"};
 
 const char *gemm_bf16_route_name(gemm_bf16_route r) {
-    if ((int)r < 0 || r > GEMM_BF16_AUTO) return "unknown";
+    if ((int)r < 0 || r > GEMM_BF16_WIDENED) return "unknown";
     return gemm_route_names[r];
 }
 
 bt_status gemm_bf16_route_from_name(const char *name, gemm_bf16_route *out) {
-    for (int i = 0; name && i <= GEMM_BF16_AUTO; i++) {
+    for (int i = 0; name && i <= GEMM_BF16_WIDENED; i++) {
         if (strcmp(name, gemm_route_names[i]) == 0) {
             *out = (gemm_bf16_route)i;
             return BT_OK;
         }
     }
-    return bt_fail(BT_ERR_ARG, "bf16 GEMM route '%s' is unknown; expected auto, native or fp32",
+    return bt_fail(BT_ERR_ARG,
+                   "bf16 GEMM route '%s' is unknown; expected auto, native, fp32 or widened",
                    name ? name : "(null)");
 }
 
 void gemm_bf16_route_request(gemm_bf16_route r) {
-    BT_ASSERT((int)r >= 0 && r <= GEMM_BF16_AUTO);
-    gemm_onednn_set_bf16_route(r);
+    BT_ASSERT((int)r >= 0 && r <= GEMM_BF16_WIDENED);
+    atomic_store(&gemm_route_requested, (int)r);
 }
 
 gemm_bf16_route gemm_bf16_route_pick(double native_s, double fp32_s) {
@@ -126,8 +133,15 @@ gemm_bf16_route gemm_bf16_route_pick(double native_s, double fp32_s) {
 }
 
 gemm_bf16_route gemm_bf16_route_active(void) {
-    if (gemm_get_backend() != GEMM_BACKEND_ONEDNN) return GEMM_BF16_FP32;
-    return gemm_onednn_bf16_route();
+    if (gemm_get_backend() == GEMM_BACKEND_ONEDNN) return gemm_onednn_bf16_route();
+    /* REF and OPENBLAS have no native bf16: a pinned bf16 route keeps bf16 semantics */
+    const gemm_bf16_route req = gemm_bf16_route_requested();
+    return req == GEMM_BF16_NATIVE || req == GEMM_BF16_WIDENED ? GEMM_BF16_WIDENED
+                                                                 : GEMM_BF16_FP32;
+}
+
+gemm_compute gemm_bf16_mode_compute(void) {
+    return gemm_bf16_route_active() == GEMM_BF16_FP32 ? GEMM_COMPUTE_F32 : GEMM_COMPUTE_BF16;
 }
 
 const char *gemm_bf16_route_describe(void) {
@@ -135,9 +149,13 @@ const char *gemm_bf16_route_describe(void) {
     case GEMM_BACKEND_ONEDNN:
         return gemm_onednn_bf16_describe();
     case GEMM_BACKEND_OPENBLAS:
-        return "fp32 (operands rounded to bf16, then openblas sgemm)";
+        return gemm_bf16_route_active() == GEMM_BF16_FP32
+                   ? "fp32 (bf16 mode computes in fp32: openblas has no native bf16)"
+                   : "widened (operands rounded to bf16, then openblas sgemm)";
     default:
-        return "fp32 (reference loops on the bf16-rounded operands)";
+        return gemm_bf16_route_active() == GEMM_BF16_FP32
+                   ? "fp32 (bf16 mode computes in fp32: reference loops)"
+                   : "widened (reference loops on the bf16-rounded operands)";
     }
 }
 

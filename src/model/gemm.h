@@ -22,11 +22,17 @@
  * (the bf16-rounded operands widened to fp32 and an fp32 primitive). Where the CPU has no
  * native bf16 (ISA below avx512_core_bf16) it always uses "fp32" (oneDNN's own emulation on
  * AVX512_CORE measured 4-5x slower; AVX2 has no bf16 matmul at all): the engine never
- * refuses. Where it has, the default ("auto") measures both routes once on a representative
- * Linear product (gemm_bf16_route_active) and keeps the faster: on the reference 2-core VM
- * "fp32" is faster (vdpbf16ps runs at half the fp32 FMA rate there), on CPUs with full-rate
- * bf16 or AMX "native" is. BT_GEMM_BF16=native|fp32 pins a route (and with it the bytes:
- * the two differ only in summation order). See docs/benchmarks.md "GEMM".
+ * refuses.
+ *
+ * bf16 MODE (the model) is one level up: it asks gemm_bf16_mode_compute() whether to request
+ * GEMM_COMPUTE_BF16 at all. Where native bf16 products do not beat plain fp32 ones (no native
+ * bf16, or AUTO measured native less than 10% faster), bf16 mode runs its products as plain
+ * fp32 GEMMs on the fp32 master weights (route FP32): the widened route would do the same
+ * fp32 arithmetic plus rounding and re-packing both operands on every call, and the bf16
+ * weight copy's upkeep, so it is always slower than fp32 mode (measured 1.04-1.1x,
+ * docs/benchmarks.md "Session 3"). BT_GEMM_BF16=native|fp32|widened pins a route
+ * (widened: bf16 semantics without native bf16, for checking bf16 numerics anywhere). See
+ * docs/benchmarks.md "GEMM".
  *
  * Edge cases: m == 0 or n == 0 is a no-op; k == 0 or alpha == 0 gives C = beta*C + bias
  * without reading A or B (the BLAS convention, so NaN in an unused A cannot leak). With batch > 1,
@@ -101,34 +107,48 @@ int gemm_backend_available(gemm_backend b);
 bt_status gemm_set_backend(gemm_backend b);
 gemm_backend gemm_get_backend(void);
 
-/* How GEMM_COMPUTE_BF16 runs on the oneDNN backend (see the top comment). */
+/* How bf16 mode runs its GEMMs, and how GEMM_COMPUTE_BF16 runs on the oneDNN backend (see
+ * the top comment). bf16 MODE (the model's BT_PRECISION_BF16) asks gemm_bf16_mode_compute()
+ * which compute to request: BF16 on the NATIVE and WIDENED routes, F32 on the FP32 route. */
 typedef enum {
-    GEMM_BF16_NATIVE, /* bf16 primitives (vdpbf16ps / AMX) */
-    GEMM_BF16_FP32,   /* the bf16-rounded operands widened to fp32, fp32 primitives */
-    GEMM_BF16_AUTO,   /* the faster of the two, measured once per process */
+    GEMM_BF16_NATIVE,  /* bf16 primitives (vdpbf16ps / AMX) */
+    GEMM_BF16_FP32,    /* bf16 mode computes its GEMMs in plain fp32 on the fp32 master weights
+                          (no rounding, no bf16 weight copy: exactly fp32 mode's products);
+                          explicit GEMM_COMPUTE_BF16 calls still get bf16 semantics, widened */
+    GEMM_BF16_AUTO,    /* NATIVE or FP32, whichever is faster, measured once per process */
+    GEMM_BF16_WIDENED, /* bf16 semantics (operands rounded to bf16) on fp32 primitives: the
+                          bf16-rounded operands widened on every call; slower than FP32, kept
+                          to run bf16 numerics on a CPU without native bf16 */
 } gemm_bf16_route;
 
-/* Parses "native" | "fp32" | "auto"; error naming the value otherwise. */
+/* Parses "native" | "fp32" | "auto" | "widened"; error naming the value otherwise. */
 bt_status gemm_bf16_route_from_name(const char *name, gemm_bf16_route *out);
 const char *gemm_bf16_route_name(gemm_bf16_route r);
 /* Sets the requested route (what BT_GEMM_BF16 sets); applies to primitives created from now
  * on (call gemm_release() to drop cached ones). */
 void gemm_bf16_route_request(gemm_bf16_route r);
-/* The route bf16 products run on now, never AUTO: FP32 when the backend is not oneDNN or the
- * CPU has no native bf16; the requested route when pinned; under AUTO the result of one
- * measurement (made on the first call, ~0.1-0.3 s: both routes on a 512x3072x768 product
- * with bf16 weights, as a Linear layer runs it, best of 3 after a warm-up; native is chosen
- * only when at least 10% faster, so the pick does not flip on noise where the two are
- * close). Call it at model setup, outside parallel regions, so the measurement uses every
- * thread; the first bf16 gemm() calls it otherwise. */
+/* The route bf16 runs on now, never AUTO:
+ *   - pinned (BT_GEMM_BF16=native|fp32|widened): that route, except NATIVE where there is no
+ *     native bf16 (backend not oneDNN, or the CPU's ISA below avx512_core_bf16), which runs
+ *     WIDENED (the same bf16 semantics);
+ *   - AUTO: FP32 where there is no native bf16 (nothing measured); else the result of one
+ *     measurement (made on the first call, ~0.1-0.3 s): a Linear-shaped 512x3072x768 product
+ *     as the model runs it, native (fp32 activations rounded, bf16 weights) against plain
+ *     fp32 (fp32 activations and weights), best of 3 after a warm-up; NATIVE only when at
+ *     least 10% faster, so the pick does not flip on noise where the two are close.
+ * Call it at model setup, outside parallel regions, so the measurement uses every thread;
+ * the first bf16 gemm() calls it otherwise. */
 gemm_bf16_route gemm_bf16_route_active(void);
+/* What bf16 mode's products request (towers.h model_compute): GEMM_COMPUTE_F32 when the
+ * active route is FP32, else GEMM_COMPUTE_BF16 (and then a bf16 copy of the weights pays). */
+gemm_compute gemm_bf16_mode_compute(void);
 /* One line saying which route bf16 runs on and why (requested, or measured with both
  * rates); resolves AUTO like gemm_bf16_route_active. Static storage. */
 const char *gemm_bf16_route_describe(void);
 /* The AUTO rule alone (for tests): NATIVE when native_s * 1.1 < fp32_s, else FP32. */
 gemm_bf16_route gemm_bf16_route_pick(double native_s, double fp32_s);
 /* Runs the AUTO measurement now (again) and returns the seconds of the best native and
- * fp32-widened call; sets the AUTO result. 0 when oneDNN is not built or the CPU has no
+ * plain fp32 call; sets the AUTO result. 0 when oneDNN is not built or the CPU has no
  * native bf16 (nothing measured, *native_s = *fp32_s = 0). */
 int gemm_bf16_route_measure(double *native_s, double *fp32_s);
 

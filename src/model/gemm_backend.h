@@ -11,11 +11,11 @@
 void gemm_ref_run(const gemm_args *g);
 void gemm_openblas_run(const gemm_args *g);
 int gemm_onednn_built(void);
-/* The requested bf16 route (BT_GEMM_BF16); takes effect for shapes not yet cached
- * (gemm_init_from_env sets it at start). */
-void gemm_onednn_set_bf16_route(gemm_bf16_route r);
-/* The route oneDNN runs bf16 compute on (never AUTO; resolves AUTO by measuring once), and
- * the line saying why (see gemm_bf16_route_describe). */
+/* The requested bf16 route (BT_GEMM_BF16, gemm_bf16_route_request; gemm.c keeps it); takes
+ * effect for shapes not yet cached. */
+gemm_bf16_route gemm_bf16_route_requested(void);
+/* The route oneDNN runs bf16 on (never AUTO; resolves AUTO by measuring once), and the line
+ * saying why (see gemm_bf16_route_active and gemm_bf16_route_describe). */
 gemm_bf16_route gemm_onednn_bf16_route(void);
 const char *gemm_onednn_bf16_describe(void);
 int gemm_onednn_bf16_measure(double *native_s, double *fp32_s);

@@ -18,17 +18,18 @@
  *     GEMM_COMPUTE_BF16 are rounded into per-thread bf16 scratch (bt_bf16_from_f32, round to
  *     nearest even). oneDNN's fpmath_mode=bf16 is not used: it only PERMITS down-conversion,
  *     so the rounding would depend on which implementation oneDNN picks.
- *   - bf16 "fp32" (widen): both operands are packed dense as fp32 after the same bf16
- *     rounding (bf16 operands widened exactly) and an fp32 primitive runs: same semantics.
- *     Used where the ISA lacks avx512_core_bf16 (measured, 2 threads: oneDNN's bf16
- *     emulation under DNNL_MAX_CPU_ISA=AVX512_CORE ran 55-60 GFLOP/s where the fp32
- *     primitive runs 250-300; under AVX2 oneDNN 2.6 has no bf16 matmul at all), when
- *     BT_GEMM_BF16=fp32 asks for it, when the AUTO measurement (below) finds it faster, and
- *     as a fallback if a bf16 primitive is unimplemented.
+ *   - bf16 widened (every route but NATIVE): both operands are packed dense as fp32 after
+ *     the same bf16 rounding (bf16 operands widened exactly) and an fp32 primitive runs: same
+ *     semantics. Used where the ISA lacks avx512_core_bf16 (measured, 2 threads: oneDNN's
+ *     bf16 emulation under DNNL_MAX_CPU_ISA=AVX512_CORE ran 55-60 GFLOP/s where the fp32
+ *     primitive runs 250-300; under AVX2 oneDNN 2.6 has no bf16 matmul at all), under
+ *     BT_GEMM_BF16=widened|fp32 (with fp32, bf16 mode itself asks for fp32 compute, so only
+ *     explicit GEMM_COMPUTE_BF16 callers get here), and as a fallback if a bf16 primitive is
+ *     unimplemented.
  *   - AUTO (the default where the CPU has native bf16): the first bf16 product (or
- *     gemm_bf16_route_active() at model setup) times both routes on one Linear-shaped product
- *     on private primitives (the cache is not touched) and keeps the faster; the result is
- *     kept for the process (gemm_release does not forget it).
+ *     gemm_bf16_route_active() at model setup) times native bf16 against plain fp32 on one
+ *     Linear-shaped product on private primitives (the cache is not touched) and keeps the
+ *     faster; the result is kept for the process (gemm_release does not forget it).
  *
  * Primitive cache: keyed by every field that changes the primitive (shape, transposes, lds,
  * strides, operand types, compute, bias presence, alpha, beta, and the thread context:
@@ -123,7 +124,6 @@ static size_t dn_count;
 static unsigned dn_next_id;
 static dn_thread *dn_threads;
 static _Atomic unsigned dn_generation = 1;
-static _Atomic int dn_route_requested = GEMM_BF16_AUTO;
 /* AUTO's result (-1: not measured yet) and what it measured; written under dn_route_mutex */
 static _Atomic int dn_route_auto = -1;
 static pthread_mutex_t dn_route_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -136,10 +136,6 @@ int gemm_onednn_built(void) {
     return 1;
 }
 
-void gemm_onednn_set_bf16_route(gemm_bf16_route r) {
-    atomic_store(&dn_route_requested, (int)r);
-}
-
 static int dn_isa_has_bf16(void) {
     unsigned bf16_isa = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
     return ((unsigned)dnnl_get_effective_cpu_isa() & bf16_isa) == bf16_isa;
@@ -148,10 +144,13 @@ static int dn_isa_has_bf16(void) {
 static int dn_measure_routes(double *native_s, double *fp32_s);
 
 gemm_bf16_route gemm_onednn_bf16_route(void) {
-    /* native bf16 matmul only where oneDNN dispatches avx512_core_bf16 or better */
-    if (!dn_isa_has_bf16()) return GEMM_BF16_FP32;
-    const int req = atomic_load(&dn_route_requested);
-    if (req != GEMM_BF16_AUTO) return (gemm_bf16_route)req;
+    const gemm_bf16_route req = gemm_bf16_route_requested();
+    /* native bf16 matmul only where oneDNN dispatches avx512_core_bf16 or better; a pinned
+     * bf16 route keeps bf16 semantics there (widened) */
+    if (!dn_isa_has_bf16())
+        return req == GEMM_BF16_NATIVE || req == GEMM_BF16_WIDENED ? GEMM_BF16_WIDENED
+                                                                    : GEMM_BF16_FP32;
+    if (req != GEMM_BF16_AUTO) return req;
     int got = atomic_load(&dn_route_auto);
     if (got >= 0) return (gemm_bf16_route)got;
     double n, f;
@@ -169,10 +168,15 @@ int gemm_onednn_bf16_measure(double *native_s, double *fp32_s) {
 const char *gemm_onednn_bf16_describe(void) {
     static char text[340];
     const gemm_bf16_route r = gemm_onednn_bf16_route();
-    const int req = atomic_load(&dn_route_requested);
-    if (!dn_isa_has_bf16())
+    const gemm_bf16_route req = gemm_bf16_route_requested();
+    if (!dn_isa_has_bf16() && r == GEMM_BF16_FP32)
         snprintf(text, sizeof text,
-                 "fp32 (bf16 operands widened to fp32: oneDNN's isa has no native bf16)");
+                 "fp32 (bf16 mode computes in fp32: oneDNN's isa has no native bf16)");
+    else if (!dn_isa_has_bf16())
+        snprintf(text, sizeof text,
+                 "widened (BT_GEMM_BF16=%s: bf16-rounded operands widened to fp32, oneDNN's isa "
+                 "has no native bf16)",
+                 gemm_bf16_route_name(req));
     else if (req != GEMM_BF16_AUTO)
         snprintf(text, sizeof text, "%s (BT_GEMM_BF16=%s)", gemm_bf16_route_name(r),
                  gemm_bf16_route_name(r));
@@ -184,8 +188,10 @@ const char *gemm_onednn_bf16_describe(void) {
     return text;
 }
 
+/* bf16 compute on an fp32 primitive: every route but NATIVE (under FP32 only explicit
+ * GEMM_COMPUTE_BF16 calls get here; bf16 mode itself requests fp32 compute) */
 static int dn_bf16_widen(void) {
-    return gemm_onednn_bf16_route() == GEMM_BF16_FP32;
+    return gemm_onednn_bf16_route() != GEMM_BF16_NATIVE;
 }
 
 unsigned gemm_onednn_cpu_isa(void) {
@@ -601,8 +607,9 @@ static double dn_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Times both bf16 routes on a Linear forward as the model runs it (fp32 activations
- * (512, 768), bf16 weight (3072, 768) read transposed, fp32 bias), on private primitives
+/* Times the two ways bf16 mode can run a Linear forward (fp32 activations (512, 768), weight
+ * (3072, 768) read transposed, fp32 bias): native (activations rounded, the bf16 weight copy)
+ * and plain fp32 (the fp32 weights, no rounding: route FP32), on private primitives
  * planned for the calling context; best of 3 calls each, interleaved, after one warm-up
  * call each (JIT, page faults). Sets the AUTO result and its text; returns 1. Serialized by
  * dn_route_mutex; a caller that waited finds the result already set and measures nothing. */
@@ -621,8 +628,12 @@ static int dn_measure_routes(double *native_s, double *fp32_s) {
     float *a = bt_alloc((size_t)M * K * sizeof *a), *bias = bt_alloc((size_t)N * sizeof *bias);
     float *c = bt_alloc((size_t)M * N * sizeof *c);
     bt_bf16 *w = bt_alloc((size_t)N * K * sizeof *w);
+    float *wf = bt_alloc((size_t)N * K * sizeof *wf);
     for (size_t i = 0; i < (size_t)M * K; i++) a[i] = 0.03f * (float)((int)(i % 17) - 8);
-    for (size_t i = 0; i < (size_t)N * K; i++) w[i] = bt_bf16_from_f32(0.02f * (float)((int)(i % 13) - 6));
+    for (size_t i = 0; i < (size_t)N * K; i++) {
+        wf[i] = 0.02f * (float)((int)(i % 13) - 6);
+        w[i] = bt_bf16_from_f32(wf[i]);
+    }
     for (size_t i = 0; i < (size_t)N; i++) bias[i] = 0.1f;
     /* clang-format off */
     const gemm_args g = {.trans_b = 1, .m = M, .n = N, .k = K, .a_type = BT_DTYPE_F32,
@@ -630,14 +641,20 @@ static int dn_measure_routes(double *native_s, double *fp32_s) {
                          .ldc = N, .alpha = 1.0f, .bias = bias, .compute = GEMM_COMPUTE_BF16,
                          .batch = 1};
     /* clang-format on */
+    /* the alternative: the same product in plain fp32 on the fp32 weights */
+    gemm_args g32 = g;
+    g32.b_type = BT_DTYPE_F32;
+    g32.b = wf;
+    g32.compute = GEMM_COMPUTE_F32;
+    const gemm_args *run[2] = {&g, &g32};
     dn_entry e[2];
     dnnl_memory_t mem[2][DN_MEMS];
     dnnl_stream_t stream;
     DN_CHECK(dnnl_stream_create(&stream, dn_engine, dnnl_stream_default_flags));
-    for (int r = 0; r < 2; r++) { /* r = 1: widened */
+    for (int r = 0; r < 2; r++) { /* r = 1: plain fp32 */
         memset(&e[r], 0, sizeof e[r]);
         memset(mem[r], 0, sizeof mem[r]);
-        dn_make_key_route(&e[r].key, &g, r);
+        dn_make_key_route(&e[r].key, run[r], 0);
         dn_create(&e[r]);
         for (int i = 0; i < DN_MEMS; i++) {
             if ((i == DN_BIAS && !e[r].key.has_bias) || (i == DN_SCRATCH && !e[r].scratch_bytes))
@@ -649,7 +666,7 @@ static int dn_measure_routes(double *native_s, double *fp32_s) {
     for (int rep = 0; rep < REPS; rep++) {
         for (int r = 0; r < 2; r++) {
             const double t0 = dn_now();
-            dn_execute(&e[r], mem[r], stream, &g);
+            dn_execute(&e[r], mem[r], stream, run[r]);
             const double dt = dn_now() - t0;
             if (rep > 0 && dt < best[r]) best[r] = dt;
         }
@@ -664,11 +681,12 @@ static int dn_measure_routes(double *native_s, double *fp32_s) {
     bt_free(bias);
     bt_free(c);
     bt_free(w);
+    bt_free(wf);
     const gemm_bf16_route pick = gemm_bf16_route_pick(best[0], best[1]);
     const double gf = 2.0 * M * N * K * 1e-9;
     snprintf(dn_route_text, sizeof dn_route_text,
-             "%s (auto: native %.1f GFLOP/s [%s], fp32-widened %.1f GFLOP/s [%s] on %dx%dx%d; "
-             "BT_GEMM_BF16=native|fp32 pins one)",
+             "%s (auto: native %.1f GFLOP/s [%s], fp32 %.1f GFLOP/s [%s] on %dx%dx%d; "
+             "BT_GEMM_BF16=native|fp32|widened pins one)",
              gemm_bf16_route_name(pick), gf / best[0], e[0].impl, gf / best[1], e[1].impl, M, N,
              K);
     dn_route_native_s = *native_s = best[0];
@@ -724,10 +742,6 @@ size_t gemm_onednn_cache_size(void) {
 const char *gemm_onednn_impl_name(const gemm_args *g) {
     (void)g;
     return "n/a";
-}
-
-void gemm_onednn_set_bf16_route(gemm_bf16_route r) {
-    (void)r;
 }
 
 gemm_bf16_route gemm_onednn_bf16_route(void) {

@@ -199,12 +199,11 @@ bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
     const size_t n = m->table.numel;
     m->params = bt_calloc(n * sizeof *m->params);
     m->grads = bt_calloc(n * sizeof *m->grads);
-    if (precision == BT_PRECISION_BF16) {
+    /* the bf16 GEMM route (gemm.h: measured once under BT_GEMM_BF16=auto) is chosen here,
+     * outside any parallel region and before the first step's clock starts; the bf16 weight
+     * copy exists only where bf16 mode computes in bf16 (route FP32: fp32 products) */
+    if (precision == BT_PRECISION_BF16 && gemm_bf16_mode_compute() == GEMM_COMPUTE_BF16)
         m->params_bf16 = bt_calloc(n * sizeof *m->params_bf16);
-        /* the bf16 GEMM route (gemm.h: measured once under BT_GEMM_BF16=auto) is chosen
-         * here, outside any parallel region and before the first step's clock starts */
-        (void)gemm_bf16_route_active();
-    }
     bt_param_views_bind(&m->p, &m->table, m->params);
     bt_param_views_bind(&m->g, &m->table, m->grads);
     m->hidden_dropout = c->hidden_dropout_prob;

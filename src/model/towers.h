@@ -37,8 +37,9 @@ typedef struct bt_norm {
 bt_linear model_linear(const bt_model *m, bt_param_id w, bt_param_id b, int layer);
 bt_norm model_norm(const bt_model *m, bt_param_id w, bt_param_id b, int layer, float eps);
 
+/* bf16 mode computes in bf16 only where that is faster (gemm.h gemm_bf16_mode_compute). */
 static inline gemm_compute model_compute(const bt_model *m) {
-    return m->precision == BT_PRECISION_BF16 ? GEMM_COMPUTE_BF16 : GEMM_COMPUTE_F32;
+    return m->precision == BT_PRECISION_BF16 ? gemm_bf16_mode_compute() : GEMM_COMPUTE_F32;
 }
 
 /* out (n, L.out) = x (n, L.in) · wᵀ + b */
