@@ -336,12 +336,11 @@ static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena
 #endif
     BT_ASSERT(r->requests && r->started);
     r->shard = shard && bt_dist_active(d);
-    if (r->shard) { /* the block layout of every bucket, and this rank's place in recv */
+    if (r->shard) { /* the block layout of every bucket */
         const size_t W = (size_t)d->size;
         r->counts = malloc((r->n_buckets * W + 1) * sizeof *r->counts);
         r->displs = malloc((r->n_buckets * W + 1) * sizeof *r->displs);
-        r->roff = malloc((r->n_buckets + 1) * sizeof *r->roff);
-        BT_ASSERT(r->counts && r->displs && r->roff);
+        BT_ASSERT(r->counts && r->displs);
         for (size_t b = 0; b < r->n_buckets; b++) {
             const size_t o = b * r->bucket, c = n - o < r->bucket ? n - o : r->bucket;
             for (size_t q = 0; q < W; q++) {
@@ -349,11 +348,8 @@ static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena
                 r->counts[b * W + q] = (int)bt_dist_block(c, d->size, (int)q, &lo);
                 r->displs[b * W + q] = (int)lo;
             }
-            r->roff[b] = r->shard_n;
             r->shard_n += (size_t)r->counts[b * W + (size_t)d->rank];
         }
-        r->recv = malloc((r->shard_n + 1) * (r->stage ? sizeof(bt_bf16) : sizeof(float)));
-        BT_ASSERT(r->recv);
     }
     return BT_OK;
 }
@@ -375,8 +371,6 @@ void bt_dist_reducer_free(bt_dist_reducer *r) {
 #endif
     free(r->op);
     free(r->stage);
-    free(r->recv);
-    free(r->roff);
     free(r->counts);
     free(r->displs);
     if (r->mutex) pthread_mutex_destroy(r->mutex);
@@ -405,16 +399,16 @@ static void poll_buckets(bt_dist_reducer *r) {
 static void launch_bucket(bt_dist_reducer *r, size_t b) {
     const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
     MPI_Request *req = &((MPI_Request *)r->requests)[b];
-    if (r->shard) { /* ZeRO-1: this rank receives the sum of its block only */
+    if (r->shard) { /* ZeRO-1: this rank receives the sum of its block only, in place (the
+                       * result lands at the start of the bucket; finish moves it) */
         const size_t W = (size_t)r->d->size;
         if (r->stage) {
             for (size_t i = 0; i < c; i++) r->stage[o + i] = bt_bf16_from_f32(r->arena[o + i]);
-            MPI_Ireduce_scatter(r->stage + o, (bt_bf16 *)r->recv + r->roff[b],
-                                r->counts + b * W, MPI_UINT16_T, *(MPI_Op *)r->op,
-                                MPI_COMM_WORLD, req);
+            MPI_Ireduce_scatter(MPI_IN_PLACE, r->stage + o, r->counts + b * W, MPI_UINT16_T,
+                                *(MPI_Op *)r->op, MPI_COMM_WORLD, req);
         } else {
-            MPI_Ireduce_scatter(r->arena + o, (float *)r->recv + r->roff[b], r->counts + b * W,
-                                MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, req);
+            MPI_Ireduce_scatter(MPI_IN_PLACE, r->arena + o, r->counts + b * W, MPI_FLOAT,
+                                MPI_SUM, MPI_COMM_WORLD, req);
         }
     } else if (r->stage) {
         for (size_t i = 0; i < c; i++) r->stage[o + i] = bt_bf16_from_f32(r->arena[o + i]);
@@ -549,17 +543,17 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     r->inflight = 0;
     r->n_queue = r->q_next = 0;
     const float inv = 1.0f / (float)r->d->size;
-    if (r->shard) { /* this rank's averaged blocks back into the arena */
+    if (r->shard) { /* this rank's sums, at the start of each bucket, to its block, averaged */
         const size_t W = (size_t)r->d->size, me = (size_t)r->d->rank;
         for (size_t b = 0; b < r->n_buckets; b++) {
-            const size_t c = (size_t)r->counts[b * W + me];
-            float *a = r->arena + b * r->bucket + (size_t)r->displs[b * W + me];
+            const size_t o = b * r->bucket, c = (size_t)r->counts[b * W + me];
+            float *a = r->arena + o + (size_t)r->displs[b * W + me];
             if (r->stage) {
-                const bt_bf16 *w = (const bt_bf16 *)r->recv + r->roff[b];
+                const bt_bf16 *w = r->stage + o;
                 for (size_t i = 0; i < c; i++) a[i] = bt_f32_from_bf16(w[i]) * inv;
-            } else {
-                const float *w = (const float *)r->recv + r->roff[b];
-                for (size_t i = 0; i < c; i++) a[i] = w[i] * inv;
+            } else { /* overlapping move to a higher address: from the end */
+                const float *w = r->arena + o;
+                for (size_t i = c; i-- > 0;) a[i] = w[i] * inv;
             }
         }
         return BT_OK;

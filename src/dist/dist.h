@@ -124,11 +124,9 @@ typedef struct bt_dist_reducer {
     void *mutex;            /* pthread_mutex_t * */
     volatile int stop;
     uint16_t *stage;        /* (n) bf16 copy on the wire, NULL for fp32 */
-    /* ZeRO-1 (bt_dist_reducer_init_sharded): reduce-scatter into recv, all-gather of blocks */
+    /* ZeRO-1 (bt_dist_reducer_init_sharded): reduce-scatter in place, all-gather of blocks */
     int shard;
     size_t shard_n;         /* floats of this rank's blocks (Σ over buckets) */
-    void *recv;             /* (shard_n) float, or bt_bf16 with the bf16 wire */
-    size_t *roff;           /* (n_buckets) offset of this rank's block in recv */
     int *counts, *displs;   /* (n_buckets, size) block lengths / offsets in the bucket */
     void *op;               /* MPI_Op * of the bf16 sum */
     double t_wait;          /* seconds waited in the last finish */
@@ -141,10 +139,12 @@ typedef struct bt_dist_reducer {
  * widened back into the arena at the end: half the bytes on the wire. */
 bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
                                size_t bucket_bytes, int wire_bf16);
-/* The same, sharded (ZeRO-1): each bucket is reduce-scattered (MPI_Ireduce_scatter, sum)
- * so that finish leaves the average over the ranks in this rank's blocks of the arena only
- * (the other blocks keep this rank's own, unaveraged sums: read them no more); the bf16 wire
- * applies to the reduce-scatter. World size 1: the plain reducer (a no-op). */
+/* The same, sharded (ZeRO-1): each bucket is reduce-scattered (MPI_Ireduce_scatter, sum,
+ * in place: MPI leaves this rank's block of the sum at the start of the bucket, and finish
+ * moves it to the block's place, scaled by 1/size; no receive buffer), so that finish
+ * leaves the average over the ranks in this rank's blocks of the arena only (the rest of
+ * the arena is scratch afterwards: read it no more); the bf16 wire applies to the
+ * reduce-scatter. World size 1: the plain reducer (a no-op). */
 bt_status bt_dist_reducer_init_sharded(bt_dist_reducer *r, const bt_dist *d, float *arena,
                                        size_t n, size_t bucket_bytes, int wire_bf16);
 void bt_dist_reducer_free(bt_dist_reducer *r);

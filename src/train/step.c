@@ -206,17 +206,7 @@ void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
 size_t bt_trainer_optim_bytes(const bt_trainer *tr, size_t *full_bytes) {
     const bt_param_table *t = &tr->model->table;
     if (full_bytes) *full_bytes = 2 * sizeof(float) * bt_adamw_trained_numel(t, &tr->cfg.groups);
-    size_t bytes = 2 * sizeof(float) * tr->opt.mnumel;
-    if (tr->zero) { /* + the reduce-scatter's receive buffer (this rank's blocks) */
-        const size_t bucket = bt_dist_bucket_floats(t->numel, tr->bucket_bytes);
-        const int W = tr->dist->size;
-        for (size_t o = 0; o < t->numel; o += bucket) {
-            size_t lo;
-            bytes += bt_dist_block(t->numel - o < bucket ? t->numel - o : bucket, W,
-                                   tr->dist->rank, &lo) * (tr->wire_bf16 ? 2 : 4);
-        }
-    }
-    return bytes;
+    return 2 * sizeof(float) * tr->opt.mnumel;
 }
 
 bt_status bt_trainer_gather_optim(bt_trainer *tr, bt_adamw *full, const bt_adamw **out) {
@@ -577,18 +567,19 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
 
     /* data parallel, last micro-batch: each bucket is launched as soon as the backward has
      * finished every tensor it overlaps (step.h, docs/distributed.md) */
-    const int overlap = d && k + 1 == n_micro;
+    if (d && k + 1 == n_micro && tr->ov_bucket != tr->red.bucket) { /* once per trainer */
+        free(tr->ov_order);
+        free(tr->ov_pos);
+        tr->ov_order = malloc((tr->red.n_buckets + 1) * sizeof *tr->ov_order);
+        tr->ov_pos = malloc((tr->red.n_buckets + 1) * sizeof *tr->ov_pos);
+        BT_ASSERT(tr->ov_order && tr->ov_pos);
+        tr->ov_n = bt_step_overlap_schedule(&m->table, tr->red.bucket, tr->ov_order,
+                                            tr->ov_pos);
+        tr->ov_bucket = tr->red.bucket;
+        tr->ov_off = getenv("BT_DIST_NO_OVERLAP") != NULL; /* to measure what it saves */
+    }
+    const int overlap = d && k + 1 == n_micro && !tr->ov_off;
     if (overlap) {
-        if (tr->ov_bucket != tr->red.bucket) { /* the schedule, once per trainer */
-            free(tr->ov_order);
-            free(tr->ov_pos);
-            tr->ov_order = malloc((tr->red.n_buckets + 1) * sizeof *tr->ov_order);
-            tr->ov_pos = malloc((tr->red.n_buckets + 1) * sizeof *tr->ov_pos);
-            BT_ASSERT(tr->ov_order && tr->ov_pos);
-            tr->ov_n = bt_step_overlap_schedule(&m->table, tr->red.bucket, tr->ov_order,
-                                                tr->ov_pos);
-            tr->ov_bucket = tr->red.bucket;
-        }
         tr->ov_next = 0;
         launch_final(tr, -1); /* buckets no backward writes */
         m->grads_final = on_grads_final;

@@ -60,8 +60,10 @@
  *             embeddings, each vision block), and progresses during the rest of the
  *             backward (dist.h's progress thread). Every rank launches the buckets in the
  *             schedule's order (it depends on the parameter table and bucket size only; an
- *             event that does not fire only delays a prefix of it), as MPI requires. The
- *             grad norm, clip and AdamW then run on identical gradients on every rank.
+ *             event that does not fire only delays a prefix of it), as MPI requires
+ *             (BT_DIST_NO_OVERLAP=1 in the environment: every bucket is launched at the
+ *             wait instead, to measure what the overlap saves). The grad norm, clip and
+ *             AdamW then run on identical gradients on every rank.
  * ZeRO-1 (zero_stage 1 in bt_trainer_set_dist): tr->opt holds the moments of this rank's
  * blocks of the arena only (bt_dist_shard_ranges: block r of every bucket); the buckets are
  * reduce-scattered instead of all-reduced (same launches, same overlap), so finish leaves
@@ -191,6 +193,7 @@ typedef struct bt_trainer {
     size_t *ov_order;                      /* (ov_n) bucket indices in launch order */
     int *ov_pos;                           /* (ov_n) event position each one waits for */
     size_t ov_n, ov_next, ov_bucket;       /* buckets, launched so far, bucket floats */
+    int ov_off;                            /* BT_DIST_NO_OVERLAP set: all launched at the wait */
     int64_t *counts;                       /* (2 · size) rows and masked tokens per rank */
     float *gbuf;                           /* (4, N, C) gathered image / cross cols + grads */
     uint64_t *gkeys;                       /* (2, N) gathered duplicate keys */
@@ -221,9 +224,9 @@ double bt_step_overlap_share(const bt_param_table *t, size_t bucket);
 void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
                          int wire_bf16, int zero_stage);
 
-/* This rank's optimizer-state bytes: the AdamW moments it holds (its shard under ZeRO-1,
- * plus the shard's reduce-scatter receive buffer); *full_bytes (may be NULL) = the moments
- * of every trained parameter, what one unsharded rank holds. */
+/* This rank's optimizer-state bytes: the AdamW moments it holds (its shard under ZeRO-1;
+ * the reduce-scatter works in place, no other buffer); *full_bytes (may be NULL) = the
+ * moments of every trained parameter, what one unsharded rank holds. */
 size_t bt_trainer_optim_bytes(const bt_trainer *tr, size_t *full_bytes);
 
 /* The trainer's optimizer state as one full (unsharded) optimizer, for a checkpoint.

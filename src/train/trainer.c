@@ -403,8 +403,8 @@ static bt_status memory_plan(job *j) {
     const size_t weights = numel * (4 + 4 + (rc->train.precision == BT_PRECISION_BF16 ? 2 : 0));
     char a[32], w[32], o[32], f[32], t[32], zero[160] = "";
     if (j->tr.zero)
-        snprintf(zero, sizeof zero, " (ZeRO-1: this rank's shard of %s over %d ranks, with its "
-                 "gradient receive buffer)", bt_mem_format(f, sizeof f, full_optim), j->dist.size);
+        snprintf(zero, sizeof zero, " (ZeRO-1: this rank's shard of %s over %d ranks)",
+                 bt_mem_format(f, sizeof f, full_optim), j->dist.size);
     else if (rc->dist.zero_stage)
         snprintf(zero, sizeof zero, " (dist.zero_stage %lld: no effect on one process)",
                  (long long)rc->dist.zero_stage);
