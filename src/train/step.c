@@ -596,13 +596,14 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
 }
 
 /* ZeRO-1, after this rank's AdamW: every rank's updated blocks to every rank, and the bf16
- * shadow of the blocks received (the own ones were written by the update). */
-static void gather_weights(bt_trainer *tr, bt_step_result *res) {
+ * shadow of the blocks received (the own ones were written by the update). Returns the
+ * seconds of the all-gather (counted in t_comm, not in t_optimizer). */
+static double gather_weights(bt_trainer *tr, bt_step_result *res) {
     bt_model *m = tr->model;
     bt_dist_reducer *r = &tr->red;
     st_ok(bt_dist_reducer_allgather(r, m->params));
     res->t_comm += r->t_wait;
-    if (!m->params_bf16) return;
+    if (!m->params_bf16) return r->t_wait;
     for (size_t o = 0; o < r->n; o += r->bucket) {
         const size_t c = r->n - o < r->bucket ? r->n - o : r->bucket;
         size_t lo;
@@ -610,6 +611,7 @@ static void gather_weights(bt_trainer *tr, bt_step_result *res) {
         bf16_from_f32(m->params_bf16 + o, m->params + o, lo);
         bf16_from_f32(m->params_bf16 + o + lo + len, m->params + o + lo + len, c - lo - len);
     }
+    return r->t_wait;
 }
 
 bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_micro,
@@ -706,10 +708,10 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     bt_adamw_hparams h = c->adamw;
     h.lr = res->lr;
     bt_adamw_step(&tr->opt, m->params, m->grads, res->clip_coef, &h, m->params_bf16);
-    if (tr->zero) gather_weights(tr, res);
+    const double t_gather = tr->zero ? gather_weights(tr, res) : 0.0;
     tr->step++;
     const double t_end = now_s();
-    res->t_optimizer = t_end - t_opt;
+    res->t_optimizer = t_end - t_opt - t_gather;
     res->t_total = t_end - t_start;
     return BT_OK;
 }
