@@ -2,13 +2,18 @@
  * a randomly initialized BridgeTower, the bt half of scripts/bench_side_by_side.py.
  *
  *   bench_step [--config NAME|DIR] [--batch B] [--text T] [--steps N] [--mode train|infer]
- *              [--precision fp32|bf16] [--quick] [--flops-only] [--estimate]
+ *              [--precision fp32|bf16] [--memory full|checkpoint|forward-only] [--checkpoint]
+ *              [--quick] [--flops-only] [--estimate]
  *
  * train: the project's one training step, bt_train_step (src/train/step.h): ITC loss only
  *   (HF's three contrastive cross entropies; the ITC head is built, ITM and MLM are not),
  *   training-mode dropout, backward, global-norm clip 1.0, fused AdamW (lr 1e-5, wd 0.01).
  * infer: bt_forward of the backbone and the ITC head in eval mode (no dropout, no backward):
  *   the text, image and cross-modal embeddings bt-embed writes for retrieval.
+ * --memory: the activation memory mode (model.h "Memory modes"); default full for train,
+ *   forward-only for infer (which then also frees the parameter gradients, as bt-embed does;
+ *   --memory full gives the training layout). --checkpoint = --memory checkpoint (train:
+ *   gradient checkpointing, run config train.gradient_checkpointing).
  * Inputs: token ids uniform over the vocabulary (not the 3 special ids), all-ones mask,
  * pixels N(0, 1); weights by HF's init rules (seed 1). Defaults: bridgetower-base, B 8, T 40,
  * 4 steps. --quick: the tiny config (32 px), B 4, T 16, 3 steps (a smoke test in seconds).
@@ -19,7 +24,8 @@
  * forward, x3 for a training step), achieved GFLOP/s, and for train the step's own phase
  * times (towers/cross forward, losses, backward, optimizer + clip; medians).
  * --flops-only prints the JSON without running; --estimate adds parameter and activation bytes
- * (the side-by-side script decides from them whether the large model fits in memory).
+ * of the chosen memory mode (the side-by-side script decides from them whether the large
+ * model fits in memory).
  *
  * Deliberately not here: PyTorch (the script runs the twin), the GEMM peak (bench_gemm.c),
  * correctness (the step's own tests). */
@@ -87,12 +93,13 @@ static const char *config_path(const char *name) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_step [--config NAME|DIR] [--batch B] [--text T] [--steps N] "
-                    "[--mode train|infer] [--precision fp32|bf16] [--quick] [--flops-only] "
-                    "[--estimate]\n");
+                    "[--mode train|infer] [--precision fp32|bf16] "
+                    "[--memory full|checkpoint|forward-only] [--checkpoint] [--quick] "
+                    "[--flops-only] [--estimate]\n");
 }
 
 int main(int argc, char **argv) {
-    const char *config = "bridgetower-base", *mode = "train", *prec = "fp32";
+    const char *config = "bridgetower-base", *mode = "train", *prec = "fp32", *memory = NULL;
     long B = 8, T = 40, steps = 4;
     int flops_only = 0, estimate = 0;
     for (int i = 1; i < argc; i++) {
@@ -103,6 +110,10 @@ int main(int argc, char **argv) {
             flops_only = 1;
         } else if (strcmp(a, "--estimate") == 0) {
             estimate = 1;
+        } else if (strcmp(a, "--checkpoint") == 0) {
+            memory = "checkpoint";
+        } else if (v && strcmp(a, "--memory") == 0) {
+            memory = argv[++i];
         } else if (v && strcmp(a, "--config") == 0) {
             config = argv[++i];
         } else if (v && strcmp(a, "--mode") == 0) {
@@ -124,7 +135,17 @@ int main(int argc, char **argv) {
         }
     }
     const int train = strcmp(mode, "train") == 0, bf16 = strcmp(prec, "bf16") == 0;
-    if ((!train && strcmp(mode, "infer") != 0) || (!bf16 && strcmp(prec, "fp32") != 0)) {
+    if (!memory) memory = train ? "full" : "forward-only";
+    bt_act_mode act_mode = BT_ACTS_FULL;
+    int known_memory = 0;
+    for (int k = BT_ACTS_FULL; k <= BT_ACTS_FORWARD_ONLY; k++)
+        if (strcmp(memory, bt_act_mode_name((bt_act_mode)k)) == 0)
+            act_mode = (bt_act_mode)k, known_memory = 1;
+    if ((!train && strcmp(mode, "infer") != 0) || (!bf16 && strcmp(prec, "fp32") != 0) ||
+        !known_memory || (train && act_mode == BT_ACTS_FORWARD_ONLY)) {
+        if (train && act_mode == BT_ACTS_FORWARD_ONLY)
+            fprintf(stderr, "bench_step: --memory forward-only has no backward: not with "
+                            "--mode train\n");
         usage();
         return 2;
     }
@@ -159,16 +180,17 @@ int main(int argc, char **argv) {
                       "{\"impl\": \"bt\", \"mode\": \"%s\", \"precision\": \"%s\", "
                       "\"config\": \"%s\", \"B\": %ld, \"T\": %ld, \"R\": %zu, \"threads\": %d, "
                       "\"isa\": \"%s\", \"gemm\": \"%s\", \"gemm_bf16_route\": \"%s\", "
-                      "\"flops_per_step\": %.6e",
+                      "\"memory\": \"%s\", \"flops_per_step\": %.6e",
                       mode, prec, config, B, T, R, threads, bt_isa_name(bt_cpu_isa_active()),
                       gemm_backend_name(gemm_get_backend()),
                       /* bf16 only: the AUTO route is measured on first use (gemm.h) */
-                      bf16 ? gemm_bf16_route_name(gemm_bf16_route_active()) : "n/a", flops);
+                      bf16 ? gemm_bf16_route_name(gemm_bf16_route_active()) : "n/a", memory,
+                      flops);
     if (estimate) {
         bt_param_table table;
         bt_param_table_init(&table, &c, BT_HEADS_ITC);
-        const size_t act =
-            bt_model_activation_bytes(&c, BT_HEADS_ITC, precision, nb, nb, nb, 0, nt);
+        const size_t act = bt_model_activation_bytes_mode(&c, BT_HEADS_ITC, precision, act_mode,
+                                                          nb, nb, nb, 0, nt);
         snprintf(head + hn, sizeof head - (size_t)hn,
                  ", \"param_count\": %zu, \"activation_bytes\": %zu", table.numel, act);
         bt_param_table_free(&table);
@@ -184,6 +206,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     bt_model_init_params(&m, 1);
+    /* forward-only inference needs no parameter gradients either (bt-embed frees them) */
+    if (act_mode == BT_ACTS_FORWARD_ONLY) bt_model_free_grads(&m);
+    bt_model_set_act_mode(&m, act_mode);
     tu_rng rng;
     tu_rng_seed(&rng, 2026);
     int32_t *ids = malloc(nb * nt * sizeof *ids);

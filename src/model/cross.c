@@ -145,6 +145,9 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
 /* d->out (complete) -> dx += d(own input), de += d(other side's input). */
 static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float *dx, float *de,
                                  const float *x, const float *e) {
+    /* checkpointing: the internals again, same dropout masks (out gets the same bits) */
+    if (model_layer_recompute(m, s->side ? BT_GROUP_CROSS_IMAGE : BT_GROUP_CROSS_TEXT))
+        cross_layer_forward(m, s, k, x, e);
     const bt_cross_layer_acts *a = s->side ? &m->acts.xi[k] : &m->acts.xt[k];
     bt_cross_layer_acts *d = s->side ? &m->dacts.xi[k] : &m->dacts.xt[k];
     const cross_layer_params p = cross_layer_params_get(m, s->side, k);

@@ -223,6 +223,8 @@ void bt_model_free(bt_model *m) {
     arena_free(&m->pair_act);
     arena_free(&m->pair_dact);
     arena_free(&m->hf_mem);
+    arena_free(&m->layer_act);
+    arena_free(&m->layer_dact);
     bt_free(m->params);
     bt_free(m->grads);
     bt_free(m->params_bf16);
@@ -255,18 +257,50 @@ void bt_zero_grad(bt_model *m) {
     if (m->grads) memset(m->grads, 0, m->table.numel * sizeof *m->grads);
 }
 
+void bt_model_set_act_mode(bt_model *m, bt_act_mode mode) {
+    BT_ASSERT(mode == BT_ACTS_FULL || mode == BT_ACTS_CHECKPOINT ||
+              mode == BT_ACTS_FORWARD_ONLY);
+    if (mode == m->act_mode) return;
+    m->act_mode = mode;
+    m->have_towers = m->have_pairs = 0; /* the slots move: the next forward places them */
+}
+
+const char *bt_act_mode_name(bt_act_mode mode) {
+    return mode == BT_ACTS_CHECKPOINT     ? "checkpoint"
+           : mode == BT_ACTS_FORWARD_ONLY ? "forward-only"
+                                          : "full";
+}
+
+void bt_model_free_grads(bt_model *m) {
+    bt_free(m->grads);
+    m->grads = NULL;
+    memset(&m->g, 0, sizeof m->g);
+    bt_model_set_act_mode(m, BT_ACTS_FORWARD_ONLY);
+}
+
+int model_layer_recompute(bt_model *m, int group) {
+    if (m->act_mode != BT_ACTS_CHECKPOINT) return 0;
+    if (m->group_grad_bytes[group]) memset(m->layer_dact.mem, 0, m->group_grad_bytes[group]);
+    return 1;
+}
+
 /* --- activation layout -------------------------------------------------------------------
  * One walk per arena assigns every slot; slot() is a slot with a gradient, slot_ng() one
  * without (statistics, probabilities, gathered rows, copied inputs): in the gradient walk it
  * is NULL and takes no space. A walk with base NULL only counts; bt_model_activation_bytes,
  * the memory check and the allocation all use these walks. Slots are 64-byte aligned. The
  * d_* output slots come first, so a gradient arena is [outputs | internal] (bt_arena.head).
- * `approx` follows `off` in double so absurd shapes are reported instead of wrapping. */
+ * `approx` follows `off` in double so absurd shapes are reported instead of wrapping.
+ *
+ * Memory modes (model.h): in BT_ACTS_FULL everything goes to the phase arena's walk. In the
+ * other modes a second walk lays out the shared scratch as a union of groups: each group
+ * starts at offset 0 (group_open), the scratch's size is the largest group (top). A group's
+ * slots are used by one stage of the forward (and, checkpointing, of the backward) only. */
 
 typedef struct arena_walk {
     unsigned char *base;
-    size_t off;
-    double approx;
+    size_t off, top;            /* top: the largest off reached (groups restart at 0) */
+    double approx, top_approx;
     int grad;
 } arena_walk;
 
@@ -280,6 +314,15 @@ typedef struct input_slots {
     uint64_t *text_keys, *image_keys, *pair_keys;
     bt_pair *pairs;
 } input_slots;
+
+/* One phase's layout: the phase arena's walk w, the shared scratch's walk s (= w in
+ * BT_ACTS_FULL), the mode, and the group being laid out in s with each group's bytes. */
+typedef struct layout {
+    arena_walk *w, *s;
+    bt_act_mode mode;
+    int group;                  /* open group of s, -1 none */
+    size_t groups[BT_GROUP_COUNT];
+} layout;
 
 static void *take(arena_walk *w, size_t n, size_t elem) {
     w->off = (w->off + 63) / 64 * 64;
@@ -297,11 +340,88 @@ static float *slot_ng(arena_walk *w, size_t n) {
     return w->grad ? NULL : slot(w, n);
 }
 
+/* Aligns the end and records the high-water mark. */
 static void walk_end(arena_walk *w) {
     w->off = (w->off + 63) / 64 * 64;
     w->approx = ceil(w->approx / 64.0) * 64.0;
+    if (w->off > w->top) w->top = w->off;
+    if (w->approx > w->top_approx) w->top_approx = w->approx;
 }
 
+static void group_close(layout *L) {
+    if (L->group < 0) return;
+    walk_end(L->s);
+    if (L->s->off > L->groups[L->group]) L->groups[L->group] = L->s->off;
+    L->group = -1;
+}
+
+/* The walk for the slots of one group: the scratch from offset 0 (shared modes), else the
+ * phase arena. */
+static arena_walk *group_open(layout *L, int group) {
+    if (L->mode == BT_ACTS_FULL) return L->w;
+    group_close(L);
+    L->s->off = 0;
+    L->s->approx = 0.0;
+    L->group = group;
+    return L->s;
+}
+
+/* Forward-only intermediates: their own group in BT_ACTS_FORWARD_ONLY, else the arena. */
+static arena_walk *forward_group(layout *L) {
+    return L->mode == BT_ACTS_FORWARD_ONLY ? group_open(L, BT_GROUP_FORWARD) : L->w;
+}
+
+/* Hidden states h[0..layers] of a tower, each (n): one slot per state, except in
+ * BT_ACTS_FORWARD_ONLY where the states below `split` (read by the next layer only, no
+ * bridge) alternate between two buffers. */
+static void hidden_layout(float **h, layout *L, int layers, int split, size_t n) {
+    for (int l = 0; l <= layers; l++)
+        h[l] = L->mode == BT_ACTS_FORWARD_ONLY && l >= 2 && l < split ? h[l - 2] : slot(L->w, n);
+}
+
+static void text_layer_layout(bt_text_layer_acts *x, arena_walk *w, const bt_model_config *c,
+                              size_t Bt, size_t T) {
+    const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
+    const size_t NH = (size_t)c->text_heads, Nt = Bt * T;
+    x->q = slot(w, Nt * Ht);
+    x->k = slot(w, Nt * Ht);
+    x->v = slot(w, Nt * Ht);
+    x->probs = slot_ng(w, Bt * NH * T * T);
+    x->ctx = slot(w, Nt * Ht);
+    x->attn_lin = slot(w, Nt * Ht);
+    x->res1 = slot(w, Nt * Ht);
+    x->mean1 = slot_ng(w, Nt);
+    x->rstd1 = slot_ng(w, Nt);
+    x->a = slot(w, Nt * Ht);
+    x->f_pre = slot(w, Nt * It);
+    x->f = slot(w, Nt * It);
+    x->ffn_lin = slot(w, Nt * Ht);
+    x->res2 = slot(w, Nt * Ht);
+    x->mean2 = slot_ng(w, Nt);
+    x->rstd2 = slot_ng(w, Nt);
+}
+
+static void vit_layer_layout(bt_vit_layer_acts *x, arena_walk *w, const bt_model_config *c,
+                             size_t Bi) {
+    const size_t Hv = (size_t)c->vision_hidden, Np = (size_t)c->np, Nv = Bi * Np;
+    const size_t NH = (size_t)c->vision_heads;
+    x->y1 = slot(w, Nv * Hv);
+    x->mean1 = slot_ng(w, Nv);
+    x->rstd1 = slot_ng(w, Nv);
+    x->qkv = slot(w, Nv * 3 * Hv);
+    x->probs = slot_ng(w, Bi * NH * Np * Np);
+    x->ctx = slot(w, Nv * Hv);
+    x->attn_out = slot(w, Nv * Hv);
+    x->x_mid = slot(w, Nv * Hv);
+    x->y2 = slot(w, Nv * Hv);
+    x->mean2 = slot_ng(w, Nv);
+    x->rstd2 = slot_ng(w, Nv);
+    x->f_pre = slot(w, Nv * 4 * Hv);
+    x->f = slot(w, Nv * 4 * Hv);
+    x->mlp_out = slot(w, Nv * Hv);
+}
+
+/* A cross layer's internals (everything but `out`, which the caller places). */
 static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_model_config *c,
                                size_t B, size_t T1, size_t T2) {
     const size_t H = (size_t)c->hidden, I = (size_t)c->text_intermediate;
@@ -332,20 +452,20 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
     x->res3 = slot(w, N1 * H);
     x->mean3 = slot_ng(w, N1);
     x->rstd3 = slot_ng(w, N1);
-    x->out = slot(w, N1 * H);
 }
 
 /* The towers arena: (Bt, Bi, T). *head = end of the d_* output slots. */
-static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, arena_walk *w,
+static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout *L,
                           const phase_dims *d, size_t *head) {
     const bt_model_config *c = &m->cfg;
+    arena_walk *w = L->w;
     const size_t Bt = d->Bt, Bi = d->Bi, T = d->T;
-    const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
+    const size_t Ht = (size_t)c->text_hidden;
     const size_t Hv = (size_t)c->vision_hidden, Np = (size_t)c->np, H = (size_t)c->hidden;
     const size_t Nt = Bt * T, Nv = Bi * Np, Gp = Bi * (size_t)c->num_patches;
     const size_t C = (size_t)c->contrastive_hidden;
     const size_t PP = (size_t)c->patch_size, CH = (size_t)c->num_channels;
-    const int itc = (m->heads & BT_HEADS_ITC) != 0;
+    const int itc = (m->heads & BT_HEADS_ITC) != 0, full = L->mode == BT_ACTS_FULL;
     /* outputs whose gradient a loss writes */
     a->itc_t = itc ? slot(w, Bt * C) : NULL;
     a->itc_i = itc ? slot(w, Bi * C) : NULL;
@@ -359,66 +479,49 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, arena_
         in->text_keys = take(w, Bt, sizeof(uint64_t));
         in->image_keys = take(w, Bi, sizeof(uint64_t));
     }
-    /* text */
-    a->text_emb = slot(w, Nt * Ht);
-    a->text_pos_rows = slot_ng(w, Nt * Ht);
-    a->text_emb_mean = slot_ng(w, Nt);
-    a->text_emb_rstd = slot_ng(w, Nt);
-    a->text_emb_ln = slot(w, Nt * Ht);
-    for (int l = 0; l <= c->text_layers; l++) a->text_h[l] = slot(w, Nt * Ht);
-    for (int l = 0; l < c->text_layers; l++) {
-        bt_text_layer_acts *x = &a->text_layers[l];
-        const size_t NH = (size_t)c->text_heads;
-        x->q = slot(w, Nt * Ht);
-        x->k = slot(w, Nt * Ht);
-        x->v = slot(w, Nt * Ht);
-        x->probs = slot_ng(w, Bt * NH * T * T);
-        x->ctx = slot(w, Nt * Ht);
-        x->attn_lin = slot(w, Nt * Ht);
-        x->res1 = slot(w, Nt * Ht);
-        x->mean1 = slot_ng(w, Nt);
-        x->rstd1 = slot_ng(w, Nt);
-        x->a = slot(w, Nt * Ht);
-        x->f_pre = slot(w, Nt * It);
-        x->f = slot(w, Nt * It);
-        x->ffn_lin = slot(w, Nt * Ht);
-        x->res2 = slot(w, Nt * Ht);
-        x->mean2 = slot_ng(w, Nt);
-        x->rstd2 = slot_ng(w, Nt);
-    }
     a->key_bias = slot_ng(w, Nt);
-    /* vision */
-    a->patches = slot_ng(w, Gp * CH * PP * PP);
-    a->patch_emb = slot(w, Gp * Hv);
-    a->vis_emb = slot(w, Nv * Hv);
-    a->vis_emb_mean = slot_ng(w, Nv);
-    a->vis_emb_rstd = slot_ng(w, Nv);
-    for (int l = 0; l <= c->vision_layers; l++) a->vis_h[l] = slot(w, Nv * Hv);
-    for (int l = 0; l < c->vision_layers; l++) {
-        bt_vit_layer_acts *x = &a->vis_layers[l];
-        const size_t NH = (size_t)c->vision_heads;
-        x->y1 = slot(w, Nv * Hv);
-        x->mean1 = slot_ng(w, Nv);
-        x->rstd1 = slot_ng(w, Nv);
-        x->qkv = slot(w, Nv * 3 * Hv);
-        x->probs = slot_ng(w, Bi * NH * Np * Np);
-        x->ctx = slot(w, Nv * Hv);
-        x->attn_out = slot(w, Nv * Hv);
-        x->x_mid = slot(w, Nv * Hv);
-        x->y2 = slot(w, Nv * Hv);
-        x->mean2 = slot_ng(w, Nv);
-        x->rstd2 = slot_ng(w, Nv);
-        x->f_pre = slot(w, Nv * 4 * Hv);
-        x->f = slot(w, Nv * 4 * Hv);
-        x->mlp_out = slot(w, Nv * Hv);
+    /* text: embeddings (LN input / output), hidden states, layers */
+    arena_walk *e = forward_group(L);
+    a->text_emb = slot(e, Nt * Ht);
+    a->text_pos_rows = slot_ng(e, Nt * Ht);
+    a->text_emb_mean = slot_ng(e, Nt);
+    a->text_emb_rstd = slot_ng(e, Nt);
+    a->text_emb_ln = slot(e, Nt * Ht);
+    hidden_layout(a->text_h, L, c->text_layers, c->split, Nt * Ht);
+    for (int l = 0; l < c->text_layers; l++) {
+        if (l == 0 || full)
+            text_layer_layout(&a->text_layers[l], group_open(L, BT_GROUP_TEXT), c, Bt, T);
+        else
+            a->text_layers[l] = a->text_layers[0];
     }
-    /* the uni-modal halves of the bridges */
+    /* vision */
+    e = forward_group(L);
+    a->patches = slot_ng(e, Gp * CH * PP * PP);
+    a->patch_emb = slot(e, Gp * Hv);
+    a->vis_emb = slot(e, Nv * Hv);
+    a->vis_emb_mean = slot_ng(e, Nv);
+    a->vis_emb_rstd = slot_ng(e, Nv);
+    hidden_layout(a->vis_h, L, c->vision_layers, c->split, Nv * Hv);
+    for (int l = 0; l < c->vision_layers; l++) {
+        if (l == 0 || full)
+            vit_layer_layout(&a->vis_layers[l], group_open(L, BT_GROUP_VIT), c, Bi);
+        else
+            a->vis_layers[l] = a->vis_layers[0];
+    }
+    /* the uni-modal halves of the bridges (forward-only: one ln_post output for all k) */
+    e = forward_group(L);
     for (int k = 0; k < c->cross_layers; k++) {
         bt_bridge_acts *br = &a->bridges[k];
         br->ut = slot(w, Nt * H);
-        br->lnp = slot(w, Nv * Hv);
-        br->lnp_mean = slot_ng(w, Nv);
-        br->lnp_rstd = slot_ng(w, Nv);
+        if (k == 0 || L->mode != BT_ACTS_FORWARD_ONLY) {
+            br->lnp = slot(e, Nv * Hv);
+            br->lnp_mean = slot_ng(e, Nv);
+            br->lnp_rstd = slot_ng(e, Nv);
+        } else {
+            br->lnp = a->bridges[0].lnp;
+            br->lnp_mean = a->bridges[0].lnp_mean;
+            br->lnp_rstd = a->bridges[0].lnp_rstd;
+        }
         br->ui = slot(w, Nv * H);
     }
     /* ITC uni-modal head */
@@ -430,18 +533,21 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, arena_
         a->itc_t_norm = slot_ng(w, Bt);
         a->itc_i_norm = slot_ng(w, Bi);
     }
+    if (!full) group_close(L);
     walk_end(w);
 }
 
 /* The pairs arena: (P, Pm, T). *head = end of the d_* output slots. */
-static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, arena_walk *w,
+static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout *L,
                          const phase_dims *d, size_t *head) {
     const bt_model_config *c = &m->cfg;
+    arena_walk *w = L->w;
     const size_t P = d->P, Pm = d->Pm, T = d->T;
     const size_t Np = (size_t)c->np, H = (size_t)c->hidden, V = (size_t)c->vocab_size;
     const size_t Nt = P * T, Nv = P * Np, Nm = Pm * T, C = (size_t)c->contrastive_hidden;
     const int itc = (m->heads & BT_HEADS_ITC) != 0, itm = (m->heads & BT_HEADS_ITM) != 0;
     const int mlm = (m->heads & BT_HEADS_MLM) != 0;
+    const int full = L->mode == BT_ACTS_FULL, fo = L->mode == BT_ACTS_FORWARD_ONLY;
     /* outputs whose gradient a loss writes */
     a->itc_c = itc ? slot(w, P * C) : NULL;
     a->itm_logits = itm ? slot(w, P * 2) : NULL;
@@ -455,19 +561,48 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, arena_w
         in->pair_keys = take(w, P, sizeof(uint64_t));
     }
     a->pair_key_bias = slot_ng(w, Nt);
-    /* the per-pair halves of the bridges, cross layers */
+    /* the per-pair halves of the bridges: per k, or (forward-only) the link sums and
+     * statistics in the scratch and one X'/Y' for all k */
+    arena_walk *e = forward_group(L);
     for (int k = 0; k < c->cross_layers; k++) {
         bt_bridge_acts *br = &a->bridges[k];
-        br->t_sum = k > 0 ? slot(w, Nt * H) : NULL;
-        br->t_mean = slot_ng(w, Nt);
-        br->t_rstd = slot_ng(w, Nt);
-        br->xin = slot(w, Nt * H);
-        br->i_sum = k > 0 ? slot(w, Nv * H) : NULL;
-        br->i_mean = slot_ng(w, Nv);
-        br->i_rstd = slot_ng(w, Nv);
-        br->yin = slot(w, Nv * H);
-        cross_layer_layout(&a->xt[k], w, c, P, T, Np);
-        cross_layer_layout(&a->xi[k], w, c, P, Np, T);
+        if (fo && k > 1) {
+            const bt_bridge_acts *b1 = &a->bridges[1];
+            br->t_sum = b1->t_sum;
+            br->t_mean = b1->t_mean;
+            br->t_rstd = b1->t_rstd;
+            br->i_sum = b1->i_sum;
+            br->i_mean = b1->i_mean;
+            br->i_rstd = b1->i_rstd;
+        } else {
+            br->t_sum = k > 0 ? slot(e, Nt * H) : NULL;
+            br->i_sum = k > 0 ? slot(e, Nv * H) : NULL;
+            if (fo && k == 1) {
+                br->t_mean = a->bridges[0].t_mean;
+                br->t_rstd = a->bridges[0].t_rstd;
+                br->i_mean = a->bridges[0].i_mean;
+                br->i_rstd = a->bridges[0].i_rstd;
+            } else {
+                br->t_mean = slot_ng(e, Nt);
+                br->t_rstd = slot_ng(e, Nt);
+                br->i_mean = slot_ng(e, Nv);
+                br->i_rstd = slot_ng(e, Nv);
+            }
+        }
+        br->xin = fo && k > 0 ? a->bridges[0].xin : slot(w, Nt * H);
+        br->yin = fo && k > 0 ? a->bridges[0].yin : slot(w, Nv * H);
+    }
+    /* cross layers: internals (shared scratch unless full), outputs X_k, Y_k */
+    for (int k = 0; k < c->cross_layers; k++) {
+        if (k == 0 || full) {
+            cross_layer_layout(&a->xt[k], group_open(L, BT_GROUP_CROSS_TEXT), c, P, T, Np);
+            cross_layer_layout(&a->xi[k], group_open(L, BT_GROUP_CROSS_IMAGE), c, P, Np, T);
+        } else {
+            a->xt[k] = a->xt[0];
+            a->xi[k] = a->xi[0];
+        }
+        a->xt[k].out = fo && k > 0 ? a->xt[0].out : slot(w, Nt * H);
+        a->xi[k].out = fo && k > 0 ? a->xi[0].out : slot(w, Nv * H);
     }
     /* poolers */
     a->cls_t = slot(w, P * H);
@@ -489,6 +624,7 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, arena_w
         a->itc_c_proj = slot(w, P * C);
         a->itc_c_norm = slot_ng(w, P);
     }
+    if (!full) group_close(L);
     walk_end(w);
 }
 
@@ -512,22 +648,45 @@ static void hf_layout(bt_model *m, arena_walk *w, size_t B, size_t T) {
 
 enum { PHASE_TOWERS, PHASE_PAIRS };
 
-/* Bytes of a phase's activation (grad = 0) or gradient (grad = 1) arena; *approx gets the
- * same in double (overflow detection). Lays the slots out in `scratch` (config-sized pointer
- * arrays), so neither the model's slots nor its inputs move. */
-static size_t phase_count(const bt_model *m, bt_acts *scratch, int phase, int grad,
-                          const phase_dims *d, double *approx) {
-    input_slots in;
-    arena_walk w = {NULL, 0, 0.0, grad};
-    size_t head;
-    if (phase == PHASE_TOWERS) towers_layout(m, scratch, &in, &w, d, &head);
-    else pairs_layout(m, scratch, &in, &w, d, &head);
-    if (approx) *approx = w.approx;
-    return w.off;
+/* One walk of a phase's activation (grad = 0) or gradient (grad = 1) layout in `mode`, slots
+ * written to `a`; wa over the phase arena, ws over the shared scratch (unused in FULL). */
+static void phase_walk(const bt_model *m, bt_act_mode mode, bt_acts *a, input_slots *in,
+                       int phase, arena_walk *wa, arena_walk *ws, const phase_dims *d,
+                       size_t *head, size_t *groups) {
+    layout L;
+    memset(&L, 0, sizeof L);
+    L.w = wa;
+    L.s = mode == BT_ACTS_FULL ? wa : ws;
+    L.mode = mode;
+    L.group = -1;
+    if (phase == PHASE_TOWERS) towers_layout(m, a, in, &L, d, head);
+    else pairs_layout(m, a, in, &L, d, head);
+    walk_end(L.s);
+    for (int g = 0; groups && g < BT_GROUP_COUNT; g++)
+        if (L.groups[g]) groups[g] = L.groups[g];
 }
 
-size_t bt_model_activation_bytes(const bt_model_config *c, unsigned heads, bt_precision prec,
-                                 size_t Bt, size_t Bi, size_t P, size_t Pm, size_t T) {
+/* Bytes of a phase's activation (grad = 0) or gradient (grad = 1) arena and of its shared
+ * scratch (*scratch, 0 in FULL; doubles in *approx / *approx_s for overflow detection),
+ * without allocating: the slots go to `scratch_acts` (config-sized pointer arrays), so
+ * neither the model's slots nor its inputs move. Forward-only mode has no gradient walk. */
+static size_t phase_count(const bt_model *m, bt_act_mode mode, bt_acts *scratch_acts,
+                          int phase, int grad, const phase_dims *d, double *approx,
+                          size_t *scratch, double *approx_s) {
+    input_slots in;
+    arena_walk wa = {NULL, 0, 0, 0.0, 0.0, grad}, ws = wa;
+    size_t head;
+    if (!(grad && mode == BT_ACTS_FORWARD_ONLY))
+        phase_walk(m, mode, scratch_acts, &in, phase, &wa, &ws, d, &head, NULL);
+    if (approx) *approx = wa.top_approx;
+    if (scratch) *scratch = mode == BT_ACTS_FULL ? 0 : ws.top;
+    if (approx_s) *approx_s = mode == BT_ACTS_FULL ? 0.0 : ws.top_approx;
+    return wa.top;
+}
+
+size_t bt_model_activation_bytes_mode(const bt_model_config *c, unsigned heads,
+                                      bt_precision prec, bt_act_mode mode, size_t Bt,
+                                      size_t Bi, size_t P, size_t Pm, size_t T) {
     (void)prec; /* activations are fp32 in both precisions (model.h "Precision") */
     bt_model m;
     memset(&m, 0, sizeof m);
@@ -536,12 +695,20 @@ size_t bt_model_activation_bytes(const bt_model_config *c, unsigned heads, bt_pr
     const phase_dims d = {Bt, Bi, T, P, Pm};
     bt_acts scratch;
     acts_alloc_arrays(&scratch, c);
-    size_t total = 0;
+    size_t total = 0, shared[2] = {0, 0};
     for (int phase = PHASE_TOWERS; phase <= PHASE_PAIRS; phase++)
-        for (int grad = 0; grad <= 1; grad++)
-            total += phase_count(&m, &scratch, phase, grad, &d, NULL);
+        for (int grad = 0; grad <= 1; grad++) {
+            size_t s;
+            total += phase_count(&m, mode, &scratch, phase, grad, &d, NULL, &s, NULL);
+            if (s > shared[grad]) shared[grad] = s;
+        }
     acts_free_arrays(&scratch);
-    return total;
+    return total + shared[0] + shared[1];
+}
+
+size_t bt_model_activation_bytes(const bt_model_config *c, unsigned heads, bt_precision prec,
+                                 size_t Bt, size_t Bi, size_t P, size_t Pm, size_t T) {
+    return bt_model_activation_bytes_mode(c, heads, prec, BT_ACTS_FULL, Bt, Bi, P, Pm, T);
 }
 
 size_t bt_model_hf_loss_bytes(const bt_model_config *c, unsigned heads, size_t B, size_t T) {
@@ -549,7 +716,7 @@ size_t bt_model_hf_loss_bytes(const bt_model_config *c, unsigned heads, size_t B
     memset(&m, 0, sizeof m);
     m.cfg = *c;
     m.heads = heads & BT_HEADS_ALL;
-    arena_walk w = {NULL, 0, 0.0, 0};
+    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0};
     hf_layout(&m, &w, B, T);
     return w.off;
 }
@@ -623,57 +790,93 @@ static bt_status arenas_grow(const bt_model *m, bt_arena **ars, const double *ne
     return BT_OK;
 }
 
-/* Places the slots of one phase for dims d in its (large enough) arenas. */
+/* Places the slots of one phase for dims d in its (large enough) arenas and the shared
+ * scratch (model.h "Memory modes"). Forward-only: the gradient slots are all NULL. */
 static void phase_place(bt_model *m, int phase, const phase_dims *d) {
+    const bt_act_mode mode = m->act_mode;
+    const int fo = mode == BT_ACTS_FORWARD_ONLY, shared = mode != BT_ACTS_FULL;
     bt_arena *act = phase == PHASE_TOWERS ? &m->tower_act : &m->pair_act;
     bt_arena *dact = phase == PHASE_TOWERS ? &m->tower_dact : &m->pair_dact;
-    arena_walk wa = {act->mem, 0, 0.0, 0}, wd = {dact->mem, 0, 0.0, 1};
+    BT_ASSERTF(!shared || m->scratch, "shared scratch not sized before placing");
+    arena_walk wa = {act->mem, 0, 0, 0.0, 0.0, 0};
+    arena_walk wd = {fo ? NULL : dact->mem, 0, 0, 0.0, 0.0, 1};
+    arena_walk sa = {shared ? m->scratch->mem : NULL, 0, 0, 0.0, 0.0, 0};
+    arena_walk sd = {mode == BT_ACTS_CHECKPOINT ? m->layer_dact.mem : NULL, 0, 0, 0.0, 0.0, 1};
     size_t head_a, head_d;
     input_slots in, unused;
+    phase_walk(m, mode, &m->acts, &in, phase, &wa, &sa, d, &head_a, NULL);
+    phase_walk(m, mode, &m->dacts, &unused, phase, &wd, &sd, d, &head_d, m->group_grad_bytes);
     if (phase == PHASE_TOWERS) {
-        towers_layout(m, &m->acts, &in, &wa, d, &head_a);
-        towers_layout(m, &m->dacts, &unused, &wd, d, &head_d);
         m->ids = in.ids;
         m->mask = in.mask;
         m->pos_ids = in.pos_ids;
         m->text_keys = in.text_keys;
         m->image_keys = in.image_keys;
     } else {
-        pairs_layout(m, &m->acts, &in, &wa, d, &head_a);
-        pairs_layout(m, &m->dacts, &unused, &wd, d, &head_d);
         m->pairs = in.pairs;
         m->mlm_rows = in.mlm_rows;
         m->pair_keys = in.pair_keys;
     }
-    BT_ASSERT(wa.off <= act->bytes && wd.off <= dact->bytes);
-    act->used = wa.off;
+    BT_ASSERT(wa.top <= act->bytes && (fo || wd.top <= dact->bytes));
+    BT_ASSERT(!shared || sa.top <= m->scratch->bytes);
+    BT_ASSERT(mode != BT_ACTS_CHECKPOINT || sd.top <= m->layer_dact.bytes);
+    act->used = wa.top;
     act->head = head_a;
-    dact->used = wd.off;
-    dact->head = head_d;
+    dact->used = fo ? 0 : wd.top;
+    dact->head = fo ? 0 : head_d;
     m->act_numel = (m->tower_act.used + m->pair_act.used) / sizeof(float);
     m->dact_numel = (m->tower_dact.used + m->pair_dact.used) / sizeof(float);
 }
 
-/* Makes the arenas of the given phases large enough for d (no placement). */
+/* Makes the arenas of the given phases and the shared scratch large enough for d (no
+ * placement). Forward-only: no gradient arenas; the scratch goes to the first of layer_act,
+ * tower_dact, pair_dact, layer_dact already large enough (unused in this mode), else
+ * layer_act grows. */
 static bt_status phases_fit(bt_model *m, int towers, int pairs, const phase_dims *d) {
-    bt_arena *ars[4];
-    double need[4];
+    const bt_act_mode mode = m->act_mode;
+    bt_arena *ars[6];
+    double need[6], shared[2] = {0.0, 0.0};
     int n = 0;
     for (int phase = PHASE_TOWERS; phase <= PHASE_PAIRS; phase++) {
         if ((phase == PHASE_TOWERS && !towers) || (phase == PHASE_PAIRS && !pairs)) continue;
         for (int grad = 0; grad <= 1; grad++) {
-            double approx;
-            phase_count(m, &m->walk_scratch, phase, grad, d, &approx);
+            if (grad && mode == BT_ACTS_FORWARD_ONLY) continue;
+            double approx, approx_s;
+            phase_count(m, mode, &m->walk_scratch, phase, grad, d, &approx, NULL, &approx_s);
             ars[n] = phase == PHASE_TOWERS ? (grad ? &m->tower_dact : &m->tower_act)
                                            : (grad ? &m->pair_dact : &m->pair_act);
             need[n++] = approx;
+            if (approx_s > shared[grad]) shared[grad] = approx_s;
         }
     }
+    if (mode == BT_ACTS_CHECKPOINT) {
+        m->scratch = &m->layer_act;
+        ars[n] = &m->layer_act;
+        need[n++] = shared[0];
+        ars[n] = &m->layer_dact;
+        need[n++] = shared[1];
+    } else if (mode == BT_ACTS_FORWARD_ONLY) {
+        bt_arena *const host[4] = {&m->layer_act, &m->tower_dact, &m->pair_dact, &m->layer_dact};
+        bt_arena *h = m->scratch && (double)m->scratch->bytes >= shared[0] ? m->scratch : NULL;
+        for (int i = 0; i < 4 && !h; i++)
+            if ((double)host[i]->bytes >= shared[0]) h = host[i];
+        if (!h) {
+            h = &m->layer_act;
+            ars[n] = h;
+            need[n++] = shared[0];
+        }
+        m->scratch = h;
+    }
+    const size_t before[4] = {m->tower_act.bytes, m->tower_dact.bytes, m->pair_act.bytes,
+                              m->pair_dact.bytes};
     bt_status s = arenas_grow(m, ars, need, n, d);
     if (s != BT_OK) return s;
-    /* a grown arena lost its contents */
-    if (towers && (m->tower_act.used == 0 || m->tower_dact.used == 0)) m->have_towers = 0;
-    if (pairs && (m->pair_act.used == 0 || m->pair_dact.used == 0)) m->have_pairs = 0;
+    /* a grown arena lost its contents (a phase's scratch slots are re-placed before they are
+     * read again: the next forward, or the checkpointed backward) */
+    if (towers && (m->tower_act.bytes != before[0] || m->tower_dact.bytes != before[1]))
+        m->have_towers = 0;
+    if (pairs && (m->pair_act.bytes != before[2] || m->pair_dact.bytes != before[3]))
+        m->have_pairs = 0;
     return BT_OK;
 }
 
@@ -708,14 +911,14 @@ bt_status bt_model_reserve(bt_model *m, size_t B, size_t T) {
     const size_t Pm = (m->heads & BT_HEADS_MLM) ? B : 0;
     bt_status s = bt_model_reserve_phases(m, B, B, B, Pm, T);
     if (s != BT_OK) return s;
-    arena_walk w = {NULL, 0, 0.0, 0};
+    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0};
     hf_layout(m, &w, B, T);
     bt_arena *ar = &m->hf_mem;
     const double need = w.approx;
     const phase_dims d = {B, B, T, B, Pm};
     s = arenas_grow(m, &ar, &need, 1, &d);
     if (s != BT_OK) return s;
-    w = (arena_walk){m->hf_mem.mem, 0, 0.0, 0};
+    w = (arena_walk){m->hf_mem.mem, 0, 0, 0.0, 0.0, 0};
     hf_layout(m, &w, B, T);
     m->hf_mem.used = w.off;
     return BT_OK;
@@ -782,7 +985,7 @@ bt_status bt_towers_forward(bt_model *m, const bt_text_input *t, const bt_image_
     for (size_t r = 0; r < Bt; r++) m->text_keys[r] = t->sample_keys ? t->sample_keys[r] : r;
     for (size_t r = 0; r < Bi; r++) m->image_keys[r] = im->sample_keys ? im->sample_keys[r] : r;
     /* d_itc_text / d_itc_image = 0; the rest of the gradient arena when the backward starts */
-    memset(m->tower_dact.mem, 0, m->tower_dact.head);
+    if (m->tower_dact.head) memset(m->tower_dact.mem, 0, m->tower_dact.head);
     m->tower_grad_dirty = 1;
 
     if (Bi) vit_forward(m, im->pixel_values);
@@ -829,7 +1032,7 @@ bt_status bt_cross_forward_pairs(bt_model *m, const bt_pair *pairs, size_t P) {
                T * sizeof(float));
     }
     /* d_itc_cross / d_itm_logits / d_mlm_logits = 0; the rest when the backward starts */
-    memset(m->pair_dact.mem, 0, m->pair_dact.head);
+    if (m->pair_dact.head) memset(m->pair_dact.mem, 0, m->pair_dact.head);
     m->pair_grad_dirty = 1;
 
     cross_pairs_forward(m);
@@ -839,8 +1042,26 @@ bt_status bt_cross_forward_pairs(bt_model *m, const bt_pair *pairs, size_t P) {
     return BT_OK;
 }
 
+/* A backward needs gradient arenas and the parameter gradients (model.h "Memory modes"). */
+static void backward_check(const bt_model *m, const char *who) {
+    BT_ASSERTF(m->act_mode != BT_ACTS_FORWARD_ONLY,
+               "%s on a model in forward-only mode (bt_model_set_act_mode BT_ACTS_FORWARD_ONLY "
+               "keeps no activations for a backward): set BT_ACTS_FULL or BT_ACTS_CHECKPOINT "
+               "before the forward", who);
+    BT_ASSERTF(m->grads, "%s: the parameter gradients were freed (bt_model_free_grads)", who);
+}
+
+/* Checkpointing: the scratch may have grown (and moved) since this phase was placed. */
+static void checkpoint_replace(bt_model *m, int phase) {
+    if (m->act_mode != BT_ACTS_CHECKPOINT) return;
+    const phase_dims d = {m->Bt, m->Bi, m->T, m->P, m->Pm};
+    phase_place(m, phase, &d);
+}
+
 void bt_cross_backward_pairs(bt_model *m) {
+    backward_check(m, "bt_cross_backward_pairs");
     BT_ASSERTF(m->have_pairs && m->have_towers, "bt_cross_backward_pairs before its forwards");
+    checkpoint_replace(m, PHASE_PAIRS);
     if (m->pair_grad_dirty) grad_internal_zero(&m->pair_dact);
     if (m->tower_grad_dirty) grad_internal_zero(&m->tower_dact);
     m->pair_grad_dirty = m->tower_grad_dirty = 0;
@@ -851,7 +1072,9 @@ void bt_cross_backward_pairs(bt_model *m) {
 }
 
 void bt_towers_backward(bt_model *m) {
+    backward_check(m, "bt_towers_backward");
     BT_ASSERTF(m->have_towers, "bt_towers_backward before bt_towers_forward");
+    checkpoint_replace(m, PHASE_TOWERS);
     if (m->tower_grad_dirty) grad_internal_zero(&m->tower_dact);
     m->tower_grad_dirty = 0;
     heads_towers_backward(m);
@@ -944,6 +1167,7 @@ bt_status bt_forward(bt_model *m, const bt_batch *b) {
 }
 
 void bt_backward(bt_model *m, const bt_loss_weights *w) {
+    backward_check(m, "bt_backward");
     BT_ASSERTF(m->B && m->have_pairs, "bt_backward without a bt_forward");
     memset(m->tower_dact.mem, 0, m->tower_dact.head);
     memset(m->pair_dact.mem, 0, m->pair_dact.head);

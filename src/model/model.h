@@ -242,6 +242,25 @@ typedef enum {
 } bt_grad_event;
 typedef void (*bt_grads_final_fn)(void *ctx, bt_grad_event ev, int layer);
 
+/* Activation memory mode (see "Memory modes" below). */
+typedef enum {
+    BT_ACTS_FULL,         /* training (default): every layer keeps its internals */
+    BT_ACTS_CHECKPOINT,   /* training, gradient checkpointing: layers keep inputs / outputs,
+                             the backward recomputes each layer's internals */
+    BT_ACTS_FORWARD_ONLY, /* no backward (inference, evaluation): no gradient arenas */
+} bt_act_mode;
+
+/* The groups of the shared layer scratch (model.c); checkpointing zeroes one group's
+ * gradient slots before each recomputed layer's backward. */
+enum {
+    BT_GROUP_VIT,         /* one ViT block's internals */
+    BT_GROUP_TEXT,        /* one text layer's internals */
+    BT_GROUP_CROSS_TEXT,  /* one cross layer's internals, text side */
+    BT_GROUP_CROSS_IMAGE, /* image side */
+    BT_GROUP_FORWARD,     /* forward-only intermediates (embeddings, ln_post, link sums) */
+    BT_GROUP_COUNT
+};
+
 typedef struct bt_model {
     bt_model_config cfg;
     bt_param_table table;
@@ -258,6 +277,11 @@ typedef struct bt_model {
     bt_acts acts, dacts;     /* dacts: gradient slots (NULL where a slot has none) */
     bt_acts walk_scratch;    /* where the counting walks lay out (sizes without moving acts) */
     bt_arena tower_act, tower_dact, pair_act, pair_dact, hf_mem;
+    bt_act_mode act_mode;    /* bt_model_set_act_mode (default BT_ACTS_FULL) */
+    bt_arena layer_act, layer_dact; /* shared layer scratch and its gradients (checkpoint) */
+    bt_arena *scratch;       /* where the shared scratch lives now (layer_act, or in forward-
+                                only mode an unused gradient arena large enough); NULL: none */
+    size_t group_grad_bytes[BT_GROUP_COUNT]; /* checkpoint: gradient bytes of each group */
     size_t act_numel, dact_numel; /* floats in use in acts / dacts (both phases) */
     /* tower-phase inputs (copied), in the tower arena */
     int32_t *ids, *mask, *pos_ids; /* (Bt, T) */
@@ -434,8 +458,9 @@ bt_grad_event bt_param_grad_event(bt_param_id id);
 int bt_grad_event_order(const bt_model_config *c, bt_grad_event ev, int layer);
 
 /* Bytes of the activation and activation-gradient arenas of both phases for (Bt, Bi, P,
- * Pm, T) with this config, head set and precision, computed by the walk that lays out the
- * arenas (what bt_model_reserve_phases allocates). Excludes parameters, gradients, the
+ * Pm, T) with this config, head set and precision in BT_ACTS_FULL (other modes:
+ * bt_model_activation_bytes_mode), computed by the walk that lays out the arenas (what
+ * bt_model_reserve_phases allocates). Excludes parameters, gradients, the
  * optimizer and bt_forward's HF loss scratch (bt_model_hf_loss_bytes). */
 size_t bt_model_activation_bytes(const bt_model_config *c, unsigned heads, bt_precision prec,
                                  size_t Bt, size_t Bi, size_t P, size_t Pm, size_t T);
@@ -447,6 +472,47 @@ size_t bt_model_hf_loss_bytes(const bt_model_config *c, unsigned heads, size_t B
  * available memory, naming what to reduce (batch size, max text length, image size). */
 bt_status bt_model_reserve_phases(bt_model *m, size_t Bt, size_t Bi, size_t P, size_t Pm,
                                   size_t T);
+
+/* --- Memory modes --------------------------------------------------------------------------
+ * BT_ACTS_FULL keeps, for every layer, every internal slot its backward reads (q, k, v,
+ * probabilities, FFN intermediates, LayerNorm statistics, ...). The two other modes place the
+ * internals of the ViT blocks, text layers and cross layers (both sides) in ONE shared scratch
+ * holding a single layer's worth (the largest of them; layer l overwrites layer l-1's):
+ *   BT_ACTS_FORWARD_ONLY: no backward will run. No gradient arenas; besides the layer
+ *     internals, the forward-only intermediates (patch / text embeddings before their
+ *     LayerNorm, ln_post of the bridges, the link towers' sums) share the scratch, hidden
+ *     states that no bridge reads alternate between two buffers, and the cross stack keeps
+ *     one X'/Y' input and one output per side. Kept: what later code reads (the bridged
+ *     tower layers, ut / ui, the last cross outputs, heads). The scratch is placed in an
+ *     already allocated but unused gradient arena when one is large enough (evaluation
+ *     inside a training run allocates nothing), else in its own arena. bt_cross_backward_pairs
+ *     / bt_towers_backward / bt_backward abort with a message in this mode. Outputs are bit
+ *     for bit those of BT_ACTS_FULL (same kernels on the same numbers).
+ *   BT_ACTS_CHECKPOINT (gradient checkpointing, HF gradient_checkpointing): every layer's
+ *     input and output are kept (tower hidden states, bridges, cross layer inputs X'_k, Y'_k
+ *     and outputs), the internals live in the shared scratch, and their gradients in one
+ *     shared gradient scratch. Each layer's backward first recomputes the layer's forward
+ *     into the scratch (same kernels, same inputs, same dropout masks: they are keyed by
+ *     (seed, step, site, row key)), zeroes the scratch gradients, then runs as before; the
+ *     gradients are bit for bit those of BT_ACTS_FULL when the GEMMs are deterministic for a
+ *     shape. Costs about one more forward of the layers per step.
+ * Switching the mode ends the current phases (the next forward places the slots again);
+ * arenas only grow, so a model that trained in BT_ACTS_FULL evaluates in BT_ACTS_FORWARD_ONLY
+ * without allocating. */
+void bt_model_set_act_mode(bt_model *m, bt_act_mode mode);
+/* "full", "checkpoint", "forward-only". */
+const char *bt_act_mode_name(bt_act_mode mode);
+
+/* Frees the parameter gradients of a model that will never train (bt-eval, bt-embed, an
+ * inference benchmark): m->grads = NULL, views in m->g NULL; a backward then aborts. Sets
+ * BT_ACTS_FORWARD_ONLY. */
+void bt_model_free_grads(bt_model *m);
+
+/* bt_model_activation_bytes for a memory mode (the arenas bt_model_reserve_phases allocates
+ * in that mode on a fresh model, the shared scratch included). */
+size_t bt_model_activation_bytes_mode(const bt_model_config *c, unsigned heads,
+                                      bt_precision prec, bt_act_mode mode, size_t Bt,
+                                      size_t Bi, size_t P, size_t Pm, size_t T);
 
 /* Dropout row key of a pair (text key, image key); order matters. */
 uint64_t bt_pair_key(uint64_t text_key, uint64_t image_key);

@@ -102,6 +102,9 @@ static void text_layer_forward(bt_model *m, int l, float *out, const float *x) {
 /* dout: gradient of the layer output (complete); dx += gradient of the layer input. */
 static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout,
                                 const float *x) {
+    /* checkpointing: the internals again, same dropout masks (the output gets the same bits) */
+    if (model_layer_recompute(m, BT_GROUP_TEXT))
+        text_layer_forward(m, l, m->acts.text_h[l + 1], x);
     const bt_text_layer_acts *a = &m->acts.text_layers[l];
     bt_text_layer_acts *d = &m->dacts.text_layers[l];
     const text_layer_params p = text_layer_params_get(m, l);

@@ -102,6 +102,11 @@ void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *v, const attention_dims *d, const bt_dropout *site,
                              const uint64_t *keys, gemm_compute compute);
 
+/* Gradient checkpointing (model.h "Memory modes"): in BT_ACTS_CHECKPOINT, zeroes the shared
+ * gradient slots of `group` (BT_GROUP_*) and returns 1: the caller then recomputes the layer's
+ * forward into the shared scratch before its backward. 0 in the other modes. */
+int model_layer_recompute(bt_model *m, int group);
+
 /* Copies row 0 of each of B sequences: out (B, C) = x[b*T + 0]; x (B*T, C). */
 void cls_gather(float *out, const float *x, size_t B, size_t T, size_t C);
 /* dx[b*T + 0] += dout[b] */

@@ -111,6 +111,8 @@ static void vit_layer_forward(bt_model *m, int l, float *out, const float *x) {
 
 static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
                                const float *x) {
+    /* checkpointing: the internals again (the output is rewritten with the same bits) */
+    if (model_layer_recompute(m, BT_GROUP_VIT)) vit_layer_forward(m, l, m->acts.vis_h[l + 1], x);
     const bt_vit_layer_acts *a = &m->acts.vis_layers[l];
     bt_vit_layer_acts *d = &m->dacts.vis_layers[l];
     const vit_layer_params p = vit_layer_params_get(m, l);

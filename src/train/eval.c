@@ -438,10 +438,14 @@ bt_status bt_eval_run(bt_model *m, const manifest *man, const tokenizer *tok,
     for (size_t i = 0; i < N; i++)
         s.clabel[i] = -1;
 
-    /* eval mode for the pass; the caller's dropout setting comes back afterwards */
+    /* eval mode for the pass, forward-only activations (model.h "Memory modes": no gradient
+     * slots, one layer's internals; inside a training run the unused gradient arenas hold
+     * them); the caller's dropout setting and memory mode come back afterwards */
     const int was_training = m->training;
     const uint64_t dseed = m->dropout_seed, dstep = m->step;
+    const bt_act_mode was_mode = m->act_mode;
     bt_model_set_dropout(m, 0, dseed, dstep);
+    bt_model_set_act_mode(m, BT_ACTS_FORWARD_ONLY);
     st = eval_pass(m, &mv, tok, img, o, &s, r);
 
     /* rows = valid records in file order; distinct images renumbered among them */
@@ -506,6 +510,7 @@ bt_status bt_eval_run(bt_model *m, const manifest *man, const tokenizer *tok,
         if (st != BT_OK) bt_fail_context(st, "eval of %s", mv.path);
     }
     bt_model_set_dropout(m, was_training, dseed, dstep);
+    bt_model_set_act_mode(m, was_mode);
 
     /* 5-way */
     if (st == BT_OK && s.has_choice_data) {
@@ -706,6 +711,7 @@ bt_status bt_eval_setup_open(bt_eval_setup *s, const char *dir, const char *mani
     st = bt_model_init(&s->model, &ck.cfg, heads, precision);
     if (st != BT_OK) goto fail;
     s->have_model = 1;
+    bt_model_free_grads(&s->model); /* bt-eval / bt-embed never train: no gradients */
     bt_checkpoint_report rep;
     st = bt_checkpoint_read(&ck, &s->model.table, s->model.params, NULL, &rep);
     /* heads deliberately not built (MLM, or ITM when unused) are expected: only the heads

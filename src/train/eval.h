@@ -104,7 +104,8 @@ typedef struct bt_eval_result {
 
 /* Runs the evaluation (header comment). The model needs the ITC head, and the ITM head
  * for itm_rerank_k > 0 or choice_score ITM. m, man, tok, img are the caller's; the model's
- * phase arenas grow as the header comment says. *r is zeroed
+ * phase arenas grow as the header comment says. The passes run in forward-only memory mode
+ * (model.h "Memory modes"; the caller's mode and dropout setting are restored). *r is zeroed
  * first; free it with bt_eval_result_free (also after an error). Errors: bad options
  * (BT_ERR_ARG naming the option), a missing head, loader errors ("manifest:line: image:
  * problem"), forward errors, non-finite scores (naming the record). */
@@ -152,7 +153,8 @@ typedef struct bt_eval_setup {
  * image_size) and the manifest (mo may be NULL: default keys, STOP). A head of `heads`
  * that the checkpoint lacks: an error for ITM (its scores would be noise); for ITC a
  * warning on `log` (HF init rules: retrieval metrics are those of an untrained head).
- * Errors name the path. On error everything opened is closed. */
+ * The model is for inference only: its parameter gradients are freed (bt_model_free_grads,
+ * forward-only activations). Errors name the path. On error everything opened is closed. */
 bt_status bt_eval_setup_open(bt_eval_setup *s, const char *dir, const char *manifest_path,
                              unsigned heads, bt_precision precision, const manifest_options *mo,
                              FILE *log, const char *who);

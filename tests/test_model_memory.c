@@ -1,0 +1,478 @@
+/* test_model_memory.c: the activation memory modes (model.h "Memory modes"):
+ *
+ *   1. forward-only: the phase outputs (ITC text / image / cross embeddings, pooler, ITM and
+ *      MLM logits) of BT_ACTS_FORWARD_ONLY equal those of BT_ACTS_FULL bit for bit, on the
+ *      tiny config (fp32, bf16, dropout off and on, two rounds of different shapes on one
+ *      model), the synthetic-model config and the committed parity fixture models
+ *      (tests/fixtures/tiny, tiny_scaled_add: their weights);
+ *   2. checkpointing: the parameter gradients of BT_ACTS_CHECKPOINT equal those of
+ *      BT_ACTS_FULL bit for bit, with training-mode dropout (the recompute must regenerate
+ *      the masks), ITC + ITM + MLM output gradients, Bt != Bi, pairs that re-use rows, two
+ *      cross rounds on one tower pass, and a fresh model whose pair phase grows the shared
+ *      scratch after the towers placed theirs; then three bt_train_step steps (ITC + ITM +
+ *      MLM, hard negatives, masking, dropout, two micro-batches): same losses and weights;
+ *   3. sizes: bt_model_activation_bytes_mode equals the bytes bt_model_reserve_phases
+ *      allocates in each mode on a fresh model; forward-only < checkpoint < full; a model
+ *      whose training arenas exist evaluates in forward-only mode without allocating; the
+ *      base config's numbers at batch 8 are printed;
+ *   4. a backward in forward-only mode (or after bt_model_free_grads) aborts with a message
+ *      naming the mode (run in a child process).
+ *
+ * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
+ * the slots live differs. That holds under the reference GEMM (each output a double dot
+ * product rounded once) by construction, and is checked under the build's default backend
+ * too: oneDNN / OpenBLAS pick their blocking from the shape and thread count, not from the
+ * addresses (measured: identical bits on this machine, AVX-512 and AMX kernels); a backend
+ * that did depend on alignment would make this test fail, which is the point of checking.
+ *
+ * Deliberately not here: parity with PyTorch (test_model_parity.c: the FULL mode's numbers),
+ * finite differences (test_model_grad.c, test_model_phases.c). */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "gemm.h"
+#include "model.h"
+#include "params.h"
+#include "step.h"
+#include "test_model_fd.h"
+#include "test_util.h"
+
+enum { T = 8, MAXB = 8, MAXP = 16 };
+
+/* --- models and inputs -------------------------------------------------------------------- */
+
+typedef enum { CFG_TINY, CFG_SYNTHETIC, CFG_FIXTURE, CFG_FIXTURE_SCALED } cfg_kind;
+static const char *const cfg_names[] = {"tiny", "synthetic-model", "fixture tiny",
+                                        "fixture tiny_scaled_add"};
+
+static int model_make(bt_model *m, cfg_kind k, bt_precision prec, bt_act_mode mode) {
+    bt_model_config c;
+    char path[1200];
+    int ok;
+    if (k == CFG_TINY) {
+        ok = fd_tiny_config(&c);
+    } else if (k == CFG_SYNTHETIC) {
+        const char *root = getenv("BT_CONFIGS");
+        snprintf(path, sizeof path, "%s/synthetic-model/config.json",
+                 root ? root : tu_fixture_path("../../configs"));
+        ok = tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s: %s", path,
+                      bt_error_message());
+    } else {
+        const char *dir = k == CFG_FIXTURE ? "tiny" : "tiny_scaled_add";
+        snprintf(path, sizeof path, "%s/config.json", tu_fixture_path(dir));
+        ok = tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s: %s", path,
+                      bt_error_message());
+    }
+    if (!ok) return 0;
+    if (!tu_check(bt_model_init(m, &c, BT_HEADS_ALL, prec) == BT_OK, "init %s: %s",
+                  cfg_names[k], bt_error_message()))
+        return 0;
+    if (k == CFG_FIXTURE || k == CFG_FIXTURE_SCALED) {
+        snprintf(path, sizeof path, "%s/model.safetensors",
+                 tu_fixture_path(k == CFG_FIXTURE ? "tiny" : "tiny_scaled_add"));
+        if (!tu_check(bt_model_load_safetensors(m, path) == BT_OK, "load %s: %s", path,
+                      bt_error_message()))
+            return 0;
+    } else {
+        bt_model_init_params(m, 11);
+        tu_rng r;
+        tu_rng_seed(&r, 12);
+        fd_move_off_init(m, &r);
+        bt_model_refresh_bf16(m);
+    }
+    bt_model_set_act_mode(m, mode);
+    return 1;
+}
+
+/* Texts (with pads), images, keys and pairs: nt texts, ni images, P pairs over them. */
+typedef struct inputs {
+    size_t nt, ni, P;
+    int32_t ids[MAXB * T], mask[MAXB * T];
+    uint64_t tkeys[MAXB], ikeys[MAXB];
+    float *pix;
+    bt_pair pairs[MAXP];
+} inputs;
+
+static void inputs_make(inputs *in, const bt_model_config *c, size_t nt, size_t ni, size_t P,
+                        uint64_t seed) {
+    memset(in, 0, sizeof *in);
+    tu_rng r;
+    tu_rng_seed(&r, seed);
+    in->nt = nt, in->ni = ni, in->P = P;
+    for (size_t b = 0; b < nt; b++) {
+        const size_t len = T - (b * 3) % 5;
+        for (size_t t = 0; t < T; t++) {
+            in->ids[b * T + t] = t >= len       ? c->pad_token_id
+                                 : t == 0       ? 0
+                                 : t == len - 1 ? 2
+                                                : 3 + (int32_t)(tu_rng_next(&r) %
+                                                                (uint64_t)(c->vocab_size - 3));
+            in->mask[b * T + t] = t < len;
+        }
+        in->tkeys[b] = 100 + 7 * b;
+    }
+    const size_t R = (size_t)c->image_size, n = ni * 3 * R * R;
+    in->pix = malloc((n ? n : 1) * sizeof *in->pix);
+    for (size_t i = 0; i < n; i++) in->pix[i] = (float)tu_rng_normal(&r);
+    for (size_t i = 0; i < ni; i++) in->ikeys[i] = 900 + 13 * i;
+    for (size_t p = 0; p < P; p++) /* rows re-used by several pairs, some flagged MLM */
+        in->pairs[p] = (bt_pair){(int32_t)((p * 5 + 1) % nt), (int32_t)((p * 3) % ni),
+                                 (int32_t)(p % 3 == 1)};
+}
+
+static bt_status run_towers(bt_model *m, const inputs *in) {
+    const bt_text_input ti = {in->nt, T, in->ids, in->mask, in->tkeys};
+    const bt_image_input ii = {in->ni, in->pix, in->ikeys};
+    return bt_towers_forward(m, &ti, &ii);
+}
+
+/* Every phase output of the last pass, concatenated. */
+typedef struct snap {
+    float *x;
+    size_t n;
+} snap;
+
+static void snap_add(snap *s, const float *x, size_t n) {
+    if (!x || !n) return;
+    s->x = realloc(s->x, (s->n + n) * sizeof *s->x);
+    memcpy(s->x + s->n, x, n * sizeof *x);
+    s->n += n;
+}
+
+static void snap_outputs(snap *s, const bt_model *m) {
+    const size_t C = (size_t)m->cfg.contrastive_hidden, H = (size_t)m->cfg.hidden;
+    snap_add(s, m->itc_text, m->Bt * C);
+    snap_add(s, m->itc_image, m->Bi * C);
+    snap_add(s, m->pooler_out, m->P * 2 * H);
+    snap_add(s, m->itc_cross, m->P * C);
+    snap_add(s, m->itm_logits_out, m->P * 2);
+    snap_add(s, m->mlm_logits_out, m->Pm * m->T * (size_t)m->cfg.vocab_size);
+}
+
+/* Towers on `in`, then the cross stack on pairs [0, P/2) and [P/2, P) (two rounds), every
+ * output appended to s. */
+static int forward_rounds(bt_model *m, const inputs *in, snap *s, const char *what) {
+    bt_status st = run_towers(m, in);
+    if (!tu_check(st == BT_OK, "%s: towers: %s", what, st ? bt_error_message() : "ok")) return 0;
+    const size_t half = in->P / 2;
+    st = bt_cross_forward_pairs(m, in->pairs, half);
+    if (st == BT_OK) {
+        snap_outputs(s, m);
+        st = bt_cross_forward_pairs(m, in->pairs + half, in->P - half);
+    }
+    if (!tu_check(st == BT_OK, "%s: pairs: %s", what, st ? bt_error_message() : "ok")) return 0;
+    snap_outputs(s, m);
+    return 1;
+}
+
+/* --- 1: forward-only outputs == full outputs ------------------------------------------------ */
+
+static void check_forward_only(cfg_kind k, bt_precision prec, int dropout) {
+    char what[96];
+    snprintf(what, sizeof what, "1: %s %s dropout %s", cfg_names[k],
+             prec == BT_PRECISION_BF16 ? "bf16" : "fp32", dropout ? "on" : "off");
+    bt_model full, fo;
+    if (!model_make(&full, k, prec, BT_ACTS_FULL)) return;
+    if (!model_make(&fo, k, prec, BT_ACTS_FORWARD_ONLY)) {
+        bt_model_free(&full);
+        return;
+    }
+    bt_model_set_dropout(&full, dropout, 77, 3);
+    bt_model_set_dropout(&fo, dropout, 77, 3);
+    inputs a, b;
+    inputs_make(&a, &full.cfg, 6, 3, 10, 5); /* two shapes: the second reuses the arenas */
+    inputs_make(&b, &full.cfg, 3, 4, 5, 6);
+    snap sf = {0}, so = {0};
+    int ok = forward_rounds(&full, &a, &sf, what) && forward_rounds(&full, &b, &sf, what) &&
+             forward_rounds(&fo, &a, &so, what) && forward_rounds(&fo, &b, &so, what);
+    if (ok && tu_check(sf.n == so.n && sf.n > 0, "%s: %zu vs %zu outputs", what, sf.n, so.n)) {
+        char name[256];
+        snprintf(name, sizeof name, "%s: forward-only outputs == full outputs (%zu values)",
+                 what, sf.n);
+        tu_check_bytes_equal(name, so.x, sf.x, sf.n * sizeof *sf.x);
+    }
+    tu_check(fo.tower_dact.bytes == 0 && fo.pair_dact.bytes == 0 && fo.layer_dact.bytes == 0 &&
+                 fo.d_itc_text == NULL && fo.d_mlm_logits == NULL,
+             "%s: forward-only allocates no gradient arena, d_* slots NULL", what);
+    free(sf.x);
+    free(so.x);
+    free(a.pix);
+    free(b.pix);
+    bt_model_free(&full);
+    bt_model_free(&fo);
+}
+
+/* --- 2: checkpointed gradients == full gradients ------------------------------------------- */
+
+/* Fills the d_* output slots of the last pass with fixed random values (a linear "loss" over
+ * every output the losses write: ITC text / image / cross, ITM, MLM). */
+static void fill_output_grads(bt_model *m, uint64_t seed, int towers) {
+    tu_rng r;
+    tu_rng_seed(&r, seed);
+    const size_t C = (size_t)m->cfg.contrastive_hidden;
+    if (towers) {
+        tu_fill_uniform_f32(&r, m->d_itc_text, m->Bt * C, -1.0f, 1.0f);
+        tu_fill_uniform_f32(&r, m->d_itc_image, m->Bi * C, -1.0f, 1.0f);
+    }
+    tu_fill_uniform_f32(&r, m->d_itc_cross, m->P * C, -1.0f, 1.0f);
+    tu_fill_uniform_f32(&r, m->d_itm_logits, m->P * 2, -1.0f, 1.0f);
+    tu_fill_uniform_f32(&r, m->d_mlm_logits, m->Pm * m->T * (size_t)m->cfg.vocab_size, -0.1f,
+                        0.1f);
+}
+
+/* Towers, two cross rounds (forward, output gradients, backward each), towers backward. */
+static int backward_rounds(bt_model *m, const inputs *in, const char *what) {
+    bt_zero_grad(m);
+    bt_status st = run_towers(m, in);
+    if (!tu_check(st == BT_OK, "%s: towers: %s", what, st ? bt_error_message() : "ok")) return 0;
+    fill_output_grads(m, 31, 1);
+    const size_t half = in->P / 2;
+    for (int round = 0; round < 2; round++) {
+        const bt_pair *p = round ? in->pairs + half : in->pairs;
+        st = bt_cross_forward_pairs(m, p, round ? in->P - half : half);
+        if (!tu_check(st == BT_OK, "%s: pairs: %s", what, st ? bt_error_message() : "ok"))
+            return 0;
+        fill_output_grads(m, 41 + (uint64_t)round, 0);
+        bt_cross_backward_pairs(m);
+    }
+    bt_towers_backward(m);
+    return 1;
+}
+
+static void check_checkpoint_grads(cfg_kind k, bt_precision prec) {
+    char what[96];
+    snprintf(what, sizeof what, "2: %s %s dropout on", cfg_names[k],
+             prec == BT_PRECISION_BF16 ? "bf16" : "fp32");
+    bt_model full, ck;
+    if (!model_make(&full, k, prec, BT_ACTS_FULL)) return;
+    if (!model_make(&ck, k, prec, BT_ACTS_CHECKPOINT)) {
+        bt_model_free(&full);
+        return;
+    }
+    bt_model_set_dropout(&full, 1, 1234, 5);
+    bt_model_set_dropout(&ck, 1, 1234, 5);
+    /* 6 texts, 3 images, 14 pairs: the pair phase needs a larger scratch than the towers, so
+     * the fresh checkpointed model grows it after the towers placed theirs */
+    inputs in;
+    inputs_make(&in, &full.cfg, 6, 3, 14, 8);
+    if (backward_rounds(&full, &in, what) && backward_rounds(&ck, &in, what)) {
+        char name[256];
+        snprintf(name, sizeof name, "%s: checkpointed parameter gradients == full (%zu)", what,
+                 full.table.numel);
+        tu_check_bytes_equal(name, ck.grads, full.grads, full.table.numel * sizeof(float));
+        double n2 = 0;
+        for (size_t i = 0; i < full.table.numel; i++) n2 += (double)full.grads[i] * full.grads[i];
+        tu_check(n2 > 0 && isfinite(n2), "%s: the gradients are not all zero (norm %.4g)", what,
+                 sqrt(n2));
+    }
+    /* control: with another dropout step the gradients differ (the masks matter) */
+    bt_model_set_dropout(&ck, 1, 1234, 6);
+    if (backward_rounds(&ck, &in, what))
+        tu_check(memcmp(ck.grads, full.grads, full.table.numel * sizeof(float)) != 0,
+                 "%s control: another dropout step gives other gradients", what);
+    free(in.pix);
+    bt_model_free(&full);
+    bt_model_free(&ck);
+}
+
+/* Three training steps (ITC + ITM + MLM, dropout, two micro-batches) in both modes. */
+static void check_checkpoint_steps(void) {
+    enum { STEPS = 3, B = 4, ACCUM = 2 };
+    bt_model m[2];
+    if (!model_make(&m[0], CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL)) return;
+    if (!model_make(&m[1], CFG_TINY, BT_PRECISION_FP32, BT_ACTS_CHECKPOINT)) {
+        bt_model_free(&m[0]);
+        return;
+    }
+    const bt_model_config *c = &m[0].cfg;
+    inputs in[STEPS * ACCUM];
+    int64_t rec[STEPS * ACCUM][B];
+    bt_step_batch mb[STEPS * ACCUM];
+    for (int i = 0; i < STEPS * ACCUM; i++) {
+        inputs_make(&in[i], c, B, B, 0, 60 + (uint64_t)i);
+        for (int b = 0; b < B; b++) rec[i][b] = 10 * i + b;
+        mb[i] = (bt_step_batch){.B = B, .T = T, .input_ids = in[i].ids,
+                                .attention_mask = in[i].mask, .pixel_values = in[i].pix,
+                                .record = rec[i]};
+    }
+    double loss[2][STEPS];
+    int ok = 1;
+    for (int v = 0; v < 2 && ok; v++) {
+        bt_step_config sc = bt_step_config_default();
+        sc.mlm = (bt_mlm_spec){0.3, c->vocab_size - 1, c->vocab_size, {0, 1, 2}, 3};
+        bt_schedule_init(&sc.schedule, "linear", 1e-3, 10, 1, 0.0);
+        sc.seed = 4321;
+        bt_trainer tr;
+        ok = tu_check(bt_trainer_init(&tr, &m[v], &sc) == BT_OK, "2 steps: trainer: %s",
+                      bt_error_message());
+        for (int s = 0; s < STEPS && ok; s++) {
+            bt_step_result r;
+            ok = tu_check(bt_train_step(&tr, mb + ACCUM * s, ACCUM, &r) == BT_OK && !r.skipped,
+                          "2 steps: %s step %d: %s", bt_act_mode_name(m[v].act_mode), s,
+                          bt_error_message());
+            loss[v][s] = r.loss;
+        }
+        if (ok) bt_trainer_free(&tr);
+    }
+    if (ok) {
+        tu_check(memcmp(loss[0], loss[1], sizeof loss[0]) == 0,
+                 "2: 3 steps ITC+ITM+MLM, dropout: checkpointed losses == full (%.9f %.9f %.9f)",
+                 loss[1][0], loss[1][1], loss[1][2]);
+        tu_check_bytes_equal("2: 3 steps: checkpointed weights == full", m[1].params, m[0].params,
+                             m[0].table.numel * sizeof(float));
+    }
+    for (int i = 0; i < STEPS * ACCUM; i++) free(in[i].pix);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
+/* --- 3: sizes -------------------------------------------------------------------------------- */
+
+static size_t arenas_bytes(const bt_model *m) {
+    return m->tower_act.bytes + m->tower_dact.bytes + m->pair_act.bytes + m->pair_dact.bytes +
+           m->layer_act.bytes + m->layer_dact.bytes;
+}
+
+static void check_sizes(void) {
+    enum { Bt = 6, Bi = 3, P = 7, Pm = 2 };
+    size_t want[3];
+    for (int mode = BT_ACTS_FULL; mode <= BT_ACTS_FORWARD_ONLY; mode++) {
+        bt_model m;
+        if (!model_make(&m, CFG_TINY, BT_PRECISION_FP32, (bt_act_mode)mode)) return;
+        want[mode] = bt_model_activation_bytes_mode(&m.cfg, BT_HEADS_ALL, BT_PRECISION_FP32,
+                                                    (bt_act_mode)mode, Bt, Bi, P, Pm, T);
+        const bt_status s = bt_model_reserve_phases(&m, Bt, Bi, P, Pm, T);
+        tu_check(s == BT_OK && arenas_bytes(&m) == want[mode],
+                 "3: %s: bt_model_activation_bytes_mode = %zu = bytes reserved (%zu)",
+                 bt_act_mode_name((bt_act_mode)mode), want[mode], arenas_bytes(&m));
+        /* a pass at the reserved shapes allocates nothing more */
+        inputs in;
+        inputs_make(&in, &m.cfg, Bt, Bi, P, 3);
+        bt_status st = run_towers(&m, &in);
+        if (st == BT_OK) st = bt_cross_forward_pairs(&m, in.pairs, P);
+        if (st == BT_OK && mode != BT_ACTS_FORWARD_ONLY) {
+            bt_cross_backward_pairs(&m);
+            bt_towers_backward(&m);
+        }
+        tu_check(st == BT_OK && arenas_bytes(&m) == want[mode],
+                 "3: %s: a pass at the reserved shapes allocates nothing",
+                 bt_act_mode_name((bt_act_mode)mode));
+        free(in.pix);
+        if (mode == BT_ACTS_FULL) {
+            /* evaluation inside a training run: forward-only reuses the training arenas */
+            const size_t before = arenas_bytes(&m);
+            bt_model_set_act_mode(&m, BT_ACTS_FORWARD_ONLY);
+            inputs_make(&in, &m.cfg, Bt, Bi, P, 4);
+            st = run_towers(&m, &in);
+            if (st == BT_OK) st = bt_cross_forward_pairs(&m, in.pairs, P);
+            tu_check(st == BT_OK && arenas_bytes(&m) == before && m.layer_act.bytes == 0,
+                     "3: full arenas, then forward-only: no allocation (scratch in an unused "
+                     "gradient arena)");
+            free(in.pix);
+        }
+        bt_model_free(&m);
+    }
+    tu_check(want[BT_ACTS_FORWARD_ONLY] < want[BT_ACTS_CHECKPOINT] &&
+                 want[BT_ACTS_CHECKPOINT] < want[BT_ACTS_FULL],
+             "3: tiny: forward-only %zu < checkpoint %zu < full %zu bytes",
+             want[BT_ACTS_FORWARD_ONLY], want[BT_ACTS_CHECKPOINT], want[BT_ACTS_FULL]);
+    /* the base model at batch 8, T 40 (ITC head, bench_step's shapes): printed, and the
+     * reductions the modes exist for */
+    char path[1200];
+    const char *root = getenv("BT_CONFIGS");
+    snprintf(path, sizeof path, "%s/bridgetower-base/config.json",
+             root ? root : tu_fixture_path("../../configs"));
+    bt_model_config c;
+    if (!tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s", path)) return;
+    size_t base[3];
+    for (int mode = 0; mode < 3; mode++)
+        base[mode] = bt_model_activation_bytes_mode(&c, BT_HEADS_ITC, BT_PRECISION_FP32,
+                                                    (bt_act_mode)mode, 8, 8, 8, 0, 40);
+    printf("# base B 8 T 40 ITC activations: full %.2f GB, checkpoint %.2f GB, forward-only "
+           "%.2f GB\n", base[0] * 1e-9, base[1] * 1e-9, base[2] * 1e-9);
+    tu_check(base[BT_ACTS_FORWARD_ONLY] * 5 < base[BT_ACTS_FULL] &&
+                 base[BT_ACTS_CHECKPOINT] * 3 < base[BT_ACTS_FULL],
+             "3: base: forward-only < 1/5 and checkpoint < 1/3 of the full activations");
+}
+
+/* --- 4: a backward in forward-only mode aborts with a message -------------------------------
+ * Run in a fresh process (this binary re-executed with --refuse N: OpenMP's threads do not
+ * survive a fork). */
+
+static int refuse_child(int free_grads) {
+    bt_model m;
+    if (!model_make(&m, CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FORWARD_ONLY)) return 3;
+    if (free_grads) {
+        bt_model_set_act_mode(&m, BT_ACTS_FULL);
+        bt_model_free_grads(&m);
+    }
+    inputs in;
+    inputs_make(&in, &m.cfg, 2, 2, 2, 1);
+    if (run_towers(&m, &in) != BT_OK) return 4;
+    bt_towers_backward(&m);
+    return 0; /* not reached when the backward refuses */
+}
+
+static void check_backward_refused(int free_grads) {
+    int fd[2];
+    if (!tu_check(pipe(fd) == 0, "pipe")) return;
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        if (!freopen("/dev/null", "w", stdout)) _exit(6);
+        execl("/proc/self/exe", "test_model_memory", "--refuse", free_grads ? "1" : "0",
+              (char *)NULL);
+        _exit(5);
+    }
+    close(fd[1]);
+    char buf[1024] = {0};
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < sizeof buf && (got = read(fd[0], buf + n, sizeof buf - 1 - n)) > 0)
+        n += (size_t)got;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    tu_check(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT &&
+                 strstr(buf, "bt_towers_backward on a model in forward-only mode"),
+             "4: backward after %s aborts naming the mode (stderr: %.200s)",
+             free_grads ? "bt_model_free_grads" : "a forward-only forward", buf);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--refuse") == 0) return refuse_child(atoi(argv[2]));
+    const gemm_backend be = gemm_get_backend();
+    for (int ref = 0; ref < 2; ref++) {
+        if (ref) {
+            if (be == GEMM_BACKEND_REF) break;
+            gemm_set_backend(GEMM_BACKEND_REF);
+        }
+        printf("# GEMM backend %s\n", gemm_backend_name(gemm_get_backend()));
+        check_forward_only(CFG_TINY, BT_PRECISION_FP32, 0);
+        check_forward_only(CFG_TINY, BT_PRECISION_FP32, 1);
+        check_checkpoint_grads(CFG_TINY, BT_PRECISION_FP32);
+        if (!ref) {
+            check_forward_only(CFG_TINY, BT_PRECISION_BF16, 0);
+            check_forward_only(CFG_SYNTHETIC, BT_PRECISION_FP32, 0);
+            check_forward_only(CFG_FIXTURE, BT_PRECISION_FP32, 0);
+            check_forward_only(CFG_FIXTURE_SCALED, BT_PRECISION_FP32, 1);
+            check_checkpoint_grads(CFG_TINY, BT_PRECISION_BF16);
+            check_checkpoint_grads(CFG_SYNTHETIC, BT_PRECISION_FP32);
+            check_checkpoint_grads(CFG_FIXTURE, BT_PRECISION_FP32);
+            check_checkpoint_steps();
+        }
+    }
+    gemm_set_backend(be);
+    check_sizes();
+    check_backward_refused(0);
+    check_backward_refused(1);
+    return tu_finish();
+}
