@@ -31,8 +31,9 @@
  *                settings), in bf16 compute (against the plain 2 x 4 bf16 run: the shadow
  *                refresh); a ZeRO-1 checkpoint resumed on 1 process and a 1-process
  *                checkpoint resumed on 2 ranks with ZeRO-1 end with the uninterrupted run's
- *                weights; one process accepts dist.zero_stage 1 as a no-op, saying so. Same
- *                tolerances as the plain runs: only the summation order differs (the
+ *                weights; one process accepts dist.zero_stage 1 as a no-op, saying so;
+ *                SIGTERM to rank 1 of a ZeRO-1 job: rank 0 saves the gathered moments, exit
+ *                143. Same tolerances as the plain runs: only the summation order differs (the
  *                reduce-scatter's sums instead of the all-reduce's, the grad norm summed per
  *                shard then over the ranks).
  *
@@ -365,17 +366,22 @@ static int is_rank(pid_t pid, int rank) {
 
 /* A 2-rank job gets signal sig on rank 1 mid-run. SIGKILL: mpirun ends the job (non-zero,
  * every rank gone, the signal named) within 60 s. SIGTERM: the ranks agree to stop after
- * the same step, rank 0 writes that step's checkpoint, the job exits 143. */
-static void test_signal_rank(int sig) {
-    const char *out = tu_tmp_path(sig == SIGKILL ? "killed" : "sigterm");
-    const char *what = sig == SIGKILL ? "killed rank" : "SIGTERM to rank 1";
+ * the same step, rank 0 writes that step's checkpoint, the job exits 143; with zero (ZeRO-1)
+ * the ranks first gather the moments, and the checkpoint's optimizer.safetensors has the
+ * tensors of ref_opt (a plain run's). */
+static void test_signal_rank(int sig, int zero, const char *ref_opt) {
+    const char *out = tu_tmp_path(sig == SIGKILL ? "killed" : zero ? "sigterm-zero" : "sigterm");
+    const char *what = sig == SIGKILL ? "killed rank"
+                       : zero         ? "SIGTERM to rank 1, ZeRO-1"
+                                      : "SIGTERM to rank 1";
     char line[6000], log[1200], err[1200], metrics[1200];
     snprintf(log, sizeof log, "%s.log", out);
     snprintf(err, sizeof err, "%s.err", out);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
     snprintf(line, sizeof line, "exec " MPIRUN " -np 2 '%s' --config '%s' --quiet-config --set "
              "output.dir='%s' --set train.batch_size=4 --set train.max_steps=100000 --set "
-             "save.strategy=no > '%s' 2> '%s'", exe, base_cfg, out, log, err);
+             "save.strategy=no --set dist.zero_stage=%d > '%s' 2> '%s'", exe, base_cfg, out,
+             zero, log, err);
     const pid_t mpirun = fork();
     if (mpirun == 0) {
         execl("/bin/sh", "sh", "-c", line, (char *)NULL);
@@ -427,6 +433,11 @@ static void test_signal_rank(int sig) {
         tu_check(ended && WIFEXITED(status) && WEXITSTATUS(status) == 143 && n_train > 0 &&
                  stat(p, &cst) == 0, "%s: the job exits 143 within 60 s (%.1f s) and rank 0 "
                  "saved the checkpoint of the last logged step %zu", what, took, n_train);
+        if (zero) {
+            snprintf(p, sizeof p, "%s/checkpoint-%zu/optimizer.safetensors", out, n_train);
+            tu_check(weight_diffs(ref_opt, p, NULL, NULL) >= 0, "%s: its optimizer.safetensors "
+                     "(gathered) has every moment tensor of a plain run's", what);
+        }
         return;
     }
     tu_check(ended && WIFEXITED(status) && WEXITSTATUS(status) != 0,
@@ -814,7 +825,10 @@ int main(int argc, char **argv) {
     }
 
     test_bad_record();
-    test_signal_rank(SIGTERM);
-    test_signal_rank(SIGKILL);
+    char ref_opt[1300];
+    snprintf(ref_opt, sizeof ref_opt, "%s/checkpoint-2/optimizer.safetensors", ref);
+    test_signal_rank(SIGTERM, 0, ref_opt);
+    test_signal_rank(SIGTERM, 1, ref_opt);
+    test_signal_rank(SIGKILL, 0, ref_opt);
     return tu_finish();
 }
