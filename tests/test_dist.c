@@ -633,6 +633,16 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
         else
             show_err(rc ? f1 : f2);
     }
+    { /* ZeRO stages 2 and 3 are not implemented: refused at start, naming the key */
+        char bad[1200], p[1300];
+        snprintf(bad, sizeof bad, "%s", tu_tmp_path("zero-stage-2"));
+        rc = train(bad, 0, "", "--set dist.zero_stage=2");
+        snprintf(p, sizeof p, "%s.err", bad);
+        char *e = read_text(p);
+        tu_check(rc != 0 && strstr(e, "dist.zero_stage") && strstr(e, "[0, 1]"),
+                 "dist.zero_stage 2 is refused naming the key and the range (exit %d)", rc);
+        free(e);
+    }
     { /* resume across world sizes, with and without ZeRO-1 */
         char res1[1200], res2[1200];
         snprintf(res1, sizeof res1, "%s", tu_tmp_path("zero-resume-2to1"));

@@ -71,7 +71,8 @@
  * sums of squares (each rank's share gathered exactly, added in rank order: the same value
  * on every rank, so the same clip and NaN decision), AdamW updates the own blocks, and the
  * updated fp32 weights are all-gathered (dist.h), the bf16 shadow refreshed for the blocks
- * received. Checkpoints gather the moments on rank 0 (bt_trainer_gather_optim).
+ * received (t_comm includes that all-gather, t_optimizer does not). Checkpoints gather the
+ * moments on rank 0 (bt_trainer_gather_optim).
  * So N ranks × batch b compute the losses and the update of 1 rank × batch N·b up to fp32
  * reduction order. samples and mlm_tokens are then global counts; t_comm is the time the
  * step waited in collectives (the exposed communication: what overlapped the towers'
