@@ -229,6 +229,23 @@ static void check_close_run(const char *what, const char *ref, const char *got, 
              "%.2e <= %.0e)", what, d, weight_atol);
 }
 
+/* Runs job a (a_ranks: 0 = one process without mpirun) and job b, each with its --set
+ * options, into tu_tmp_path(a_name / b_name) (a's path also to a_out, cap bytes); both must
+ * exit 0, then b's losses, grad norms and weights must equal a's (check_same_run). */
+static void run_pair(const char *what, const char *a_name, int a_ranks, const char *a_set,
+                     const char *b_name, int b_ranks, const char *b_set, char *a_out,
+                     size_t cap) {
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s", tu_tmp_path(a_name));
+    snprintf(b, sizeof b, "%s", tu_tmp_path(b_name));
+    if (a_out) snprintf(a_out, cap, "%s", a);
+    const int rc = train(a, a_ranks, "", a_set), rc2 = train(b, b_ranks, "", b_set);
+    if (tu_check(rc == 0 && rc2 == 0, "%s: both runs exit 0 (got %d, %d)", what, rc, rc2))
+        check_same_run(what, a, b, 4);
+    else
+        show_err(rc ? a : b);
+}
+
 static void setup(void) {
     const char *tmp = tu_tmpdir();
     char model_dir[1024];
@@ -602,37 +619,20 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
         else
             show_err(zw);
     }
-    { /* bf16 compute: the shadow of the blocks received must be refreshed after the
-       * all-gather, or the next forward uses stale weights; against the plain 2 x 4 bf16 run
-       * (the same sums on 2 ranks: only the grad norm's order differs) */
-        char p2[1200], pz[1200];
-        snprintf(p2, sizeof p2, "%s", tu_tmp_path("bf16-r2"));
-        snprintf(pz, sizeof pz, "%s", tu_tmp_path("bf16-zero-r2"));
-        rc = train(p2, 2, "", "--set train.batch_size=4 --set train.precision=bf16 "
-                   "--set save.strategy=no");
-        const int rc2 = train(pz, 2, "", "--set train.batch_size=4 --set train.precision=bf16 "
-                              "--set save.strategy=no --set dist.zero_stage=1");
-        if (tu_check(rc == 0 && rc2 == 0, "bf16 compute: plain and ZeRO-1 2 x 4 exit 0 (got %d, "
-                     "%d)", rc, rc2))
-            check_same_run("ZeRO-1 2 x 4 bf16 compute against plain 2 x 4 bf16", p2, pz, 4);
-        else
-            show_err(rc ? p2 : pz);
-    }
-    { /* a frozen tower and lr multipliers: per-segment state cut by the shards */
-        char f1[1200], f2[1200];
-        const char *groups = "--set train.freeze_vision=true --set train.lr_mult.cross_modal=5 "
-                             "--set train.lr_mult.heads=3 --set save.strategy=no";
-        snprintf(f1, sizeof f1, "%s", tu_tmp_path("frozen-r1"));
-        snprintf(f2, sizeof f2, "%s", tu_tmp_path("frozen-zero-r2"));
-        rc = train(f1, 0, "", groups);
-        snprintf(set, sizeof set, "%s --set train.batch_size=4 --set dist.zero_stage=1", groups);
-        const int rc2 = train(f2, 2, "", set);
-        if (tu_check(rc == 0 && rc2 == 0, "frozen vision + lr multipliers: 1 x 8 and ZeRO-1 "
-                     "2 x 4 exit 0 (got %d, %d)", rc, rc2))
-            check_same_run("ZeRO-1 2 x 4, frozen vision + lr multipliers", f1, f2, 4);
-        else
-            show_err(rc ? f1 : f2);
-    }
+    /* bf16 compute: the shadow of the blocks received must be refreshed after the all-gather,
+     * or the next forward uses stale weights; against the plain 2 x 4 bf16 run (the same sums
+     * on 2 ranks: only the grad norm's order differs) */
+    run_pair("ZeRO-1 2 x 4 bf16 compute against plain 2 x 4 bf16", "bf16-r2", 2,
+             "--set train.batch_size=4 --set train.precision=bf16 --set save.strategy=no",
+             "bf16-zero-r2", 2, "--set train.batch_size=4 --set train.precision=bf16 "
+             "--set save.strategy=no --set dist.zero_stage=1", NULL, 0);
+    /* a frozen tower and lr multipliers: per-segment state cut by the shards */
+#define GROUPS "--set train.freeze_vision=true --set train.lr_mult.cross_modal=5 " \
+               "--set train.lr_mult.heads=3 --set save.strategy=no"
+    run_pair("ZeRO-1 2 x 4, frozen vision + lr multipliers, against 1 x 8 with the same",
+             "frozen-r1", 0, GROUPS, "frozen-zero-r2", 2,
+             GROUPS " --set train.batch_size=4 --set dist.zero_stage=1", NULL, 0);
+#undef GROUPS
     { /* ZeRO stages 2 and 3 are not implemented: refused at start, naming the key */
         char bad[1200], p[1300];
         snprintf(bad, sizeof bad, "%s", tu_tmp_path("zero-stage-2"));
@@ -750,20 +750,10 @@ int main(int argc, char **argv) {
 
     /* gradient accumulation: 1 x (4 x 2 micro-batches) = 2 x (2 x 2 micro-batches) */
     char acc1_path[1200];
-    snprintf(acc1_path, sizeof acc1_path, "%s", tu_tmp_path("acc1"));
-    {
-        char acc1[1200], acc2[1200];
-        snprintf(acc1, sizeof acc1, "%s", acc1_path);
-        snprintf(acc2, sizeof acc2, "%s", tu_tmp_path("acc2"));
-        rc = train(acc1, 0, "", "--set train.batch_size=4 --set train.gradient_accumulation_steps=2");
-        const int rc2 = train(acc2, 2, "", "--set train.batch_size=2 "
-                              "--set train.gradient_accumulation_steps=2");
-        if (tu_check(rc == 0 && rc2 == 0, "accumulation 2: 1 process x 4 and 2 ranks x 2 exit 0 "
-                     "(got %d, %d)", rc, rc2))
-            check_same_run("accumulation 2, 2 x 2", acc1, acc2, 4);
-        else
-            show_err(rc ? acc1 : acc2);
-    }
+    run_pair("accumulation 2, 2 x 2", "acc1", 0,
+             "--set train.batch_size=4 --set train.gradient_accumulation_steps=2", "acc2", 2,
+             "--set train.batch_size=2 --set train.gradient_accumulation_steps=2", acc1_path,
+             sizeof acc1_path);
     {
         char p[1300];
         snprintf(p, sizeof p, "%s/metrics.jsonl", r2);
