@@ -408,9 +408,9 @@ static bt_status memory_plan(job *j) {
     else if (rc->dist.zero_stage)
         snprintf(zero, sizeof zero, " (dist.zero_stage %lld: no effect on one process)",
                  (long long)rc->dist.zero_stage);
-    say(j, "memory plan per rank: weights + gradients %s, optimizer state %s%s, activations %s "
+    say(j, "memory plan%s: weights + gradients %s, optimizer state %s%s, activations %s "
            "(batch %zu, %zu text rows, %zu pairs, T %zu), total %s",
-        bt_mem_format(w, sizeof w, weights), bt_mem_format(o, sizeof o, optim), zero,
+        bt_dist_active(&j->dist) ? " per rank" : "", bt_mem_format(w, sizeof w, weights), bt_mem_format(o, sizeof o, optim), zero,
         bt_mem_format(a, sizeof a, act), B, Bt, P, T,
         bt_mem_format(t, sizeof t, weights + optim + act));
     bt_status st = bt_mem_check(act, "the activations of one micro-batch",
