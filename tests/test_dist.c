@@ -26,7 +26,8 @@
  *                ones to none, each rank holds ~1/N of them, and moments copied to the shards
  *                and back are bit-identical; then under mpirun: 2 x 4 and 4 x 2 (over TCP)
  *                equal 1 x 8, and 2 x 4 equals the plain 2 x 4 (losses, grad norms, weights,
- *                the gathered optimizer.safetensors); with accumulation, with bf16 on the
+ *                the gathered optimizer.safetensors), 3 x 2 (blocks of unequal length, no
+ *                progress thread) equals the plain 3 x 2; with accumulation, with bf16 on the
  *                wire, with a frozen tower and lr multipliers (against 1 x 8 with the same
  *                settings), in bf16 compute (against the plain 2 x 4 bf16 run: the shadow
  *                refresh); a ZeRO-1 checkpoint resumed on 1 process and a 1-process
@@ -230,16 +231,17 @@ static void check_close_run(const char *what, const char *ref, const char *got, 
 }
 
 /* Runs job a (a_ranks: 0 = one process without mpirun) and job b, each with its --set
- * options, into tu_tmp_path(a_name / b_name) (a's path also to a_out, cap bytes); both must
- * exit 0, then b's losses, grad norms and weights must equal a's (check_same_run). */
-static void run_pair(const char *what, const char *a_name, int a_ranks, const char *a_set,
-                     const char *b_name, int b_ranks, const char *b_set, char *a_out,
-                     size_t cap) {
+ * options (and mpirun options `mca` for both), into tu_tmp_path(a_name / b_name) (a's path
+ * also to a_out, cap bytes); both must exit 0, then b's losses, grad norms and weights must
+ * equal a's (check_same_run). */
+static void run_pair(const char *what, const char *mca, const char *a_name, int a_ranks,
+                     const char *a_set, const char *b_name, int b_ranks, const char *b_set,
+                     char *a_out, size_t cap) {
     char a[1200], b[1200];
     snprintf(a, sizeof a, "%s", tu_tmp_path(a_name));
     snprintf(b, sizeof b, "%s", tu_tmp_path(b_name));
     if (a_out) snprintf(a_out, cap, "%s", a);
-    const int rc = train(a, a_ranks, "", a_set), rc2 = train(b, b_ranks, "", b_set);
+    const int rc = train(a, a_ranks, mca, a_set), rc2 = train(b, b_ranks, mca, b_set);
     if (tu_check(rc == 0 && rc2 == 0, "%s: both runs exit 0 (got %d, %d)", what, rc, rc2))
         check_same_run(what, a, b, 4);
     else
@@ -619,17 +621,24 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
         else
             show_err(zw);
     }
+    /* 3 ranks: blocks of unequal length (0.25 MiB = 65536 floats is no multiple of 3, nor is
+     * the last bucket), without the progress thread (the launch path of the caller); against
+     * the plain 3 x 2 run (no 1-process twin: 6 does not split batch 8) */
+    run_pair("ZeRO-1 3 x 2 against plain 3 x 2, no progress thread",
+             "-x BT_DIST_NO_PROGRESS_THREAD=1", "r3", 3,
+             "--set train.batch_size=2 --set save.strategy=no", "zero-r3", 3,
+             "--set train.batch_size=2 --set save.strategy=no --set dist.zero_stage=1", NULL, 0);
     /* bf16 compute: the shadow of the blocks received must be refreshed after the all-gather,
      * or the next forward uses stale weights; against the plain 2 x 4 bf16 run (the same sums
      * on 2 ranks: only the grad norm's order differs) */
-    run_pair("ZeRO-1 2 x 4 bf16 compute against plain 2 x 4 bf16", "bf16-r2", 2,
+    run_pair("ZeRO-1 2 x 4 bf16 compute against plain 2 x 4 bf16", "", "bf16-r2", 2,
              "--set train.batch_size=4 --set train.precision=bf16 --set save.strategy=no",
              "bf16-zero-r2", 2, "--set train.batch_size=4 --set train.precision=bf16 "
              "--set save.strategy=no --set dist.zero_stage=1", NULL, 0);
     /* a frozen tower and lr multipliers: per-segment state cut by the shards */
 #define GROUPS "--set train.freeze_vision=true --set train.lr_mult.cross_modal=5 " \
                "--set train.lr_mult.heads=3 --set save.strategy=no"
-    run_pair("ZeRO-1 2 x 4, frozen vision + lr multipliers, against 1 x 8 with the same",
+    run_pair("ZeRO-1 2 x 4, frozen vision + lr multipliers, against 1 x 8 with the same", "",
              "frozen-r1", 0, GROUPS, "frozen-zero-r2", 2,
              GROUPS " --set train.batch_size=4 --set dist.zero_stage=1", NULL, 0);
 #undef GROUPS
@@ -750,7 +759,7 @@ int main(int argc, char **argv) {
 
     /* gradient accumulation: 1 x (4 x 2 micro-batches) = 2 x (2 x 2 micro-batches) */
     char acc1_path[1200];
-    run_pair("accumulation 2, 2 x 2", "acc1", 0,
+    run_pair("accumulation 2, 2 x 2", "", "acc1", 0,
              "--set train.batch_size=4 --set train.gradient_accumulation_steps=2", "acc2", 2,
              "--set train.batch_size=2 --set train.gradient_accumulation_steps=2", acc1_path,
              sizeof acc1_path);
