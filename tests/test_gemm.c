@@ -332,6 +332,40 @@ static void test_bf16(void) {
     }
 }
 
+/* bf16 products into a strided C at the attention's shapes (one head's (T, 64) slice of a
+ * (T, 768) or (T, 2304) buffer): oneDNN plans gemm:jit for those and gemm_onednn.c runs them
+ * on the brgemm kernel into a dense scratch copied into C (reading C first when beta != 0).
+ * Same bounds against the ref as any bf16 product; bytes of C outside the product untouched
+ * (run_case checks both); with batch items the gaps between items too. Where the CPU has
+ * native bf16 the planned implementation is brgemm. */
+static void test_bf16_strided_c(void) {
+    static const size_t shapes[][4] = {/* m, n, k, pad_c */
+                                       {325, 64, 325, 704}, {325, 64, 325, 2240}, {40, 64, 40, 704},
+                                       {40, 64, 325, 704}, {325, 64, 40, 704}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int v = 0; v < 4; v++) {
+            tcase tc = {.ta = v == 1, .tb = 0, .m = shapes[s][0], .n = shapes[s][1],
+                        .k = shapes[s][2], .pad_a = 0, .pad_b = 2240, .pad_c = shapes[s][3],
+                        .batch = v == 3 ? 2 : 1, .sa = DENSE, .sb = DENSE, .sc = DENSE,
+                        .at = BT_DTYPE_F32, .bt = BT_DTYPE_F32, .compute = GEMM_COMPUTE_BF16,
+                        .alpha = v == 2 ? 0.5f : 1.0f, .beta = v >= 1 ? 1.0f : 0.0f,
+                        .bias = v == 2};
+            if (v == 3) tc.sc = tc.m * (tc.n + tc.pad_c) + 64; /* a gap between the items */
+            for (int f = 0; f < n_fast; f++) run_case(fast_backends[f], &tc, MODE_SAME, "bf16-strided-c");
+            run_case(GEMM_BACKEND_ONEDNN, &tc, MODE_BF16_VS_F32, "bf16-strided-c-vs-f32ref");
+        }
+    }
+    if (!gemm_backend_available(GEMM_BACKEND_ONEDNN) ||
+        gemm_bf16_route_active() != GEMM_BF16_NATIVE)
+        return;
+    static float a[325 * 325], c[325 * 768];
+    gemm_args g = {.m = 325, .n = 64, .k = 325, .a_type = BT_DTYPE_F32, .b_type = BT_DTYPE_F32,
+                   .a = a, .lda = 325, .b = a, .ldb = 64, .c = c, .ldc = 768, .alpha = 1.0f,
+                   .beta = 1.0f, .compute = GEMM_COMPUTE_BF16, .batch = 1};
+    const char *impl = gemm_onednn_impl_name(&g);
+    tu_check(strncmp(impl, "brg", 3) == 0, "bf16 325x64x325 into C with ldc 768 runs '%s'", impl);
+}
+
 /* Batched products: dense strides with padding, broadcast A or B (stride 0), and the
  * attention layout where heads interleave inside rows (item stride D < row stride C). */
 static void test_batched(void) {
@@ -712,6 +746,7 @@ int main(void) {
     test_named_cases();
     test_sweep_f32();
     test_bf16();
+    test_bf16_strided_c();
     test_batched();
     test_cache();
     test_threads();

@@ -25,7 +25,14 @@ void gemm_onednn_release(void);
 unsigned gemm_onednn_cpu_isa(void);
 /* A buffer of at least `bytes` owned by the calling thread, one per slot, kept (and grown)
  * across calls and freed by gemm_release(). Contents are undefined on return. */
-enum { GEMM_SCRATCH_A, GEMM_SCRATCH_B, GEMM_SCRATCH_BIAS, GEMM_SCRATCH_DNNL, GEMM_SCRATCH_SLOTS };
+enum {
+    GEMM_SCRATCH_A,
+    GEMM_SCRATCH_B,
+    GEMM_SCRATCH_BIAS,
+    GEMM_SCRATCH_DNNL,
+    GEMM_SCRATCH_C, /* a dense C for bf16 products whose C is strided (gemm_onednn.c) */
+    GEMM_SCRATCH_SLOTS
+};
 void *gemm_thread_scratch(int slot, size_t bytes);
 
 #endif

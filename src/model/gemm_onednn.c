@@ -99,6 +99,7 @@ typedef struct dn_entry {
     size_t scratch_bytes;
     dn_pack pack_a, pack_b;
     int bias_scaled; /* the primitive gets bias/alpha (alpha != 1, see the top comment) */
+    int dense_c;     /* the primitive writes a dense (batch, m, n) scratch, copied to C */
     char impl[96];
     struct dn_entry *next;
 } dn_entry;
@@ -351,9 +352,10 @@ static dnnl_primitive_desc_t dn_skip_brgemm(dnnl_primitive_desc_t pd, const dnnl
     return pd;
 }
 
-/* Creates the primitive for `pa`/`pb`; returns the oneDNN status (unimplemented when no
- * implementation exists for this combination). */
-static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb) {
+/* Creates the primitive for `pa`/`pb`, writing C as given or (dense_c) a dense scratch;
+ * returns the oneDNN status (unimplemented when no implementation exists for this
+ * combination). */
+static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dense_c) {
     const dn_key *k = &e->key;
     dn_operand oa = dn_operand_a(k), ob = dn_operand_b(k);
     dnnl_data_type_t ta = (pa == DN_PACK_F32 || (pa == DN_PASS && k->a_type == BT_DTYPE_F32))
@@ -367,6 +369,10 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb) {
     {
         dnnl_dims_t dims = {k->batch, k->m, k->n};
         dnnl_dims_t strides = {k->batch > 1 ? k->stride_c : k->m * k->ldc, k->ldc, 1};
+        if (dense_c) {
+            strides[0] = k->m * k->n;
+            strides[1] = k->n;
+        }
         DN_CHECK(dnnl_memory_desc_init_by_strides(&e->md[DN_DST], 3, dims, dnnl_f32, strides));
     }
     memset(&e->md[DN_BIAS], 0, sizeof e->md[DN_BIAS]);
@@ -416,24 +422,54 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb) {
     DN_CHECK(dnnl_primitive_desc_destroy(pd));
     e->pack_a = pa;
     e->pack_b = pb;
+    e->dense_c = dense_c;
     return st;
+}
+
+/* oneDNN 2.6 plans bf16 products whose C rows are strided (ldc > n, e.g. one head's
+ * (T, 64) slice of the (T, 768) attention output) with gemm:jit instead of the AMX /
+ * avx512_core_bf16 brgemm kernels: measured on the reference VM (1 thread, base B 2 step,
+ * ONEDNN_VERBOSE): the per-head products P·V and the backward's dQ, dK, dV (325x64x325,
+ * ldc 768 / 2304) ran 127 GFLOP/s, the same products with a dense C 500+. When the planned
+ * implementation of a bf16 product with strided C is not brgemm but the same product into a
+ * dense C is, the entry writes a per-thread dense scratch and copies it into C (reading C
+ * first when beta != 0): m*n extra loads and stores against 2*m*n*k flops. */
+static int dn_c_strided(const dn_key *k) {
+    return k->ldc != k->n || (k->batch > 1 && k->stride_c != k->m * k->n);
+}
+
+static void dn_prefer_dense_c(dn_entry *e) {
+    if (!dn_c_strided(&e->key) || strncmp(e->impl, "brg", 3) == 0) return;
+    dn_entry alt = *e;
+    alt.prim = NULL;
+    if (dn_try_create(&alt, e->pack_a, e->pack_b, 1) != dnnl_success) return;
+    if (strncmp(alt.impl, "brg", 3) != 0) {
+        DN_CHECK(dnnl_primitive_destroy(alt.prim));
+        return;
+    }
+    DN_CHECK(dnnl_primitive_destroy(e->prim));
+    *e = alt;
 }
 
 static void dn_create(dn_entry *e) {
     const dn_key *k = &e->key;
     if (k->compute == GEMM_COMPUTE_F32) {
-        DN_CHECK(dn_try_create(e, DN_PASS, DN_PASS));
+        DN_CHECK(dn_try_create(e, DN_PASS, DN_PASS, 0));
         return;
     }
     if (k->bf16_widen) {
-        DN_CHECK(dn_try_create(e, DN_PACK_F32, DN_PACK_F32));
+        DN_CHECK(dn_try_create(e, DN_PACK_F32, DN_PACK_F32, 0));
         return;
     }
     /* native: fp32 operands are rounded into bf16 scratch; bf16 operands pass as they are */
     dn_pack pa = k->a_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
     dn_pack pb = k->b_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
-    dnnl_status_t st = dn_try_create(e, pa, pb);
-    if (st == dnnl_unimplemented) st = dn_try_create(e, DN_PACK_F32, DN_PACK_F32);
+    dnnl_status_t st = dn_try_create(e, pa, pb, 0);
+    if (st == dnnl_success) {
+        dn_prefer_dense_c(e);
+        return;
+    }
+    if (st == dnnl_unimplemented) st = dn_try_create(e, DN_PACK_F32, DN_PACK_F32, 0);
     DN_CHECK(st);
 }
 
@@ -566,7 +602,17 @@ static void dn_execute(const dn_entry *e, dnnl_memory_t *mem, dnnl_stream_t stre
     /* oneDNN takes non-const handles; it does not write src, weights or bias */
     DN_CHECK(dnnl_memory_set_data_handle(mem[DN_SRC], (void *)a));
     DN_CHECK(dnnl_memory_set_data_handle(mem[DN_WEI], (void *)b));
-    DN_CHECK(dnnl_memory_set_data_handle(mem[DN_DST], g->c));
+    float *c = g->c;
+    const size_t mn = g->m * g->n;
+    if (e->dense_c) { /* C as a dense (batch, m, n) scratch; C's values in it when beta != 0 */
+        c = gemm_thread_scratch(GEMM_SCRATCH_C, g->batch * mn * sizeof(float));
+        if (g->beta != 0.0f)
+            for (size_t bi = 0; bi < g->batch; bi++)
+                for (size_t i = 0; i < g->m; i++)
+                    memcpy(c + bi * mn + i * g->n, g->c + bi * g->stride_c + i * g->ldc,
+                           g->n * sizeof(float));
+    }
+    DN_CHECK(dnnl_memory_set_data_handle(mem[DN_DST], c));
     dnnl_exec_arg_t args[DN_MEMS];
     int nargs = 0;
     args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mem[DN_SRC]};
@@ -589,6 +635,11 @@ static void dn_execute(const dn_entry *e, dnnl_memory_t *mem, dnnl_stream_t stre
     }
     DN_CHECK(dnnl_primitive_execute(e->prim, stream, nargs, args));
     DN_CHECK(dnnl_stream_wait(stream));
+    if (e->dense_c)
+        for (size_t bi = 0; bi < g->batch; bi++)
+            for (size_t i = 0; i < g->m; i++)
+                memcpy(g->c + bi * g->stride_c + i * g->ldc, c + bi * mn + i * g->n,
+                       g->n * sizeof(float));
 }
 
 void gemm_onednn_run(const gemm_args *g) {
