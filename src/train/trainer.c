@@ -443,11 +443,17 @@ static bt_status dist_setup(job *j) {
     if (st != BT_OK) return st;
     bt_dist_bcast_f32(&j->dist, j->model.params, j->model.table.numel, 0);
     bt_model_refresh_bf16(&j->model);
+    const size_t bucket = bt_dist_bucket_floats(j->model.table.numel,
+                                                (size_t)(j->rc.dist.bucket_mb * 1048576.0));
+    const double early = getenv("BT_DIST_NO_OVERLAP") ? 0.0 /* step.c: all at the wait */
+                                                      : bt_step_overlap_share(&j->model.table,
+                                                                              bucket);
     say(j, "bt-train: %d ranks (data parallel, docs/distributed.md): train.batch_size %lld per "
-           "rank, global batch %lld; gradients averaged in buckets of %g MiB%s",
+           "rank, global batch %lld; gradients averaged in buckets of %g MiB, %.1f%% of the "
+           "bytes launched during the backward%s",
         j->dist.size, (long long)j->rc.train.batch_size,
         (long long)(j->rc.train.batch_size * j->dist.size), j->rc.dist.bucket_mb,
-        j->tr.zero ? "; optimizer state sharded (ZeRO-1, dist.zero_stage 1: gradients "
+        100.0 * early, j->tr.zero ? "; optimizer state sharded (ZeRO-1, dist.zero_stage 1: gradients "
                      "reduce-scattered, weights all-gathered)" : "");
     return BT_OK;
 }
