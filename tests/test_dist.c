@@ -23,11 +23,12 @@
  *                checkpoint, the job exits 143.
  *   ZeRO-1       (dist.zero_stage 1) the shard layout in-process: every trained element of
  *                the synthetic model's arena belongs to exactly one rank's moments, frozen
- *                ones to none, each rank holds ~1/N of them, and moments copied to the shards
- *                and back are bit-identical; then under mpirun: 2 x 4 and 4 x 2 (over TCP)
- *                equal 1 x 8, and 2 x 4 equals the plain 2 x 4 (losses, grad norms, weights,
- *                the gathered optimizer.safetensors), 3 x 2 (blocks of unequal length, no
- *                progress thread) equals the plain 3 x 2; with accumulation, with bf16 on the
+ *                ones to none, each rank holds ~1/N of them, and moments read shard by shard
+ *                from optimizer.safetensors and gathered back are bit-identical; then under
+ *                mpirun: 2 x 4 and 4 x 2 (over TCP) equal 1 x 8, and 2 x 4 equals the
+ *                plain 2 x 4 (losses, grad norms, weights, the gathered
+ *                optimizer.safetensors), 3 x 2 (blocks of unequal length, no progress
+ *                thread) equals the plain 3 x 2; with accumulation, with bf16 on the
  *                wire, with a frozen tower and lr multipliers (against 1 x 8 with the same
  *                settings), in bf16 compute (against the plain 2 x 4 bf16 run: the shadow
  *                refresh); a ZeRO-1 checkpoint resumed on 1 process and a 1-process
@@ -70,6 +71,7 @@
 #include "model/safetensors.h"
 #include "test_util.h"
 #include "train/optim.h"
+#include "train/state.h"
 
 #define LOSS_RTOL 1e-5
 #define WEIGHT_ATOL 5e-5
@@ -474,8 +476,9 @@ static void test_signal_rank(int sig, int zero, const char *ref_opt) {
 
 /* ZeRO-1 layout on the synthetic model's table (no MPI): for N ranks and a bucket size,
  * every trained element is in exactly one rank's shard (frozen ones in none), Σ shard
- * moments = the full optimizer's, the largest shard is ~1/N (bound below), and the moments
- * copied full -> shards -> full come back bit-identical. */
+ * moments = the full optimizer's, the largest shard is ~1/N (bound below), and moments
+ * saved to optimizer.safetensors, read back shard by shard (the resume path) and gathered
+ * into a full optimizer (the checkpoint path) come back bit-identical. */
 static void test_zero_layout(void) {
     const char *configs = getenv("BT_CONFIGS");
     char path[1100];
@@ -499,8 +502,13 @@ static void test_zero_layout(void) {
             full.v[i] = (float)i + 0.5f;
         }
         full.t = 7;
+        char opt_path[1100];
+        snprintf(opt_path, sizeof opt_path, "%s", tu_tmp_path(frozen ? "opt-frozen.safetensors"
+                                                                      : "opt.safetensors"));
+        const int saved = tu_check(bt_optim_state_save(opt_path, &t, &full) == BT_OK,
+                                   "ZeRO-1 layout: %s written", opt_path);
         unsigned char *cover = malloc(t.numel);
-        for (size_t ri = 0; ri < sizeof ranks / sizeof *ranks; ri++)
+        for (size_t ri = 0; saved && ri < sizeof ranks / sizeof *ranks; ri++)
             for (size_t bi = 0; bi < sizeof bucket_bytes / sizeof *bucket_bytes; bi++) {
                 const int W = ranks[ri];
                 const size_t bucket = bt_dist_bucket_floats(t.numel, bucket_bytes[bi]);
@@ -518,8 +526,9 @@ static void test_zero_layout(void) {
                     for (size_t s = 0; s < sh.n_segs; s++)
                         for (size_t k = 0; k < sh.segs[s].numel; k++)
                             cover[sh.segs[s].offset + k]++;
-                    ok &= bt_adamw_shard_copy(&sh, &full, 0) == BT_OK && sh.t == 7;
-                    ok &= bt_adamw_shard_copy(&sh, &back, 1) == BT_OK;
+                    /* the resume path: the shard's blocks read from the full file */
+                    ok &= bt_optim_state_load(opt_path, &t, &sh) == BT_OK && sh.t == 7;
+                    ok &= bt_adamw_shard_to_full(&sh, &back) == BT_OK;
                     sum += sh.mnumel;
                     if (sh.mnumel > largest) largest = sh.mnumel;
                     bt_adamw_free(&sh);
@@ -556,11 +565,11 @@ static void test_zero_layout(void) {
                 const double blk = (double)((bucket + (size_t)W - 1) / (size_t)W);
                 const double bound = mean + (double)n_buckets + (double)mixed * blk;
                 tu_check(ok && (double)largest <= bound, "ZeRO-1 layout, %d ranks, %zu-float "
-                         "buckets%s: every trained element in one shard, moments round-trip "
-                         "bit-identical; largest shard %zu moments = %.4f of %zu (bound %.0f, "
-                         "%zu mixed buckets)", W, bucket, frozen ? ", vision frozen" : "",
-                         largest, (double)largest / (double)full.mnumel, full.mnumel, bound,
-                         mixed);
+                         "buckets%s: every trained element in one shard, moments read "
+                         "per shard and gathered bit-identical; largest shard %zu moments = "
+                         "%.4f of %zu (bound %.0f, %zu mixed buckets)", W, bucket,
+                         frozen ? ", vision frozen" : "", largest,
+                         (double)largest / (double)full.mnumel, full.mnumel, bound, mixed);
             }
         free(cover);
         bt_adamw_free(&full);
@@ -657,8 +666,8 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
         snprintf(res1, sizeof res1, "%s", tu_tmp_path("zero-resume-2to1"));
         snprintf(res2, sizeof res2, "%s", tu_tmp_path("zero-resume-1to2"));
         /* on one process dist.zero_stage 1 is accepted and does nothing (the log says so) */
-        snprintf(set, sizeof set, "--set dist.zero_stage=1 --set output.resume_from='%s/checkpoint-2'",
-                 z2);
+        snprintf(set, sizeof set,
+                 "--set dist.zero_stage=1 --set output.resume_from='%s/checkpoint-2'", z2);
         rc = train(res1, 0, "", set);
         snprintf(a, sizeof a, "%s.log", res1);
         char *log = read_text(a);

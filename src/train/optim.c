@@ -135,8 +135,18 @@ void bt_adamw_init_shard(bt_adamw *o, const bt_param_table *table, const bt_opti
         }
     }
     o->n_segs = k;
-    free(full);
+    o->fsegs = full;
+    o->n_fsegs = n_full;
     finish_init(o);
+}
+
+int bt_adamw_trained_at(const bt_adamw *o, size_t offset) {
+    const bt_optim_segment *segs = o->sharded ? o->fsegs : o->segs;
+    const size_t n = o->sharded ? o->n_fsegs : o->n_segs;
+    for (size_t s = 0; s < n; s++)
+        if (offset >= segs[s].offset && offset < segs[s].offset + segs[s].numel)
+            return !segs[s].frozen;
+    return 0;
 }
 
 size_t bt_adamw_trained_numel(const bt_param_table *table, const bt_optim_groups *g) {
@@ -148,7 +158,7 @@ size_t bt_adamw_trained_numel(const bt_param_table *table, const bt_optim_groups
     return total;
 }
 
-bt_status bt_adamw_shard_copy(bt_adamw *shard, bt_adamw *full, int to_full) {
+bt_status bt_adamw_shard_to_full(const bt_adamw *shard, bt_adamw *full) {
     BT_ASSERT(!full->sharded && shard->numel == full->numel);
     for (size_t s = 0; s < shard->n_segs; s++) {
         const bt_optim_segment *seg = &shard->segs[s];
@@ -159,18 +169,10 @@ bt_status bt_adamw_shard_copy(bt_adamw *shard, bt_adamw *full, int to_full) {
             return bt_fail(BT_ERR_SHAPE, "optimizer state: the parameters at arena offsets "
                            "[%zu, %zu) are trained here but not in the other layout (frozen "
                            "towers differ)", seg->offset, seg->offset + seg->numel);
-        float *sm = shard->m + seg->moff, *sv = shard->v + seg->moff;
-        const size_t bytes = seg->numel * sizeof *sm;
-        if (to_full) {
-            memcpy(fm, sm, bytes);
-            memcpy(fv, sv, bytes);
-        } else {
-            memcpy(sm, fm, bytes);
-            memcpy(sv, fv, bytes);
-        }
+        memcpy(fm, shard->m + seg->moff, seg->numel * sizeof *fm);
+        memcpy(fv, shard->v + seg->moff, seg->numel * sizeof *fv);
     }
-    if (to_full) full->t = shard->t;
-    else shard->t = full->t;
+    full->t = shard->t;
     return BT_OK;
 }
 
@@ -178,6 +180,7 @@ void bt_adamw_free(bt_adamw *o) {
     bt_free(o->m);
     bt_free(o->v);
     free(o->segs);
+    free(o->fsegs);
     free(o->chunk_off);
     free(o->chunk_len);
     free(o->chunk_sum);

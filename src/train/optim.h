@@ -76,6 +76,9 @@ typedef struct bt_optim_segment {
 typedef struct bt_adamw {
     size_t numel;            /* parameter arena length (table numel) */
     int sharded;             /* 1: bt_adamw_init_shard (segs cover part of the arena only) */
+    bt_optim_segment *fsegs; /* (n_fsegs) sharded: the full layout's segments (which
+                                elements are trained at all) */
+    size_t n_fsegs;
     size_t mnumel;           /* moment arena length: Σ numel of the trained segments */
     float *m, *v;            /* (mnumel) first and second moments, compact */
     uint64_t t;              /* steps taken */
@@ -99,10 +102,13 @@ void bt_adamw_init_shard(bt_adamw *o, const bt_param_table *table, const bt_opti
                          const size_t *lohi, size_t n_ranges);
 /* Moments the full (unsharded) optimizer of (table, g) holds: the trained elements. */
 size_t bt_adamw_trained_numel(const bt_param_table *table, const bt_optim_groups *g);
-/* Copies a shard's moments and t into the full optimizer of the same arena (to_full), or
- * the full one's into the shard. Errors: BT_ERR_SHAPE when a piece of the shard is not a run
- * of trained elements of full (their groups' frozen towers differ). */
-bt_status bt_adamw_shard_copy(bt_adamw *shard, bt_adamw *full, int to_full);
+/* 1 when the parameter at arena offset `offset` is trained (not frozen) in o's groups,
+ * whether or not o is a shard that holds its moments. */
+int bt_adamw_trained_at(const bt_adamw *o, size_t offset);
+/* Copies a shard's moments and t into the full optimizer of the same arena. Errors:
+ * BT_ERR_SHAPE when a piece of the shard is not a run of trained elements of full (their
+ * groups' frozen towers differ). */
+bt_status bt_adamw_shard_to_full(const bt_adamw *shard, bt_adamw *full);
 void bt_adamw_free(bt_adamw *o);
 
 /* The group rules above for one tensor: its lr multiplier and whether it is frozen. */
@@ -110,7 +116,8 @@ double bt_optim_lr_mult(const bt_param_tensor *x, const bt_optim_groups *g);
 int bt_optim_frozen(const bt_param_tensor *x, const bt_optim_groups *g);
 
 /* Moments of the tensor at arena offset `offset` (a tensor start): *m, *v point into the
- * compact arenas; returns 0 (and NULLs) when the tensor is frozen. For checkpoint files. */
+ * compact arenas; returns 0 (and NULLs) when the tensor is frozen (or, for a shard, not in
+ * it). For checkpoint files. */
 int bt_adamw_moments(const bt_adamw *o, size_t offset, float **m, float **v);
 
 /* Global L2 norm of g (n), accumulated in double (deterministic for any thread count). */

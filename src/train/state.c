@@ -318,7 +318,7 @@ static void moment_name(char *out, size_t cap, const char *which, const bt_param
 }
 
 bt_status bt_optim_state_save(const char *path, const bt_param_table *t, const bt_adamw *o) {
-    BT_ASSERT(o->numel == t->numel);
+    BT_ASSERT(o->numel == t->numel && !o->sharded); /* ZeRO-1: gathered first (step.h) */
     size_t cap = 2 * t->n_tensors + 1, n = 0;
     safetensors_entry *e = calloc(cap, sizeof *e);
     char (*names)[BT_PARAM_KEY_MAX + 16] = calloc(cap, sizeof *names);
@@ -347,6 +347,21 @@ bt_status bt_optim_state_save(const char *path, const bt_param_table *t, const b
     return st;
 }
 
+/* The part of moment tensor x (F32 values at data, x's shape) that o holds: every piece of
+ * o's segments inside the tensor (all of it unsharded; a ZeRO-1 shard's blocks of it
+ * otherwise), straight from the mapping: nothing else of the file is read. */
+static void read_pieces(const bt_adamw *o, const bt_param_tensor *x, const uint8_t *data,
+                        float *arena) {
+    const size_t lo = x->offset, hi = x->offset + x->numel;
+    for (size_t s = 0; s < o->n_segs; s++) {
+        const bt_optim_segment *g = &o->segs[s];
+        if (g->frozen || g->offset >= hi || g->offset + g->numel <= lo) continue;
+        const size_t a = g->offset > lo ? g->offset : lo;
+        const size_t b = g->offset + g->numel < hi ? g->offset + g->numel : hi;
+        memcpy(arena + g->moff + (a - g->offset), data + 4 * (a - lo), (b - a) * 4);
+    }
+}
+
 bt_status bt_optim_state_load(const char *path, const bt_param_table *t, bt_adamw *o) {
     BT_ASSERT(o->numel == t->numel);
     safetensors_file f;
@@ -373,8 +388,7 @@ bt_status bt_optim_state_load(const char *path, const bt_param_table *t, bt_adam
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < t->n_tensors; i++) {
             const bt_param_tensor *x = &t->tensors[i];
-            float *m, *v;
-            if (!bt_adamw_moments(o, x->offset, &m, &v)) continue;
+            if (!bt_adamw_trained_at(o, x->offset)) continue; /* frozen: no moments */
             char name[BT_PARAM_KEY_MAX + 16];
             moment_name(name, sizeof name, pass ? "exp_avg_sq" : "exp_avg", x);
             const safetensors_tensor *ft = safetensors_find(&f, name);
@@ -396,8 +410,7 @@ bt_status bt_optim_state_load(const char *path, const bt_param_table *t, bt_adam
                              ft->numel);
                 goto done;
             }
-            st = safetensors_read_f32(&f, ft, pass ? v : m, x->numel);
-            if (st != BT_OK) goto done;
+            read_pieces(o, x, ft->data, pass ? o->v : o->m);
             used++;
         }
     }
@@ -409,9 +422,7 @@ bt_status bt_optim_state_load(const char *path, const bt_param_table *t, bt_adam
             const bt_param_tensor *x = NULL;
             if (dot && (!strncmp(name, "exp_avg.", 8) || !strncmp(name, "exp_avg_sq.", 11)))
                 x = bt_param_table_find(t, dot + 1);
-            float *m, *v;
-            if (!strcmp(name, "step") || (x && bt_adamw_moments(o, x->offset, &m, &v)))
-                continue;
+            if (!strcmp(name, "step") || (x && bt_adamw_trained_at(o, x->offset))) continue;
             st = bt_fail(BT_ERR_FORMAT,
                          "%s: tensor '%s': not a moment of a trained parameter of this model "
                          "(%s)",
@@ -775,8 +786,8 @@ void bt_train_resume_free(bt_train_resume *r) {
     memset(r, 0, sizeof *r);
 }
 
-bt_status bt_train_checkpoint_load(const char *dir, const bt_optim_groups *groups,
-                                   const bt_model_config *expect, bt_train_resume *r) {
+bt_status bt_train_checkpoint_load_state(const char *dir, const bt_model_config *expect,
+                                         bt_train_resume *r) {
     memset(r, 0, sizeof *r);
     bt_train_state_init(&r->state);
     char p[4200];
@@ -810,13 +821,21 @@ bt_status bt_train_checkpoint_load(const char *dir, const bt_optim_groups *group
             goto fail;
         }
     }
-    bt_optim_groups g = groups ? *groups : bt_run_config_optim_groups(&r->state.run_config);
-    bt_adamw_init_groups(&r->optim, &r->model.table, &g);
-    snprintf(p, sizeof p, "%s/%s", dir, OPTIM_FILE);
-    st = bt_optim_state_load(p, &r->model.table, &r->optim);
-    if (st != BT_OK) goto fail;
     return BT_OK;
 fail:
     bt_train_resume_free(r);
+    return st;
+}
+
+bt_status bt_train_checkpoint_load(const char *dir, const bt_optim_groups *groups,
+                                   const bt_model_config *expect, bt_train_resume *r) {
+    bt_status st = bt_train_checkpoint_load_state(dir, expect, r);
+    if (st != BT_OK) return st;
+    bt_optim_groups g = groups ? *groups : bt_run_config_optim_groups(&r->state.run_config);
+    bt_adamw_init_groups(&r->optim, &r->model.table, &g);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, OPTIM_FILE);
+    st = bt_optim_state_load(p, &r->model.table, &r->optim);
+    if (st != BT_OK) bt_train_resume_free(r);
     return st;
 }

@@ -96,9 +96,11 @@ bt_status bt_train_state_from_json(bt_train_state *s, const struct cJSON *j, con
 bt_status bt_train_state_write(const char *path, const bt_train_state *s);
 bt_status bt_train_state_read(const char *path, bt_train_state *s);
 
-/* optimizer.safetensors (see the header comment). Load: o must be initialized for the
- * table (bt_adamw_init_groups); every moment of a trained tensor must be in the file and
- * nothing else; o->t is set from "step". */
+/* optimizer.safetensors (see the header comment). Save: o unsharded (a ZeRO-1 shard is
+ * gathered first, step.h). Load: o must be initialized for the table (bt_adamw_init_groups,
+ * or bt_adamw_init_shard: then only the shard's blocks are read from the mapped file, so a
+ * rank never holds the full moments); every moment of a trained tensor must be in the file
+ * and nothing else; o->t is set from "step". */
 bt_status bt_optim_state_save(const char *path, const bt_param_table *t, const bt_adamw *o);
 bt_status bt_optim_state_load(const char *path, const bt_param_table *t, bt_adamw *o);
 
@@ -149,6 +151,10 @@ typedef struct bt_train_resume {
 bt_status bt_train_checkpoint_load(const char *dir, const bt_optim_groups *groups,
                                    const bt_model_config *expect, bt_train_resume *r);
 void bt_train_resume_free(bt_train_resume *r);
+/* The same without the optimizer (r->optim stays empty): the caller loads
+ * <dir>/optimizer.safetensors into its own optimizer (bt_optim_state_load; a ZeRO-1 shard). */
+bt_status bt_train_checkpoint_load_state(const char *dir, const bt_model_config *expect,
+                                         bt_train_resume *r);
 
 /* bt_optim_groups from a run config's lr multipliers and freezing. */
 bt_optim_groups bt_run_config_optim_groups(const bt_run_config *c);

@@ -220,7 +220,7 @@ bt_status bt_trainer_gather_optim(bt_trainer *tr, bt_adamw *full, const bt_adamw
     bt_status st = BT_OK;
     for (int q = 0; q < d->size; q++) {
         if (q == 0 || (!root && q != d->rank)) { /* rank 0's own shard: copied, no message */
-            if (root) st = bt_adamw_shard_copy(&tr->opt, full, 1);
+            if (root) st = bt_adamw_shard_to_full(&tr->opt, full);
             continue;
         }
         bt_adamw sq; /* rank q's layout (rank 0 receives into it) */
@@ -229,28 +229,12 @@ bt_status bt_trainer_gather_optim(bt_trainer *tr, bt_adamw *full, const bt_adamw
         const bt_adamw *src = root ? &sq : &tr->opt;
         st_ok(bt_dist_to_root_f32(d, q, src->m, sq.m, src->mnumel));
         st_ok(bt_dist_to_root_f32(d, q, src->v, sq.v, src->mnumel));
-        if (root && st == BT_OK) st = bt_adamw_shard_copy(&sq, full, 1);
+        if (root && st == BT_OK) st = bt_adamw_shard_to_full(&sq, full);
         bt_adamw_free(&sq);
     }
     if (root) full->t = tr->opt.t;
     *out = root ? full : NULL;
     return st;
-}
-
-bt_status bt_trainer_load_optim(bt_trainer *tr, const bt_adamw *full, const char *source) {
-    const size_t want = tr->zero ? bt_adamw_trained_numel(&tr->model->table, &tr->cfg.groups)
-                                 : tr->opt.mnumel;
-    if (full->mnumel != want || full->numel != tr->opt.numel)
-        return bt_fail(BT_ERR_SHAPE, "%s: %zu moment values, this run trains %zu parameters "
-                       "(frozen towers or heads differ)", source, full->mnumel, want);
-    if (tr->zero) { /* read only: the copy goes from full into the shard */
-        bt_status st = bt_adamw_shard_copy(&tr->opt, (bt_adamw *)full, 0);
-        return st == BT_OK ? BT_OK : bt_fail_context(st, "%s", source);
-    }
-    memcpy(tr->opt.m, full->m, full->mnumel * sizeof *full->m);
-    memcpy(tr->opt.v, full->v, full->mnumel * sizeof *full->v);
-    tr->opt.t = full->t;
-    return BT_OK;
 }
 
 void bt_trainer_free(bt_trainer *tr) {

@@ -221,7 +221,8 @@ double bt_step_overlap_share(const bt_param_table *t, size_t bucket);
 /* Makes the step data-parallel over d (see above), gradients averaged in buckets of
  * bucket_bytes (0: one bucket), in bf16 on the wire when wire_bf16 (dist.h); zero_stage 1
  * shards the optimizer state (ZeRO-1, above; the moments so far are dropped: call it before
- * loading any). d must outlive the trainer; NULL or size 1: alone (zero_stage ignored). */
+ * loading any, then bt_optim_state_load fills tr->opt, a shard reading its blocks only).
+ * d must outlive the trainer; NULL or size 1: alone (zero_stage ignored). */
 void bt_trainer_set_dist(bt_trainer *tr, const bt_dist *d, size_t bucket_bytes,
                          int wire_bf16, int zero_stage);
 
@@ -236,10 +237,6 @@ size_t bt_trainer_optim_bytes(const bt_trainer *tr, size_t *full_bytes);
  * (initialized here; the caller frees it with bt_adamw_free) and *out = full; the other
  * ranks send theirs and get *out = NULL. */
 bt_status bt_trainer_gather_optim(bt_trainer *tr, bt_adamw *full, const bt_adamw **out);
-/* Loads moments and step count from a full optimizer (a checkpoint's, any world size, with
- * the trainer's groups) into tr->opt, its own shard only under ZeRO-1. Errors:
- * BT_ERR_SHAPE naming `source` when the trained parameters differ. */
-bt_status bt_trainer_load_optim(bt_trainer *tr, const bt_adamw *full, const char *source);
 
 /* Sizes the step's scratch and the model's arenas for micro-batches of up to B x T now (and
  * backs the arenas with memory, model.c), so the first bt_train_step allocates and faults

@@ -372,9 +372,8 @@ static bt_status step_setup(job *j) {
     if (j->resumed) {
         char src_name[4200];
         snprintf(src_name, sizeof src_name, "%s/optimizer.safetensors", j->resume_dir);
-        st = bt_trainer_load_optim(&j->tr, &j->resume.optim, src_name);
+        st = bt_optim_state_load(src_name, &j->model.table, &j->tr.opt);
         if (st != BT_OK) return st;
-        bt_adamw_free(&j->resume.optim); /* copied: no full set of moments kept (ZeRO-1) */
         j->tr.step = j->resume.state.global_step;
         const cJSON *ex = j->resume.state.extra;
         const cJSON *sk = ex ? cJSON_GetObjectItemCaseSensitive(ex, "skipped_steps") : NULL;
@@ -410,8 +409,8 @@ static bt_status memory_plan(job *j) {
                  (long long)rc->dist.zero_stage);
     say(j, "memory plan%s: weights + gradients %s, optimizer state %s%s, activations %s "
            "(batch %zu, %zu text rows, %zu pairs, T %zu), total %s",
-        bt_dist_active(&j->dist) ? " per rank" : "", bt_mem_format(w, sizeof w, weights), bt_mem_format(o, sizeof o, optim), zero,
-        bt_mem_format(a, sizeof a, act), B, Bt, P, T,
+        bt_dist_active(&j->dist) ? " per rank" : "", bt_mem_format(w, sizeof w, weights),
+        bt_mem_format(o, sizeof o, optim), zero, bt_mem_format(a, sizeof a, act), B, Bt, P, T,
         bt_mem_format(t, sizeof t, weights + optim + act));
     bt_status st = bt_mem_check(act, "the activations of one micro-batch",
                                 "reduce train.batch_size (use train.gradient_accumulation_steps "
@@ -479,8 +478,9 @@ static bt_status resume_setup(job *j) {
     }
     if (!dir) return BT_OK;
     snprintf(j->resume_dir, sizeof j->resume_dir, "%s", dir);
-    bt_optim_groups g = bt_run_config_optim_groups(rc);
-    bt_status st = bt_train_checkpoint_load(dir, &g, NULL, &j->resume);
+    /* the moments are read later, straight into the trainer's optimizer (step_setup): under
+     * ZeRO-1 a rank reads its shard only */
+    bt_status st = bt_train_checkpoint_load_state(dir, NULL, &j->resume);
     if (st != BT_OK) return st;
     j->resumed = 1;
     char changed[1024] = "";
