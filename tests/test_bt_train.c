@@ -218,6 +218,34 @@ int main(int argc, char **argv) {
     double losses[64];
     size_t n = train_steps(ref, steps, losses, 64);
     tu_check(n == 8, "metrics.jsonl: 8 train records (got %zu)", n);
+
+    /* --- train.gradient_checkpointing: the same bytes; the memory plan suggests it -------- */
+    {
+        char ckp[1200], p[1300];
+        snprintf(ckp, sizeof ckp, "%s", out_path("checkpointing"));
+        const char *on[] = {"train.gradient_checkpointing=true"};
+        tu_check(run_train(ckp, on, 1) == 0, "train.gradient_checkpointing=true exits 0");
+        same_file("gradient checkpointing (bit for bit, dropout on)", ref, ckp,
+                  "model.safetensors");
+        snprintf(p, sizeof p, "%s.log", ckp);
+        char *log = read_text(p);
+        tu_check(strstr(log, "gradient checkpointing on") != NULL,
+                 "the memory plan says gradient checkpointing is on");
+        free(log);
+        /* 40 MB available: the weights fit, the full activations (~0.1 GB) do not */
+        char small[1200];
+        snprintf(small, sizeof small, "%s", out_path("small_memory"));
+        setenv("BT_MEM_AVAILABLE", "40000000", 1);
+        const int rs = run_train(small, NULL, 0);
+        unsetenv("BT_MEM_AVAILABLE");
+        snprintf(p, sizeof p, "%s.err", small);
+        char *err = read_text(p);
+        tu_check(rs == 1 && strstr(err, "activations of one micro-batch") &&
+                     strstr(err, "set train.gradient_checkpointing=true"),
+                 "too little memory: exit 1, the refusal suggests train.gradient_checkpointing "
+                 "(got %d: %.300s)", rs, err);
+        free(err);
+    }
     {
         char p[1300];
         snprintf(p, sizeof p, "%s/config.json", ref);

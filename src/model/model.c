@@ -180,6 +180,22 @@ static void arena_free(bt_arena *ar) {
     memset(ar, 0, sizeof *ar);
 }
 
+/* The parameter gradients: anonymous pages, zero and backed only when first written, so a
+ * model that never trains (bt_model_free_grads) never holds them (peak RSS of inference);
+ * bt_model_reserve_phases backs them before a training step (arena_prefault). */
+static float *grads_alloc(size_t n) {
+    void *p = mmap(NULL, n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (p == MAP_FAILED) bt_abort_at(__FILE__, __LINE__, "out of memory mapping %zu bytes of "
+                                     "parameter gradients", n * sizeof(float));
+    return p;
+}
+
+static void grads_free(bt_model *m) {
+    if (m->grads) munmap(m->grads, m->table.numel * sizeof *m->grads);
+    m->grads = NULL;
+}
+
 bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
                         bt_precision precision) {
     memset(m, 0, sizeof *m);
@@ -198,7 +214,7 @@ bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
     }
     const size_t n = m->table.numel;
     m->params = bt_calloc(n * sizeof *m->params);
-    m->grads = bt_calloc(n * sizeof *m->grads);
+    m->grads = grads_alloc(n);
     /* the bf16 GEMM route (gemm.h: measured once under BT_GEMM_BF16=auto) is chosen here,
      * outside any parallel region and before the first step's clock starts; the bf16 weight
      * copy exists only where bf16 mode computes in bf16 (route FP32: fp32 products) */
@@ -226,7 +242,7 @@ void bt_model_free(bt_model *m) {
     arena_free(&m->layer_act);
     arena_free(&m->layer_dact);
     bt_free(m->params);
-    bt_free(m->grads);
+    grads_free(m);
     bt_free(m->params_bf16);
     bt_param_table_free(&m->table);
     memset(m, 0, sizeof *m);
@@ -272,8 +288,7 @@ const char *bt_act_mode_name(bt_act_mode mode) {
 }
 
 void bt_model_free_grads(bt_model *m) {
-    bt_free(m->grads);
-    m->grads = NULL;
+    grads_free(m);
     memset(&m->g, 0, sizeof m->g);
     bt_model_set_act_mode(m, BT_ACTS_FORWARD_ONLY);
 }
@@ -902,6 +917,11 @@ bt_status bt_model_reserve_phases(bt_model *m, size_t Bt, size_t Bi, size_t P, s
     /* placed for d so every arena's bytes are in use; the next forward places again */
     if (!m->have_towers) phase_place(m, PHASE_TOWERS, &d);
     if (!m->have_pairs) phase_place(m, PHASE_PAIRS, &d);
+    /* a model that will run a backward: its gradient pages backed now, not in the first step */
+    if (m->grads && m->act_mode != BT_ACTS_FORWARD_ONLY && !m->grads_backed) {
+        arena_prefault(m->grads, m->table.numel * sizeof *m->grads);
+        m->grads_backed = 1;
+    }
     return BT_OK;
 }
 

@@ -267,7 +267,9 @@ typedef struct bt_model {
     unsigned heads;          /* BT_HEADS_* */
     bt_precision precision;
     float *params;           /* (table.numel) fp32 master weights */
-    float *grads;            /* (table.numel) parameter gradients */
+    float *grads;            /* (table.numel) parameter gradients (pages backed on first write
+                                or by bt_model_reserve_phases; NULL after bt_model_free_grads) */
+    int grads_backed;        /* bt_model_reserve_phases backed them */
     bt_bf16 *params_bf16;    /* (table.numel) GEMM weights in bf16 mode, else NULL */
     bt_param_views p, g;     /* named views of params and grads */
 

@@ -119,6 +119,8 @@ static const field FIELDS[] = {
        0.15, "mlm_probability"),
     I_("train.seed", train.seed, F_RESUME, 0, INT_MAX_JSON, 42, "seed"),
     B_("train.dropout", train.dropout, F_RESUME, 1, ""),
+    B_("train.gradient_checkpointing", train.gradient_checkpointing, 0, 0,
+       "gradient_checkpointing"),
     N_("train.lr_mult.cross_modal", train.lr_mult.cross_modal, 0, 0, INF, 1, ""),
     N_("train.lr_mult.heads", train.lr_mult.heads, 0, 0, INF, 1, ""),
     B_("train.freeze_vision", train.freeze_vision, F_RESUME, 0, "freeze_vision_model"),

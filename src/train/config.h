@@ -92,6 +92,7 @@ typedef struct bt_run_config {
         double mlm_probability;
         int64_t seed;
         int dropout;
+        int gradient_checkpointing; /* recompute layers in the backward (model.h "Memory modes") */
         struct {
             double cross_modal, heads; /* lr multipliers (original recipe: 5 and 5) */
         } lr_mult;

@@ -394,8 +394,13 @@ static bt_status memory_plan(job *j) {
     const size_t B = (size_t)rc->train.batch_size, T = (size_t)rc->data.max_length;
     const int mlm = rc->train.loss_weights.mlm > 0, itm = rc->train.loss_weights.itm > 0;
     const size_t Bt = B * (1 + (size_t)mlm), P = B * (1 + 2 * (size_t)itm + (size_t)mlm);
-    const size_t act = bt_model_activation_bytes(&j->model.cfg, rc->model.heads,
-                                                 rc->train.precision, Bt, B, P, mlm ? B : 0, T);
+    /* train.gradient_checkpointing: the model's memory mode for the whole run (model.h) */
+    const bt_act_mode mode =
+        rc->train.gradient_checkpointing ? BT_ACTS_CHECKPOINT : BT_ACTS_FULL;
+    bt_model_set_act_mode(&j->model, mode);
+    const size_t act = bt_model_activation_bytes_mode(&j->model.cfg, rc->model.heads,
+                                                      rc->train.precision, mode, Bt, B, P,
+                                                      mlm ? B : 0, T);
     const size_t numel = j->model.table.numel;
     size_t full_optim;
     const size_t optim = bt_trainer_optim_bytes(&j->tr, &full_optim);
@@ -408,13 +413,24 @@ static bt_status memory_plan(job *j) {
         snprintf(zero, sizeof zero, " (dist.zero_stage %lld: no effect on one process)",
                  (long long)rc->dist.zero_stage);
     say(j, "memory plan%s: weights + gradients %s, optimizer state %s%s, activations %s "
-           "(batch %zu, %zu text rows, %zu pairs, T %zu), total %s",
+           "(batch %zu, %zu text rows, %zu pairs, T %zu, gradient checkpointing %s), total %s",
         bt_dist_active(&j->dist) ? " per rank" : "", bt_mem_format(w, sizeof w, weights),
         bt_mem_format(o, sizeof o, optim), zero, bt_mem_format(a, sizeof a, act), B, Bt, P, T,
+        mode == BT_ACTS_CHECKPOINT ? "on" : "off",
         bt_mem_format(t, sizeof t, weights + optim + act));
-    bt_status st = bt_mem_check(act, "the activations of one micro-batch",
-                                "reduce train.batch_size (use train.gradient_accumulation_steps "
-                                "to keep the effective batch) or data.max_length");
+    /* the ways out when it does not fit (bt_mem_check says "reduce <hint>"): smaller
+     * micro-batches, or checkpointing (the same gradients) when it is off */
+    char hint[400], ck[32] = "";
+    if (mode != BT_ACTS_CHECKPOINT)
+        bt_mem_format(ck, sizeof ck,
+                      bt_model_activation_bytes_mode(&j->model.cfg, rc->model.heads,
+                                                     rc->train.precision, BT_ACTS_CHECKPOINT, Bt,
+                                                     B, P, mlm ? B : 0, T));
+    snprintf(hint, sizeof hint, "train.batch_size (use train.gradient_accumulation_steps to "
+             "keep the effective batch) or data.max_length%s%s%s",
+             ck[0] ? ", or set train.gradient_checkpointing=true (the same gradients, "
+                     "activations " : "", ck, ck[0] ? ", about one more forward per step)" : "");
+    bt_status st = bt_mem_check(act, "the activations of one micro-batch", hint);
     if (st != BT_OK) return st;
     /* the step's arenas sized and backed with memory now, so the first step does not pay
      * their page faults (docs/benchmarks.md "First step") */
