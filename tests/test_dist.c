@@ -33,7 +33,8 @@
  *                settings), in bf16 compute (against the plain 2 x 4 bf16 run: the shadow
  *                refresh); a ZeRO-1 checkpoint resumed on 1 process and a 1-process
  *                checkpoint resumed on 2 ranks with ZeRO-1 end with the uninterrupted run's
- *                weights; one process accepts dist.zero_stage 1 as a no-op, saying so;
+ *                weights; one process accepts dist.zero_stage 1 as a no-op, saying so; a NaN
+ *                loss under on_nan stop ends the job with the message;
  *                SIGTERM to rank 1 of a ZeRO-1 job: rank 0 saves the gathered moments, exit
  *                143. Same tolerances as the plain runs: only the summation order differs (the
  *                reduce-scatter's sums instead of the all-reduce's, the grad norm summed per
@@ -651,6 +652,25 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
              "frozen-r1", 0, GROUPS, "frozen-zero-r2", 2,
              GROUPS " --set train.batch_size=4 --set dist.zero_stage=1", NULL, 0);
 #undef GROUPS
+    { /* NaN: lr 1e12 makes a loss non-finite after the first update (step 3: step 1 is
+       * the warmup's lr 0); under "stop" every rank stops at that step with the message (no
+       * rank left waiting in the all-gather) */
+        char nan[1200], p[1300];
+        snprintf(nan, sizeof nan, "%s", tu_tmp_path("zero-nan-stop"));
+        const double t0 = now_s();
+        rc = train(nan, 2, "", "--set train.batch_size=4 --set dist.zero_stage=1 --set "
+                   "train.lr=1e12 --set train.max_grad_norm=0 --set train.on_nan=stop");
+        snprintf(p, sizeof p, "%s.err", nan);
+        char *e = read_text(p);
+        /* every rank sees the global loss and reports; the first MPI_Abort may cut the
+         * other's message, so any rank's will do */
+        const int ok = rc != 0 && now_s() - t0 < 60 && strstr(e, "step 3: loss_") &&
+                       strstr(e, "stopping (nan_policy stop");
+        tu_check(ok, "ZeRO-1, train.on_nan stop: a non-finite loss at step 3 stops the job "
+                 "(exit %d, %.1f s) with the message", rc, now_s() - t0);
+        if (!ok) fprintf(stderr, "%s\n", e);
+        free(e);
+    }
     { /* ZeRO stages 2 and 3 are not implemented: refused at start, naming the key */
         char bad[1200], p[1300];
         snprintf(bad, sizeof bad, "%s", tu_tmp_path("zero-stage-2"));
