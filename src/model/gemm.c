@@ -261,6 +261,10 @@ void *gemm_thread_scratch(int slot, size_t bytes) {
     return s->buf[slot];
 }
 
+void *gemm_caller_scratch(size_t bytes) {
+    return gemm_thread_scratch(GEMM_SCRATCH_CALLER, bytes);
+}
+
 static void gemm_scratch_release(void) {
     pthread_mutex_lock(&gemm_scratch_mutex);
     gemm_scratch_set *s = gemm_scratch_all;

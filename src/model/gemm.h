@@ -163,6 +163,12 @@ const char *gemm_cpu_isa_name(void);
 void gemm(const gemm_args *g);
 void gemm_with(gemm_backend backend, const gemm_args *g);
 
+/* A buffer of at least `bytes` owned by the calling thread, for a caller's own operands
+ * (e.g. the bf16 rounding of an fp32 operand that two products read: ops.c), kept and grown
+ * across calls and freed by gemm_release(); gemm() never touches it. Contents undefined on
+ * return; the next call on the same thread may move it. */
+void *gemm_caller_scratch(size_t bytes);
+
 /* Releases cached oneDNN primitives and scratch (tests and tools call it before exit so
  * valgrind sees no leak). Must not run concurrently with gemm() calls; gemm() may be called
  * again afterwards (everything is re-created lazily). */

@@ -369,6 +369,13 @@ static void colsum_accumulate(float *dst, const float *src, size_t n, size_t c) 
         colsum_block(dst, src, n, c, blk * OPS_COLS, ops_min(OPS_COLS, c - blk * OPS_COLS));
 }
 
+/* 1 when products of this compute run as native bf16 GEMMs, where an fp32 operand that two
+ * products read is better rounded to bf16 once by the caller than packed by each gemm(). */
+static int ops_bf16_native(gemm_compute compute) {
+    return compute == GEMM_COMPUTE_BF16 && gemm_get_backend() == GEMM_BACKEND_ONEDNN &&
+           gemm_bf16_route_active() == GEMM_BF16_NATIVE;
+}
+
 /* --- Linear --------------------------------------------------------------------------------
  * Both directions are GEMMs (gemm.h); with compute BF16 the weight operand is the caller's
  * bf16 copy when there is one, else gemm rounds w itself. */
@@ -394,10 +401,21 @@ static void linear_backward_fast(float *dx, float *dw, float *db, const float *d
                                  size_t n, size_t c, size_t oc, gemm_compute compute) {
     BT_ASSERT(dout && x && w);
     const int use_bf16_w = compute == GEMM_COMPUTE_BF16 && w_bf16;
+    /* both products round dout to bf16 on the native route: round it once here (the bytes
+     * gemm's own packing makes) and hand both the bf16 copy (n x oc x 2 bytes of per-thread
+     * scratch) */
+    bt_dtype dout_type = BT_DTYPE_F32;
+    const void *dout_op = dout;
+    if (dx && dw && ops_bf16_native(compute)) {
+        bt_bf16 *d16 = gemm_caller_scratch(n * oc * sizeof *d16);
+        bf16_from_f32(d16, dout, n * oc);
+        dout_type = BT_DTYPE_BF16;
+        dout_op = d16;
+    }
     if (dx) {
         gemm_args g = {
             .trans_a = 0, .trans_b = 0, .m = n, .n = c, .k = oc,
-            .a_type = BT_DTYPE_F32, .a = dout, .lda = oc,
+            .a_type = dout_type, .a = dout_op, .lda = oc,
             .b_type = use_bf16_w ? BT_DTYPE_BF16 : BT_DTYPE_F32,
             .b = use_bf16_w ? (const void *)w_bf16 : (const void *)w, .ldb = c,
             .c = dx, .ldc = c, .alpha = 1.0f, .beta = 1.0f, .compute = compute,
@@ -407,7 +425,7 @@ static void linear_backward_fast(float *dx, float *dw, float *db, const float *d
     if (dw) {
         gemm_args g = {
             .trans_a = 1, .trans_b = 0, .m = oc, .n = c, .k = n,
-            .a_type = BT_DTYPE_F32, .a = dout, .lda = oc,
+            .a_type = dout_type, .a = dout_op, .lda = oc,
             .b_type = BT_DTYPE_F32, .b = x, .ldb = c,
             .c = dw, .ldc = c, .alpha = 1.0f, .beta = 1.0f, .compute = compute,
         };
@@ -781,10 +799,19 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
     };
     gemm(&g);
     attention_rows_backward(ds, p, Tq, Tk, dr, pbase);
+    /* dS feeds both products: on the native bf16 route round it once, into the Pd half of
+     * the tile (free after the dv product; Tq x Tk bf16 fit in Tq x Tk floats) */
+    bt_dtype ds_type = BT_DTYPE_F32;
+    const void *ds_op = ds;
+    if (dq && dk && ops_bf16_native(compute)) {
+        bf16_from_f32_serial((bt_bf16 *)pd, ds, Tq * Tk);
+        ds_type = BT_DTYPE_BF16;
+        ds_op = pd;
+    }
     if (dq) { /* dq_h += dS k_h / √D */
         gemm_args gq = {
             .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
-            .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
+            .a_type = ds_type, .a = ds_op, .lda = Tk,
             .b_type = BT_DTYPE_F32, .b = k_h, .ldb = d->ldk,
             .c = dq + b * Tq * d->ldq + h * D, .ldc = d->ldq, .alpha = scale, .beta = 1.0f,
             .compute = compute,
@@ -794,7 +821,7 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
     if (dk) { /* dk_h += dSᵀ q_h / √D */
         gemm_args gk = {
             .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
-            .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
+            .a_type = ds_type, .a = ds_op, .lda = Tk,
             .b_type = BT_DTYPE_F32, .b = q_h, .ldb = d->ldq,
             .c = dk + b * Tk * d->ldk + h * D, .ldc = d->ldk, .alpha = scale, .beta = 1.0f,
             .compute = compute,
