@@ -25,7 +25,8 @@
  *      and each bucket's copy at launch equals its final gradients bit for bit;
  *   6. control: claiming each event's fields, and launching each bucket, one event too
  *      early is caught by checks 2 and 5, so the comparisons can fail.
- * Run in fp32 and bf16. Exact comparisons: the claim is about which writes happen when,
+ * Run in fp32 and bf16, and with gradient checkpointing (BT_ACTS_CHECKPOINT: each layer's
+ * backward first recomputes its forward). Exact comparisons: the claim is about which writes happen when,
  * not about values, so no tolerance applies.
  *
  * Deliberately not here: MPI (tests/test_dist.c checks the distributed step, whose buckets
@@ -124,7 +125,8 @@ static void on_final(void *ctx, bt_grad_event ev, int layer) {
 /* One backward with the hook and a bucket schedule of `bucket` floats; returns the failures
  * of checks 1-5 (shift: the number of claimed elements and bucket elements whose copy
  * differs from the final value, the control). */
-static size_t run(const bt_model_config *c, bt_precision prec, int shift, size_t bucket) {
+static size_t run(const bt_model_config *c, bt_precision prec, bt_act_mode mode, int shift,
+                  size_t bucket) {
     bt_model m;
     if (!tu_check(bt_model_init(&m, c, BT_HEADS_ALL, prec) == BT_OK, "model init: %s",
                   bt_error_message()))
@@ -135,6 +137,7 @@ static size_t run(const bt_model_config *c, bt_precision prec, int shift, size_t
     fd_move_off_init(&m, &rng);
     bt_model_refresh_bf16(&m);
     bt_model_set_dropout(&m, 1, 77, 3);
+    bt_model_set_act_mode(&m, mode);
 
     /* texts: B captions and their masked copies; B images */
     int32_t ids[2 * B * T], mask[2 * B * T];
@@ -210,7 +213,9 @@ static size_t run(const bt_model_config *c, bt_precision prec, int shift, size_t
         if (r.claimed[i]) late += memcmp(&r.copy[i], &m.grads[i], sizeof(float)) != 0;
         else uncovered += memcmp(&before[i], &m.grads[i], sizeof(float)) != 0;
     }
-    const char *pname = prec == BT_PRECISION_BF16 ? "bf16" : "fp32";
+    char pname[64];
+    snprintf(pname, sizeof pname, "%s, %s", prec == BT_PRECISION_BF16 ? "bf16" : "fp32",
+             bt_act_mode_name(mode));
     if (shift) {
         fails = late && sent_late;
         printf("control (%s): claiming each event's fields one event early: %zu elements "
@@ -277,10 +282,12 @@ int main(void) {
     bt_model_config c;
     if (fd_tiny_config(&c)) {
         /* buckets: odd sizes cutting fields and layers anywhere, and one bucket */
-        run(&c, BT_PRECISION_FP32, 0, 997);
-        run(&c, BT_PRECISION_BF16, 0, 4096);
-        run(&c, BT_PRECISION_FP32, 0, (size_t)1 << 30);
-        tu_check(run(&c, BT_PRECISION_FP32, 1, 997) > 0,
+        run(&c, BT_PRECISION_FP32, BT_ACTS_FULL, 0, 997);
+        run(&c, BT_PRECISION_BF16, BT_ACTS_FULL, 0, 4096);
+        run(&c, BT_PRECISION_FP32, BT_ACTS_FULL, 0, (size_t)1 << 30);
+        /* gradient checkpointing: each layer's backward recomputes its forward first */
+        run(&c, BT_PRECISION_FP32, BT_ACTS_CHECKPOINT, 0, 997);
+        tu_check(run(&c, BT_PRECISION_FP32, BT_ACTS_FULL, 1, 997) > 0,
                  "control: fields claimed / buckets launched one event early were caught");
     }
     gemm_release();
