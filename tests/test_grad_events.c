@@ -7,11 +7,11 @@
  * on), with the parameter gradients pre-filled with random values (a later micro-batch of
  * an accumulation) and random gradients in the loss slots (d_itc_*, d_itm_logits,
  * d_mlm_logits), the hook copies, at each event, the gradient elements of the fields
- * bt_param_grad_event assigns to that event (that layer's repetition for per-layer fields).
- * After bt_cross_backward_pairs + bt_towers_backward:
- *   1. the events fired are exactly PAIRS, ITC_HEADS, BRIDGES, text layers Lt-1..0,
- *      TEXT_EMB, vision blocks Lv-1..0, VIT_EMB, each once, at strictly increasing
- *      bt_grad_event_order positions 0 .. Lt+Lv+4;
+ * bt_param_grad_event assigns to that event (field repetitions: that layer's, or for a link
+ * tower the cross layer it feeds). After bt_cross_backward_pairs + bt_towers_backward:
+ *   1. the events fired are exactly PAIR_HEADS, cross layers X-1..0, ITC_HEADS, BRIDGES,
+ *      text layers Lt-1..0, TEXT_EMB, vision blocks Lv-1..0, VIT_EMB, each once, at strictly
+ *      increasing bt_grad_event_order positions 0 .. X+Lt+Lv+4;
  *   2. every claimed element's final gradient equals its copy at event time, bit for bit
  *      (nothing wrote it after its event);
  *   3. every element no event claims (fields mapped to BT_GRAD_EV_NONE, alignment padding)
@@ -25,9 +25,10 @@
  *      and each bucket's copy at launch equals its final gradients bit for bit;
  *   6. control: claiming each event's fields, and launching each bucket, one event too
  *      early is caught by checks 2 and 5, so the comparisons can fail.
- * Run in fp32 and bf16, and with gradient checkpointing (BT_ACTS_CHECKPOINT: each layer's
- * backward first recomputes its forward). Exact comparisons: the claim is about which writes happen when,
- * not about values, so no tolerance applies.
+ * Run in fp32 and bf16, with gradient checkpointing (BT_ACTS_CHECKPOINT: each layer's
+ * backward first recomputes its forward), and with the scaled_add and interpolate link
+ * towers (their scalars). Exact comparisons: the claim is about which
+ * writes happen when, not about values, so no tolerance applies.
  *
  * Deliberately not here: MPI (tests/test_dist.c checks the distributed step, whose buckets
  * follow this schedule, against one process). */
@@ -69,33 +70,17 @@ static void launch(recorder *r, int pos) {
     }
 }
 
-/* the (event, layer) at firing-order position `order` for config c (inverse of
- * bt_grad_event_order); returns 0 when no event has that position */
-static int event_at(const bt_model_config *c, int order, bt_grad_event *ev, int *layer) {
-    const bt_grad_event kinds[] = {BT_GRAD_EV_PAIRS,      BT_GRAD_EV_ITC_HEADS,
-                                   BT_GRAD_EV_BRIDGES,    BT_GRAD_EV_TEXT_LAYER,
-                                   BT_GRAD_EV_TEXT_EMB,   BT_GRAD_EV_VIT_LAYER,
-                                   BT_GRAD_EV_VIT_EMB};
-    const int maxl = c->text_layers > c->vision_layers ? c->text_layers : c->vision_layers;
-    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
-        for (int l = 0; l < maxl; l++)
-            if (bt_grad_event_order(c, kinds[k], l) == order) {
-                *ev = kinds[k];
-                *layer = l;
-                return 1;
-            }
-    return 0;
-}
-
-/* copies the gradient elements of the fields final at (ev, layer) and marks them claimed */
-static void claim(recorder *r, bt_grad_event ev, int layer, int order) {
+/* copies the gradient elements of the field repetitions final at firing position `pos`
+ * (bt_param_grad_event, bt_grad_event_order) and marks them claimed at position `order` */
+static void claim(recorder *r, int pos, int order) {
     const bt_param_table *t = &r->m->table;
     for (int id = 0; id < BT_P_COUNT; id++) {
         const bt_param_field *f = &t->fields[id];
-        if (!f->present || bt_param_grad_event((bt_param_id)id) != ev) continue;
-        const int per_layer = f->rep == BT_REP_TEXT || f->rep == BT_REP_VISION;
-        for (int l = 0; l < f->reps; l++) {
-            if (per_layer && l != layer) continue;
+        for (int l = 0; f->present && l < f->reps; l++) {
+            int layer;
+            const bt_grad_event ev = bt_param_grad_event(&t->cfg, (bt_param_id)id, l, &layer);
+            if (ev == BT_GRAD_EV_NONE || bt_grad_event_order(&t->cfg, ev, layer) != pos)
+                continue;
             const size_t o = f->offset + (size_t)l * f->numel;
             memcpy(r->copy + o, r->m->grads + o, f->numel * sizeof *r->copy);
             for (size_t i = 0; i < f->numel; i++) {
@@ -111,15 +96,9 @@ static void on_final(void *ctx, bt_grad_event ev, int layer) {
     const int order = bt_grad_event_order(&r->m->cfg, ev, layer);
     if (r->n_events < MAX_EVENTS) r->orders[r->n_events] = order;
     r->n_events++;
-    if (r->shift) {
-        bt_grad_event next;
-        int nl;
-        if (event_at(&r->m->cfg, order + 1, &next, &nl)) claim(r, next, nl, order);
-        launch(r, order + 1);
-        return;
-    }
-    claim(r, ev, layer, order);
-    launch(r, order);
+    const int pos = r->shift ? order + 1 : order; /* the control claims one event early */
+    claim(r, pos, order);
+    launch(r, pos);
 }
 
 /* One backward with the hook and a bucket schedule of `bucket` floats; returns the failures
@@ -214,15 +193,16 @@ static size_t run(const bt_model_config *c, bt_precision prec, bt_act_mode mode,
         else uncovered += memcmp(&before[i], &m.grads[i], sizeof(float)) != 0;
     }
     char pname[64];
-    snprintf(pname, sizeof pname, "%s, %s", prec == BT_PRECISION_BF16 ? "bf16" : "fp32",
-             bt_act_mode_name(mode));
+    snprintf(pname, sizeof pname, "%s, %s, link %d",
+             prec == BT_PRECISION_BF16 ? "bf16" : "fp32", bt_act_mode_name(mode),
+             (int)c->link_tower_type);
     if (shift) {
         fails = late && sent_late;
         printf("control (%s): claiming each event's fields one event early: %zu elements "
                "written after the claim; launching each bucket one event early: %zu elements "
                "written after the launch\n", pname, late, sent_late);
     } else {
-        const int Lt = c->text_layers, Lv = c->vision_layers, want = Lt + Lv + 5;
+        const int want = bt_grad_event_order(c, BT_GRAD_EV_VIT_EMB, 0) + 1; /* the last */
         int in_order = r.n_events == want;
         for (int k = 0; in_order && k < r.n_events; k++) in_order = r.orders[k] == k;
         fails += !tu_check(in_order, "%s: %d events fired (want %d, positions 0..%d in order)",
@@ -287,6 +267,12 @@ int main(void) {
         run(&c, BT_PRECISION_FP32, BT_ACTS_FULL, 0, (size_t)1 << 30);
         /* gradient checkpointing: each layer's backward recomputes its forward first */
         run(&c, BT_PRECISION_FP32, BT_ACTS_CHECKPOINT, 0, 997);
+        /* the link towers' scalars (scaled_factor, beta) of the other link types */
+        bt_model_config cl = c;
+        cl.link_tower_type = BT_LINK_SCALED_ADD;
+        run(&cl, BT_PRECISION_FP32, BT_ACTS_FULL, 0, 997);
+        cl.link_tower_type = BT_LINK_INTERPOLATE;
+        run(&cl, BT_PRECISION_FP32, BT_ACTS_FULL, 0, 997);
         tu_check(run(&c, BT_PRECISION_FP32, BT_ACTS_FULL, 1, 997) > 0,
                  "control: fields claimed / buckets launched one event early were caught");
     }

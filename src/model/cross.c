@@ -483,5 +483,6 @@ void cross_pairs_backward(bt_model *m) {
             pairs_mix_backward(m, 1, dbr->ui, d->xi[k - 1].out, li.dscalar, dbr->i_sum, br->ui,
                                a->xi[k - 1].out, li.scalar, Np);
         }
+        bt_grads_final(m, BT_GRAD_EV_CROSS_LAYER, k); /* model.h: gradients-final events */
     }
 }

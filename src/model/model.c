@@ -1086,9 +1086,9 @@ void bt_cross_backward_pairs(bt_model *m) {
     if (m->tower_grad_dirty) grad_internal_zero(&m->tower_dact);
     m->pair_grad_dirty = m->tower_grad_dirty = 0;
     heads_pairs_backward(m);
+    bt_grads_final(m, BT_GRAD_EV_PAIR_HEADS, 0);
     cross_pairs_backward(m);
     m->pair_grad_dirty = 1; /* a second call starts again from the d_* slots */
-    bt_grads_final(m, BT_GRAD_EV_PAIRS, 0);
 }
 
 void bt_towers_backward(bt_model *m) {
@@ -1106,31 +1106,46 @@ void bt_towers_backward(bt_model *m) {
     m->tower_grad_dirty = 1;
 }
 
-bt_grad_event bt_param_grad_event(bt_param_id id) {
+bt_grad_event bt_param_grad_event(const bt_model_config *c, bt_param_id id, int rep,
+                                  int *layer) {
     /* ranges of the parameter list (params.h), in list order */
+    *layer = 0;
     if (id < BT_P_TL_Q_W) return BT_GRAD_EV_TEXT_EMB;
+    *layer = rep;
     if (id <= BT_P_TL_LN2_B) return BT_GRAD_EV_TEXT_LAYER;
+    *layer = 0;
     if (id <= BT_P_TEXT_POOL_B) return BT_GRAD_EV_NONE; /* unused by BridgeTowerModel */
     if (id <= BT_P_VIS_LN_PRE_B) return BT_GRAD_EV_VIT_EMB;
+    *layer = rep;
     if (id <= BT_P_VL_LN2_B) return BT_GRAD_EV_VIT_LAYER;
+    *layer = 0;
     if (id <= BT_P_TYPE_EMB) return BT_GRAD_EV_BRIDGES; /* ln_post, transforms, type rows */
-    if (id <= BT_P_MLM_BIAS) return BT_GRAD_EV_PAIRS;   /* first LNs .. ITM / MLM heads */
+    if (id <= BT_P_XI_LN_B) return BT_GRAD_EV_CROSS_LAYER; /* first LNs: with layer 0 */
+    *layer = rep + 1;
+    if (id <= BT_P_XI_LINK_BETA) return BT_GRAD_EV_CROSS_LAYER; /* link k feeds layer k+1 */
+    *layer = rep;
+    if (id <= BT_P_XIL_LN3_B) return BT_GRAD_EV_CROSS_LAYER;
+    *layer = c->cross_layers - 1;
+    if (id <= BT_P_XI_POOL_B) return BT_GRAD_EV_CROSS_LAYER; /* before the last layer's */
+    *layer = 0;
+    if (id <= BT_P_MLM_BIAS) return BT_GRAD_EV_PAIR_HEADS;
     if (id <= BT_P_ITC_IMAGE_B) return BT_GRAD_EV_ITC_HEADS;
-    if (id <= BT_P_ITC_CROSS_B) return BT_GRAD_EV_PAIRS;
+    if (id <= BT_P_ITC_CROSS_B) return BT_GRAD_EV_PAIR_HEADS;
     return BT_GRAD_EV_NONE; /* logit_scale: the ITC loss writes it */
 }
 
 int bt_grad_event_order(const bt_model_config *c, bt_grad_event ev, int layer) {
-    const int Lt = c->text_layers, Lv = c->vision_layers;
+    const int X = c->cross_layers, Lt = c->text_layers, Lv = c->vision_layers;
     switch (ev) {
     case BT_GRAD_EV_NONE: return -1;
-    case BT_GRAD_EV_PAIRS: return 0;
-    case BT_GRAD_EV_ITC_HEADS: return 1;
-    case BT_GRAD_EV_BRIDGES: return 2;
-    case BT_GRAD_EV_TEXT_LAYER: return 3 + (Lt - 1 - layer);
-    case BT_GRAD_EV_TEXT_EMB: return Lt + 3;
-    case BT_GRAD_EV_VIT_LAYER: return Lt + 4 + (Lv - 1 - layer);
-    case BT_GRAD_EV_VIT_EMB: return Lt + Lv + 4;
+    case BT_GRAD_EV_PAIR_HEADS: return 0;
+    case BT_GRAD_EV_CROSS_LAYER: return 1 + (X - 1 - layer);
+    case BT_GRAD_EV_ITC_HEADS: return X + 1;
+    case BT_GRAD_EV_BRIDGES: return X + 2;
+    case BT_GRAD_EV_TEXT_LAYER: return X + 3 + (Lt - 1 - layer);
+    case BT_GRAD_EV_TEXT_EMB: return X + Lt + 3;
+    case BT_GRAD_EV_VIT_LAYER: return X + Lt + 4 + (Lv - 1 - layer);
+    case BT_GRAD_EV_VIT_EMB: return X + Lt + Lv + 4;
     }
     return -1;
 }

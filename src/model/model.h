@@ -232,7 +232,8 @@ typedef struct bt_arena {
  * "Gradients-final events" below), in firing order. */
 typedef enum {
     BT_GRAD_EV_NONE = -1, /* no backward writes the field */
-    BT_GRAD_EV_PAIRS,     /* end of bt_cross_backward_pairs */
+    BT_GRAD_EV_PAIR_HEADS,  /* bt_cross_backward_pairs: ITM / MLM / ITC-cross heads done */
+    BT_GRAD_EV_CROSS_LAYER, /* cross layer `layer` (X-1 .. 0) and what feeds it done */
     BT_GRAD_EV_ITC_HEADS, /* bt_towers_backward: ITC uni-modal heads done */
     BT_GRAD_EV_BRIDGES,   /* the bridges' uni-modal halves done */
     BT_GRAD_EV_TEXT_LAYER,/* text layer `layer` done (Lt-1 .. 0) */
@@ -434,9 +435,11 @@ void bt_towers_backward(bt_model *m);
  * src/train/step.c launches each gradient bucket once all its elements are final). With
  * m->grads_final set, the backwards call grads_final(grads_final_ctx, event, layer) at each
  * point past which the rest of that pass writes a set of parameter gradients no more:
- *   BT_GRAD_EV_PAIRS       end of every bt_cross_backward_pairs: link towers, the first
- *                          cross layers' LayerNorms, cross layers, poolers, ITM / MLM /
- *                          ITC-cross heads (final when it was the pass's last cross round)
+ *   BT_GRAD_EV_PAIR_HEADS  in bt_cross_backward_pairs: ITM, MLM, ITC-cross heads
+ *   BT_GRAD_EV_CROSS_LAYER layer k = X-1 .. 0: both sides of cross layer k, the link tower
+ *                          k-1 that feeds it (k = 0: the first LayerNorms), and with k = X-1
+ *                          the poolers
+ *                          (the pair events: final when it was the pass's last cross round)
  *   BT_GRAD_EV_ITC_HEADS   in bt_towers_backward: itc_text_head, itc_image_head
  *   BT_GRAD_EV_BRIDGES     text / image transforms, token_type_embeddings, ln_post
  *   BT_GRAD_EV_TEXT_LAYER  layer l = Lt-1 .. 0 (Bt > 0): text layer l
@@ -450,13 +453,15 @@ void bt_towers_backward(bt_model *m);
 static inline void bt_grads_final(bt_model *m, bt_grad_event ev, int layer) {
     if (m->grads_final) m->grads_final(m->grads_final_ctx, ev, layer);
 }
-/* The event after which field id's gradient (repetition l: the event of layer l) is final;
- * BT_GRAD_EV_NONE for fields no model backward writes (the unused text pooler, and
- * logit_scale, which the ITC loss writes before any backward). */
-bt_grad_event bt_param_grad_event(bt_param_id id);
-/* Position of (ev, layer) in the firing order of one cross + towers backward for config c:
- * PAIRS 0, ITC_HEADS 1, BRIDGES 2, text layers 3 .. Lt+2 (layer Lt-1 first), TEXT_EMB Lt+3,
- * vision blocks Lt+4 .. Lt+Lv+3, VIT_EMB Lt+Lv+4; -1 for BT_GRAD_EV_NONE. */
+/* The event (and in *layer its layer) after which repetition `rep` of field id's gradient
+ * is final; BT_GRAD_EV_NONE for fields no model backward writes (the unused text pooler,
+ * and logit_scale, which the ITC loss writes before any backward). */
+bt_grad_event bt_param_grad_event(const bt_model_config *c, bt_param_id id, int rep,
+                                  int *layer);
+/* Position of (ev, layer) in the firing order of one cross + towers backward for config c
+ * (X cross layers): PAIR_HEADS 0, cross layers 1 .. X (layer X-1 first), ITC_HEADS X+1,
+ * BRIDGES X+2, text layers X+3 .. X+Lt+2 (layer Lt-1 first), TEXT_EMB X+Lt+3, vision blocks
+ * X+Lt+4 .. X+Lt+Lv+3, VIT_EMB X+Lt+Lv+4 (the last); -1 for BT_GRAD_EV_NONE. */
 int bt_grad_event_order(const bt_model_config *c, bt_grad_event ev, int layer);
 
 /* Bytes of the activation and activation-gradient arenas of both phases for (Bt, Bi, P,

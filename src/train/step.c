@@ -112,7 +112,7 @@ static void free_scratch(bt_trainer *tr) {
 size_t bt_step_overlap_schedule(const bt_param_table *t, size_t bucket, size_t *order,
                                 int *pos) {
     const size_t nb = t->numel ? (t->numel + bucket - 1) / bucket : 0;
-    const int n_pos = t->cfg.text_layers + t->cfg.vision_layers + 5; /* model.h */
+    const int n_pos = bt_grad_event_order(&t->cfg, BT_GRAD_EV_VIT_EMB, 0) + 1; /* the last */
     int *when = malloc((nb + 1) * sizeof *when);
     size_t *count = calloc((size_t)n_pos + 2, sizeof *count);
     BT_ASSERT(when && count);
@@ -120,10 +120,10 @@ size_t bt_step_overlap_schedule(const bt_param_table *t, size_t bucket, size_t *
     for (int id = 0; id < BT_P_COUNT; id++) {
         const bt_param_field *f = &t->fields[id];
         if (!f->present || !f->numel) continue;
-        const int per_layer = f->rep == BT_REP_TEXT || f->rep == BT_REP_VISION;
         for (int l = 0; l < f->reps; l++) {
-            const int p = bt_grad_event_order(&t->cfg, bt_param_grad_event((bt_param_id)id),
-                                              per_layer ? l : 0);
+            int layer;
+            const bt_grad_event ev = bt_param_grad_event(&t->cfg, (bt_param_id)id, l, &layer);
+            const int p = bt_grad_event_order(&t->cfg, ev, layer);
             const size_t o = f->offset + (size_t)l * f->numel;
             for (size_t b = o / bucket; b <= (o + f->numel - 1) / bucket; b++)
                 if (p > when[b]) when[b] = p;

@@ -56,8 +56,8 @@
  *             dist.bucket_mb, sum, then 1/world). In the last micro-batch (only), each bucket
  *             is launched from the model's gradients-final hook (model.h) as soon as the
  *             backward has finished every tensor it overlaps (bt_step_overlap_schedule:
- *             after the cross phase, the ITC heads, the bridges, each text layer, the text
- *             embeddings, each vision block), and progresses during the rest of the
+ *             after the pair heads, each cross layer, the ITC heads, the bridges, each text
+ *             layer, the text embeddings, each vision block), and progresses during the rest of the
  *             backward (dist.h's progress thread). Every rank launches the buckets in the
  *             schedule's order (it depends on the parameter table and bucket size only; an
  *             event that does not fire only delays a prefix of it), as MPI requires
