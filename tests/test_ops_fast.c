@@ -840,6 +840,9 @@ int main(void) {
         test_linear(7, 33, 17, comp, 0);
         test_linear(257, 65, 33, comp, cm);
         test_linear(33, 768, 7, comp, cm);
+        /* several 64-column blocks of the bias sums, threaded (on the native bf16 route the
+         * sums share a pass with dout's bf16 rounding) */
+        test_linear(650, 96, 200, comp, cm);
     }
 
     /* both threading strategies of attention (ops.h), fp32 and bf16 */

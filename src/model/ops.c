@@ -369,6 +369,37 @@ static void colsum_accumulate(float *dst, const float *src, size_t n, size_t c) 
         colsum_block(dst, src, n, c, blk * OPS_COLS, ops_min(OPS_COLS, c - blk * OPS_COLS));
 }
 
+/* colsum_block plus, in the same pass over src, its bf16 rounding into out16 (same layout):
+ * round to nearest even, NaN kept quiet (bt_bf16_from_f32's rule, written branch-free so
+ * it vectorizes). The column sums are colsum_block's, in the same order. */
+OPS_VEC static void colsum_block_bf16(float *dst, bt_bf16 *out16, const float *src, size_t n,
+                                      size_t ld, size_t j0, size_t w) {
+    double acc[OPS_COLS] = {0};
+    for (size_t i = 0; i < n; i++) {
+        const float *row = src + i * ld + j0;
+        bt_bf16 *o = out16 + i * ld + j0;
+        for (size_t j = 0; j < w; j++) {
+            acc[j] += (double)row[j];
+            uint32_t u;
+            memcpy(&u, &row[j], 4);
+            const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+            const uint32_t quiet = (u >> 16) | 0x40u;
+            o[j] = (bt_bf16)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+        }
+    }
+    for (size_t j = 0; j < w; j++) dst[j0 + j] = (float)((double)dst[j0 + j] + acc[j]);
+}
+
+/* dst[j] += Σ_i src[i*c + j] (as colsum_accumulate) and out16 = bf16(src), one pass. */
+static void colsum_accumulate_bf16(float *dst, bt_bf16 *out16, const float *src, size_t n,
+                                   size_t c) {
+    const size_t nblk = (c + OPS_COLS - 1) / OPS_COLS;
+    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN && nblk > 1))
+    for (size_t blk = 0; blk < nblk; blk++)
+        colsum_block_bf16(dst, out16, src, n, c, blk * OPS_COLS,
+                          ops_min(OPS_COLS, c - blk * OPS_COLS));
+}
+
 /* 1 when products of this compute run as native bf16 GEMMs, where an fp32 operand that two
  * products read is better rounded to bf16 once by the caller than packed by each gemm(). */
 static int ops_bf16_native(gemm_compute compute) {
@@ -403,12 +434,17 @@ static void linear_backward_fast(float *dx, float *dw, float *db, const float *d
     const int use_bf16_w = compute == GEMM_COMPUTE_BF16 && w_bf16;
     /* both products round dout to bf16 on the native route: round it once here (the bytes
      * gemm's own packing makes) and hand both the bf16 copy (n x oc x 2 bytes of per-thread
-     * scratch) */
+     * scratch); with a bias, in the same pass over dout as its column sums */
     bt_dtype dout_type = BT_DTYPE_F32;
     const void *dout_op = dout;
     if (dx && dw && ops_bf16_native(compute)) {
         bt_bf16 *d16 = gemm_caller_scratch(n * oc * sizeof *d16);
-        bf16_from_f32(d16, dout, n * oc);
+        if (db) {
+            colsum_accumulate_bf16(db, d16, dout, n, oc);
+            db = NULL; /* done */
+        } else {
+            bf16_from_f32(d16, dout, n * oc);
+        }
         dout_type = BT_DTYPE_BF16;
         dout_op = d16;
     }
