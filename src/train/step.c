@@ -325,7 +325,6 @@ bt_status bt_step_batch_from_loader(bt_step_batch *out, const loader_batch *lb) 
     return BT_OK;
 }
 
-
 /* Gather buffers for a global batch of N rows (grow-only). */
 static void reserve_gather(bt_trainer *tr, size_t N, size_t C) {
     if (N <= tr->gcap) return;
@@ -579,6 +578,22 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     return BT_OK;
 }
 
+/* ZeRO-1: the global grad norm from the ranks' shards. Each rank's sum of squares sits in
+ * its own slot of an N-vector of zeros that is summed over the ranks (x + 0 is exact: every
+ * rank receives every share bit for bit), then added in rank order: the same value on every
+ * rank, hence the same clip and NaN decision. */
+static double shard_grad_norm(bt_trainer *tr, bt_step_result *res) {
+    const bt_dist *d = tr->dist;
+    memset(tr->norm_parts, 0, (size_t)d->size * sizeof *tr->norm_parts);
+    tr->norm_parts[d->rank] = bt_adamw_grad_sumsq(&tr->opt, tr->model->grads);
+    const double tc = now_s();
+    st_ok(bt_dist_sum_f64(d, tr->norm_parts, (size_t)d->size));
+    res->t_comm += now_s() - tc;
+    double total = 0.0;
+    for (int q = 0; q < d->size; q++) total += tr->norm_parts[q];
+    return sqrt(total);
+}
+
 /* ZeRO-1, after this rank's AdamW: every rank's updated blocks to every rank, and the bf16
  * shadow of the blocks received (the own ones were written by the update). Returns the
  * seconds of the all-gather (counted in t_comm, not in t_optimizer). */
@@ -651,21 +666,9 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     res->loss = (c->w_itc * sum[0] + c->w_itm * sum[1] + c->w_mlm * sum[2]) * inv;
 
     const double t_opt = now_s();
-    if (st == BT_OK && tr->zero) { /* Σ of the shards' sums; each share exact (x + 0) */
-        const bt_dist *d = tr->dist;
-        memset(tr->norm_parts, 0, (size_t)d->size * sizeof *tr->norm_parts);
-        tr->norm_parts[d->rank] = bt_adamw_grad_sumsq(&tr->opt, m->grads);
-        const double tc = now_s();
-        st_ok(bt_dist_sum_f64(d, tr->norm_parts, (size_t)d->size));
-        res->t_comm += now_s() - tc;
-        double total = 0.0;
-        for (int q = 0; q < d->size; q++) total += tr->norm_parts[q]; /* rank order */
-        res->grad_norm = sqrt(total);
-        if (!isfinite(res->grad_norm))
-            st = bt_fail(BT_ERR_NUMERIC, "the gradient norm is %s (a non-finite gradient)",
-                         isnan(res->grad_norm) ? "NaN" : "Inf");
-    } else if (st == BT_OK) {
-        res->grad_norm = bt_adamw_grad_norm(&tr->opt, m->grads);
+    if (st == BT_OK) {
+        res->grad_norm = tr->zero ? shard_grad_norm(tr, res)
+                                  : bt_adamw_grad_norm(&tr->opt, m->grads);
         if (!isfinite(res->grad_norm))
             st = bt_fail(BT_ERR_NUMERIC, "the gradient norm is %s (a non-finite gradient)",
                          isnan(res->grad_norm) ? "NaN" : "Inf");
