@@ -9,8 +9,9 @@
  *      BT_ACTS_FULL bit for bit, with training-mode dropout (the recompute must regenerate
  *      the masks), ITC + ITM + MLM output gradients, Bt != Bi, pairs that re-use rows, two
  *      cross rounds on one tower pass, and a fresh model whose pair phase grows the shared
- *      scratch after the towers placed theirs; then three bt_train_step steps (ITC + ITM +
- *      MLM, hard negatives, masking, dropout, two micro-batches): same losses and weights;
+ *      scratch after the towers placed theirs; the gradients-final events (model.h) fire in
+ *      the same order; then three bt_train_step steps (ITC + ITM + MLM, hard negatives,
+ *      masking, dropout, two micro-batches): same losses and weights;
  *   3. sizes: bt_model_activation_bytes_mode equals the bytes bt_model_reserve_phases
  *      allocates in each mode on a fresh model; forward-only < checkpoint < full; a model
  *      whose training arenas exist evaluates in forward-only mode without allocating; the
@@ -226,6 +227,18 @@ static void fill_output_grads(bt_model *m, uint64_t seed, int towers) {
                         0.1f);
 }
 
+/* The gradients-final events of a backward (model.h), in firing order: a checkpointed layer
+ * recomputes inside its backward, so the events must be those of the full mode. */
+typedef struct events {
+    int n;
+    int ev[256], layer[256];
+} events;
+
+static void record_event(void *ctx, bt_grad_event ev, int layer) {
+    events *e = ctx;
+    if (e->n < 256) e->ev[e->n] = (int)ev, e->layer[e->n++] = layer;
+}
+
 /* Towers, two cross rounds (forward, output gradients, backward each), towers backward. */
 static int backward_rounds(bt_model *m, const inputs *in, const char *what) {
     bt_zero_grad(m);
@@ -261,7 +274,13 @@ static void check_checkpoint_grads(cfg_kind k, bt_precision prec) {
      * the fresh checkpointed model grows it after the towers placed theirs */
     inputs in;
     inputs_make(&in, &full.cfg, 6, 3, 14, 8);
+    events ef = {0}, ec = {0};
+    full.grads_final = record_event, full.grads_final_ctx = &ef;
+    ck.grads_final = record_event, ck.grads_final_ctx = &ec;
     if (backward_rounds(&full, &in, what) && backward_rounds(&ck, &in, what)) {
+        tu_check(ef.n > 0 && ef.n == ec.n && !memcmp(ef.ev, ec.ev, sizeof ef.ev) &&
+                     !memcmp(ef.layer, ec.layer, sizeof ef.layer),
+                 "%s: the same %d gradients-final events in the same order", what, ec.n);
         char name[256];
         snprintf(name, sizeof name, "%s: checkpointed parameter gradients == full (%zu)", what,
                  full.table.numel);
@@ -271,6 +290,7 @@ static void check_checkpoint_grads(cfg_kind k, bt_precision prec) {
         tu_check(n2 > 0 && isfinite(n2), "%s: the gradients are not all zero (norm %.4g)", what,
                  sqrt(n2));
     }
+    ck.grads_final = NULL;
     /* control: with another dropout step the gradients differ (the masks matter) */
     bt_model_set_dropout(&ck, 1, 1234, 6);
     if (backward_rounds(&ck, &in, what))
