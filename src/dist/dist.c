@@ -543,17 +543,23 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     r->inflight = 0;
     r->n_queue = r->q_next = 0;
     const float inv = 1.0f / (float)r->d->size;
-    if (r->shard) { /* this rank's sums, at the start of each bucket, to its block, averaged */
+    if (r->shard) { /* this rank's sums, at the start of each bucket, to its block, averaged.
+                       * Rank 0's block is the start (in place, element by element); rank
+                       * r >= 1's starts r blocks in, past the c <= block values it moves:
+                       * source and destination never overlap, any order will do */
         const size_t W = (size_t)r->d->size, me = (size_t)r->d->rank;
         for (size_t b = 0; b < r->n_buckets; b++) {
             const size_t o = b * r->bucket, c = (size_t)r->counts[b * W + me];
             float *a = r->arena + o + (size_t)r->displs[b * W + me];
+            BT_ASSERT(me == 0 || (size_t)r->displs[b * W + me] >= c);
             if (r->stage) {
                 const bt_bf16 *w = r->stage + o;
+#pragma omp parallel for schedule(static)
                 for (size_t i = 0; i < c; i++) a[i] = bt_f32_from_bf16(w[i]) * inv;
-            } else { /* overlapping move to a higher address: from the end */
+            } else {
                 const float *w = r->arena + o;
-                for (size_t i = c; i-- > 0;) a[i] = w[i] * inv;
+#pragma omp parallel for schedule(static)
+                for (size_t i = 0; i < c; i++) a[i] = w[i] * inv;
             }
         }
         return BT_OK;
