@@ -394,7 +394,8 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
     DN_CHECK(dnnl_primitive_attr_create(&attr));
     DN_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
     if (alpha != 1.0f) DN_CHECK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
-    if (beta != 0.0f) {
+    /* a dense C scratch with beta 1 is added to C while copied out (dn_execute) */
+    if (beta != 0.0f && !(dense_c && beta == 1.0f)) {
         dnnl_post_ops_t po;
         DN_CHECK(dnnl_post_ops_create(&po));
         DN_CHECK(dnnl_post_ops_append_sum(po, beta));
@@ -432,8 +433,10 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
  * ONEDNN_VERBOSE): the per-head products P·V and the backward's dQ, dK, dV (325x64x325,
  * ldc 768 / 2304) ran 127 GFLOP/s, the same products with a dense C 500+. When the planned
  * implementation of a bf16 product with strided C is not brgemm but the same product into a
- * dense C is, the entry writes a per-thread dense scratch and copies it into C (reading C
- * first when beta != 0): m*n extra loads and stores against 2*m*n*k flops. */
+ * dense C is, the entry writes a per-thread dense scratch and copies it into C: m*n extra
+ * loads and stores against 2*m*n*k flops. With beta 1 (the attention backward accumulates)
+ * the scratch gets alpha*AB (+ bias) and the copy adds it to C (fp32 addition, one rounding,
+ * as the sum post-op); with another non-zero beta C is copied in first and the post-op runs. */
 static int dn_c_strided(const dn_key *k) {
     return k->ldc != k->n || (k->batch > 1 && k->stride_c != k->m * k->n);
 }
@@ -604,9 +607,9 @@ static void dn_execute(const dn_entry *e, dnnl_memory_t *mem, dnnl_stream_t stre
     DN_CHECK(dnnl_memory_set_data_handle(mem[DN_WEI], (void *)b));
     float *c = g->c;
     const size_t mn = g->m * g->n;
-    if (e->dense_c) { /* C as a dense (batch, m, n) scratch; C's values in it when beta != 0 */
+    if (e->dense_c) { /* C as a dense (batch, m, n) scratch; C's values in it for the post-op */
         c = gemm_thread_scratch(GEMM_SCRATCH_C, g->batch * mn * sizeof(float));
-        if (g->beta != 0.0f)
+        if (g->beta != 0.0f && g->beta != 1.0f)
             for (size_t bi = 0; bi < g->batch; bi++)
                 for (size_t i = 0; i < g->m; i++)
                     memcpy(c + bi * mn + i * g->n, g->c + bi * g->stride_c + i * g->ldc,
@@ -637,9 +640,14 @@ static void dn_execute(const dn_entry *e, dnnl_memory_t *mem, dnnl_stream_t stre
     DN_CHECK(dnnl_stream_wait(stream));
     if (e->dense_c)
         for (size_t bi = 0; bi < g->batch; bi++)
-            for (size_t i = 0; i < g->m; i++)
-                memcpy(g->c + bi * g->stride_c + i * g->ldc, c + bi * mn + i * g->n,
-                       g->n * sizeof(float));
+            for (size_t i = 0; i < g->m; i++) {
+                float *dst = g->c + bi * g->stride_c + i * g->ldc;
+                const float *src = c + bi * mn + i * g->n;
+                if (g->beta == 1.0f)
+                    for (size_t j = 0; j < g->n; j++) dst[j] += src[j];
+                else
+                    memcpy(dst, src, g->n * sizeof(float));
+            }
 }
 
 void gemm_onednn_run(const gemm_args *g) {
