@@ -239,11 +239,16 @@ static void record_event(void *ctx, bt_grad_event ev, int layer) {
     if (e->n < 256) e->ev[e->n] = (int)ev, e->layer[e->n++] = layer;
 }
 
+/* Shared scratch bytes after the towers forward and after the largest pair forward of the
+ * last backward_rounds. */
+static size_t scratch_towers, scratch_pairs;
+
 /* Towers, two cross rounds (forward, output gradients, backward each), towers backward. */
 static int backward_rounds(bt_model *m, const inputs *in, const char *what) {
     bt_zero_grad(m);
     bt_status st = run_towers(m, in);
     if (!tu_check(st == BT_OK, "%s: towers: %s", what, st ? bt_error_message() : "ok")) return 0;
+    scratch_towers = m->layer_act.bytes;
     fill_output_grads(m, 31, 1);
     const size_t half = in->P / 2;
     for (int round = 0; round < 2; round++) {
@@ -252,9 +257,18 @@ static int backward_rounds(bt_model *m, const inputs *in, const char *what) {
         if (!tu_check(st == BT_OK, "%s: pairs: %s", what, st ? bt_error_message() : "ok"))
             return 0;
         fill_output_grads(m, 41 + (uint64_t)round, 0);
+        scratch_pairs = m->layer_act.bytes;
         bt_cross_backward_pairs(m);
     }
     bt_towers_backward(m);
+    if (m->act_mode == BT_ACTS_CHECKPOINT) { /* the towers' slots follow the grown scratch */
+        const unsigned char *lo = m->layer_act.mem, *hi = lo + m->layer_act.bytes;
+        const unsigned char *q = (const unsigned char *)m->acts.vis_layers[0].qkv;
+        const unsigned char *t = (const unsigned char *)m->acts.text_layers[0].q;
+        tu_check(q >= lo && q < hi && t >= lo && t < hi,
+                 "%s: after the towers backward the layer slots lie in the current scratch",
+                 what);
+    }
     return 1;
 }
 
@@ -278,6 +292,10 @@ static void check_checkpoint_grads(cfg_kind k, bt_precision prec) {
     full.grads_final = record_event, full.grads_final_ctx = &ef;
     ck.grads_final = record_event, ck.grads_final_ctx = &ec;
     if (backward_rounds(&full, &in, what) && backward_rounds(&ck, &in, what)) {
+        tu_check(scratch_pairs > scratch_towers,
+                 "%s: the pair phase grew the shared scratch (%zu -> %zu bytes) after the "
+                 "towers placed theirs (their backward re-places them)", what, scratch_towers,
+                 scratch_pairs);
         tu_check(ef.n > 0 && ef.n == ec.n && !memcmp(ef.ev, ec.ev, sizeof ef.ev) &&
                      !memcmp(ef.layer, ec.layer, sizeof ef.layer),
                  "%s: the same %d gradients-final events in the same order", what, ec.n);
