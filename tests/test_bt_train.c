@@ -223,15 +223,27 @@ int main(int argc, char **argv) {
     {
         char ckp[1200], p[1300];
         snprintf(ckp, sizeof ckp, "%s", out_path("checkpointing"));
-        const char *on[] = {"train.gradient_checkpointing=true"};
-        tu_check(run_train(ckp, on, 1) == 0, "train.gradient_checkpointing=true exits 0");
-        same_file("gradient checkpointing (bit for bit, dropout on)", ref, ckp,
+        /* with evaluations every 3 steps in between (forward-only, in the idle arenas, with
+         * ITM re-ranking) that must leave the training untouched */
+        const char *on[] = {"train.gradient_checkpointing=true", "eval.strategy=steps",
+                            "eval.steps=3", "eval.itm_rerank_k=2"};
+        tu_check(run_train(ckp, on, 4) == 0, "train.gradient_checkpointing=true exits 0");
+        same_file("gradient checkpointing with evaluations (bit for bit, dropout on)", ref, ckp,
                   "model.safetensors");
         snprintf(p, sizeof p, "%s.log", ckp);
         char *log = read_text(p);
         tu_check(strstr(log, "gradient checkpointing on") != NULL,
                  "the memory plan says gradient checkpointing is on");
         free(log);
+        snprintf(p, sizeof p, "%s/metrics.jsonl", ckp);
+        char *metrics = read_text(p);
+        int evals = 0;
+        for (const char *q = metrics; (q = strstr(q, "\"type\": \"eval\"")); q++) evals++;
+        if (!evals) /* compact JSON */
+            for (const char *q = metrics; (q = strstr(q, "\"type\":\"eval\"")); q++) evals++;
+        tu_check(evals >= 2, "the checkpointed run evaluated in between (%d eval records)",
+                 evals);
+        free(metrics);
         /* 40 MB available: the weights fit, the full activations (~0.1 GB) do not */
         char small[1200];
         snprintf(small, sizeof small, "%s", out_path("small_memory"));
