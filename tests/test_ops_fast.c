@@ -493,6 +493,22 @@ static void test_sum_squares(size_t n) {
     free(x);
 }
 
+/* zero_fill: every byte of the span zero, the bytes around it untouched (sizes below and
+ * across the 2 MiB pieces the fast version threads over). */
+static void test_zero_fill(size_t bytes) {
+    unsigned char *buf = malloc(bytes + 64);
+    for (size_t i = 0; i < bytes + 64; i++) buf[i] = (unsigned char)(i % 251 + 1);
+    zero_fill(buf + 32, bytes);
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes + 64; i++) {
+        const int inside = i >= 32 && i < 32 + bytes;
+        bad += inside ? buf[i] != 0 : buf[i] != (unsigned char)(i % 251 + 1);
+    }
+    tu_check(bad == 0, "zero_fill %zu bytes: %zu wrong bytes (inside zero, outside untouched)",
+             bytes, bad);
+    free(buf);
+}
+
 static void test_dropout(size_t n) {
     char name[128];
     const bt_dropout d = {.p = 0.1f, .seed = 0xfeedull + n};
@@ -824,6 +840,10 @@ int main(void) {
         test_adamw(n);
         test_sum_squares(n);
     }
+    test_zero_fill(0);
+    test_zero_fill(7);
+    test_zero_fill(((size_t)1 << 21) - 3);
+    test_zero_fill(((size_t)5 << 21) + 12345);
     test_activation_tails();
     test_dropout_properties();
     test_thread_independence();

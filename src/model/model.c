@@ -270,7 +270,7 @@ void bt_model_set_dropout(bt_model *m, int training, uint64_t seed, uint64_t ste
 }
 
 void bt_zero_grad(bt_model *m) {
-    if (m->grads) memset(m->grads, 0, m->table.numel * sizeof *m->grads);
+    if (m->grads) zero_fill(m->grads, m->table.numel * sizeof *m->grads); /* threaded memset */
 }
 
 void bt_model_set_act_mode(bt_model *m, bt_act_mode mode) {
@@ -964,7 +964,7 @@ static bt_status text_check(const bt_model *m, const bt_text_input *t) {
 /* Zeroes the internal (non-output) part of a gradient arena. */
 static void grad_internal_zero(bt_arena *ar) {
     if (ar->used > ar->head)
-        memset((unsigned char *)ar->mem + ar->head, 0, ar->used - ar->head);
+        zero_fill((unsigned char *)ar->mem + ar->head, ar->used - ar->head); /* threaded memset */
 }
 
 static void outputs_bind(bt_model *m) {

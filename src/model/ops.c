@@ -1115,6 +1115,20 @@ static double sum_squares_fast(const float *x, size_t n) {
     return acc[0];
 }
 
+/* --- zero fill ------------------------------------------------------------------------------ */
+
+#define OPS_ZERO_PIECE ((size_t)1 << 21)
+
+static void zero_fill_fast(void *p, size_t bytes) {
+    BT_ASSERT(bytes == 0 || p);
+    const size_t pieces = (bytes + OPS_ZERO_PIECE - 1) / OPS_ZERO_PIECE;
+    OPS_OMP(omp parallel for schedule(static) if (pieces > 1))
+    for (size_t i = 0; i < pieces; i++) {
+        const size_t lo = i * OPS_ZERO_PIECE;
+        memset((unsigned char *)p + lo, 0, ops_min(OPS_ZERO_PIECE, bytes - lo));
+    }
+}
+
 /* --- AdamW ---------------------------------------------------------------------------------- */
 
 /* One span, the reference's expressions element for element (same bytes: -ffp-contract=off,
@@ -1424,6 +1438,7 @@ void OPS_FILL(ops_kernels *t) {
     t->l2_normalize_backward = l2_normalize_backward_fast;
     t->adamw_update = adamw_update_fast;
     t->sum_squares = sum_squares_fast;
+    t->zero_fill = zero_fill_fast;
 }
 
 #ifndef OPS_VARIANT

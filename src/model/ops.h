@@ -177,6 +177,12 @@ void l2_normalize_backward(float *dx, const float *dout, const float *out, const
  * (src/train/optim.c). */
 double sum_squares(const float *x, size_t n);
 
+/* --- zeroing a buffer --------------------------------------------------------------------
+ * p[0 .. bytes) = 0, as memset. The fast version hands fixed 2 MiB pieces of a large buffer
+ * to the OpenMP threads (the step zeroes GBs of gradient arenas: one core's memset left the
+ * other idle). */
+void zero_fill(void *p, size_t bytes);
+
 /* --- AdamW update of one parameter run ----------------------------------------------------
  * The per-element math of torch.optim.AdamW (foreach=False) in fp32, in torch's order, with
  * the step's scalars precomputed by the caller (src/train/optim.c):

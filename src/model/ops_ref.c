@@ -56,6 +56,11 @@ void f32_from_bf16_ref(float *out, const bt_bf16 *in, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = bt_f32_from_bf16(in[i]);
 }
 
+void zero_fill_ref(void *p, size_t bytes) {
+    BT_ASSERT(bytes == 0 || p);
+    if (bytes) memset(p, 0, bytes);
+}
+
 double sum_squares_ref(const float *x, size_t n) {
     BT_ASSERT(n == 0 || x);
     double s = 0.0;

@@ -32,7 +32,8 @@
 /* --- float references (same signatures as ops.h) ---------------------------------------
  * X_ref for every kernel of ops_table.h, declared from that list. Besides the ops_ref.inc
  * bodies: bf16_from_f32_ref / f32_from_bf16_ref are scalar loops over bt_bf16_from_f32 /
- * bt_f32_from_bf16 (dtype.h); sum_squares_ref is one sequential double sum;
+ * bt_f32_from_bf16 (dtype.h); sum_squares_ref is one sequential double sum; zero_fill_ref
+ * is memset;
  * adamw_update_ref is the AdamW element loop in torch's fp32 order (float only: the
  * optimizer has no gradient to check, its oracle is PyTorch's AdamW in optim_parity /
  * step_parity). All in ops_ref.c. */

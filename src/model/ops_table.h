@@ -93,6 +93,7 @@
     X(void, bf16_from_f32, (bt_bf16 *out, const float *in, size_t n), (out, in, n))            \
     X(void, f32_from_bf16, (float *out, const bt_bf16 *in, size_t n), (out, in, n))            \
     X(double, sum_squares, (const float *x, size_t n), (x, n))                                 \
+    X(void, zero_fill, (void *p, size_t bytes), (p, bytes))                                    \
     X(void, adamw_update,                                                                      \
       (float *p, float *m, float *v, bt_bf16 *shadow, const float *grad, size_t n,             \
        const adamw_coefs *k),                                                                  \
