@@ -13,7 +13,8 @@ Runs, each in its own process (so peak RSS is that run's):
   infer  the embedding path bt-embed runs for retrieval: backbone + ITC head, eval mode,
          no gradient (twin: torch.no_grad()).
   on bridgetower-base (288 px, text 40, batch 8) and bridgetower-large-itm-mlm-itc (294 px)
-  when the memory estimate fits in MemAvailable; each in fp32 and in bf16 (bt: --precision
+  when the memory estimate fits in MemAvailable (bt's training step with gradient checkpointing,
+  bench_step --checkpoint, when only that fits); each in fp32 and in bf16 (bt: --precision
   bf16, mixed precision with fp32 master weights; twin: eager fp32 and
   torch.autocast('cpu', dtype=torch.bfloat16)). Random weights (HF init rules) and inputs.
   --quick: the tiny config (32 px, text 16, batch 4, 3 steps): a smoke test in seconds.
@@ -243,12 +244,23 @@ def main():
         # fp32 weights, gradients and two AdamW moments (+ a bf16 shadow) and the activations
         need_bt = 16 * params + 2 * params + est["activation_bytes"]
         need_twin = 16 * params + 2 * est["activation_bytes"]  # estimate: twin keeps more
+        # bt's training step with gradient checkpointing (bench_step --checkpoint), used when the
+        # full activations do not fit (docs/benchmarks.md "Memory")
+        est_ck = last_json(subprocess.run([bench_step, "--config", cdir, "--batch", str(B), "--text", str(T),
+                                           "--flops-only", "--estimate", "--checkpoint"],
+                                          stdout=subprocess.PIPE, text=True).stdout)
+        need_bt_ck = 16 * params + 2 * params + est_ck["activation_bytes"]
         avail = mem_available()
         for mode in ("train", "infer"):
             flops = est["flops_per_step"] * (1 if mode == "train" else 1 / 3)
             for impl, prec in (("bt", "fp32"), ("bt", "bf16"), ("twin", "fp32"), ("twin", "bf16")):
                 label = "%s %s %s %s" % (name, mode, impl, prec)
                 need = need_bt if impl == "bt" else need_twin
+                ckpt = impl == "bt" and mode == "train" and need > 0.9 * avail and need_bt_ck <= 0.9 * avail
+                if ckpt:
+                    need = need_bt_ck
+                    notes.append("%s: run with gradient checkpointing (--checkpoint): the full activations "
+                                 "need about %.1f GiB, %.1f GiB available" % (label, need_bt / 2**30, avail / 2**30))
                 if mode == "train" and need > 0.9 * avail:
                     notes.append("%s: skipped: needs about %.1f GiB, %.1f GiB available"
                                  % (label, need / 2**30, avail / 2**30))
@@ -257,7 +269,7 @@ def main():
                     continue
                 if impl == "bt":
                     cmd = [bench_step, "--config", cdir, "--batch", str(B), "--text", str(T), "--mode", mode,
-                           "--precision", prec, "--steps", str(steps[mode])]
+                           "--precision", prec, "--steps", str(steps[mode])] + (["--checkpoint"] if ckpt else [])
                     env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=threads)
                     timeout = max(a.budget, 3600)
                 else:
@@ -272,6 +284,8 @@ def main():
                     notes.append("%s: %s" % (label, note))
                 if res:
                     res.update(config=name, mode=mode, B=B, T=T, flops_per_step=flops)
+                    if res.get("memory") == "checkpoint":
+                        res["precision"] += " (checkpointing)"
                     res["gflops"] = flops / res["median_step_s"] * 1e-9
                     res["share_fp32_peak"] = res["gflops"] / peak["fp32"] if peak["fp32"] else None
                     res["share_best_peak"] = res["gflops"] / peak["best"] if peak["best"] else None
