@@ -334,7 +334,7 @@ static void dropout_forward_fast(float *out, const float *x, size_t n, const bt_
     BT_ASSERT(n == 0 || (out && x));
     const ops_drop dr = ops_drop_make(d);
     if (!dr.on) {
-        if (out != x) memcpy(out, x, n * sizeof(float));
+        if (out != x) OPS_FOR_CHUNKS(n, lo, len, memcpy(out + lo, x + lo, len * sizeof(float)));
         return;
     }
     OPS_FOR_CHUNKS(n, lo, len, dropout_span(out + lo, x + lo, len, &dr, lo));
