@@ -18,7 +18,9 @@
  * Precision: BT_PRECISION_FP32 runs every GEMM in fp32. BT_PRECISION_BF16 runs every GEMM
  * (Linear layers incl. the patch embedding, attention products) with GEMM_COMPUTE_BF16,
  * weights read from the bf16 shadow copy (refresh it after changing the master weights:
- * bt_model_refresh_bf16, or the optimizer does it); LayerNorm, softmax, GELU, the losses,
+ * bt_model_refresh_bf16, or the optimizer does it) where native bf16 GEMMs are faster; where
+ * they are not (gemm.h route FP32: no native bf16, or AUTO measured it slower) its GEMMs run
+ * in fp32 exactly as in fp32 mode and there is no shadow; LayerNorm, softmax, GELU, the losses,
  * the contrastive score matrices, residual streams and master weights stay fp32.
  *
  * Dropout (training only, design model.md §3.10): p = hidden_dropout_prob after the text
