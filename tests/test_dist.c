@@ -70,6 +70,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/safetensors.h"
+#include "rng.h"
 #include "test_util.h"
 #include "train/optim.h"
 #include "train/state.h"
@@ -579,6 +580,147 @@ static void test_zero_layout(void) {
     bt_param_table_free(&t);
 }
 
+/* --- the bf16 wire, bit for bit ---------------------------------------------------------
+ * Run as every rank of `mpirun -np W test_dist --wire-rank` (test_wire starts it). Rank q's
+ * arena holds known values g_q[i] (wire_value: any rank can compute any rank's), averaged by
+ * bt_dist_reducer with the bf16 wire, plain and sharded (ZeRO-1), in 13 buckets (more than
+ * BT_DIST_MAX_INFLIGHT; the last one shorter, none a multiple of 3) started one by one in
+ * reverse order for half of them (as the backward's events do), the rest left to finish,
+ * twice in a row with other values (the reducer's state must reset). The reference is
+ * computed here, independently of dist.c and dtype.h: with b_q = bf16(g_q[i]) (round to
+ * nearest even: ref_bf16), s = b_0 + b_1 + ... + b_{W-1} in fp32 in that order,
+ *   plain:   every element = f32(bf16(s)) * (1/W)
+ *   sharded: this rank's blocks = s * (1/W)
+ * and the result must equal it bit for bit. The same check counts the elements where the
+ * earlier scheme (a bf16 rounding after every addition, MPI's user-defined sum) differs,
+ * so it is seen to fail that scheme: 3 ranks plain, and sharded on any W. */
+#define WIRE_N 50001
+#define WIRE_BUCKET_BYTES 16000 /* 4000 floats: 13 buckets */
+
+static uint16_t ref_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even (no NaN here) */
+    return (uint16_t)(u >> 16);
+}
+
+static float ref_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* rank q's gradient element i in round `round`: random sign, mantissa and exponent
+ * (2^-8 .. 2^8: ranks' values that nearly cancel and that differ in size), every 97th a
+ * bf16 tie (low 16 bits 0x8000), every 101st zero */
+static float wire_value(int q, size_t i, int round) {
+    uint64_t z = bt_mix64(((uint64_t)round << 48) ^ ((uint64_t)q << 40) ^ (uint64_t)i);
+    uint32_t u = (uint32_t)(z & 0x807fffffu) | (uint32_t)(119 + (z >> 32) % 17) << 23;
+    if (i % 97 == 0) u = (u & 0xffff0000u) | 0x8000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return i % 101 == 0 ? 0.0f : f;
+}
+
+static int wire_rank(void) {
+    bt_dist d;
+    if (bt_dist_init(&d, NULL, NULL) != BT_OK || d.size < 2) {
+        fprintf(stderr, "--wire-rank: run under mpirun with 2 or more ranks\n");
+        return 1;
+    }
+    const int W = d.size;
+    float *arena = malloc(WIRE_N * sizeof *arena), *want = malloc(WIRE_N * sizeof *want);
+    unsigned char *mine = malloc(WIRE_N);
+    const size_t bucket = bt_dist_bucket_floats(WIRE_N, WIRE_BUCKET_BYTES);
+    const size_t n_buckets = (WIRE_N + bucket - 1) / bucket;
+    size_t *lohi = malloc(2 * n_buckets * sizeof *lohi);
+    const size_t n_ranges = bt_dist_shard_ranges(WIRE_N, bucket, W, d.rank, lohi);
+    memset(mine, 0, WIRE_N);
+    for (size_t k = 0; k < n_ranges; k++) memset(mine + lohi[2 * k], 1, lohi[2 * k + 1] - lohi[2 * k]);
+    const float inv = 1.0f / (float)W;
+    for (int shard = 0; shard < 2; shard++) {
+        bt_dist_reducer r;
+        (shard ? bt_dist_reducer_init_sharded : bt_dist_reducer_init)(&r, &d, arena, WIRE_N,
+                                                                     WIRE_BUCKET_BYTES, 1);
+        for (int round = 0; round < 2; round++) {
+            size_t old_differs = 0, bad = 0, first_bad = WIRE_N;
+            for (size_t i = 0; i < WIRE_N; i++) {
+                arena[i] = wire_value(d.rank, i, round);
+                float s = ref_f32(ref_bf16(wire_value(0, i, round)));
+                uint16_t hop = ref_bf16(s); /* the earlier scheme: rounded after each add */
+                for (int q = 1; q < W; q++) {
+                    const float b = ref_f32(ref_bf16(wire_value(q, i, round)));
+                    s += b;
+                    hop = ref_bf16(ref_f32(hop) + b);
+                }
+                want[i] = shard ? s * inv : ref_f32(ref_bf16(s)) * inv;
+                const float old = ref_f32(hop) * inv;
+                old_differs += (!shard || mine[i]) && memcmp(&old, &want[i], 4) != 0;
+            }
+            for (size_t k = n_buckets; k-- > n_buckets / 2;) { /* the last half, backwards */
+                const size_t lo = k * bucket, hi = lo + bucket < WIRE_N ? lo + bucket : WIRE_N;
+                bt_dist_reducer_start(&r, lo, hi);
+                const struct timespec ts = {0, 200000}; /* the backward computes meanwhile */
+                nanosleep(&ts, NULL);
+            }
+            bt_dist_reducer_finish(&r);
+            for (size_t i = 0; i < WIRE_N; i++)
+                if ((!shard || mine[i]) && memcmp(&arena[i], &want[i], 4) != 0) {
+                    if (!bad) first_bad = i;
+                    bad++;
+                }
+            tu_check(bad == 0, "bf16 wire, %s, %d ranks, rank %d, round %d, %s: %zu of %d "
+                     "elements differ from the reference %s (first at %zu: got %.9g want %.9g); "
+                     "the earlier per-addition rounding differs in %zu",
+                     shard ? "ZeRO-1" : "plain", W, d.rank, round,
+                     d.multiple ? "progress thread" : "no progress thread", bad, WIRE_N,
+                     shard ? "(sum in fp32 of bf16(g_q)) / W" : "bf16(sum in fp32 of bf16(g_q)) / W",
+                     first_bad, bad ? (double)arena[first_bad] : 0.0,
+                     bad ? (double)want[first_bad] : 0.0, old_differs);
+            if (W >= 3 || shard)
+                tu_check(old_differs > WIRE_N / 1000, "bf16 wire, %s, %d ranks: the check "
+                         "can fail (the earlier scheme differs in %zu elements)",
+                         shard ? "ZeRO-1" : "plain", W, old_differs);
+        }
+        bt_dist_reducer_free(&r);
+    }
+    free(lohi);
+    free(mine);
+    free(want);
+    free(arena);
+    const int rc = tu_finish();
+    bt_dist_finalize(&d);
+    return rc;
+}
+
+/* The bf16 wire's reducer against the reference, bit for bit (wire_rank): 2 and 3 ranks,
+ * with and without the progress thread. */
+static void test_wire(const char *self) {
+    for (int W = 2; W <= 3; W++)
+        for (int thread = 0; thread < 2; thread++) {
+            char name[64];
+            snprintf(name, sizeof name, "wire-rank-%d-%d", W, thread);
+            const char *out = tu_tmp_path(name);
+            const int rc = sh(out, MPIRUN " -np %d %s '%s' --wire-rank", W,
+                              thread ? "" : "-x BT_DIST_NO_PROGRESS_THREAD=1", self);
+            char p[1300];
+            snprintf(p, sizeof p, "%s.log", out);
+            char *log = read_text(p);
+            int n_ok = 0;
+            for (const char *q = log; (q = strstr(q, "elements differ from")); q++) n_ok++;
+            tu_check(rc == 0 && n_ok == 4 * W, "bf16 wire, %d ranks, %s: every rank's result "
+                     "equals the fp32-accumulated reference bit for bit, plain and ZeRO-1 "
+                     "(exit %d, %d of %d checks seen)", W,
+                     thread ? "progress thread" : "no progress thread", rc, n_ok, 4 * W);
+            if (rc != 0) {
+                fprintf(stderr, "%s\n", log);
+                show_err(out);
+            }
+            free(log);
+        }
+}
+
 /* 2 x 4 with ZeRO-1 against the reference and the plain 2 x 4 run; the rest of the ZeRO-1
  * runs (accumulation, bf16 wire, 4 ranks, frozen + multipliers, resume across world sizes). */
 static void test_zero(const char *ref, const char *r2, const char *acc1) {
@@ -727,11 +869,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_dist PATH/TO/bt-train\n");
         return 1;
     }
+    if (!strcmp(argv[1], "--wire-rank")) return wire_rank();
     exe = argv[1];
     test_zero_layout();
     if (system("mpirun --version > /dev/null 2>&1") != 0)
         tu_skip("mpirun not found (scripts/install_deps.sh installs openmpi-bin)");
     setup();
+    char self[4096];
+    test_wire(realpath("/proc/self/exe", self) ? self : argv[0]);
 
     /* the reference: one process, batch 8, no launcher */
     char ref[1200], r2[1200], r4[1200];

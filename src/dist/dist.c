@@ -265,17 +265,6 @@ bt_status bt_dist_check_same(const bt_dist *d, const char *const *names, const u
 
 /* --- reducer ------------------------------------------------------------------------------ */
 
-#if BT_HAVE_MPI
-/* inout[i] = bf16(f32(in[i]) + f32(inout[i])) */
-static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
-    (void)type;
-    const bt_bf16 *a = in;
-    bt_bf16 *b = inout;
-    for (int i = 0; i < *len; i++)
-        b[i] = bt_bf16_from_f32(bt_f32_from_bf16(a[i]) + bt_f32_from_bf16(b[i]));
-}
-#endif
-
 size_t bt_dist_bucket_floats(size_t n, size_t bucket_bytes) {
     size_t b = bucket_bytes ? bucket_bytes / sizeof(float) : n;
     if (b < 1) b = 1;
@@ -322,25 +311,22 @@ static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena
 #endif
     r->started = calloc(r->n_buckets + 1, 1);
     r->queue = calloc(r->n_buckets + 1, sizeof *r->queue);
-    BT_ASSERT(r->queue);
-    r->inflight = 0;
+    r->seq = calloc(r->n_buckets + 1, sizeof *r->seq);
+    BT_ASSERT(r->requests && r->started && r->queue && r->seq);
+    r->shard = shard && bt_dist_active(d);
 #if BT_HAVE_MPI
-    if (wire_bf16 && bt_dist_active(d)) {
-        r->stage = malloc((n + 1) * sizeof *r->stage);
-        r->op = malloc(sizeof(MPI_Op));
-        BT_ASSERT(r->stage && r->op);
-        MPI_Op_create(bf16_sum, 1, r->op);
-    }
+    const int wire = wire_bf16 && bt_dist_active(d);
 #else
+    const int wire = 0;
     (void)wire_bf16;
 #endif
-    BT_ASSERT(r->requests && r->started);
-    r->shard = shard && bt_dist_active(d);
-    if (r->shard) { /* the block layout of every bucket */
-        const size_t W = (size_t)d->size;
+    if (r->shard || wire) { /* the block layout of every bucket */
+        const size_t W = (size_t)d->size, me = (size_t)d->rank;
         r->counts = malloc((r->n_buckets * W + 1) * sizeof *r->counts);
         r->displs = malloc((r->n_buckets * W + 1) * sizeof *r->displs);
-        BT_ASSERT(r->counts && r->displs);
+        r->rcounts = malloc((r->n_buckets * W + 1) * sizeof *r->rcounts);
+        r->rdispls = malloc((r->n_buckets * W + 1) * sizeof *r->rdispls);
+        BT_ASSERT(r->counts && r->displs && r->rcounts && r->rdispls);
         for (size_t b = 0; b < r->n_buckets; b++) {
             const size_t o = b * r->bucket, c = n - o < r->bucket ? n - o : r->bucket;
             for (size_t q = 0; q < W; q++) {
@@ -348,9 +334,30 @@ static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena
                 r->counts[b * W + q] = (int)bt_dist_block(c, d->size, (int)q, &lo);
                 r->displs[b * W + q] = (int)lo;
             }
-            r->shard_n += (size_t)r->counts[b * W + (size_t)d->rank];
+            /* the all-to-all's receive side: W copies of this rank's block, packed */
+            for (size_t q = 0; q < W; q++) {
+                r->rcounts[b * W + q] = r->counts[b * W + me];
+                r->rdispls[b * W + q] = (int)q * r->counts[b * W + me];
+            }
+            r->shard_n += (size_t)r->counts[b * W + me];
+        }
+        if (!r->shard) r->shard_n = 0;
+    }
+#if BT_HAVE_MPI
+    if (wire) {
+        r->stage = malloc((n + 1) * sizeof *r->stage);
+        r->n_slots = r->n_buckets < BT_DIST_MAX_INFLIGHT ? r->n_buckets : BT_DIST_MAX_INFLIGHT;
+        r->slot_len = (size_t)d->size * ((r->bucket + (size_t)d->size - 1) / (size_t)d->size);
+        r->recv = malloc((r->n_slots * r->slot_len + 1) * sizeof *r->recv);
+        r->slot_of = calloc(r->n_buckets + 1, 1);
+        BT_ASSERT(r->stage && r->recv && r->slot_of);
+        if (!r->shard) { /* the all-gathers' own communicator (collective: every rank here) */
+            r->comm2 = malloc(sizeof(MPI_Comm));
+            BT_ASSERT(r->comm2);
+            MPI_Comm_dup(MPI_COMM_WORLD, r->comm2);
         }
     }
+#endif
     return BT_OK;
 }
 
@@ -367,12 +374,19 @@ bt_status bt_dist_reducer_init_sharded(bt_dist_reducer *r, const bt_dist *d, flo
 void bt_dist_reducer_free(bt_dist_reducer *r) {
     BT_ASSERT(!r->thread); /* finish joins it */
 #if BT_HAVE_MPI
-    if (r->op) MPI_Op_free(r->op);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (r->comm2 && !finalized) MPI_Comm_free(r->comm2);
 #endif
-    free(r->op);
+    free(r->comm2);
     free(r->stage);
+    free(r->recv);
+    free(r->slot_of);
     free(r->counts);
     free(r->displs);
+    free(r->rcounts);
+    free(r->rdispls);
+    free(r->seq);
     if (r->mutex) pthread_mutex_destroy(r->mutex);
     free(r->mutex);
     free(r->requests);
@@ -382,44 +396,127 @@ void bt_dist_reducer_free(bt_dist_reducer *r) {
 }
 
 #if BT_HAVE_MPI
+/* bf16 wire, bucket b's all-to-all done: this rank's block summed over the ranks' bf16
+ * copies in fp32, in rank order (x_0 + x_1 + ... + x_{N-1}, one accumulator per element);
+ * plain: the sum rounded to bf16 into the staging copy (the all-gather sends it), ZeRO-1:
+ * the sum x 1/size into the arena (this rank's gradient). Frees the bucket's receive slot.
+ * par: OpenMP threads may share the work (never from the progress thread). */
+static void sum_block(bt_dist_reducer *r, size_t b, int par) {
+    const size_t W = (size_t)r->d->size, me = (size_t)r->d->rank, o = b * r->bucket;
+    const size_t len = (size_t)r->counts[b * W + me], lo = (size_t)r->displs[b * W + me];
+    const unsigned s = r->slot_of[b];
+    const uint16_t *x = r->recv + (size_t)s * r->slot_len; /* (W, len): rank q's copy at q */
+    const float inv = 1.0f / (float)W;
+    enum { CH = 1024 };
+    const size_t n_ch = (len + CH - 1) / CH;
+    const int shard = r->shard;
+#pragma omp parallel for schedule(static) if (par)
+    for (size_t k = 0; k < n_ch; k++) {
+        const size_t i0 = k * CH, m = len - i0 < CH ? len - i0 : CH;
+        float acc[CH];
+        for (size_t i = 0; i < m; i++) acc[i] = bt_f32_from_bf16(x[i0 + i]);
+        for (size_t q = 1; q < W; q++) {
+            const uint16_t *xq = x + q * len + i0;
+            for (size_t i = 0; i < m; i++) acc[i] += bt_f32_from_bf16(xq[i]);
+        }
+        if (shard) {
+            float *a = r->arena + o + lo + i0;
+            for (size_t i = 0; i < m; i++) a[i] = acc[i] * inv;
+        } else {
+            uint16_t *w = r->stage + o + lo + i0;
+            for (size_t i = 0; i < m; i++) w[i] = bt_bf16_from_f32(acc[i]);
+        }
+    }
+    r->slots_used &= ~(1u << s);
+}
+
+/* Bucket b's current collective has completed: the next phase (bf16 wire: the sum, then
+ * the all-gather unless sharded) or done. */
+static void phase_done(bt_dist_reducer *r, size_t b, int par) {
+    if (r->started[b] == 1 && r->stage) {
+        sum_block(r, b, par);
+        if (!r->shard) {
+            r->started[b] = 4; /* launch_gathers sends it */
+            return;
+        }
+    }
+    r->started[b] = 2;
+    r->inflight--;
+}
+
+/* bf16 wire, plain: launches the all-gathers of the summed buckets in launch order (seq),
+ * each once every older one has gone: every rank issues them in the same order on comm2,
+ * whichever all-to-all completes first. */
+static void launch_gathers(bt_dist_reducer *r) {
+    if (!r->stage || r->shard) return;
+    const size_t W = (size_t)r->d->size;
+    MPI_Request *req = r->requests;
+    while (r->seq_p2 < r->n_seq && r->started[r->seq[r->seq_p2]] == 4) {
+        const size_t b = r->seq[r->seq_p2++];
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->stage + b * r->bucket,
+                        r->counts + b * W, r->displs + b * W, MPI_UINT16_T,
+                        *(MPI_Comm *)r->comm2, &req[b]);
+        r->started[b] = 5;
+    }
+}
+
 /* Polls the in-flight buckets (caller holds the mutex or the thread is not running). */
 static void poll_buckets(bt_dist_reducer *r) {
     MPI_Request *req = r->requests;
     for (size_t b = 0; b < r->n_buckets; b++) {
-        if (r->started[b] != 1) continue;
+        if (r->started[b] != 1 && r->started[b] != 5) continue;
         int flag = 0;
         MPI_Test(&req[b], &flag, MPI_STATUS_IGNORE);
-        if (flag) {
-            r->started[b] = 2;
-            r->inflight--;
+        if (flag) phase_done(r, b, 0);
+    }
+    launch_gathers(r);
+}
+
+/* Blocks until the oldest launched bucket not finished yet is done (returns at once when
+ * none is left). Waiting always on the oldest, whose all-gather goes out as soon as its
+ * all-to-all is done (the older ones are done, so the launch order holds), a rank blocks
+ * only on a collective that every other rank issues before anything it waits for itself:
+ * the ranks cannot wait on each other in a cycle. */
+static void wait_oldest(bt_dist_reducer *r, int par) {
+    MPI_Request *req = r->requests;
+    while (r->seq_done < r->n_seq && r->started[r->seq[r->seq_done]] == 2) r->seq_done++;
+    if (r->seq_done == r->n_seq) return;
+    const size_t b = r->seq[r->seq_done++];
+    while (r->started[b] != 2) {
+        if (r->started[b] == 4) {
+            launch_gathers(r);
+        } else {
+            MPI_Wait(&req[b], MPI_STATUS_IGNORE);
+            phase_done(r, b, par);
         }
     }
 }
 
 static void launch_bucket(bt_dist_reducer *r, size_t b) {
     const size_t o = b * r->bucket, c = r->n - o < r->bucket ? r->n - o : r->bucket;
+    const size_t W = (size_t)r->d->size;
     MPI_Request *req = &((MPI_Request *)r->requests)[b];
-    if (r->shard) { /* ZeRO-1: this rank receives the sum of its block only, in place (the
-                       * result lands at the start of the bucket; finish moves it) */
-        const size_t W = (size_t)r->d->size;
-        if (r->stage) {
-            for (size_t i = 0; i < c; i++) r->stage[o + i] = bt_bf16_from_f32(r->arena[o + i]);
-            MPI_Ireduce_scatter(MPI_IN_PLACE, r->stage + o, r->counts + b * W, MPI_UINT16_T,
-                                *(MPI_Op *)r->op, MPI_COMM_WORLD, req);
-        } else {
-            MPI_Ireduce_scatter(MPI_IN_PLACE, r->arena + o, r->counts + b * W, MPI_FLOAT,
-                                MPI_SUM, MPI_COMM_WORLD, req);
-        }
-    } else if (r->stage) {
+    if (r->stage) { /* bf16 wire: rank q receives every rank's bf16 copy of block q */
+        unsigned s = 0;
+        while (s < r->n_slots && (r->slots_used >> s & 1u)) s++;
+        BT_ASSERT(s < r->n_slots); /* slots in use <= buckets in flight < the window */
+        r->slots_used |= 1u << s;
+        r->slot_of[b] = (unsigned char)s;
         for (size_t i = 0; i < c; i++) r->stage[o + i] = bt_bf16_from_f32(r->arena[o + i]);
-        MPI_Iallreduce(MPI_IN_PLACE, r->stage + o, (int)c, MPI_UINT16_T, *(MPI_Op *)r->op,
-                       MPI_COMM_WORLD, req);
+        MPI_Ialltoallv(r->stage + o, r->counts + b * W, r->displs + b * W, MPI_UINT16_T,
+                       r->recv + (size_t)s * r->slot_len, r->rcounts + b * W,
+                       r->rdispls + b * W, MPI_UINT16_T, MPI_COMM_WORLD, req);
+    } else if (r->shard) { /* ZeRO-1: this rank receives the sum of its block only, in place
+                            * (the result lands at the start of the bucket; finish moves it) */
+        MPI_Ireduce_scatter(MPI_IN_PLACE, r->arena + o, r->counts + b * W, MPI_FLOAT, MPI_SUM,
+                            MPI_COMM_WORLD, req);
     } else {
         MPI_Iallreduce(MPI_IN_PLACE, r->arena + o, (int)c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
                        req);
     }
     r->started[b] = 1;
     r->inflight++;
+    r->seq[r->n_seq++] = b;
 }
 
 static void *progress_main(void *arg) {
@@ -485,16 +582,9 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
 /* Launches bucket b once the in-flight window has room: at most BT_DIST_MAX_INFLIGHT
  * buckets in flight (Open MPI's non-blocking all-reduce allocates a temporary of the
  * bucket's size per call, so launching every bucket of a 3.5 GB arena at once doubles its
- * memory). */
+ * memory; the bf16 wire has that many receive slots), waiting for the oldest first. */
 static void launch_in_window(bt_dist_reducer *r, size_t b) {
-    MPI_Request *req = r->requests;
-    while (r->inflight >= BT_DIST_MAX_INFLIGHT) {
-        size_t w = 0;
-        while (r->started[w] != 1) w++;
-        MPI_Wait(&req[w], MPI_STATUS_IGNORE);
-        r->started[w] = 2;
-        r->inflight--;
-    }
+    while (r->inflight >= BT_DIST_MAX_INFLIGHT) wait_oldest(r, 1);
     launch_bucket(r, b);
 }
 
@@ -515,7 +605,7 @@ static void launch_range(bt_dist_reducer *r, size_t lo, size_t hi, int queued_on
             if (o >= hi) break;
             continue;
         }
-        if (r->started[b] == 1 || r->started[b] == 2) continue;
+        if (r->started[b] != 0 && r->started[b] != 3) continue; /* launched */
         launch_in_window(r, b);
     }
 }
@@ -536,31 +626,28 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     }
     launch_range(r, 0, r->n, 1); /* the rest of the queue first (see launch_range) */
     launch_range(r, 0, r->n, 0);
-    MPI_Waitall((int)r->n_buckets, r->requests, MPI_STATUSES_IGNORE);
+    while (r->seq_done < r->n_seq) wait_oldest(r, 1);
     r->t_wait = now_s() - t0;
 #endif
     memset(r->started, 0, r->n_buckets);
     r->inflight = 0;
     r->n_queue = r->q_next = 0;
+    r->n_seq = r->seq_done = r->seq_p2 = 0;
     const float inv = 1.0f / (float)r->d->size;
-    if (r->shard) { /* this rank's sums, at the start of each bucket, to its block, averaged.
+    if (r->shard) { /* bf16 wire: sum_block wrote the averaged blocks. fp32: this rank's
+                       * sums, at the start of each bucket, to its block, averaged.
                        * Rank 0's block is the start (in place, element by element); rank
                        * r >= 1's starts r blocks in, past the c <= block values it moves:
                        * source and destination never overlap, any order will do */
+        if (r->stage) return BT_OK;
         const size_t W = (size_t)r->d->size, me = (size_t)r->d->rank;
         for (size_t b = 0; b < r->n_buckets; b++) {
             const size_t o = b * r->bucket, c = (size_t)r->counts[b * W + me];
             float *a = r->arena + o + (size_t)r->displs[b * W + me];
             BT_ASSERT(me == 0 || (size_t)r->displs[b * W + me] >= c);
-            if (r->stage) {
-                const bt_bf16 *w = r->stage + o;
+            const float *w = r->arena + o;
 #pragma omp parallel for schedule(static)
-                for (size_t i = 0; i < c; i++) a[i] = bt_f32_from_bf16(w[i]) * inv;
-            } else {
-                const float *w = r->arena + o;
-#pragma omp parallel for schedule(static)
-                for (size_t i = 0; i < c; i++) a[i] = w[i] * inv;
-            }
+            for (size_t i = 0; i < c; i++) a[i] = w[i] * inv;
         }
         return BT_OK;
     }

@@ -113,38 +113,61 @@ typedef struct bt_dist_reducer {
     size_t n;               /* floats */
     size_t bucket;          /* floats per bucket (the last one may be shorter) */
     size_t n_buckets;
-    void *requests;         /* (n_buckets) MPI_Request */
-    unsigned char *started; /* (n_buckets) 0 idle, 1 in flight, 2 done, 3 queued */
+    void *requests;         /* (n_buckets) MPI_Request of the bucket's current phase */
+    unsigned char *started; /* (n_buckets) 0 idle, 1 in flight (phase 1), 2 done, 3 queued,
+                             * 4 bf16 wire: summed, all-gather not launched yet, 5 all-gather
+                             * in flight */
     size_t *queue;          /* (n_buckets) queued buckets in the order start queued them */
     size_t n_queue, q_next; /* queued so far / launched so far (launches follow the queue) */
-    size_t inflight;        /* buckets started and not waited for */
+    size_t *seq;            /* (n_buckets) buckets in the order they were launched */
+    size_t n_seq, seq_done; /* launched so far / the oldest launched one not waited for */
+    size_t seq_p2;          /* bf16 wire: seq[seq_p2] is the next whose all-gather goes out */
+    size_t inflight;        /* buckets started and not done */
     /* progress thread (MPI_THREAD_MULTIPLE): launches queued buckets and drives Open MPI's
      * progress (MPI_Test) while the caller computes */
     void *thread;           /* pthread_t *, NULL when not running */
     void *mutex;            /* pthread_mutex_t * */
     volatile int stop;
     uint16_t *stage;        /* (n) bf16 copy on the wire, NULL for fp32 */
+    uint16_t *recv;         /* bf16 wire: (n_slots, size, ceil(bucket / size)) receive slots
+                             * of the all-to-all: every rank's copy of this rank's block */
+    size_t n_slots, slot_len;
+    unsigned slots_used;    /* bit s: slot s holds a bucket in flight */
+    unsigned char *slot_of; /* (n_buckets) the slot of a bucket in phase 1 */
+    void *comm2;            /* MPI_Comm *: the bf16 wire's all-gathers (their own order) */
     /* ZeRO-1 (bt_dist_reducer_init_sharded): reduce-scatter in place, all-gather of blocks */
     int shard;
     size_t shard_n;         /* floats of this rank's blocks (Σ over buckets) */
     int *counts, *displs;   /* (n_buckets, size) block lengths / offsets in the bucket */
-    void *op;               /* MPI_Op * of the bf16 sum */
+    int *rcounts, *rdispls; /* (n_buckets, size) bf16 wire: the all-to-all's receive side */
     double t_wait;          /* seconds waited in the last finish */
 } bt_dist_reducer;
 
-/* bucket_bytes 0: one bucket (counted in fp32 bytes either way). wire_bf16: each bucket is
- * rounded to bf16 (round to nearest even) into a staging copy (n bf16 values), summed with a
- * user-defined MPI operation (each addition in fp32, the result rounded to bf16: up to N-1
- * roundings per element on N ranks, MPI has no bf16 type or fp32-accumulating bf16 sum), and
- * widened back into the arena at the end: half the bytes on the wire. */
+/* bucket_bytes 0: one bucket (counted in fp32 bytes either way). wire_bf16: half the bytes on
+ * the wire, with one fp32 accumulator per element. Each bucket is rounded to bf16 (round to
+ * nearest even) into a staging copy (n bf16 values), cut into `size` blocks (bt_dist_block),
+ * and exchanged with MPI_Ialltoallv: rank q receives every rank's bf16 copy of its block q
+ * (into a receive slot, at most BT_DIST_MAX_INFLIGHT of them), sums them in fp32 in rank
+ * order (x_0 + x_1 + ... + x_{N-1}), rounds the sum to bf16 into its block of the staging
+ * copy, and the blocks are all-gathered (MPI_Iallgatherv in place, on a duplicate of the
+ * world communicator so that the all-gathers, launched as all-to-alls complete, have an
+ * order of their own that is the launch order on every rank); finish widens the staging
+ * copy into the arena and scales by 1/size. So every element is rounded to bf16 twice (its
+ * gradient on the way out, the sum on the way back) whatever the world size, and the
+ * result is the same on every rank and deterministic. The bytes on the wire are those of a
+ * ring all-reduce of bf16 (an all-to-all and an all-gather of (N-1)/N of the bucket each).
+ * Memory: the staging copy (2 n bytes) and the receive slots (min(BT_DIST_MAX_INFLIGHT,
+ * buckets) x size x ceil(bucket / size) x 2 bytes, about 2 x bucket_bytes). */
 bt_status bt_dist_reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
                                size_t bucket_bytes, int wire_bf16);
 /* The same, sharded (ZeRO-1): each bucket is reduce-scattered (MPI_Ireduce_scatter, sum,
  * in place: MPI leaves this rank's block of the sum at the start of the bucket, and finish
  * moves it to the block's place, scaled by 1/size; no receive buffer), so that finish
  * leaves the average over the ranks in this rank's blocks of the arena only (the rest of
- * the arena is scratch afterwards: read it no more); the bf16 wire applies to the
- * reduce-scatter. World size 1: the plain reducer (a no-op). */
+ * the arena is scratch afterwards: read it no more). With the bf16 wire the bucket goes
+ * through the all-to-all above and the fp32 sum of this rank's block, scaled by 1/size, is
+ * its gradient (one bf16 rounding per element, on the way out; no all-gather). World size
+ * 1: the plain reducer (a no-op). */
 bt_status bt_dist_reducer_init_sharded(bt_dist_reducer *r, const bt_dist *d, float *arena,
                                        size_t n, size_t bucket_bytes, int wire_bf16);
 void bt_dist_reducer_free(bt_dist_reducer *r);
