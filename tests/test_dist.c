@@ -202,6 +202,33 @@ static double weight_diffs(const char *a_path, const char *b_path, double **all,
     return worst;
 }
 
+/* 1 when b holds exactly a's tensors (names, dtypes, shapes) and b's fp32 values are all
+ * finite: the structure check of a checkpoint written at another step than a's. */
+static int same_tensor_set(const char *a_path, const char *b_path) {
+    safetensors_file a, b;
+    if (safetensors_open(&a, a_path) != BT_OK) return 0;
+    if (safetensors_open(&b, b_path) != BT_OK) {
+        safetensors_close(&a);
+        return 0;
+    }
+    int ok = a.n_tensors == b.n_tensors && a.n_tensors > 0;
+    for (size_t i = 0; i < a.n_tensors && ok; i++) {
+        const safetensors_tensor *ta = &a.tensors[i];
+        const safetensors_tensor *tb = safetensors_find(&b, ta->name);
+        ok = tb && tb->dtype == ta->dtype && tb->ndim == ta->ndim && tb->numel == ta->numel &&
+             memcmp(tb->shape, ta->shape, (size_t)ta->ndim * sizeof ta->shape[0]) == 0;
+        if (ok && tb->dtype == BT_DTYPE_F32) {
+            float *y = malloc(tb->numel * sizeof *y);
+            ok = y && safetensors_read_f32(&b, tb, y, tb->numel) == BT_OK;
+            for (size_t k = 0; ok && k < tb->numel; k++) ok = isfinite(y[k]);
+            free(y);
+        }
+    }
+    safetensors_close(&a);
+    safetensors_close(&b);
+    return ok;
+}
+
 /* ref's and got's logged losses and grad norms per step, and final weights, agree. */
 static void check_close_run(const char *what, const char *ref, const char *got, size_t n_steps,
                             double loss_rtol, double norm_rtol, double weight_atol);
@@ -458,8 +485,9 @@ static void test_signal_rank(int sig, int zero, const char *ref_opt) {
                  "saved the checkpoint of the last logged step %zu", what, took, n_train);
         if (zero) {
             snprintf(p, sizeof p, "%s/checkpoint-%zu/optimizer.safetensors", out, n_train);
-            tu_check(weight_diffs(ref_opt, p, NULL, NULL) >= 0, "%s: its optimizer.safetensors "
-                     "(gathered) has every moment tensor of a plain run's", what);
+            /* the signal lands at step 2 or 3: compare the structure, not the step */
+            tu_check(same_tensor_set(ref_opt, p), "%s: its optimizer.safetensors (gathered) has "
+                     "every tensor of a plain run's (names, dtypes, shapes; finite)", what);
         }
         return;
     }
