@@ -1,7 +1,7 @@
 /* bench_dist.c: the gradient all-reduce of bt-train (dist.h's bucketed reducer) timed on the
  * gradient arena of real model configs, for docs/distributed.md. Run under mpirun:
  *
- *   mpirun -np 2 build/tests/bench_dist [--reps N] [--max-mib M] CONFIG_DIR... 
+ *   mpirun -np 2 build/tests/bench_dist [--reps N] [--max-mib M] [--wire bf16] CONFIG_DIR...
  *
  * For each config (its parameter table with every head, as bt-train sizes m->grads) and
  * each bucket size (one bucket, 4, 25, 100 MiB) rank 0 prints the mean seconds of
@@ -9,8 +9,9 @@
  * waits for without overlap), the algorithm bandwidth bytes / t and the ring bus bandwidth
  * 2 (N-1)/N · bytes / t, and the share of the arena whose buckets bt-train launches before
  * the towers' backward ends (bt_step_overlap_share, full arena). Arenas larger than
- * --max-mib (default 2048) are cut to that size (said in the table). Deliberately not a
- * test: timings depend on the machine. */
+ * --max-mib (default 2048) are cut to that size (said in the table). --wire bf16: the bf16
+ * wire (dist.wire_dtype; bandwidths counted in the fp32 bytes of the arena). Deliberately
+ * not a test: timings depend on the machine. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,25 +36,29 @@ int main(int argc, char **argv) {
     }
     int reps = 3;
     double max_mib = 2048;
-    int first = 1;
+    int first = 1, wire_bf16 = 0;
     for (; first < argc && argv[first][0] == '-'; first++) {
         if (!strcmp(argv[first], "--reps") && first + 1 < argc) reps = atoi(argv[++first]);
         else if (!strcmp(argv[first], "--max-mib") && first + 1 < argc)
             max_mib = atof(argv[++first]);
+        else if (!strcmp(argv[first], "--wire") && first + 1 < argc)
+            wire_bf16 = !strcmp(argv[++first], "bf16");
         else {
-            fprintf(stderr, "usage: mpirun -np N bench_dist [--reps N] [--max-mib M] CONFIG_DIR...\n");
+            fprintf(stderr, "usage: mpirun -np N bench_dist [--reps N] [--max-mib M] [--wire bf16] "
+                    "CONFIG_DIR...\n");
             return 2;
         }
     }
     if (first >= argc || reps < 1) {
-        fprintf(stderr, "usage: mpirun -np N bench_dist [--reps N] [--max-mib M] CONFIG_DIR...\n");
+        fprintf(stderr, "usage: mpirun -np N bench_dist [--reps N] [--max-mib M] [--wire bf16] "
+                "CONFIG_DIR...\n");
         return 2;
     }
     if (d.rank == 0)
-        printf("ranks %d (%s); mean of %d reps after 1 warm-up\n"
+        printf("ranks %d (%s), %s on the wire; mean of %d reps after 1 warm-up\n"
                "| config | params | buffer MiB | bucket MiB | seconds | algbw GB/s | busbw GB/s "
                "| launched during the backward |\n|---|---|---|---|---|---|---|---|\n",
-               d.size, d.host, reps);
+               d.size, d.host, wire_bf16 ? "bf16" : "fp32", reps);
     const double buckets[] = {0, 4, 25, 100};
     for (int a = first; a < argc; a++) {
         char path[4200];
@@ -74,7 +79,8 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < n; i++) g[i] = (float)(i % 1000) * 1e-3f;
         for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
             bt_dist_reducer r;
-            bt_dist_reducer_init(&r, &d, g, n, (size_t)(buckets[b] * 1048576.0), 0);
+            bt_dist_reducer_init(&r, &d, g, n, (size_t)(buckets[b] * 1048576.0),
+                                  wire_bf16);
             double total = 0;
             for (int k = -1; k < reps; k++) {
                 bt_dist_barrier(&d);

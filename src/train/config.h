@@ -123,8 +123,8 @@ typedef struct bt_run_config {
     } save;
     struct {
         double bucket_mb; /* gradient all-reduce bucket (MiB); 0: one bucket */
-        bt_save_dtype wire_dtype; /* gradients on the wire: f32, or bf16 (summed in fp32,
-                                     rounded to bf16 after each addition) */
+        bt_save_dtype wire_dtype; /* gradients on the wire: f32, or bf16 (each element
+                                     rounded once, summed in one fp32 accumulator) */
         int64_t zero_stage;       /* 0: every rank holds the optimizer state; 1: ZeRO-1 */
     } dist;
     struct {
