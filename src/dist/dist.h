@@ -18,7 +18,8 @@
  * mismatch found by bt_dist_check_same) return normally on every rank.
  *
  * Gradients: bt_dist_reducer averages a flat fp32 arena in buckets of a fixed byte size,
- * each bucket one MPI_Iallreduce (sum), then scales by 1/world. Buckets are launched by
+ * each bucket one MPI_Iallreduce (sum; with the bf16 wire an all-to-all, an fp32 sum and an
+ * all-gather: bt_dist_reducer_init), then scales by 1/world. Buckets are launched by
  * bt_dist_reducer_start (all of them, or a range as soon as its tensors are final) and
  * waited for by bt_dist_reducer_finish, which reports the seconds it waited (the exposed
  * communication time).
