@@ -196,6 +196,9 @@ def main():
     ap.add_argument("--no-twin", action="store_true", help="bt only")
     ap.add_argument("--same-env", action="store_true",
                     help="run bt in the twin's tuned environment too (default: bt gets only OMP_NUM_THREADS)")
+    ap.add_argument("--checkpointing-rows", action="store_true",
+                    help="also run bt's training step with gradient checkpointing (bench_step "
+                         "--checkpoint) where the full step runs: the memory/time trade-off")
     ap.add_argument("--json-out", help="write every result here")
     a = ap.parse_args()
     if a.twin_worker:
@@ -253,11 +256,15 @@ def main():
         avail = mem_available()
         for mode in ("train", "infer"):
             flops = est["flops_per_step"] * (1 if mode == "train" else 1 / 3)
-            for impl, prec in (("bt", "fp32"), ("bt", "bf16"), ("twin", "fp32"), ("twin", "bf16")):
-                label = "%s %s %s %s" % (name, mode, impl, prec)
+            runs = [("bt", "fp32", 0), ("bt", "bf16", 0), ("twin", "fp32", 0), ("twin", "bf16", 0)]
+            if a.checkpointing_rows and mode == "train" and need_bt <= 0.9 * avail:
+                runs[2:2] = [("bt", "fp32", 1), ("bt", "bf16", 1)]
+            for impl, prec, want_ckpt in runs:
+                label = "%s %s %s %s%s" % (name, mode, impl, prec, " checkpointing" if want_ckpt else "")
                 need = need_bt if impl == "bt" else need_twin
-                ckpt = impl == "bt" and mode == "train" and need > 0.9 * avail and need_bt_ck <= 0.9 * avail
-                if ckpt:
+                ckpt = want_ckpt or (impl == "bt" and mode == "train" and need > 0.9 * avail
+                                     and need_bt_ck <= 0.9 * avail)
+                if ckpt and not want_ckpt:
                     need = need_bt_ck
                     notes.append("%s: run with gradient checkpointing (--checkpoint): the full activations "
                                  "need about %.1f GiB, %.1f GiB available" % (label, need_bt / 2**30, avail / 2**30))
@@ -336,6 +343,15 @@ def main():
                 t = next((r for r in rs if r["impl"] == "twin" and r["precision"] == prec_tw), None)
                 if b and t and mode == "train":
                     print("%s %s %s: peak RSS bt / twin = %.2f [<= 0.7]"
+                          % (name, mode, prec_bt, b["peak_rss_bytes"] / t["peak_rss_bytes"]))
+                ck = next((r for r in rs if r["impl"] == "bt" and r["precision"] == prec_bt + " (checkpointing)"), None)
+                if ck and t:
+                    print("%s %s %s: with gradient checkpointing: peak RSS bt / twin = %.2f, samples/s "
+                          "bt / twin = %.2f (the twin without checkpointing)"
+                          % (name, mode, prec_bt, ck["peak_rss_bytes"] / t["peak_rss_bytes"],
+                             ck["samples_per_s"] / t["samples_per_s"]))
+                if b and t and mode == "infer":
+                    print("%s %s %s: peak RSS bt / twin = %.2f"
                           % (name, mode, prec_bt, b["peak_rss_bytes"] / t["peak_rss_bytes"]))
     for n in notes:
         print("# note: " + n)
