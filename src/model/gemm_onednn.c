@@ -670,7 +670,7 @@ static double dn_now(void) {
  * (3072, 768) read transposed, fp32 bias): native (activations rounded, the bf16 weight copy)
  * and plain fp32 (the fp32 weights, no rounding: route FP32), on private primitives
  * planned for the calling context; best of 3 calls each, interleaved, after one warm-up
- * call each (JIT, page faults). Sets the AUTO result and its text; returns 1. Serialized by
+ * call each (JIT, page faults), measured again when fp32 wins (below). Sets the AUTO result and its text; returns 1. Serialized by
  * dn_route_mutex; a caller that waited finds the result already set and measures nothing. */
 static int dn_measure_routes(double *native_s, double *fp32_s) {
     enum { M = 512, N = 3072, K = 768, REPS = 4 };
@@ -721,13 +721,24 @@ static int dn_measure_routes(double *native_s, double *fp32_s) {
             DN_CHECK(dnnl_memory_create(&mem[r][i], &e[r].md[i], dn_engine, DNNL_MEMORY_NONE));
         }
     }
+    /* A verdict against native is measured again (up to ATTEMPTS rounds, 50 ms apart, the
+     * best time of each route over all rounds): a process started while the previous one
+     * still returns gigabytes to the kernel saw native at a fifth of its speed for one
+     * round and ran a whole benchmark on the fp32 route (docs/benchmarks.md). */
+    enum { ATTEMPTS = 3 };
     double best[2] = {1e30, 1e30};
-    for (int rep = 0; rep < REPS; rep++) {
-        for (int r = 0; r < 2; r++) {
-            const double t0 = dn_now();
-            dn_execute(&e[r], mem[r], stream, run[r]);
-            const double dt = dn_now() - t0;
-            if (rep > 0 && dt < best[r]) best[r] = dt;
+    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+        if (attempt > 0) {
+            if (gemm_bf16_route_pick(best[0], best[1]) == GEMM_BF16_NATIVE) break;
+            nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 50000000}, NULL);
+        }
+        for (int rep = 0; rep < REPS; rep++) {
+            for (int r = 0; r < 2; r++) {
+                const double t0 = dn_now();
+                dn_execute(&e[r], mem[r], stream, run[r]);
+                const double dt = dn_now() - t0;
+                if (rep > 0 && dt < best[r]) best[r] = dt;
+            }
         }
     }
     for (int r = 0; r < 2; r++) {
