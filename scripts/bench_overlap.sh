@@ -3,10 +3,12 @@
 # (docs/distributed.md "How much overlaps"): the same data-parallel bt-train job run with the
 # default overlap and with BT_DIST_NO_OVERLAP=1 (every bucket launched at the wait),
 # alternating, and the medians over steps 3.. of the exposed communication time
-# (metrics.jsonl phase_s.comm), the backward and the step.
+# (metrics.jsonl phase_s.comm), the backward and the step. --zero adds a third job, the
+# overlapped one with dist.zero_stage 1 (its all-gather of the weights after the optimizer
+# counts in the exposed time; the optimizer runs on 1/N of the arena).
 #
 #   scripts/bench_overlap.sh [--build DIR] [--reps N] [--ranks N] [--steps N]
-#                            [--bucket-mb M] [--width W] [--layers L] [--tcp]
+#                            [--bucket-mb M] [--width W] [--layers L] [--tcp] [--zero]
 #
 # The model is configs/synthetic-model widened to W (default 256; its 64 is too small for
 # the communication to matter) with L text and L vision layers (default 4): 11.5 M
@@ -19,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build REPS=3 RANKS=2 STEPS=12 BUCKET=1 WIDTH=256 LAYERS=4 MCA=()
+BUILD=build REPS=3 RANKS=2 STEPS=12 BUCKET=1 WIDTH=256 LAYERS=4 MCA=() MODES="none overlap"
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -30,7 +32,8 @@ while [ $# -gt 0 ]; do
     --width) WIDTH=$2; shift 2 ;;
     --layers) LAYERS=$2; shift 2 ;;
     --tcp) MCA=(--mca btl self,tcp); shift ;;
-    *) sed -n '2,18p' "$0"; exit 2 ;;
+    --zero) MODES="none overlap zero"; shift ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
     esac
 done
 ninja -C "$BUILD" src/train/bt-train src/data/bt-data >/dev/null
@@ -75,20 +78,21 @@ json.dump(run, open(f"{work}/run.json", "w"), indent=2)
 PY
 
 for i in $(seq "$REPS"); do
-    for mode in none overlap; do
-        env=()
+    for mode in $MODES; do
+        env=() extra=()
         [ $mode = none ] && env=(-x BT_DIST_NO_OVERLAP=1)
+        [ $mode = zero ] && extra=(--set dist.zero_stage=1)
         mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "${MCA[@]}" "${env[@]}" \
             -np "$RANKS" "$BUILD/src/train/bt-train" --quiet-config --config "$WORK/run.json" \
-            --set "output.dir=$WORK/$mode$i" >"$WORK/$mode$i.log" 2>&1 ||
+            --set "output.dir=$WORK/$mode$i" "${extra[@]}" >"$WORK/$mode$i.log" 2>&1 ||
             { cat "$WORK/$mode$i.log"; exit 1; }
     done
 done
-python3 - "$WORK" "$REPS" <<'PY'
+python3 - "$WORK" "$REPS" $MODES <<'PY'
 import glob, json, statistics, sys
-work, reps = sys.argv[1], int(sys.argv[2])
+work, reps, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 print(f"{reps} alternating repetitions; medians over the steps from 3 on")
-for mode in ("none", "overlap"):
+for mode in modes:
     comm, bwd, step = [], [], []
     for f in sorted(glob.glob(f"{work}/{mode}[0-9]*/metrics.jsonl")):
         for line in open(f):
@@ -98,7 +102,8 @@ for mode in ("none", "overlap"):
             comm.append(r["phase_s"]["comm"])
             bwd.append(r["phase_s"]["backward"])
             step.append(r["seconds"] / r["steps"])
-    name = "BT_DIST_NO_OVERLAP=1" if mode == "none" else "overlap (default)"
+    name = {"none": "BT_DIST_NO_OVERLAP=1", "overlap": "overlap (default)",
+            "zero": "overlap + ZeRO-1"}[mode]
     print(f"{name:22s} exposed comm {statistics.median(comm) * 1e3:7.1f} ms  backward "
           f"{statistics.median(bwd) * 1e3:7.1f} ms  step {statistics.median(step) * 1e3:7.1f} ms"
           f"  ({len(comm)} steps)")
