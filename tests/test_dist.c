@@ -265,6 +265,21 @@ static void check_close_run(const char *what, const char *ref, const char *got, 
              "%.2e <= %.0e)", what, d, weight_atol);
 }
 
+/* A resumed run (exit code rc, output dir out): it exits 0 (else its stderr is shown) and
+ * ends with the weights of the uninterrupted 1-rank run ref, within WEIGHT_ATOL. */
+static void check_resumed(const char *what, int rc, const char *ref, const char *out) {
+    if (!tu_check(rc == 0, "%s exits 0 (got %d)", what, rc)) {
+        show_err(out);
+        return;
+    }
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/model.safetensors", ref);
+    snprintf(b, sizeof b, "%s/model.safetensors", out);
+    const double d = max_weight_diff(a, b);
+    tu_check(d >= 0 && d <= WEIGHT_ATOL, "%s: final weights equal the uninterrupted 1-rank "
+             "run's (max |diff| %.2e)", what, d);
+}
+
 /* A bf16-wire run against an fp32 run of the same job (ref). What the scheme guarantees, element
  * by element (test_wire checks it bit for bit): the averaged gradient is
  * ĝ = bf16(Σ_q bf16(g_q)) / N with the sum in one fp32 accumulator (ZeRO-1: without the
@@ -933,21 +948,8 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
         snprintf(set, sizeof set, "--set train.batch_size=4 --set dist.zero_stage=1 "
                  "--set output.resume_from='%s/checkpoint-2'", ref);
         const int rc2 = train(res2, 2, "", set);
-        const char *what[2] = {"ZeRO-1 2-rank checkpoint-2 resumed on 1 process",
-                               "1-process checkpoint-2 resumed on 2 ranks with ZeRO-1"};
-        const char *outs[2] = {res1, res2};
-        const int rcs[2] = {rc, rc2};
-        for (int i = 0; i < 2; i++) {
-            if (!tu_check(rcs[i] == 0, "%s exits 0 (got %d)", what[i], rcs[i])) {
-                show_err(outs[i]);
-                continue;
-            }
-            snprintf(a, sizeof a, "%s/model.safetensors", ref);
-            snprintf(b, sizeof b, "%s/model.safetensors", outs[i]);
-            const double d = max_weight_diff(a, b);
-            tu_check(d >= 0 && d <= WEIGHT_ATOL, "%s: final weights equal the uninterrupted "
-                     "1-rank run's (max |diff| %.2e)", what[i], d);
-        }
+        check_resumed("ZeRO-1 2-rank checkpoint-2 resumed on 1 process", rc, ref, res1);
+        check_resumed("1-process checkpoint-2 resumed on 2 ranks with ZeRO-1", rc2, ref, res2);
     }
 }
 
@@ -1029,28 +1031,10 @@ int main(int argc, char **argv) {
         snprintf(set, sizeof set, "--set train.batch_size=4 --set output.resume_from='%s/checkpoint-2'",
                  ref);
         rc = train(res2, 2, "", set);
-        if (tu_check(rc == 0, "1-rank checkpoint-2 resumed on 2 ranks exits 0 (got %d)", rc)) {
-            char a[1300], b[1300];
-            snprintf(a, sizeof a, "%s/model.safetensors", ref);
-            snprintf(b, sizeof b, "%s/model.safetensors", res2);
-            const double d = max_weight_diff(a, b);
-            tu_check(d >= 0 && d <= WEIGHT_ATOL, "resume 1 -> 2 ranks: final weights equal the "
-                     "uninterrupted 1-rank run's (max |diff| %.2e)", d);
-        } else {
-            show_err(res2);
-        }
+        check_resumed("1-rank checkpoint-2 resumed on 2 ranks", rc, ref, res2);
         snprintf(set, sizeof set, "--set output.resume_from='%s/checkpoint-2'", r2);
         rc = train(res1, 0, "", set);
-        if (tu_check(rc == 0, "2-rank checkpoint-2 resumed on 1 process exits 0 (got %d)", rc)) {
-            char a[1300], b[1300];
-            snprintf(a, sizeof a, "%s/model.safetensors", ref);
-            snprintf(b, sizeof b, "%s/model.safetensors", res1);
-            const double d = max_weight_diff(a, b);
-            tu_check(d >= 0 && d <= WEIGHT_ATOL, "resume 2 -> 1 rank: final weights equal the "
-                     "uninterrupted 1-rank run's (max |diff| %.2e)", d);
-        } else {
-            show_err(res1);
-        }
+        check_resumed("2-rank checkpoint-2 resumed on 1 process", rc, ref, res1);
         snprintf(set, sizeof set, "--set train.batch_size=8 --set output.resume_from='%s/checkpoint-2'",
                  ref);
         rc = train(bad, 2, "", set);
