@@ -17,16 +17,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dist/dist.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "train/step.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(int argc, char **argv) {
     bt_dist d;
@@ -84,10 +79,10 @@ int main(int argc, char **argv) {
             double total = 0;
             for (int k = -1; k < reps; k++) {
                 bt_dist_barrier(&d);
-                const double t0 = now_s();
+                const double t0 = bt_now_s();
                 bt_dist_reducer_start(&r, 0, n);
                 bt_dist_reducer_finish(&r);
-                if (k >= 0) total += now_s() - t0;
+                if (k >= 0) total += bt_now_s() - t0;
             }
             bt_dist_reducer_free(&r);
             const double s = total / reps, bytes = (double)n * 4.0;

@@ -37,6 +37,7 @@
 #include <cblas.h>
 
 #include "bt_config.h"
+#include "clock.h"
 #include "gemm.h"
 
 #if BT_HAVE_OPENMP
@@ -52,12 +53,6 @@
 #endif
 
 static double bench_seconds = 0.8; /* per cell and pass */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void fill(float *x, size_t n, unsigned seed) {
     /* cheap LCG in [-1, 1): values only need to be ordinary numbers */
@@ -110,7 +105,7 @@ static double peak_instr(int bf16) {
     double best = 0.0;
     for (int r = 0; r < 250; r++) {
         int nthr = 1;
-        double t0 = now_s(), sink = 0;
+        double t0 = bt_now_s(), sink = 0;
 #if BT_HAVE_OPENMP
 #pragma omp parallel reduction(+ : sink)
         {
@@ -121,7 +116,7 @@ static double peak_instr(int bf16) {
 #else
         sink += bf16 ? peak_dp_bf16(iters) : peak_fma_f32(iters);
 #endif
-        double dt = now_s() - t0;
+        double dt = bt_now_s() - t0;
         double gf = (double)nthr * iters * 12.0 * (bf16 ? 64.0 : 32.0) / dt * 1e-9;
         if (gf > best && sink == sink) best = gf;
     }
@@ -165,11 +160,11 @@ static double flops_of(const gemm_args *g) {
 /* GFLOP/s of the fastest call among those made in about `seconds` (at least 3). */
 static double measure_for(gemm_backend be, const gemm_args *g, int per_item_omp, double seconds) {
     run_once(be, g, per_item_omp); /* warm-up: primitive creation, scratch allocation */
-    double start = now_s(), best = INFINITY;
-    for (int calls = 0; calls < 3 || now_s() - start < seconds; calls++) {
-        double t0 = now_s();
+    double start = bt_now_s(), best = INFINITY;
+    for (int calls = 0; calls < 3 || bt_now_s() - start < seconds; calls++) {
+        double t0 = bt_now_s();
         run_once(be, g, per_item_omp);
-        double dt = now_s() - t0;
+        double dt = bt_now_s() - t0;
         if (dt < best) best = dt;
     }
     return flops_of(g) / best * 1e-9;

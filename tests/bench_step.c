@@ -40,18 +40,13 @@
 #include <omp.h>
 #endif
 
+#include "clock.h"
 #include "cpu.h"
 #include "flops.h"
 #include "gemm.h"
 #include "model.h"
 #include "step.h"
 #include "test_util.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* CPU seconds of the whole process (all threads) and its minor page faults so far. */
 static double cpu_s(long *minflt) {
@@ -230,12 +225,12 @@ int main(int argc, char **argv) {
             return 1;
         }
         /* as bt-train does at start: arenas sized and backed before the first step */
-        const double r0 = now_s();
+        const double r0 = bt_now_s();
         if (bt_trainer_reserve(&tr, nb, nt) != BT_OK) {
             fprintf(stderr, "bench_step: %s\n", bt_error_message());
             return 1;
         }
-        reserve_s = now_s() - r0;
+        reserve_s = bt_now_s() - r0;
         fprintf(stderr, "bench_step: reserve (arenas for B %zu, T %zu): %.3f s\n", nb, nt,
                 reserve_s);
     } else {
@@ -252,7 +247,7 @@ int main(int argc, char **argv) {
     for (long s = 0; s < steps; s++) {
         long flt0, flt1;
         const double c0 = cpu_s(&flt0);
-        const double t0 = now_s();
+        const double t0 = bt_now_s();
         bt_status st;
         if (train) {
             bt_step_result res;
@@ -265,7 +260,7 @@ int main(int argc, char **argv) {
         } else {
             st = bt_forward(&m, &fb);
         }
-        t[s] = now_s() - t0;
+        t[s] = bt_now_s() - t0;
         cpu[s] = cpu_s(&flt1) - c0;
         if (st != BT_OK) {
             fprintf(stderr, "bench_step: step %ld: %s\n", s, bt_error_message());

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "mem.h"
 
 typedef enum {
@@ -106,12 +107,6 @@ loader_options loader_options_default(void) {
     o.with_choices = 1;
     o.on_error = MANIFEST_ON_ERROR_STOP;
     return o;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static uint64_t hash_str(const char *s) {
@@ -622,13 +617,13 @@ bt_status loader_next(loader *l, loader_batch **batch) {
     slot *sl = &l->slots[s % l->n_slots];
     BT_ASSERTF(sl->state != SLOT_HELD,
                "loader_next: all %d prefetch slots are held; release batches first", l->n_slots);
-    double t0 = now_seconds();
+    double t0 = bt_now_s();
     int waited = 0;
     while (!((sl->state == SLOT_READY || sl->state == SLOT_FAILED) && sl->batch.seq == s)) {
         pthread_cond_wait(&l->ready, &l->mu);
         waited = 1;
     }
-    if (waited) l->wait_seconds += now_seconds() - t0;
+    if (waited) l->wait_seconds += bt_now_s() - t0;
     if (sl->state == SLOT_FAILED) {
         bt_status st = sl->err;
         bt_error_set_message(sl->err_msg);

@@ -12,18 +12,13 @@
 #include <unistd.h>
 
 #include "bt_config.h"
+#include "clock.h"
 #include "dtype.h"
 #include "rng.h"
 
 #if BT_HAVE_MPI
 #include <mpi.h>
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* a launcher's environment: Open MPI (mpirun / prterun), PMIx, PMI (srun, hydra) */
 static int launched(void) {
@@ -615,7 +610,7 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     r->t_wait = 0;
     if (!bt_dist_active(r->d)) return BT_OK;
 #if BT_HAVE_MPI
-    const double t0 = now_s();
+    const double t0 = bt_now_s();
     if (r->thread) { /* stop the progress thread; this thread takes over */
         pthread_mutex_lock(r->mutex);
         r->stop = 1;
@@ -627,7 +622,7 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     launch_range(r, 0, r->n, 1); /* the rest of the queue first (see launch_range) */
     launch_range(r, 0, r->n, 0);
     while (r->seq_done < r->n_seq) wait_oldest(r, 1);
-    r->t_wait = now_s() - t0;
+    r->t_wait = bt_now_s() - t0;
 #endif
     memset(r->started, 0, r->n_buckets);
     r->inflight = 0;
@@ -668,7 +663,7 @@ bt_status bt_dist_reducer_allgather(bt_dist_reducer *r, float *params) {
     r->t_wait = 0;
     if (!r->shard) return BT_OK;
 #if BT_HAVE_MPI
-    const double t0 = now_s();
+    const double t0 = bt_now_s();
     const size_t W = (size_t)r->d->size;
     MPI_Request *req = r->requests;
     size_t oldest = 0;
@@ -679,7 +674,7 @@ bt_status bt_dist_reducer_allgather(bt_dist_reducer *r, float *params) {
                         &req[b]);
     }
     MPI_Waitall((int)(r->n_buckets - oldest), req + oldest, MPI_STATUSES_IGNORE);
-    r->t_wait = now_s() - t0;
+    r->t_wait = bt_now_s() - t0;
 #else
     (void)params;
 #endif

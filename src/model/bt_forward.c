@@ -38,6 +38,7 @@
 
 #include "args.h"
 #include "checkpoint.h"
+#include "clock.h"
 #include "cpu.h"
 #include "fileio.h"
 #include "finite.h"
@@ -328,12 +329,6 @@ done:
 
 /* --- outputs ------------------------------------------------------------------------------ */
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* sqrt(sum of squares) of every parameter gradient, accumulated in double. */
 static double grad_norm(const bt_model *m) {
     double ss = 0.0;
@@ -447,9 +442,9 @@ int main(int argc, char **argv) {
                       .pixel_values = in.pixels,
                       .itm_labels = a.head == HEAD_ITM ? in.labels : NULL,
                       .mlm_labels = a.head == HEAD_MLM ? in.labels : NULL};
-    double t0 = now_seconds();
+    double t0 = bt_now_s();
     s = bt_forward(&m, &batch);
-    double t_forward = now_seconds() - t0, t_backward = 0.0;
+    double t_forward = bt_now_s() - t0, t_backward = 0.0;
     if (s != BT_OK) {
         fprintf(stderr, "bt-forward: error: %s: %s\n", a.inputs, bt_error_message());
         inputs_free(&in);
@@ -510,9 +505,9 @@ int main(int argc, char **argv) {
                              .itm = a.head == HEAD_ITM ? 1.0f : 0.0f,
                              .mlm = a.head == HEAD_MLM ? 1.0f : 0.0f};
         bt_zero_grad(&m);
-        t0 = now_seconds();
+        t0 = bt_now_s();
         bt_backward(&m, &w);
-        t_backward = now_seconds() - t0;
+        t_backward = bt_now_s() - t0;
         const bt_param_table *t = &m.table;
         entries = calloc(o.n + t->n_tensors, sizeof *entries);
         grad_names = calloc(t->n_tensors, sizeof *grad_names);

@@ -47,6 +47,7 @@
  * oneDNN's own primitive cache (ours is keyed by gemm_args, cheaper than hashing oneDNN
  * descriptors). */
 #include "bt_config.h"
+#include "clock.h"
 #include "gemm_backend.h"
 #include "ops.h"
 
@@ -660,12 +661,6 @@ void gemm_onednn_run(const gemm_args *g) {
 
 /* --- AUTO bf16 route ------------------------------------------------------------------ */
 
-static double dn_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Times the two ways bf16 mode can run a Linear forward (fp32 activations (512, 768), weight
  * (3072, 768) read transposed, fp32 bias): native (activations rounded, the bf16 weight copy)
  * and plain fp32 (the fp32 weights, no rounding: route FP32), on private primitives
@@ -734,9 +729,9 @@ static int dn_measure_routes(double *native_s, double *fp32_s) {
         }
         for (int rep = 0; rep < REPS; rep++) {
             for (int r = 0; r < 2; r++) {
-                const double t0 = dn_now();
+                const double t0 = bt_now_s();
                 dn_execute(&e[r], mem[r], stream, run[r]);
-                const double dt = dn_now() - t0;
+                const double dt = bt_now_s() - t0;
                 if (rep > 0 && dt < best[r]) best[r] = dt;
             }
         }

@@ -31,6 +31,7 @@
 
 #include "args.h"
 #include "checkpoint.h"
+#include "clock.h"
 #include "data/loader.h"
 #include "train/loss.h"
 
@@ -41,12 +42,6 @@ void bt_eval_options_default(bt_eval_options *o) {
     o->choice_score = BT_EVAL_CHOICE_ITC;
     o->num_workers = 1;
     o->on_error = MANIFEST_ON_ERROR_STOP;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void *xcalloc(size_t n, size_t size) {
@@ -410,7 +405,7 @@ bt_status bt_eval_run(bt_model *m, const manifest *man, const tokenizer *tok,
                       const image_preprocess_config *img, const bt_eval_options *o,
                       bt_eval_result *r) {
     memset(r, 0, sizeof *r);
-    const double t0 = now_seconds();
+    const double t0 = bt_now_s();
     bt_status st = check_options(m, man, o);
     if (st != BT_OK) return st;
     manifest mv = *man; /* a view of the first max_records records (shares the arena) */
@@ -547,7 +542,7 @@ bt_status bt_eval_run(bt_model *m, const manifest *man, const tokenizer *tok,
     free(img_grp);
     free(img_key);
     state_free(&s);
-    r->seconds = now_seconds() - t0;
+    r->seconds = bt_now_s() - t0;
     return st;
 }
 

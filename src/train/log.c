@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fileio.h"
 #include "json_util.h"
 
@@ -50,12 +51,6 @@ enum { L_TOTAL, L_ITC, L_ITM, L_MLM, N_LOSS };
 static const char *const loss_short[N_LOSS] = {"loss", "itc", "itm", "mlm"};
 enum { N_PHASE = 4 };
 static const char *const phase_keys[N_PHASE] = {"forward", "backward", "comm", "optim"};
-
-static double now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double now_wall(void) {
     struct timespec ts;
@@ -310,7 +305,7 @@ bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
     bt_log_step_init(&log->last);
     bt_log_step_init(&log->logged);
     bt_log_eval_init(&log->eval);
-    log->t_open = now_mono();
+    log->t_open = bt_now_s();
     log->t_drawn = -1e30;
     return BT_OK;
 }
@@ -494,7 +489,7 @@ void bt_log_step(bt_log *log, const bt_log_step_rec *r) {
         bt_progress_print(&log->prog, "%s", line);
         memset(&log->iv, 0, sizeof log->iv);
     }
-    double t = now_mono();
+    double t = bt_now_s();
     if (log->prog.live && (logged || t - log->t_drawn >= log->o.min_redraw_s)) {
         double pct = 100.0 * (double)r->step / (double)log->o.total_steps;
         char body[BT_PROGRESS_LINE_MAX - 16];
@@ -604,7 +599,7 @@ bt_status bt_log_summary(bt_log *log, const bt_log_summary_in *in, bt_log_summar
     s.data_wait_s = log->wait_s;
     s.eval_s = log->eval_s;
     s.save_s = log->save_s;
-    s.wall_s = now_mono() - log->t_open;
+    s.wall_s = bt_now_s() - log->t_open;
     s.peak_rss_mib = bt_log_peak_rss_mib();
     if (out) *out = s;
 

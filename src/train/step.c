@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "data/loader.h"
 #include "ops.h"
 #include "rng.h"
@@ -21,12 +22,6 @@ enum {
 };
 /* text rows of the masked MLM copies carry record | 2^63 as their dropout key */
 #define MLM_KEY_BIT (UINT64_C(1) << 63)
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* seed of one stream for (run seed, step, micro-batch) */
 static uint64_t stream_seed(uint64_t seed, uint64_t tag, int64_t step, size_t micro) {
@@ -367,7 +362,7 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     const int do_itc = c->w_itc > 0.0f, do_itm = c->w_itm > 0.0f, do_mlm = c->w_mlm > 0.0f;
     const float inv_n = 1.0f / (float)n_micro;
     memset(out, 0, sizeof *out);
-    double t0 = now_s();
+    double t0 = bt_now_s();
 
     /* keys: dropout / mask keys from the record, duplicate keys given or hashed */
     for (size_t i = 0; i < B; i++) {
@@ -413,7 +408,7 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
         for (size_t i = 0; i < B * T; i++) n_mlm += tr->mlm_labels[i] != -100;
     n_mlm_all = n_mlm;
     if (d) {
-        const double tc = now_s();
+        const double tc = bt_now_s();
         const int64_t mine[2] = {(int64_t)B, n_mlm};
         st_ok(bt_dist_allgather_i64(d, mine, 2, tr->counts));
         n_rows_all = n_mlm_all = 0;
@@ -423,7 +418,7 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
             n_mlm_all += tr->counts[2 * r + 1];
             tr->counts[W * 2 + r] = tr->counts[2 * r]; /* rows only, for the row gathers */
         }
-        res->t_comm += now_s() - tc;
+        res->t_comm += bt_now_s() - tc;
         reserve_gather(tr, (size_t)n_rows_all, C);
     }
     const int64_t *rows = d ? tr->counts + 2 * W : NULL;
@@ -433,7 +428,7 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     bt_image_input ii = {.B = B, .pixel_values = b->pixel_values, .sample_keys = tr->image_keys};
     bt_status st = bt_towers_forward(m, &ti, &ii);
     if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
-    double t1 = now_s();
+    double t1 = bt_now_s();
     res->t_towers_fwd += t1 - t0;
 
     /* negatives from the ITC text -> image similarities (no gradient) */
@@ -467,7 +462,7 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
             tr->pairs[P++] = (bt_pair){(int32_t)(B + i), (int32_t)i, 1};
     st = bt_cross_forward_pairs(m, tr->pairs, P);
     if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
-    double t2 = now_s();
+    double t2 = bt_now_s();
     res->t_cross_fwd += t2 - t1;
 
     /* losses: fused forward + backward into the d_* slots. Data parallel: the gradient
@@ -490,14 +485,14 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
         float *img_all = tr->gbuf, *cross_all = img_all + N * C;
         float *d_img_all = cross_all + N * C, *d_cross_all = d_img_all + N * C;
         const int dup = c->itc_duplicate_aware;
-        const double tc = now_s();
+        const double tc = bt_now_s();
         st_ok(bt_dist_allgather_rows_f32(d, m->itc_image, img_all, rows, C));
         st_ok(bt_dist_allgather_rows_f32(d, m->itc_cross + pos0 * C, cross_all, rows, C));
         if (dup) {
             st_ok(bt_dist_allgather_rows_u64(d, tr->dup_image, tr->gkeys, rows, 1));
             st_ok(bt_dist_allgather_rows_u64(d, tr->dup_caption, tr->gkeys + N, rows, 1));
         }
-        res->t_comm += now_s() - tc;
+        res->t_comm += bt_now_s() - tc;
         memset(d_img_all, 0, 2 * N * C * sizeof *d_img_all);
         bt_itc_args a = {.n_rows = B, .n_cols = N, .row_offset = (size_t)row_offset,
                          .n_total = N, .C = C,
@@ -511,10 +506,10 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
                          .d_image_cols = d_img_all, .d_cross_cols = d_cross_all,
                          .d_logit_scale = m->g.logit_scale};
         out->itc = bt_itc_loss(&a, &tr->ws);
-        const double tr0 = now_s();
+        const double tr0 = bt_now_s();
         st_ok(bt_dist_reduce_scatter_add_f32(d, d_img_all, m->d_itc_image, rows, C));
         st_ok(bt_dist_reduce_scatter_add_f32(d, d_cross_all, m->d_itc_cross + pos0 * C, rows, C));
-        res->t_comm += now_s() - tr0;
+        res->t_comm += bt_now_s() - tr0;
     }
     /* the shares of the global means (1 alone) */
     const double itm_share = (double)B / (double)n_rows_all;
@@ -531,15 +526,15 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
                                  : c->w_mlm * inv_n, &out->mlm_tokens, &tr->ws);
     if (d) { /* global values: Σ over ranks of each rank's share */
         double g[3] = {out->itc, out->itm * itm_share, out->mlm * mlm_share};
-        const double tc = now_s();
+        const double tc = bt_now_s();
         st_ok(bt_dist_sum_f64(d, g, 3));
-        res->t_comm += now_s() - tc;
+        res->t_comm += bt_now_s() - tc;
         out->itc = g[0];
         out->itm = g[1];
         out->mlm = g[2];
         out->mlm_tokens = (size_t)n_mlm_all;
     }
-    double t3 = now_s();
+    double t3 = bt_now_s();
     res->t_losses += t3 - t2;
     const double terms[3] = {out->itc, out->itm, out->mlm};
     const char *names[3] = {"itc", "itm", "mlm"};
@@ -574,7 +569,7 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
         m->grads_final = NULL;
         m->grads_final_ctx = NULL;
     }
-    res->t_backward += now_s() - t3;
+    res->t_backward += bt_now_s() - t3;
     return BT_OK;
 }
 
@@ -586,9 +581,9 @@ static double shard_grad_norm(bt_trainer *tr, bt_step_result *res) {
     const bt_dist *d = tr->dist;
     memset(tr->norm_parts, 0, (size_t)d->size * sizeof *tr->norm_parts);
     tr->norm_parts[d->rank] = bt_adamw_grad_sumsq(&tr->opt, tr->model->grads);
-    const double tc = now_s();
+    const double tc = bt_now_s();
     st_ok(bt_dist_sum_f64(d, tr->norm_parts, (size_t)d->size));
-    res->t_comm += now_s() - tc;
+    res->t_comm += bt_now_s() - tc;
     double total = 0.0;
     for (int q = 0; q < d->size; q++) total += tr->norm_parts[q];
     return sqrt(total);
@@ -617,7 +612,7 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
                         bt_step_result *res) {
     bt_model *m = tr->model;
     const bt_step_config *c = &tr->cfg;
-    const double t_start = now_s();
+    const double t_start = bt_now_s();
     memset(res, 0, sizeof *res);
     res->step = tr->step;
     res->grad_norm = NAN;
@@ -654,9 +649,9 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     }
     if (tr->dist) { /* the gradients averaged over the ranks */
         if (st == BT_OK) {
-            const double tc = now_s();
+            const double tc = bt_now_s();
             st_ok(bt_dist_reducer_finish(&tr->red));
-            res->t_comm += now_s() - tc;
+            res->t_comm += bt_now_s() - tc;
         }
     }
     const double inv = 1.0 / (double)n_micro;
@@ -665,7 +660,7 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     res->loss_mlm = sum[2] * inv;
     res->loss = (c->w_itc * sum[0] + c->w_itm * sum[1] + c->w_mlm * sum[2]) * inv;
 
-    const double t_opt = now_s();
+    const double t_opt = bt_now_s();
     if (st == BT_OK) {
         res->grad_norm = tr->zero ? shard_grad_norm(tr, res)
                                   : bt_adamw_grad_norm(&tr->opt, m->grads);
@@ -679,7 +674,7 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
         tr->n_skipped++;
         const int64_t s = tr->step++;
         bt_zero_grad(m);
-        res->t_total = now_s() - t_start;
+        res->t_total = bt_now_s() - t_start;
         if (c->nan_policy == BT_NAN_STOP)
             return bt_fail(BT_ERR_NUMERIC, "step %lld: %s; stopping (nan_policy stop; the "
                            "weights are those before this step)", (long long)(s + 1),
@@ -688,7 +683,7 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
         return BT_OK;
     }
     if (st != BT_OK) {
-        res->t_total = now_s() - t_start;
+        res->t_total = bt_now_s() - t_start;
         return bt_fail_context(st, "step %lld", (long long)(tr->step + 1));
     }
     res->clip_coef = bt_clip_coef(res->grad_norm, (float)c->max_grad_norm);
@@ -697,7 +692,7 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     bt_adamw_step(&tr->opt, m->params, m->grads, res->clip_coef, &h, m->params_bf16);
     const double t_gather = tr->zero ? gather_weights(tr, res) : 0.0;
     tr->step++;
-    const double t_end = now_s();
+    const double t_end = bt_now_s();
     res->t_optimizer = t_end - t_opt - t_gather;
     res->t_total = t_end - t_start;
     return BT_OK;

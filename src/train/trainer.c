@@ -19,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "clock.h"
 #include "data/image.h"
 #include "data/loader.h"
 #include "data/manifest.h"
@@ -56,12 +57,6 @@ static void install_stop_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* --- the job's state ------------------------------------------------------------------------ */
@@ -572,7 +567,7 @@ static bt_status save_checkpoint(job *j) {
         return gst;
     }
     if (gst != BT_OK) return gst;
-    const double t0 = now_s();
+    const double t0 = bt_now_s();
     bt_train_state s;
     bt_train_state_init(&s);
     s.global_step = j->tr.step;
@@ -614,7 +609,7 @@ static bt_status save_checkpoint(job *j) {
     if (st != BT_OK) return st;
     j->last_saved_step = j->tr.step;
     if (is_best) snprintf(j->best_checkpoint, sizeof j->best_checkpoint, "%s", j->last_saved);
-    bt_log_checkpoint(&j->log, j->tr.step, j->last_saved, now_s() - t0);
+    bt_log_checkpoint(&j->log, j->tr.step, j->last_saved, bt_now_s() - t0);
     return BT_OK;
 }
 
@@ -739,7 +734,6 @@ static int due(bt_interval strategy, int64_t every, int64_t step, int epoch_ende
     return 0;
 }
 
-
 static void warn_bad_record(const char *msg, void *ctx) {
     warn(ctx, "bad record replaced (data.on_bad_record \"skip\"): %s", msg);
 }
@@ -763,7 +757,7 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
     BT_ASSERT(n_micro <= 64);
     while (j->tr.step < j->max_steps) {
         if (stop_requested(j)) break;
-        const double t0 = now_s();
+        const double t0 = bt_now_s();
         loader_stats s0;
         loader_get_stats(j->ld, &s0);
         size_t got = 0;
@@ -808,7 +802,7 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
         r.lr = res.lr;
         r.grad_norm = res.grad_norm;
         r.samples = (int64_t)res.samples;
-        r.step_s = now_s() - t0;
+        r.step_s = bt_now_s() - t0;
         r.data_wait_s = s1.wait_seconds - s0.wait_seconds;
         r.forward_s = res.t_towers_fwd + res.t_cross_fwd + res.t_losses;
         r.backward_s = res.t_backward;
@@ -971,12 +965,12 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         so.dtype = rc->save.dtype == BT_SAVE_BF16 ? BT_DTYPE_BF16 : BT_DTYPE_F32;
         so.base_config_json = j->base_config_json;
         so.copy_from_dir = j->source_dir;
-        const double t0 = now_s();
+        const double t0 = bt_now_s();
         st = bt_checkpoint_save(rc->output.dir, &j->model.table, j->model.params, &so);
         if (st != BT_OK) goto done;
         snprintf(out->final_dir, sizeof out->final_dir, "%s", rc->output.dir);
         bt_log_message(&j->log, BT_LOG_INFO, "final model saved to %s (%.2f s): it opens with "
-                       "transformers' BridgeTower*.from_pretrained", rc->output.dir, now_s() - t0);
+                       "transformers' BridgeTower*.from_pretrained", rc->output.dir, bt_now_s() - t0);
     }
     {
         bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = "completed"};
