@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data/synth.h"
+#include "test_train_setup.h"
 #include "test_util.h"
 
 static const char *exe;
@@ -142,20 +142,8 @@ static int same_file(const char *what, const char *a_dir, const char *b_dir, con
 static void setup(void) {
     const char *tmp = tu_tmpdir();
     snprintf(data_dir, sizeof data_dir, "%s/synth", tmp);
-    synth_options so;
-    memset(&so, 0, sizeof so);
-    so.out_dir = data_dir;
-    so.n[0] = 64; /* train */
-    so.n[1] = 16; /* val */
-    so.n[2] = 12; /* test */
-    so.seed = 3;
-    so.size = 64;
-    if (synth_generate(&so) != BT_OK) {
-        fprintf(stderr, "synth: %s\n", bt_error_message());
-        exit(1);
-    }
-    const char *configs = getenv("BT_CONFIGS");
-    snprintf(model_dir, sizeof model_dir, "%s/synthetic-model", configs ? configs : "configs");
+    tts_synth_data(data_dir, 64, 16, 12); /* train, val, test */
+    tts_synthetic_model_dir(model_dir, sizeof model_dir);
     snprintf(base_cfg, sizeof base_cfg, "%s/run.json", tmp);
     char text[8192];
     snprintf(text, sizeof text,

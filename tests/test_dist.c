@@ -69,12 +69,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data/synth.h"
 #include "dist/dist.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/safetensors.h"
 #include "rng.h"
+#include "test_train_setup.h"
 #include "test_util.h"
 #include "train/optim.h"
 #include "train/state.h"
@@ -346,18 +346,8 @@ static void setup(void) {
     const char *tmp = tu_tmpdir();
     char model_dir[1024];
     snprintf(data_dir, sizeof data_dir, "%s/synth", tmp);
-    synth_options so;
-    memset(&so, 0, sizeof so);
-    so.out_dir = data_dir;
-    so.n[0] = 64;
-    so.seed = 3;
-    so.size = 64;
-    if (synth_generate(&so) != BT_OK) {
-        fprintf(stderr, "synth: %s\n", bt_error_message());
-        exit(1);
-    }
-    const char *configs = getenv("BT_CONFIGS");
-    snprintf(model_dir, sizeof model_dir, "%s/synthetic-model", configs ? configs : "configs");
+    tts_synth_data(data_dir, 64, 0, 0);
+    tts_synthetic_model_dir(model_dir, sizeof model_dir);
     snprintf(base_cfg, sizeof base_cfg, "%s/run.json", tmp);
     char text[4096];
     snprintf(text, sizeof text,
@@ -573,9 +563,9 @@ static void test_signal_rank(int sig, int zero, const char *ref_opt) {
  * saved to optimizer.safetensors, read back shard by shard (the resume path) and gathered
  * into a full optimizer (the checkpoint path) come back bit-identical. */
 static void test_zero_layout(void) {
-    const char *configs = getenv("BT_CONFIGS");
-    char path[1100];
-    snprintf(path, sizeof path, "%s/synthetic-model/config.json", configs ? configs : "configs");
+    char dir[1024], path[1100];
+    tts_synthetic_model_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
     bt_model_config mc;
     if (!tu_check(bt_model_config_load(&mc, path) == BT_OK, "ZeRO-1 layout: %s loads", path))
         return;
