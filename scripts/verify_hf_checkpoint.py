@@ -63,20 +63,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import safetensors_io as st  # noqa: E402
-try:
-    from transformers.models.bridgetower import modeling_bridgetower as hf  # noqa: E402
-    from transformers.models.bridgetower.configuration_bridgetower import BridgeTowerConfig  # noqa: E402
-except ImportError as e:
-    sys.exit("verify_hf_checkpoint.py: cannot import transformers' BridgeTower (%s); build the shim with "
-             "scripts/make_hf_shim.py GIT_DIR and put its directory (default /tmp/hf_bt/shim) on PYTHONPATH" % e)
-try:
-    # 4.27.1's ForContrastiveLearning.forward adds the image type embedding with expand_as to the
-    # Hv-wide ln_post output, which runs only when Hv == H (true for every published checkpoint,
-    # not for the tiny fixture: Hv 64, H 32). The shim's copy differs from 4.27.1 in that one line
-    # (broadcast instead of expand_as); it is used only to run the ITC forward, never to load.
-    from transformers.models.bridgetower import modeling_bridgetower_bcast as hf_bcast  # noqa: E402
-except ImportError:
-    hf_bcast = None
+from hf427 import BridgeTowerConfig, hf, hf_bcast  # noqa: E402  (transformers 4.27.1 via the shim)
 
 FIX = os.path.join(REPO, "tests", "fixtures")
 TINY = os.path.join(FIX, "tiny")

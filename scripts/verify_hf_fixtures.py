@@ -49,16 +49,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import safetensors_io as st  # noqa: E402
 import gen_model_fixtures as gen  # noqa: E402  (hyper-parameters and the no-decay rule)
-try:
-    from transformers.models.bridgetower import modeling_bridgetower as hf  # noqa: E402
-    from transformers.models.bridgetower.configuration_bridgetower import BridgeTowerConfig  # noqa: E402
-except ImportError as e:
-    sys.exit("verify_hf_fixtures.py: cannot import transformers' BridgeTower (%s); build the shim with "
-             "scripts/make_hf_shim.py GIT_DIR and put its directory (default /tmp/hf_bt/shim) on PYTHONPATH" % e)
-try:
-    from transformers.models.bridgetower import modeling_bridgetower_bcast as hf_bcast  # noqa: E402
-except ImportError:
-    hf_bcast = None
+from hf427 import BridgeTowerConfig, hf, hf_bcast  # noqa: E402  (transformers 4.27.1 via the shim)
 
 FIX = os.path.join(REPO, "tests", "fixtures")
 FIXTURES = ("tiny", "tiny_scaled_add", "tiny_interpolate")
