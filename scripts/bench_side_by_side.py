@@ -3,7 +3,7 @@
 count, in one command (issue 9 item 1; results go to docs/benchmarks.md "Side by side").
 
     /usr/bin/python3 scripts/bench_side_by_side.py [--build build] [--threads N] [--quick]
-        [--steps N] [--budget S] [--no-large] [--no-twin] [--json-out FILE]
+        [--steps N] [--budget S] [--no-large] [--no-twin] [--isa CLASS] [--json-out FILE]
 
 Runs, each in its own process (so peak RSS is that run's):
   train  the full training step: forward, ITC loss (HF's three contrastive cross entropies),
@@ -24,6 +24,13 @@ OPENBLAS_THREAD_TIMEOUT=4, MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ raise
 keeps freed memory instead of returning (and re-faulting) it, torch.set_num_threads(N).
 A twin mode that cannot finish its steps within --budget seconds is stopped and reported as
 such (the steps it finished, if any, are shown).
+--isa avx512_bf16 | avx512 | avx2 runs everything as on a CPU of that class (ISA_CLASSES):
+bt's kernels (BT_CPU_ISA), oneDNN in both bt and torch (DNNL_MAX_CPU_ISA: torch 1.13 bundles
+oneDNN 2.6, which reads it), OpenBLAS (OPENBLAS_CORETYPE) and torch's own vectorized kernels
+(ATEN_CPU_CAPABILITY) capped together, the GEMM peak included. What a capped run cannot
+emulate: the other class's memory system, clock and core (a real AVX2-only Zen 4 or an
+AVX512-BF16 Xeon without AMX); the capped numbers are this machine's cores running those
+instruction sets.
 
 Reported per run: first step seconds, median of the later steps, samples/s from that median,
 peak RSS, achieved GFLOP/s from the model's analytic FLOP count (src/model/flops.c, printed
@@ -54,6 +61,16 @@ TWIN_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 25),  # glibc's maximum (32 MiB): big blocks stay in the heap
 }
 
+# --isa: the environment that makes bt and torch run as on a CPU of that class (see the top)
+ISA_CLASSES = {
+    "native": {},
+    "avx512_bf16": {"BT_CPU_ISA": "avx512_bf16", "DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                    "OPENBLAS_CORETYPE": "Cooperlake", "ATEN_CPU_CAPABILITY": "avx512"},
+    "avx512": {"BT_CPU_ISA": "avx512", "DNNL_MAX_CPU_ISA": "AVX512_CORE",
+               "OPENBLAS_CORETYPE": "SkylakeX", "ATEN_CPU_CAPABILITY": "avx512"},
+    "avx2": {"BT_CPU_ISA": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell",
+             "ATEN_CPU_CAPABILITY": "avx2"},
+}
 
 # ----------------------------------------------------------------------------------------------
 # The twin, run as a child process: --twin-worker
@@ -199,12 +216,15 @@ def main():
     ap.add_argument("--checkpointing-rows", action="store_true",
                     help="also run bt's training step with gradient checkpointing (bench_step "
                          "--checkpoint) where the full step runs: the memory/time trade-off")
+    ap.add_argument("--isa", choices=sorted(ISA_CLASSES), default="native",
+                    help="run both as on a CPU of this class (capped ISA; default: this CPU's own)")
     ap.add_argument("--json-out", help="write every result here")
     a = ap.parse_args()
     if a.twin_worker:
         a.steps = a.steps or 4
         return twin_worker(a)
 
+    os.environ.update(ISA_CLASSES[a.isa])  # every child below inherits the cap
     bench_step = os.path.join(a.build, "tests", "bench_step")
     if not os.path.exists(bench_step):
         print("bench_side_by_side: %s not found: build bt first (meson setup %s && ninja -C %s)"
@@ -217,6 +237,9 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print("# machine: %s, %d cores, %.1f GiB available; %d threads for both"
           % (cpu, os.cpu_count(), mem_available() / 2**30, a.threads))
+    if a.isa != "native":
+        print("# CPU class emulated (--isa %s): %s, for bt and the twin alike"
+              % (a.isa, " ".join("%s=%s" % kv for kv in ISA_CLASSES[a.isa].items())))
     for line in info.splitlines()[1:]:
         print("#   bt " + line)
     print("# twin environment: %s; bt environment: %s" % (
@@ -357,7 +380,8 @@ def main():
         print("# note: " + n)
     if a.json_out:
         with open(a.json_out, "w") as f:
-            json.dump(dict(peak=peak, results=results, notes=notes, bt_info=info), f, indent=1)
+            json.dump(dict(peak=peak, results=results, notes=notes, bt_info=info, isa=a.isa,
+                           isa_env=ISA_CLASSES[a.isa]), f, indent=1)
     return 0 if results else 1
 
 
