@@ -190,6 +190,47 @@ static void test_softmax(size_t n, size_t c) {
 
 /* --- linear --------------------------------------------------------------------------------- */
 
+/* A bf16 input x_bf16 = bf16(x) is what a BF16 product makes of x itself (gemm.h), so fast and
+ * reference give the bytes they give for x: out (want_out, the fast forward on x), dx, dw and
+ * db bit for bit, from the same pre-filled gradients. */
+static void test_linear_x_bf16(const float *x, const float *w, const bt_bf16 *wb, const float *b,
+                               const float *want_out, const float *dout, size_t n, size_t c,
+                               size_t oc) {
+    char name[160];
+    const gemm_compute bf = GEMM_COMPUTE_BF16;
+    bt_bf16 *xb = malloc((n * c > 0 ? n * c : 1) * sizeof(bt_bf16));
+    bf16_from_f32_ref(xb, x, n * c);
+    float *o1 = sentinel_f(n * oc), *o2 = sentinel_f(n * oc), *o3 = sentinel_f(n * oc);
+    linear_forward(o1, NULL, xb, w, wb, b, n, c, oc, bf);
+    snprintf(name, sizeof name, "linear fwd x_bf16 = fwd x, bitwise n=%zu c=%zu oc=%zu", n, c, oc);
+    tu_check_bytes_equal(name, o1, want_out, n * oc * sizeof(float));
+    linear_forward_ref(o2, NULL, xb, w, wb, b, n, c, oc, bf);
+    linear_forward_ref(o3, x, NULL, w, wb, b, n, c, oc, bf);
+    snprintf(name, sizeof name, "linear_ref fwd x_bf16 = fwd x, bitwise n=%zu c=%zu oc=%zu", n, c,
+             oc);
+    tu_check_bytes_equal(name, o2, o3, n * oc * sizeof(float));
+    float *g[2][3];
+    for (int v = 0; v < 2; v++) {
+        tu_rng r;
+        tu_rng_seed(&r, 5); /* the same pre-filled gradients in both runs */
+        g[v][0] = fvec(n * c), g[v][1] = fvec(oc * c), g[v][2] = fvec(oc);
+        tu_fill_uniform_f32(&r, g[v][0], n * c, -1, 1);
+        tu_fill_uniform_f32(&r, g[v][1], oc * c, -1, 1);
+        tu_fill_uniform_f32(&r, g[v][2], oc, -1, 1);
+        linear_backward(g[v][0], g[v][1], g[v][2], dout, v ? NULL : x, v ? xb : NULL, w, wb, n,
+                        c, oc, bf);
+    }
+    static const char *const gn[3] = {"dx", "dw", "db"};
+    const size_t gsz[3] = {n * c, oc * c, oc};
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "linear bwd %s x_bf16 = bwd x, bitwise n=%zu c=%zu oc=%zu",
+                 gn[k], n, c, oc);
+        tu_check_bytes_equal(name, g[1][k], g[0][k], gsz[k] * sizeof(float));
+    }
+    for (int v = 0; v < 2; v++) free(g[v][0]), free(g[v][1]), free(g[v][2]);
+    free(xb), free(o1), free(o2), free(o3);
+}
+
 static void test_linear(size_t n, size_t c, size_t oc, gemm_compute compute, int with_bf16_copy) {
     char name[160];
     const char *mode =
@@ -201,8 +242,8 @@ static void test_linear(size_t n, size_t c, size_t oc, gemm_compute compute, int
         bf16_from_f32_ref(wb, w, oc * c);
     }
     float *o1 = sentinel_f(n * oc), *o2 = sentinel_f(n * oc);
-    linear_forward(o1, x, w, wb, b, n, c, oc, compute);
-    linear_forward_ref(o2, x, w, wb, b, n, c, oc, compute);
+    linear_forward(o1, x, NULL, w, wb, b, n, c, oc, compute);
+    linear_forward_ref(o2, x, NULL, w, wb, b, n, c, oc, compute);
     /* The reference rounds the operands to bf16 exactly as gemm.h specifies, so even in bf16
      * mode the two differ only in summation order: the fp32 tolerance applies. */
     snprintf(name, sizeof name, "linear fwd %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
@@ -210,14 +251,15 @@ static void test_linear(size_t n, size_t c, size_t oc, gemm_compute compute, int
     float *dout = rand_f(n * oc, -1, 1);
     float *dx1 = rand_f(n * c, -1, 1), *dw1 = rand_f(oc * c, -1, 1), *db1 = rand_f(oc, -1, 1);
     float *dx2 = copy_f(dx1, n * c), *dw2 = copy_f(dw1, oc * c), *db2 = copy_f(db1, oc);
-    linear_backward(dx1, dw1, db1, dout, x, w, wb, n, c, oc, compute);
-    linear_backward_ref(dx2, dw2, db2, dout, x, w, wb, n, c, oc, compute);
+    linear_backward(dx1, dw1, db1, dout, x, NULL, w, wb, n, c, oc, compute);
+    linear_backward_ref(dx2, dw2, db2, dout, x, NULL, w, wb, n, c, oc, compute);
     snprintf(name, sizeof name, "linear bwd dx %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
     close_f32(name, dx1, dx2, n * c, RTOL_F32);
     snprintf(name, sizeof name, "linear bwd dw %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
     close_f32(name, dw1, dw2, oc * c, RTOL_F32);
     snprintf(name, sizeof name, "linear bwd db %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
     close_f32(name, db1, db2, oc, RTOL_F32);
+    if (compute == GEMM_COMPUTE_BF16) test_linear_x_bf16(x, w, wb, b, o1, dout, n, c, oc);
     free(x), free(w), free(b), free(wb), free(o1), free(o2), free(dout);
     free(dx1), free(dw1), free(db1), free(dx2), free(dw2), free(db2);
 }
@@ -614,6 +656,39 @@ static void test_thread_independence(void) {
 #endif
 }
 
+/* Column sums (bias_add dbias; linear db shares the code, ops.c colsum_run): each column's
+ * double accumulator is summed over the rows in order, as the reference does, so the fast
+ * sums equal the reference's bit for bit, whatever the column grouping and thread count:
+ * odd widths, widths above one task's 4096 columns, 2600 rows (base's image FFN), and
+ * non-finite and extreme inputs (NaN, +-Inf, 3e38 whose sum overflows float, subnormals). */
+static void test_colsum(size_t n, size_t c) {
+    char name[128];
+    float *dout = rand_f(n * c, -1, 1);
+    static const float special[] = {NAN, INFINITY, -INFINITY, 3e38f, 1e-40f, -0.0f};
+    for (size_t s = 0; s < sizeof special / sizeof special[0] && c > 2 * s; s++)
+        dout[(n / 2) * c + 2 * s] = special[s]; /* one special value in columns 0, 2, 4, ... */
+    if (c > 13 && n > 1) dout[c + 13] = 3e38f; /* column 13: 2 x 3e38 overflows a float sum */
+    if (c > 13) dout[13] = 3e38f;
+    float *db1 = rand_f(c, -1, 1), *db2 = copy_f(db1, c);
+    bias_add_backward(NULL, db1, dout, n, c);
+    bias_add_backward_ref(NULL, db2, dout, n, c);
+    snprintf(name, sizeof name, "column sums n=%zu c=%zu with NaN/Inf (bitwise)", n, c);
+    tu_check_bytes_equal(name, db1, db2, c * sizeof(float));
+#ifdef _OPENMP
+    const int nt = omp_get_max_threads();
+    float *db3 = copy_f(db1, c); /* db1 and db3 each get the sums once more */
+    omp_set_num_threads(3);
+    bias_add_backward(NULL, db3, dout, n, c);
+    omp_set_num_threads(1);
+    bias_add_backward(NULL, db1, dout, n, c);
+    omp_set_num_threads(nt);
+    snprintf(name, sizeof name, "column sums n=%zu c=%zu: 1 thread == 3 threads (bitwise)", n, c);
+    tu_check_bytes_equal(name, db1, db3, c * sizeof(float));
+    free(db3);
+#endif
+    free(dout), free(db1), free(db2);
+}
+
 /* --- cross entropy, l2 normalize ---------------------------------------------------------- */
 
 static void test_cross_entropy(size_t n, size_t v) {
@@ -801,6 +876,104 @@ static void test_bf16(void) {
     ops_bf16_conversion_select(best);
 }
 
+/* --- bf16-output forwards ------------------------------------------------------------------
+ * layernorm_forward_bf16, gelu_forward_bf16, quick_gelu_forward_bf16 (ops.h): each must give
+ * the bytes bf16_from_f32 makes of its fp32 kernel's output (fast of fast, reference of
+ * reference; the statistics bit for bit too), every element written (outputs pre-filled with
+ * 0xffff, a NaN no rounded finite value equals). Fast vs reference: their fp32 values differ
+ * by the RTOL_F32 of the header, which rounding to bf16 can turn into one bf16 ulp (2⁻⁸
+ * relative) where a value sits near a rounding boundary: rtol 2⁻⁸ + RTOL_F32. */
+#define RTOL_BF16_OUT (0.00390625 + RTOL_F32)
+
+static bt_bf16 *sentinel_h(size_t n) {
+    bt_bf16 *p = malloc((n ? n : 1) * sizeof(bt_bf16));
+    if (!p) abort();
+    memset(p, 0xff, (n ? n : 1) * sizeof(bt_bf16));
+    return p;
+}
+
+/* got (bf16) equals bf16_from_f32(want32), bitwise */
+static void check_rounded(const char *name, const bt_bf16 *got, const float *want32, size_t n) {
+    bt_bf16 *want = sentinel_h(n);
+    bf16_from_f32(want, want32, n);
+    tu_check_bytes_equal(name, got, want, n * sizeof(bt_bf16));
+    free(want);
+}
+
+/* fast vs reference bf16 outputs, widened, with RTOL_BF16_OUT */
+static void check_bf16_close(const char *name, const bt_bf16 *got, const bt_bf16 *want, size_t n) {
+    float *g = fvec(n), *w = fvec(n);
+    f32_from_bf16_ref(g, got, n);
+    f32_from_bf16_ref(w, want, n);
+    close_f32(name, g, w, n, RTOL_BF16_OUT);
+    free(g), free(w);
+}
+
+static void test_layernorm_bf16(size_t n, size_t c) {
+    char name[128];
+    float *x = rand_f(n * c, -3, 3), *w = rand_f(c, 0.5f, 1.5f), *b = rand_f(c, -1, 1);
+    for (size_t j = 0; j < c; j++) x[j] += 10.0f; /* row 0 has a large mean */
+    float *o32 = sentinel_f(n * c), *m32 = sentinel_f(n), *r32 = sentinel_f(n);
+    float *m16 = sentinel_f(n), *r16 = sentinel_f(n);
+    bt_bf16 *h1 = sentinel_h(n * c), *h2 = sentinel_h(n * c);
+    layernorm_forward(o32, m32, r32, x, w, b, n, c, 1e-5f);
+    layernorm_forward_bf16(h1, m16, r16, x, w, b, n, c, 1e-5f);
+    snprintf(name, sizeof name, "layernorm_forward_bf16 = bf16(layernorm_forward) n=%zu c=%zu", n,
+             c);
+    check_rounded(name, h1, o32, n * c);
+    snprintf(name, sizeof name, "layernorm_forward_bf16 mean, rstd bitwise n=%zu c=%zu", n, c);
+    tu_check(memcmp(m16, m32, n * sizeof(float)) == 0 && memcmp(r16, r32, n * sizeof(float)) == 0,
+             "%s", name);
+    layernorm_forward_ref(o32, m32, r32, x, w, b, n, c, 1e-5f);
+    layernorm_forward_bf16_ref(h2, m16, r16, x, w, b, n, c, 1e-5f);
+    snprintf(name, sizeof name, "layernorm_forward_bf16_ref = bf16(ref) n=%zu c=%zu", n, c);
+    check_rounded(name, h2, o32, n * c);
+    snprintf(name, sizeof name, "layernorm_forward_bf16 fast vs ref n=%zu c=%zu", n, c);
+    check_bf16_close(name, h1, h2, n * c);
+    free(x), free(w), free(b), free(o32), free(m32), free(r32), free(m16), free(r16);
+    free(h1), free(h2);
+}
+
+typedef void (*pw_fwd_bf16)(bt_bf16 *, const float *, size_t);
+
+static void test_pointwise_bf16(const char *op, pw_fwd fast_f, pw_fwd ref_f, pw_fwd_bf16 fast_h,
+                                pw_fwd_bf16 ref_h, size_t n) {
+    char name[128];
+    float *x = rand_f(n, -6, 6), *o32 = sentinel_f(n);
+    if (n > 9) { /* the tails, the centre and a NaN */
+        x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-6f, x[3] = -1e-6f;
+        x[4] = 30.0f, x[5] = -30.0f, x[6] = 90.0f, x[7] = -90.0f, x[8] = NAN;
+    }
+    bt_bf16 *h1 = sentinel_h(n), *h2 = sentinel_h(n);
+    fast_f(o32, x, n);
+    fast_h(h1, x, n);
+    snprintf(name, sizeof name, "%s_forward_bf16 = bf16(%s_forward) n=%zu", op, op, n);
+    check_rounded(name, h1, o32, n);
+    ref_f(o32, x, n);
+    ref_h(h2, x, n);
+    snprintf(name, sizeof name, "%s_forward_bf16_ref = bf16(ref) n=%zu", op, n);
+    check_rounded(name, h2, o32, n);
+    if (n > 9) x[8] = 0.5f; /* the tolerance check below compares numbers */
+    fast_h(h1, x, n);
+    ref_h(h2, x, n);
+    snprintf(name, sizeof name, "%s_forward_bf16 fast vs ref n=%zu", op, n);
+    check_bf16_close(name, h1, h2, n);
+    free(x), free(o32), free(h1), free(h2);
+}
+
+static void test_bf16_outputs(void) {
+    for (size_t i = 0; i < NROWS; i++)
+        for (size_t j = 0; j < NCOLS; j++) test_layernorm_bf16(ROWS[i], COLS[j]);
+    test_layernorm_bf16(3, 2500); /* rows longer than the kernel's 1024-element span */
+    static const size_t N[] = {0, 1, 7, 33, 1025, 8191, 100003};
+    for (size_t i = 0; i < sizeof N / sizeof N[0]; i++) {
+        test_pointwise_bf16("gelu", gelu_forward, gelu_forward_ref, gelu_forward_bf16,
+                            gelu_forward_bf16_ref, N[i]);
+        test_pointwise_bf16("quick_gelu", quick_gelu_forward, quick_gelu_forward_ref,
+                            quick_gelu_forward_bf16, quick_gelu_forward_bf16_ref, N[i]);
+    }
+}
+
 /* ops_use_reference(1) routes the public kernels to the references (bitwise). */
 static void test_dispatch_switch(void) {
     const size_t n = 7, c = 33;
@@ -847,6 +1020,11 @@ int main(void) {
     test_activation_tails();
     test_dropout_properties();
     test_thread_independence();
+    test_colsum(1, 1);
+    test_colsum(3, 17);
+    test_colsum(257, 33);
+    test_colsum(2600, 771);
+    test_colsum(5, 8200); /* three and more tasks of at most 4096 columns */
 
     test_cross_entropy(1, 7);
     test_cross_entropy(7, 33);
@@ -904,6 +1082,7 @@ int main(void) {
     }
     test_attention_partial_grads();
     test_bf16();
+    test_bf16_outputs();
     test_dispatch_switch();
     gemm_release();
     return tu_finish();

@@ -409,16 +409,29 @@ static int ops_bf16_native(gemm_compute compute) {
 
 /* --- Linear --------------------------------------------------------------------------------
  * Both directions are GEMMs (gemm.h); with compute BF16 the weight operand is the caller's
- * bf16 copy when there is one, else gemm rounds w itself. */
+ * bf16 copy when there is one, else gemm rounds w itself, and the input x likewise (x_bf16,
+ * the same bits gemm's rounding of x would make). */
 
-static void linear_forward_fast(float *out, const float *x, const float *w,
-                                const bt_bf16 *w_bf16, const float *b, size_t n, size_t c,
-                                size_t oc, gemm_compute compute) {
-    BT_ASSERT(out && x && w);
+/* The input operand: x_bf16 when given (compute BF16 only), else x. */
+static void linear_input(bt_dtype *type, const void **op, const float *x, const bt_bf16 *x_bf16,
+                         gemm_compute compute) {
+    BT_ASSERT(x || x_bf16);
+    BT_ASSERTF(!x_bf16 || compute == GEMM_COMPUTE_BF16, "linear: a bf16 input needs compute BF16");
+    *type = x_bf16 ? BT_DTYPE_BF16 : BT_DTYPE_F32;
+    *op = x_bf16 ? (const void *)x_bf16 : (const void *)x;
+}
+
+static void linear_forward_fast(float *out, const float *x, const bt_bf16 *x_bf16,
+                                const float *w, const bt_bf16 *w_bf16, const float *b,
+                                size_t n, size_t c, size_t oc, gemm_compute compute) {
+    BT_ASSERT(out && w);
+    bt_dtype x_type;
+    const void *x_op;
+    linear_input(&x_type, &x_op, x, x_bf16, compute);
     const int use_bf16_w = compute == GEMM_COMPUTE_BF16 && w_bf16;
     gemm_args g = {
         .trans_a = 0, .trans_b = 1, .m = n, .n = oc, .k = c,
-        .a_type = BT_DTYPE_F32, .a = x, .lda = c,
+        .a_type = x_type, .a = x_op, .lda = c,
         .b_type = use_bf16_w ? BT_DTYPE_BF16 : BT_DTYPE_F32,
         .b = use_bf16_w ? (const void *)w_bf16 : (const void *)w, .ldb = c,
         .c = out, .ldc = oc, .alpha = 1.0f, .beta = 0.0f, .bias = b, .compute = compute,
@@ -428,9 +441,13 @@ static void linear_forward_fast(float *out, const float *x, const float *w,
 
 /* forward: out = x·wᵀ + b  ->  dx += dout·w;  dw += doutᵀ·x;  db += Σ_rows dout */
 static void linear_backward_fast(float *dx, float *dw, float *db, const float *dout,
-                                 const float *x, const float *w, const bt_bf16 *w_bf16,
-                                 size_t n, size_t c, size_t oc, gemm_compute compute) {
-    BT_ASSERT(dout && x && w);
+                                 const float *x, const bt_bf16 *x_bf16, const float *w,
+                                 const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
+                                 gemm_compute compute) {
+    BT_ASSERT(dout && w);
+    bt_dtype x_type;
+    const void *x_op;
+    linear_input(&x_type, &x_op, x, x_bf16, compute);
     const int use_bf16_w = compute == GEMM_COMPUTE_BF16 && w_bf16;
     /* both products round dout to bf16 on the native route: round it once here (the bytes
      * gemm's own packing makes) and hand both the bf16 copy (n x oc x 2 bytes of per-thread
@@ -462,7 +479,7 @@ static void linear_backward_fast(float *dx, float *dw, float *db, const float *d
         gemm_args g = {
             .trans_a = 1, .trans_b = 0, .m = oc, .n = c, .k = n,
             .a_type = dout_type, .a = dout_op, .lda = oc,
-            .b_type = BT_DTYPE_F32, .b = x, .ldb = c,
+            .b_type = x_type, .b = x_op, .ldb = c,
             .c = dw, .ldc = c, .alpha = 1.0f, .beta = 1.0f, .compute = compute,
         };
         gemm(&g);
@@ -472,23 +489,68 @@ static void linear_backward_fast(float *dx, float *dw, float *db, const float *d
 
 /* --- LayerNorm ------------------------------------------------------------------------------ */
 
-OPS_VEC static void layernorm_row(float *out, float *mean, float *rstd, const float *x,
-                                  const float *w, const float *b, size_t c, float eps) {
+/* mean and rstd = 1/sqrt(var + eps) of one row of c >= 1 */
+OPS_INLINE void layernorm_stats(float *mean, float *rstd, const float *x, size_t c, float eps) {
     const float m = ops_sum(x, c) / (float)c;
     const float var = ops_sum_sq_dev(x, m, c) / (float)c; /* two passes: no cancellation */
-    const float r = 1.0f / sqrtf(var + eps);
-    for (size_t j = 0; j < c; j++) out[j] = (x[j] - m) * r * w[j] + b[j];
+    *mean = m;
+    *rstd = 1.0f / sqrtf(var + eps);
+}
+
+/* out[j] = (x[j] - m) * r * w[j] + b[j], j < len */
+OPS_INLINE void layernorm_apply(float *out, const float *x, const float *w, const float *b,
+                                float m, float r, size_t len) {
+    for (size_t j = 0; j < len; j++) out[j] = (x[j] - m) * r * w[j] + b[j];
+}
+
+OPS_VEC static void layernorm_row(float *out, float *mean, float *rstd, const float *x,
+                                  const float *w, const float *b, size_t c, float eps) {
+    float m, r;
+    layernorm_stats(&m, &r, x, c, eps);
+    layernorm_apply(out, x, w, b, m, r, c);
     *mean = m;
     *rstd = r;
+}
+
+/* Elements a bf16-output kernel computes into an fp32 buffer on the stack (L1) before
+ * rounding them with bf16_from_f32_serial: the fp32 kernel's own code, then the rounding
+ * bf16_from_f32 makes, so the bits are those of bf16_from_f32(fp32 kernel's output). */
+#define OPS_BF16_SPAN ((size_t)1024)
+
+OPS_VEC static void layernorm_row_bf16(bt_bf16 *out, float *mean, float *rstd, const float *x,
+                                       const float *w, const float *b, size_t c, float eps) {
+    float m, r, tmp[OPS_BF16_SPAN];
+    layernorm_stats(&m, &r, x, c, eps);
+    for (size_t j0 = 0; j0 < c; j0 += OPS_BF16_SPAN) {
+        const size_t len = ops_min(OPS_BF16_SPAN, c - j0);
+        layernorm_apply(tmp, x + j0, w + j0, b + j0, m, r, len);
+        bf16_from_f32_serial(out + j0, tmp, len);
+    }
+    *mean = m;
+    *rstd = r;
+}
+
+/* The rows of either forward: fp32 out, or (out16 given) its bf16 rounding. */
+static void layernorm_rows(float *out, bt_bf16 *out16, float *mean, float *rstd, const float *x,
+                           const float *w, const float *b, size_t n, size_t c, float eps) {
+    BT_ASSERT((out || out16) && mean && rstd && x && w && b && c > 0);
+    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN))
+    for (size_t i = 0; i < n; i++) {
+        if (out16) layernorm_row_bf16(out16 + i * c, mean + i, rstd + i, x + i * c, w, b, c, eps);
+        else layernorm_row(out + i * c, mean + i, rstd + i, x + i * c, w, b, c, eps);
+    }
 }
 
 static void layernorm_forward_fast(float *out, float *mean, float *rstd, const float *x,
                                    const float *w, const float *b, size_t n, size_t c,
                                    float eps) {
-    BT_ASSERT(out && mean && rstd && x && w && b && c > 0);
-    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN))
-    for (size_t i = 0; i < n; i++)
-        layernorm_row(out + i * c, mean + i, rstd + i, x + i * c, w, b, c, eps);
+    layernorm_rows(out, NULL, mean, rstd, x, w, b, n, c, eps);
+}
+
+static void layernorm_forward_bf16_fast(bt_bf16 *out, float *mean, float *rstd, const float *x,
+                                        const float *w, const float *b, size_t n, size_t c,
+                                        float eps) {
+    layernorm_rows(NULL, out, mean, rstd, x, w, b, n, c, eps);
 }
 
 /* Rows of one block: dx (if any) for each row, and the block's partial dw/db (assigned). */
@@ -620,6 +682,28 @@ static void gelu_backward_fast(float *dx, const float *dout, const float *x, siz
 static void quick_gelu_forward_fast(float *out, const float *x, size_t n) {
     BT_ASSERT(n == 0 || (out && x));
     OPS_FOR_CHUNKS(n, lo, len, quick_gelu_span(out + lo, x + lo, len));
+}
+
+/* out (n) = bf16(span(x)): the fp32 span OPS_BF16_SPAN elements at a time into an L1 buffer,
+ * rounded by bf16_from_f32_serial (see OPS_BF16_SPAN). */
+static void span_bf16(void (*span)(float *, const float *, size_t), bt_bf16 *out,
+                      const float *x, size_t n) {
+    float tmp[OPS_BF16_SPAN];
+    for (size_t j0 = 0; j0 < n; j0 += OPS_BF16_SPAN) {
+        const size_t len = ops_min(OPS_BF16_SPAN, n - j0);
+        span(tmp, x + j0, len);
+        bf16_from_f32_serial(out + j0, tmp, len);
+    }
+}
+
+static void gelu_forward_bf16_fast(bt_bf16 *out, const float *x, size_t n) {
+    BT_ASSERT(n == 0 || (out && x));
+    OPS_FOR_CHUNKS(n, lo, len, span_bf16(gelu_span, out + lo, x + lo, len));
+}
+
+static void quick_gelu_forward_bf16_fast(bt_bf16 *out, const float *x, size_t n) {
+    BT_ASSERT(n == 0 || (out && x));
+    OPS_FOR_CHUNKS(n, lo, len, span_bf16(quick_gelu_span, out + lo, x + lo, len));
 }
 
 static void quick_gelu_backward_fast(float *dx, const float *dout, const float *x, size_t n) {
@@ -1414,10 +1498,13 @@ void OPS_FILL(ops_kernels *t) {
     t->linear_forward = linear_forward_fast;
     t->linear_backward = linear_backward_fast;
     t->layernorm_forward = layernorm_forward_fast;
+    t->layernorm_forward_bf16 = layernorm_forward_bf16_fast;
     t->layernorm_backward = layernorm_backward_fast;
     t->gelu_forward = gelu_forward_fast;
     t->gelu_backward = gelu_backward_fast;
     t->quick_gelu_forward = quick_gelu_forward_fast;
+    t->gelu_forward_bf16 = gelu_forward_bf16_fast;
+    t->quick_gelu_forward_bf16 = quick_gelu_forward_bf16_fast;
     t->quick_gelu_backward = quick_gelu_backward_fast;
     t->tanh_forward = tanh_forward_fast;
     t->tanh_backward = tanh_backward_fast;

@@ -69,19 +69,31 @@ void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *
 
 /* --- Linear (torch layout) ------------------------------------------------------------
  * out (N, OC) = x (N, C) · wᵀ + b, w (OC, C), b (OC) or NULL.
- * w_bf16: optional bf16 copy of w, used as the GEMM operand when compute is BF16. */
-void linear_forward(float *out, const float *x, const float *w, const bt_bf16 *w_bf16,
-                    const float *b, size_t n, size_t c, size_t oc, gemm_compute compute);
-/* dx (N, C) += dout · w;  dw (OC, C) += doutᵀ · x;  db (OC) += Σ_rows dout. */
+ * w_bf16: optional bf16 copy of w, used as the GEMM operand when compute is BF16.
+ * x_bf16: optional (N, C) input already rounded to bf16 (compute BF16 only): when given it is
+ * the GEMM operand and x is not read (may be NULL). Since a BF16 product rounds an fp32 x to
+ * exactly these bits (gemm.h), passing x_bf16 = bf16(x) instead of x gives the same result;
+ * it saves the rounding and, stored instead of x, half the memory (model.h "bf16 activation
+ * storage"). */
+void linear_forward(float *out, const float *x, const bt_bf16 *x_bf16, const float *w,
+                    const bt_bf16 *w_bf16, const float *b, size_t n, size_t c, size_t oc,
+                    gemm_compute compute);
+/* dx (N, C) += dout · w;  dw (OC, C) += doutᵀ · x;  db (OC) += Σ_rows dout.
+ * x / x_bf16 as in the forward (the dw product's operand). */
 void linear_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
-                     const float *w, const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
-                     gemm_compute compute);
+                     const bt_bf16 *x_bf16, const float *w, const bt_bf16 *w_bf16, size_t n,
+                     size_t c, size_t oc, gemm_compute compute);
 
 /* --- LayerNorm over the last dimension (biased variance) --------------------------------
  * out (N, C) = (x - mean) * rstd * w + b;  saves mean (N), rstd (N) = 1/sqrt(var + eps).
  * out may alias x. */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
                        const float *b, size_t n, size_t c, float eps);
+/* The same row statistics, and out (N, C) the bf16 rounding (round to nearest even) of the
+ * value layernorm_forward would store: bit for bit bf16_from_f32 of its output, without the
+ * fp32 row (for an output only bf16 GEMMs read). out does not alias x. */
+void layernorm_forward_bf16(bt_bf16 *out, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, size_t n, size_t c, float eps);
 /* dx, dw, db += ...;  x is the forward input (not aliased with out when backward is used). */
 void layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
                         const float *w, const float *mean, const float *rstd, size_t n,
@@ -95,6 +107,10 @@ void gelu_backward(float *dx, const float *dout, const float *x, size_t n);
 void quick_gelu_forward(float *out, const float *x, size_t n);
 void quick_gelu_backward(float *dx, const float *dout, const float *x, size_t n);
 void tanh_forward(float *out, const float *x, size_t n);
+/* out (N) = bf16 rounding of what gelu_forward / quick_gelu_forward would store (bit for bit
+ * bf16_from_f32 of it), for an output only bf16 GEMMs read; the backwards read x. */
+void gelu_forward_bf16(bt_bf16 *out, const float *x, size_t n);
+void quick_gelu_forward_bf16(bt_bf16 *out, const float *x, size_t n);
 /* Uses the forward OUTPUT y: dx += dout (1 - y²). */
 void tanh_backward(float *dx, const float *dout, const float *y, size_t n);
 

@@ -56,6 +56,37 @@ void f32_from_bf16_ref(float *out, const bt_bf16 *in, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = bt_f32_from_bf16(in[i]);
 }
 
+/* The bf16-output forwards: by definition the bf16 rounding of the float reference's output,
+ * one row (or element) at a time through a small float buffer. */
+void layernorm_forward_bf16_ref(bt_bf16 *out, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, size_t n, size_t c, float eps) {
+    BT_ASSERT(out && mean && rstd && x && w && b && c > 0);
+    float *row = bt_alloc(c * sizeof *row);
+    for (size_t i = 0; i < n; i++) {
+        layernorm_forward_ref(row, mean + i, rstd + i, x + i * c, w, b, 1, c, eps);
+        bf16_from_f32_ref(out + i * c, row, c);
+    }
+    bt_free(row);
+}
+
+static void ref_pointwise_bf16(void (*f)(float *, const float *, size_t), bt_bf16 *out,
+                               const float *x, size_t n) {
+    BT_ASSERT(n == 0 || (out && x));
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        f(&v, x + i, 1);
+        out[i] = bt_bf16_from_f32(v);
+    }
+}
+
+void gelu_forward_bf16_ref(bt_bf16 *out, const float *x, size_t n) {
+    ref_pointwise_bf16(gelu_forward_ref, out, x, n);
+}
+
+void quick_gelu_forward_bf16_ref(bt_bf16 *out, const float *x, size_t n) {
+    ref_pointwise_bf16(quick_gelu_forward_ref, out, x, n);
+}
+
 void zero_fill_ref(void *p, size_t bytes) {
     BT_ASSERT(bytes == 0 || p);
     if (bytes) memset(p, 0, bytes);

@@ -5,7 +5,8 @@
  *              tests/test_ops_fast.c pits every fast kernel against.
  *   X_ref_f64  double everywhere (inputs, outputs, saved statistics), for the central
  *              finite-difference checks of every backward (tests/test_ops_grad.c). The f64
- *              linear and attention kernels have no bf16 arguments (no w_bf16, no compute).
+ *              linear and attention kernels have no bf16 arguments (no x_bf16 / w_bf16, no
+ *              compute).
  *
  * Both are generated from ONE body per kernel in ops_ref.inc (included twice by ops_ref.c
  * with a different real type and name suffix), so the f64 kernel the gradient tests check is
@@ -15,7 +16,8 @@
  * Conventions are those of ops.h (outputs first, forward assigns, backward accumulates, NULL
  * gradient pointers are skipped), with two precisions of meaning for `compute`:
  *   - linear_*_ref honors GEMM_COMPUTE_BF16 exactly as gemm.h defines it: each GEMM operand
- *     is rounded to bf16 (w_bf16 is used for w when given), products are summed in double.
+ *     is rounded to bf16 (w_bf16 / x_bf16 are used for w / x when given), products are
+ *     summed in double.
  *     So a fast bf16 linear differs from it only by summation order.
  *   - attention_*_ref ignores `compute`: it is the exact-math oracle. ops.h only PERMITS the
  *     attention block GEMMs to run in bf16, so the fast bf16 attention is compared against
@@ -32,7 +34,9 @@
 /* --- float references (same signatures as ops.h) ---------------------------------------
  * X_ref for every kernel of ops_table.h, declared from that list. Besides the ops_ref.inc
  * bodies: bf16_from_f32_ref / f32_from_bf16_ref are scalar loops over bt_bf16_from_f32 /
- * bt_f32_from_bf16 (dtype.h); sum_squares_ref is one sequential double sum; zero_fill_ref
+ * bt_f32_from_bf16 (dtype.h); layernorm_forward_bf16_ref, gelu_forward_bf16_ref and
+ * quick_gelu_forward_bf16_ref round the float reference's output (bf16 outputs have no f64
+ * twin: their backwards are the fp32 kernels'); sum_squares_ref is one sequential double sum; zero_fill_ref
  * is memset;
  * adamw_update_ref is the AdamW element loop in torch's fp32 order (float only: the
  * optimizer has no gradient to check, its oracle is PyTorch's AdamW in optim_parity /

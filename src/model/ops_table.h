@@ -23,15 +23,21 @@
     X(void, dropout_backward, (float *dx, const float *dout, size_t n, const bt_dropout *d),   \
       (dx, dout, n, d))                                                                        \
     X(void, linear_forward,                                                                    \
-      (float *out, const float *x, const float *w, const bt_bf16 *w_bf16, const float *b,      \
-       size_t n, size_t c, size_t oc, gemm_compute compute),                                   \
-      (out, x, w, w_bf16, b, n, c, oc, compute))                                               \
+      (float *out, const float *x, const bt_bf16 *x_bf16, const float *w,                      \
+       const bt_bf16 *w_bf16, const float *b, size_t n, size_t c, size_t oc,                   \
+       gemm_compute compute),                                                                  \
+      (out, x, x_bf16, w, w_bf16, b, n, c, oc, compute))                                       \
     X(void, linear_backward,                                                                   \
-      (float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,     \
-       const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc, gemm_compute compute),            \
-      (dx, dw, db, dout, x, w, w_bf16, n, c, oc, compute))                                     \
+      (float *dx, float *dw, float *db, const float *dout, const float *x,                     \
+       const bt_bf16 *x_bf16, const float *w, const bt_bf16 *w_bf16, size_t n, size_t c,       \
+       size_t oc, gemm_compute compute),                                                       \
+      (dx, dw, db, dout, x, x_bf16, w, w_bf16, n, c, oc, compute))                             \
     X(void, layernorm_forward,                                                                 \
       (float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,   \
+       size_t n, size_t c, float eps),                                                         \
+      (out, mean, rstd, x, w, b, n, c, eps))                                                   \
+    X(void, layernorm_forward_bf16,                                                            \
+      (bt_bf16 *out, float *mean, float *rstd, const float *x, const float *w, const float *b, \
        size_t n, size_t c, float eps),                                                         \
       (out, mean, rstd, x, w, b, n, c, eps))                                                   \
     X(void, layernorm_backward,                                                                \
@@ -41,7 +47,9 @@
     X(void, gelu_forward, (float *out, const float *x, size_t n), (out, x, n))                 \
     X(void, gelu_backward, (float *dx, const float *dout, const float *x, size_t n),           \
       (dx, dout, x, n))                                                                        \
+    X(void, gelu_forward_bf16, (bt_bf16 *out, const float *x, size_t n), (out, x, n))          \
     X(void, quick_gelu_forward, (float *out, const float *x, size_t n), (out, x, n))           \
+    X(void, quick_gelu_forward_bf16, (bt_bf16 *out, const float *x, size_t n), (out, x, n))    \
     X(void, quick_gelu_backward, (float *dx, const float *dout, const float *x, size_t n),     \
       (dx, dout, x, n))                                                                        \
     X(void, tanh_forward, (float *out, const float *x, size_t n), (out, x, n))                 \

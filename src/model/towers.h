@@ -45,17 +45,53 @@ static inline gemm_compute model_compute(const bt_model *m) {
 /* out (n, L.out) = x (n, L.in) · wᵀ + b */
 static inline void lin_forward(const bt_model *m, float *out, const float *x,
                                const bt_linear *L, size_t n) {
-    linear_forward(out, x, L->w, L->w16, L->b, n, L->in, L->out, model_compute(m));
+    linear_forward(out, x, NULL, L->w, L->w16, L->b, n, L->in, L->out, model_compute(m));
 }
 /* dx += dout · w;  dw += doutᵀ · x;  db += Σ dout */
 static inline void lin_backward(const bt_model *m, float *dx, const float *dout, const float *x,
                                 const bt_linear *L, size_t n) {
-    linear_backward(dx, L->dw, L->db, dout, x, L->w, L->w16, n, L->in, L->out,
+    linear_backward(dx, L->dw, L->db, dout, x, NULL, L->w, L->w16, n, L->in, L->out,
                     model_compute(m));
 }
 static inline void norm_forward(float *out, float *mean, float *rstd, const float *x,
                                 const bt_norm *N, size_t n) {
     layernorm_forward(out, mean, rstd, x, N->w, N->b, n, N->c, N->eps);
+}
+
+/* Activations that only GEMMs read (model.h "bf16 activation storage"): the layout gives
+ * each either an fp32 slot x or, bf16 storage on, a bf16 slot x16 (x then NULL, or for an
+ * attention output the fp32 staging buffer attention writes). The helpers below take both
+ * and use x16 when the layout made one. */
+static inline void lin_forward_act(const bt_model *m, float *out, const float *x,
+                                   const bt_bf16 *x16, const bt_linear *L, size_t n) {
+    linear_forward(out, x16 ? NULL : x, x16, L->w, L->w16, L->b, n, L->in, L->out,
+                   model_compute(m));
+}
+static inline void lin_backward_act(const bt_model *m, float *dx, const float *dout,
+                                    const float *x, const bt_bf16 *x16, const bt_linear *L,
+                                    size_t n) {
+    linear_backward(dx, L->dw, L->db, dout, x16 ? NULL : x, x16, L->w, L->w16, n, L->in,
+                    L->out, model_compute(m));
+}
+/* out or out16 (n, c) = LN(x) */
+static inline void norm_forward_act(float *out, bt_bf16 *out16, float *mean, float *rstd,
+                                    const float *x, const bt_norm *N, size_t n) {
+    if (out16) layernorm_forward_bf16(out16, mean, rstd, x, N->w, N->b, n, N->c, N->eps);
+    else layernorm_forward(out, mean, rstd, x, N->w, N->b, n, N->c, N->eps);
+}
+/* out or out16 (n) = GELU(x) / QuickGELU(x) */
+static inline void gelu_forward_act(float *out, bt_bf16 *out16, const float *x, size_t n) {
+    if (out16) gelu_forward_bf16(out16, x, n);
+    else gelu_forward(out, x, n);
+}
+static inline void quick_gelu_forward_act(float *out, bt_bf16 *out16, const float *x, size_t n) {
+    if (out16) quick_gelu_forward_bf16(out16, x, n);
+    else quick_gelu_forward(out, x, n);
+}
+/* An attention output x (n, fp32 staging) saved as x16 = bf16(x) for its out-projection's
+ * forward and backward (bf16 storage; no-op otherwise). */
+static inline void act_keep_bf16(bt_bf16 *x16, const float *x, size_t n) {
+    if (x16) bf16_from_f32(x16, x, n);
 }
 static inline void norm_backward(float *dx, const float *dout, const float *x, const float *mean,
                                  const float *rstd, const bt_norm *N, size_t n) {
