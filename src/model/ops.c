@@ -348,56 +348,56 @@ static void dropout_backward_fast(float *dx, const float *dout, size_t n, const 
 }
 
 /* --- column sums: dst[j] += Σ_i src[i*ld + j] ----------------------------------------------
- * Each thread owns a range of columns and walks every row in order (double partial sums),
- * so the result is deterministic and independent of the thread count. */
+ * Each column has one double accumulator, summed over the rows in order, so the result does
+ * not depend on the thread count or on how the columns are grouped. A task owns a run of up
+ * to OPS_COLSUM_W adjacent columns and walks the rows in order, reading its part of each row
+ * contiguously (the accumulators, 8 bytes a column, stay in L1). The previous grouping, 64
+ * columns a task, read 256 bytes per row at a row stride of 3-12 KiB, which the hardware
+ * prefetchers do not follow across pages: 2.2-2.7x slower (docs/benchmarks.md, "Session 4"). */
+#define OPS_COLSUM_W ((size_t)4096)
+/* Column block of the other column-owning kernels (LayerNorm and embedding backward). */
 #define OPS_COLS 64
 
-OPS_VEC static void colsum_block(float *dst, const float *src, size_t n, size_t ld, size_t j0,
-                                 size_t w) {
-    double acc[OPS_COLS] = {0};
+/* acc[j] += Σ_i src[i*ld + j] for j < w (w <= OPS_COLSUM_W), rows in order; with out16, also
+ * out16[i*ld + j] = bf16(src[i*ld + j]) in the same pass (bf16_from_f32_serial: round to
+ * nearest even, NaN kept quiet). */
+OPS_VEC static void colsum_rows(double *restrict acc, bt_bf16 *out16, const float *src,
+                                size_t n, size_t ld, size_t w) {
     for (size_t i = 0; i < n; i++) {
-        const float *row = src + i * ld + j0;
+        const float *restrict row = src + i * ld;
         for (size_t j = 0; j < w; j++) acc[j] += (double)row[j];
+        if (out16) bf16_from_f32_serial(out16 + i * ld, row, w);
     }
-    for (size_t j = 0; j < w; j++) dst[j0 + j] = (float)((double)dst[j0 + j] + acc[j]);
+}
+
+/* dst[j] += Σ_i src[i*c + j]; with out16 (n, c), also out16 = bf16(src), in one pass. */
+static void colsum_run(float *dst, bt_bf16 *out16, const float *src, size_t n, size_t c) {
+    const int par = n * c >= OPS_PAR_MIN && c >= 32;
+    /* tasks: a multiple of the thread count, each at most OPS_COLSUM_W columns, widths a
+     * multiple of 16 (whole 64-byte lines of a row when ld is) */
+    const size_t nthr = par ? (size_t)ops_max_threads() : 1;
+    size_t ntask = nthr;
+    while ((c + ntask - 1) / ntask > OPS_COLSUM_W) ntask += nthr;
+    const size_t w = ((c + ntask - 1) / ntask + 15) / 16 * 16;
+    ntask = (c + w - 1) / w;
+    OPS_OMP(omp parallel for schedule(static) if (par && ntask > 1))
+    for (size_t t = 0; t < ntask; t++) {
+        const size_t j0 = t * w, wt = ops_min(w, c - j0);
+        double acc[OPS_COLSUM_W];
+        for (size_t j = 0; j < wt; j++) acc[j] = 0.0;
+        colsum_rows(acc, out16 ? out16 + j0 : NULL, src + j0, n, c, wt);
+        for (size_t j = 0; j < wt; j++) dst[j0 + j] = (float)((double)dst[j0 + j] + acc[j]);
+    }
 }
 
 static void colsum_accumulate(float *dst, const float *src, size_t n, size_t c) {
-    const size_t nblk = (c + OPS_COLS - 1) / OPS_COLS;
-    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN && nblk > 1))
-    for (size_t blk = 0; blk < nblk; blk++)
-        colsum_block(dst, src, n, c, blk * OPS_COLS, ops_min(OPS_COLS, c - blk * OPS_COLS));
-}
-
-/* colsum_block plus, in the same pass over src, its bf16 rounding into out16 (same layout):
- * round to nearest even, NaN kept quiet (bt_bf16_from_f32's rule, written branch-free so
- * it vectorizes). The column sums are colsum_block's, in the same order. */
-OPS_VEC static void colsum_block_bf16(float *dst, bt_bf16 *out16, const float *src, size_t n,
-                                      size_t ld, size_t j0, size_t w) {
-    double acc[OPS_COLS] = {0};
-    for (size_t i = 0; i < n; i++) {
-        const float *row = src + i * ld + j0;
-        bt_bf16 *o = out16 + i * ld + j0;
-        for (size_t j = 0; j < w; j++) {
-            acc[j] += (double)row[j];
-            uint32_t u;
-            memcpy(&u, &row[j], 4);
-            const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-            const uint32_t quiet = (u >> 16) | 0x40u;
-            o[j] = (bt_bf16)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-        }
-    }
-    for (size_t j = 0; j < w; j++) dst[j0 + j] = (float)((double)dst[j0 + j] + acc[j]);
+    colsum_run(dst, NULL, src, n, c);
 }
 
 /* dst[j] += Σ_i src[i*c + j] (as colsum_accumulate) and out16 = bf16(src), one pass. */
 static void colsum_accumulate_bf16(float *dst, bt_bf16 *out16, const float *src, size_t n,
                                    size_t c) {
-    const size_t nblk = (c + OPS_COLS - 1) / OPS_COLS;
-    OPS_OMP(omp parallel for schedule(static) if (n * c >= OPS_PAR_MIN && nblk > 1))
-    for (size_t blk = 0; blk < nblk; blk++)
-        colsum_block_bf16(dst, out16, src, n, c, blk * OPS_COLS,
-                          ops_min(OPS_COLS, c - blk * OPS_COLS));
+    colsum_run(dst, out16, src, n, c);
 }
 
 /* 1 when products of this compute run as native bf16 GEMMs, where an fp32 operand that two
