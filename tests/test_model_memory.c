@@ -17,7 +17,14 @@
  *      whose training arenas exist evaluates in forward-only mode without allocating; the
  *      base config's numbers at batch 8 are printed;
  *   4. a backward in forward-only mode (or after bt_model_free_grads) aborts with a message
- *      naming the mode (run in a child process).
+ *      naming the mode (run in a child process);
+ *   5. bf16 activation storage (model.h): bf16 tiny models with it on and off, on the widened
+ *      route, the native one where the CPU has it, and widened under the reference GEMM: the
+ *      parameter gradients and outputs of FULL and CHECKPOINT passes with dropout, the
+ *      outputs of FORWARD_ONLY rounds, and (oneDNN) the losses and weights of three
+ *      bt_train_step steps, all bit for bit; the FULL arenas shrink by exactly the amount the
+ *      layout rule predicts; a control flips one bit of a stored activation and the gradients
+ *      change; the base config's numbers are printed.
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -319,15 +326,10 @@ static void check_checkpoint_grads(cfg_kind k, bt_precision prec) {
     bt_model_free(&ck);
 }
 
-/* Three training steps (ITC + ITM + MLM, dropout, two micro-batches) in both modes. */
-static void check_checkpoint_steps(void) {
+/* Three training steps (ITC + ITM + MLM, hard negatives, masking, dropout, two micro-batches)
+ * on m[0] and m[1] (same weights): the same losses and weights, bit for bit. Frees both. */
+static void compare_steps(bt_model m[2], const char *what) {
     enum { STEPS = 3, B = 4, ACCUM = 2 };
-    bt_model m[2];
-    if (!model_make(&m[0], CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL)) return;
-    if (!model_make(&m[1], CFG_TINY, BT_PRECISION_FP32, BT_ACTS_CHECKPOINT)) {
-        bt_model_free(&m[0]);
-        return;
-    }
     const bt_model_config *c = &m[0].cfg;
     inputs in[STEPS * ACCUM];
     int64_t rec[STEPS * ACCUM][B];
@@ -347,27 +349,37 @@ static void check_checkpoint_steps(void) {
         bt_schedule_init(&sc.schedule, "linear", 1e-3, 10, 1, 0.0);
         sc.seed = 4321;
         bt_trainer tr;
-        ok = tu_check(bt_trainer_init(&tr, &m[v], &sc) == BT_OK, "2 steps: trainer: %s",
+        ok = tu_check(bt_trainer_init(&tr, &m[v], &sc) == BT_OK, "%s: trainer: %s", what,
                       bt_error_message());
         for (int s = 0; s < STEPS && ok; s++) {
             bt_step_result r;
             ok = tu_check(bt_train_step(&tr, mb + ACCUM * s, ACCUM, &r) == BT_OK && !r.skipped,
-                          "2 steps: %s step %d: %s", bt_act_mode_name(m[v].act_mode), s,
-                          bt_error_message());
+                          "%s: model %d step %d: %s", what, v, s, bt_error_message());
             loss[v][s] = r.loss;
         }
         if (ok) bt_trainer_free(&tr);
     }
     if (ok) {
         tu_check(memcmp(loss[0], loss[1], sizeof loss[0]) == 0,
-                 "2: 3 steps ITC+ITM+MLM, dropout: checkpointed losses == full (%.9f %.9f %.9f)",
+                 "%s: 3 steps ITC+ITM+MLM, dropout: the same losses (%.9f %.9f %.9f)", what,
                  loss[1][0], loss[1][1], loss[1][2]);
-        tu_check_bytes_equal("2: 3 steps: checkpointed weights == full", m[1].params, m[0].params,
-                             m[0].table.numel * sizeof(float));
+        char name[256];
+        snprintf(name, sizeof name, "%s: 3 steps: the same weights", what);
+        tu_check_bytes_equal(name, m[1].params, m[0].params, m[0].table.numel * sizeof(float));
     }
     for (int i = 0; i < STEPS * ACCUM; i++) free(in[i].pix);
     bt_model_free(&m[0]);
     bt_model_free(&m[1]);
+}
+
+static void check_checkpoint_steps(void) {
+    bt_model m[2];
+    if (!model_make(&m[0], CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL)) return;
+    if (!model_make(&m[1], CFG_TINY, BT_PRECISION_FP32, BT_ACTS_CHECKPOINT)) {
+        bt_model_free(&m[0]);
+        return;
+    }
+    compare_steps(m, "2: checkpointed vs full");
 }
 
 /* --- 3: sizes -------------------------------------------------------------------------------- */
@@ -375,6 +387,15 @@ static void check_checkpoint_steps(void) {
 static size_t arenas_bytes(const bt_model *m) {
     return m->tower_act.bytes + m->tower_dact.bytes + m->pair_act.bytes + m->pair_dact.bytes +
            m->layer_act.bytes + m->layer_dact.bytes;
+}
+
+/* configs/bridgetower-base (a failed case when it does not load) */
+static int base_config(bt_model_config *c) {
+    char path[1200];
+    const char *root = getenv("BT_CONFIGS");
+    snprintf(path, sizeof path, "%s/bridgetower-base/config.json",
+             root ? root : tu_fixture_path("../../configs"));
+    return tu_check(bt_model_config_load(c, path) == BT_OK, "load %s", path);
 }
 
 static void check_sizes(void) {
@@ -422,12 +443,8 @@ static void check_sizes(void) {
              want[BT_ACTS_FORWARD_ONLY], want[BT_ACTS_CHECKPOINT], want[BT_ACTS_FULL]);
     /* the base model at batch 8, T 40 (ITC head, bench_step's shapes): printed, and the
      * reductions the modes exist for */
-    char path[1200];
-    const char *root = getenv("BT_CONFIGS");
-    snprintf(path, sizeof path, "%s/bridgetower-base/config.json",
-             root ? root : tu_fixture_path("../../configs"));
     bt_model_config c;
-    if (!tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s", path)) return;
+    if (!base_config(&c)) return;
     size_t base[3];
     for (int mode = 0; mode < 3; mode++)
         base[mode] = bt_model_activation_bytes_mode(&c, BT_HEADS_ITC, BT_PRECISION_FP32,
@@ -437,6 +454,222 @@ static void check_sizes(void) {
     tu_check(base[BT_ACTS_FORWARD_ONLY] * 5 < base[BT_ACTS_FULL] &&
                  base[BT_ACTS_CHECKPOINT] * 3 < base[BT_ACTS_FULL],
              "3: base: forward-only < 1/5 and checkpoint < 1/3 of the full activations");
+}
+
+/* --- 5: bf16 activation storage == fp32 storage, bit for bit -------------------------------
+ * (model.h "bf16 activation storage") Tiny bf16 models with the storage on and off, the same
+ * weights and inputs, on one bf16 GEMM route (main() runs widened, native where the CPU has
+ * it, and widened under the reference GEMM). */
+
+/* m[0] storage off, m[1] on: bf16 tiny models in `mode`. */
+static int act16_pair(bt_model m[2], bt_act_mode mode, const char *what) {
+    for (int v = 0; v < 2; v++) {
+        if (!model_make(&m[v], CFG_TINY, BT_PRECISION_BF16, mode)) {
+            if (v) bt_model_free(&m[0]);
+            return 0;
+        }
+        bt_model_set_act_bf16(&m[v], v);
+    }
+    return tu_check(!bt_model_act_bf16(&m[0]) && bt_model_act_bf16(&m[1]),
+                    "%s: bt_model_act_bf16: off model 0, on model 1", what);
+}
+
+/* The pass backward_rounds makes stored what it should: bf16 slots on, fp32 ones off. */
+static void check_act16_slots(const bt_model m[2], const char *what) {
+    const bt_vit_layer_acts *v0 = &m[0].acts.vis_layers[0], *v1 = &m[1].acts.vis_layers[0];
+    const bt_cross_layer_acts *x0 = &m[0].acts.xi[0], *x1 = &m[1].acts.xi[0];
+    tu_check(v1->y1_16 && v1->y2_16 && v1->ctx_16 && v1->f_16 && !v1->y1 && !v1->y2 && !v1->f &&
+                 m[1].acts.text_layers[0].f_16 && m[1].acts.text_layers[0].ctx_16 &&
+                 x1->f_16 && x1->ctx_16 && x1->cctx_16 && m[1].acts.bridges[0].lnp_16 &&
+                 !v0->y1_16 && !v0->f_16 && !x0->cctx_16 && !m[0].acts.bridges[0].lnp_16 &&
+                 m[1].dacts.vis_layers[0].f && !m[1].dacts.vis_layers[0].f_16,
+             "%s: storage on: bf16 slots (ViT y1 y2 ctx f, text ctx f, cross ctx cctx f, "
+             "ln_post), fp32 gradients; off: fp32 slots", what);
+}
+
+/* FULL or CHECKPOINT: parameter gradients of towers + two cross rounds with dropout. */
+static void check_act16_grads(bt_act_mode mode, const char *route) {
+    char what[128];
+    snprintf(what, sizeof what, "5: %s, %s, bf16 storage on vs off", route,
+             bt_act_mode_name(mode));
+    bt_model m[2];
+    if (!act16_pair(m, mode, what)) return;
+    inputs in;
+    inputs_make(&in, &m[0].cfg, 6, 3, 14, 8);
+    for (int v = 0; v < 2; v++) bt_model_set_dropout(&m[v], 1, 1234, 5);
+    if (backward_rounds(&m[0], &in, what) && backward_rounds(&m[1], &in, what)) {
+        check_act16_slots(m, what);
+        char name[256];
+        snprintf(name, sizeof name, "%s: parameter gradients bit for bit (%zu)", what,
+                 m[0].table.numel);
+        tu_check_bytes_equal(name, m[1].grads, m[0].grads, m[0].table.numel * sizeof(float));
+        snprintf(name, sizeof name, "%s: outputs of the last pass bit for bit", what);
+        snap s[2] = {{0}, {0}};
+        for (int v = 0; v < 2; v++) snap_outputs(&s[v], &m[v]);
+        if (tu_check(s[0].n == s[1].n && s[0].n > 0, "%s: %zu outputs", what, s[0].n))
+            tu_check_bytes_equal(name, s[1].x, s[0].x, s[0].n * sizeof(float));
+        free(s[0].x), free(s[1].x);
+    }
+    if (mode == BT_ACTS_FULL) {
+        /* control: the backward reads the stored bf16 values: one flipped mantissa bit of a
+         * QuickGELU output changes the gradients */
+        float *want = malloc(m[1].table.numel * sizeof(float));
+        memcpy(want, m[1].grads, m[1].table.numel * sizeof(float));
+        bt_zero_grad(&m[1]);
+        bt_status st = run_towers(&m[1], &in);
+        if (st == BT_OK) st = bt_cross_forward_pairs(&m[1], in.pairs, in.P / 2);
+        if (tu_check(st == BT_OK, "%s control: forward", what)) {
+            fill_output_grads(&m[1], 31, 1);
+            fill_output_grads(&m[1], 41, 0);
+            bt_cross_backward_pairs(&m[1]);
+            m[1].acts.vis_layers[0].f_16[3] ^= 1;
+            bt_towers_backward(&m[1]);
+            tu_check(memcmp(m[1].grads, want, m[1].table.numel * sizeof(float)) != 0,
+                     "%s control: one flipped bit of a stored activation changes the gradients",
+                     what);
+        }
+        free(want);
+    }
+    free(in.pix);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
+/* FORWARD_ONLY: the outputs of two rounds of different shapes. */
+static void check_act16_forward_only(const char *route) {
+    char what[128];
+    snprintf(what, sizeof what, "5: %s, forward-only, bf16 storage on vs off", route);
+    bt_model m[2];
+    if (!act16_pair(m, BT_ACTS_FORWARD_ONLY, what)) return;
+    inputs a, b;
+    inputs_make(&a, &m[0].cfg, 6, 3, 10, 5);
+    inputs_make(&b, &m[0].cfg, 3, 4, 5, 6);
+    snap s[2] = {{0}, {0}};
+    int ok = 1;
+    for (int v = 0; v < 2 && ok; v++)
+        ok = forward_rounds(&m[v], &a, &s[v], what) && forward_rounds(&m[v], &b, &s[v], what);
+    if (ok && tu_check(s[0].n == s[1].n && s[0].n > 0, "%s: %zu outputs", what, s[0].n)) {
+        char name[256];
+        snprintf(name, sizeof name, "%s: outputs bit for bit (%zu values)", what, s[0].n);
+        tu_check_bytes_equal(name, s[1].x, s[0].x, s[0].n * sizeof(float));
+    }
+    free(s[0].x), free(s[1].x), free(a.pix), free(b.pix);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
+/* Training steps (bt_train_step: AdamW, bf16 shadow refresh) in `mode`. */
+static void check_act16_steps(bt_act_mode mode, const char *route) {
+    char what[128];
+    snprintf(what, sizeof what, "5: %s, %s, bf16 storage on vs off", route,
+             bt_act_mode_name(mode));
+    bt_model m[2];
+    if (act16_pair(m, mode, what)) compare_steps(m, what);
+}
+
+static size_t align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+/* fp32 slot of n floats minus the bf16 slot that replaces it (both 64-byte aligned) */
+static size_t saved(size_t n) { return align64(n * 4) - align64(n * 2); }
+
+/* FULL: the arenas shrink by exactly the converted slots' halves less the two staging
+ * buffers, derived here from the layout rule (every slot 64-byte aligned) and the model.h
+ * list; bt_model_activation_bytes_mode still equals what is allocated. */
+static void check_act16_bytes(const char *route) {
+    enum { Bt = 6, Bi = 3, P = 7, Pm = 2 };
+    char what[128];
+    snprintf(what, sizeof what, "5: %s, full, activation bytes", route);
+    bt_model m[2];
+    if (!act16_pair(m, BT_ACTS_FULL, what)) return;
+    const bt_model_config *c = &m[0].cfg;
+    const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
+    const size_t Hv = (size_t)c->vision_hidden, Np = (size_t)c->np, H = (size_t)c->hidden;
+    const size_t Nt = Bt * T, Nv = Bi * Np, Pt = P * T, Pv = P * Np;
+    const size_t Lt = (size_t)c->text_layers, Lv = (size_t)c->vision_layers;
+    const size_t X = (size_t)c->cross_layers;
+    size_t want = Lt * (saved(Nt * Ht) + saved(Nt * It)) +                   /* text ctx, f */
+                  Lv * (3 * saved(Nv * Hv) + saved(Nv * 4 * Hv)) +           /* y1 y2 ctx, f */
+                  X * saved(Nv * Hv) +                                       /* ln_post */
+                  X * (2 * saved(Pt * H) + saved(Pt * It)) +                 /* cross text */
+                  X * (2 * saved(Pv * H) + saved(Pv * It));                  /* cross image */
+    want -= align64((Nt * Ht > Nv * Hv ? Nt * Ht : Nv * Hv) * 4) +           /* staging */
+            align64((Pt > Pv ? Pt : Pv) * H * 4);
+    size_t got[2];
+    for (int v = 0; v < 2; v++) {
+        bt_status s = bt_model_reserve_phases(&m[v], Bt, Bi, P, Pm, T);
+        got[v] = s == BT_OK ? arenas_bytes(&m[v]) : 0;
+    }
+    tu_check(got[0] > got[1] && got[0] - got[1] == want,
+             "%s: storage on saves %zu bytes of %zu (expected %zu from the layout)", what,
+             got[0] - got[1], got[0], want);
+    const char *env = getenv("BT_ACT_BF16");
+    if (!env || strcmp(env, "0") != 0)
+        tu_check(bt_model_activation_bytes_mode(c, BT_HEADS_ALL, BT_PRECISION_BF16, BT_ACTS_FULL,
+                                                Bt, Bi, P, Pm, T) == got[1],
+                 "%s: bt_model_activation_bytes_mode = bytes reserved with the storage on",
+                 what);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
+/* The base model at batch 8, T 40 (ITC head, bench_step's shapes), bf16, storage on and off
+ * (BT_ACT_BF16 set for the count): printed, and the storage saves in every mode. */
+static void check_act16_base(void) {
+    bt_model_config c;
+    if (!base_config(&c)) return;
+    const char *env = getenv("BT_ACT_BF16");
+    char *saved_env = env ? strdup(env) : NULL;
+    size_t b[2][3];
+    for (int on = 0; on < 2; on++) {
+        setenv("BT_ACT_BF16", on ? "1" : "0", 1);
+        for (int mode = 0; mode < 3; mode++)
+            b[on][mode] = bt_model_activation_bytes_mode(&c, BT_HEADS_ITC, BT_PRECISION_BF16,
+                                                         (bt_act_mode)mode, 8, 8, 8, 0, 40);
+    }
+    if (saved_env) setenv("BT_ACT_BF16", saved_env, 1);
+    else unsetenv("BT_ACT_BF16");
+    free(saved_env);
+    printf("# base B 8 T 40 ITC bf16 activations, fp32 -> bf16 storage: full %.3f -> %.3f GB, "
+           "checkpoint %.3f -> %.3f GB, forward-only %.3f -> %.3f GB\n", b[0][0] * 1e-9,
+           b[1][0] * 1e-9, b[0][1] * 1e-9, b[1][1] * 1e-9, b[0][2] * 1e-9, b[1][2] * 1e-9);
+    tu_check(b[1][0] < b[0][0] && b[1][1] < b[0][1] && b[1][2] < b[0][2],
+             "5: base: bf16 storage needs fewer activation bytes in every mode");
+}
+
+static void check_act16(void) {
+    const gemm_backend be = gemm_get_backend();
+    struct {
+        gemm_backend backend;
+        gemm_bf16_route route;
+        const char *name;
+    } runs[] = {{be, GEMM_BF16_WIDENED, "widened"},
+                {be, GEMM_BF16_NATIVE, "native"},
+                {GEMM_BACKEND_REF, GEMM_BF16_WIDENED, "widened, ref GEMM"}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        if (runs[i].route == GEMM_BF16_NATIVE && !(be == GEMM_BACKEND_ONEDNN && gemm_cpu_has_bf16())) {
+            printf("# 5: no native bf16 GEMMs here (backend %s): the native route not run\n",
+                   gemm_backend_name(be));
+            continue;
+        }
+        if (runs[i].backend == GEMM_BACKEND_REF && be == GEMM_BACKEND_REF) continue;
+        gemm_set_backend(runs[i].backend);
+        gemm_bf16_route_request(runs[i].route);
+        if (!tu_check(gemm_bf16_route_active() == runs[i].route, "5: %s route active",
+                      runs[i].name))
+            continue;
+        check_act16_grads(BT_ACTS_FULL, runs[i].name);
+        check_act16_grads(BT_ACTS_CHECKPOINT, runs[i].name);
+        check_act16_forward_only(runs[i].name);
+        check_act16_bytes(runs[i].name);
+        if (runs[i].backend != GEMM_BACKEND_REF) {
+            check_act16_steps(BT_ACTS_FULL, runs[i].name);
+            check_act16_steps(BT_ACTS_CHECKPOINT, runs[i].name);
+        }
+    }
+    gemm_set_backend(be);
+    gemm_bf16_route_request(GEMM_BF16_WIDENED);
+    check_act16_base();
+    gemm_init_from_env(); /* the route the environment asks for again */
 }
 
 /* --- 4: a backward in forward-only mode aborts with a message -------------------------------
@@ -510,6 +743,7 @@ int main(int argc, char **argv) {
     }
     gemm_set_backend(be);
     check_sizes();
+    check_act16();
     check_backward_refused(0);
     check_backward_refused(1);
     return tu_finish();

@@ -118,7 +118,8 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
     lin_forward(m, a->v, x, &p.v, N1);
     rows_attention_forward(a->ctx, a->probs, a->q, a->k, a->v, s->self_bias, &sd, &dr.self_probs,
                            m->pair_keys, cp);
-    lin_forward(m, a->attn_lin, a->ctx, &p.o, N1);
+    act_keep_bf16(a->ctx_16, a->ctx, N1 * H); /* ctx, cctx, f: bf16 storage (model.h) */
+    lin_forward_act(m, a->attn_lin, a->ctx, a->ctx_16, &p.o, N1);
     rows_dropout_forward(a->attn_lin, a->attn_lin, m->P, s->T1 * H, &dr.self_out, m->pair_keys);
     residual_forward(a->res1, a->attn_lin, x, N1 * H);
     norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N1);
@@ -128,15 +129,16 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
     lin_forward(m, a->cv, e, &p.cv, N2);
     rows_attention_forward(a->cctx, a->cprobs, a->cq, a->ck, a->cv, s->enc_bias, &cd,
                            &dr.cross_probs, m->pair_keys, cp);
-    lin_forward(m, a->cattn_lin, a->cctx, &p.co, N1);
+    act_keep_bf16(a->cctx_16, a->cctx, N1 * H);
+    lin_forward_act(m, a->cattn_lin, a->cctx, a->cctx_16, &p.co, N1);
     rows_dropout_forward(a->cattn_lin, a->cattn_lin, m->P, s->T1 * H, &dr.cross_out,
                          m->pair_keys);
     residual_forward(a->res2, a->cattn_lin, a->a, N1 * H);
     norm_forward(a->c, a->mean2, a->rstd2, a->res2, &p.ln2, N1);
     /* out = LN3(dropout(GELU(c·W1ᵀ + b1)·W2ᵀ + b2) + c) */
     lin_forward(m, a->f_pre, a->c, &p.fc1, N1);
-    gelu_forward(a->f, a->f_pre, N1 * I);
-    lin_forward(m, a->ffn_lin, a->f, &p.fc2, N1);
+    gelu_forward_act(a->f, a->f_16, a->f_pre, N1 * I);
+    lin_forward_act(m, a->ffn_lin, a->f, a->f_16, &p.fc2, N1);
     rows_dropout_forward(a->ffn_lin, a->ffn_lin, m->P, s->T1 * H, &dr.ffn_out, m->pair_keys);
     residual_forward(a->res3, a->ffn_lin, a->c, N1 * H);
     norm_forward(a->out, a->mean3, a->rstd3, a->res3, &p.ln3, N1);
@@ -160,14 +162,14 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     norm_backward(d->res3, d->out, a->res3, a->mean3, a->rstd3, &p.ln3, N1);
     residual_backward(d->c, NULL, d->res3, N1 * H);
     rows_dropout_backward(d->ffn_lin, d->res3, m->P, s->T1 * H, &dr.ffn_out, m->pair_keys);
-    lin_backward(m, d->f, d->ffn_lin, a->f, &p.fc2, N1);
+    lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N1);
     gelu_backward(d->f_pre, d->f, a->f_pre, N1 * I);
     lin_backward(m, d->c, d->f_pre, a->c, &p.fc1, N1);
     /* c = LN2(res2), res2 = dropout(cattn_lin) + a, cattn_lin = CrossAttn(a, e)·Wo2ᵀ + bo2 */
     norm_backward(d->res2, d->c, a->res2, a->mean2, a->rstd2, &p.ln2, N1);
     residual_backward(d->a, NULL, d->res2, N1 * H);
     rows_dropout_backward(d->cattn_lin, d->res2, m->P, s->T1 * H, &dr.cross_out, m->pair_keys);
-    lin_backward(m, d->cctx, d->cattn_lin, a->cctx, &p.co, N1);
+    lin_backward_act(m, d->cctx, d->cattn_lin, a->cctx, a->cctx_16, &p.co, N1);
     rows_attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv, &cd,
                             &dr.cross_probs, m->pair_keys, cp);
     lin_backward(m, de, d->ck, e, &p.ck, N2);
@@ -177,7 +179,7 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N1);
     residual_backward(dx, NULL, d->res1, N1 * H);
     rows_dropout_backward(d->attn_lin, d->res1, m->P, s->T1 * H, &dr.self_out, m->pair_keys);
-    lin_backward(m, d->ctx, d->attn_lin, a->ctx, &p.o, N1);
+    lin_backward_act(m, d->ctx, d->attn_lin, a->ctx, a->ctx_16, &p.o, N1);
     rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &sd,
                             &dr.self_probs, m->pair_keys, cp);
     lin_backward(m, dx, d->q, x, &p.q, N1);
@@ -361,9 +363,9 @@ void cross_towers_forward(bt_model *m) {
         }
         /* ui = Ti(ln_post(I_k)) + tt1 */
         if (Nv) {
-            norm_forward(br->lnp, br->lnp_mean, br->lnp_rstd, a->vis_h[c->split + k], &sp.ln_post,
-                         Nv);
-            lin_forward(m, br->ui, br->lnp, &sp.ti, Nv);
+            norm_forward_act(br->lnp, br->lnp_16, br->lnp_mean, br->lnp_rstd,
+                             a->vis_h[c->split + k], &sp.ln_post, Nv);
+            lin_forward_act(m, br->ui, br->lnp, br->lnp_16, &sp.ti, Nv);
             bias_add_forward(br->ui, br->ui, tt1, Nv, H);
         }
     }
@@ -390,7 +392,7 @@ void cross_towers_backward(bt_model *m) {
         /* ui = Ti(lnp) + tt1, lnp = ln_post(I_k) */
         if (Nv) {
             bias_add_backward(NULL, dtt1, dbr->ui, Nv, H);
-            lin_backward(m, dbr->lnp, dbr->ui, br->lnp, &sp.ti, Nv);
+            lin_backward_act(m, dbr->lnp, dbr->ui, br->lnp, br->lnp_16, &sp.ti, Nv);
             norm_backward(d->vis_h[c->split + k], dbr->lnp, a->vis_h[c->split + k], br->lnp_mean,
                           br->lnp_rstd, &sp.ln_post, Nv);
         }

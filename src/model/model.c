@@ -196,9 +196,22 @@ static void grads_free(bt_model *m) {
     m->grads = NULL;
 }
 
+/* BT_ACT_BF16: unset or "1" = 1, "0" = 0, another value -1. */
+static int act_bf16_env(void) {
+    const char *v = getenv("BT_ACT_BF16");
+    if (!v || !*v || strcmp(v, "1") == 0) return 1;
+    return strcmp(v, "0") == 0 ? 0 : -1;
+}
+
 bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
                         bt_precision precision) {
     memset(m, 0, sizeof *m);
+    const int act_bf16 = act_bf16_env();
+    if (act_bf16 < 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_ACT_BF16=%s: expected 0 (fp32 "
+                       "activations) or 1 (bf16 storage where bf16 GEMMs read them, the "
+                       "default)", getenv("BT_ACT_BF16"));
+    m->act_bf16 = act_bf16;
     m->cfg = *c;
     m->heads = heads & BT_HEADS_ALL;
     m->precision = precision;
@@ -281,6 +294,17 @@ void bt_model_set_act_mode(bt_model *m, bt_act_mode mode) {
     m->have_towers = m->have_pairs = 0; /* the slots move: the next forward places them */
 }
 
+void bt_model_set_act_bf16(bt_model *m, int on) {
+    if (!on == !m->act_bf16) return;
+    m->act_bf16 = on != 0;
+    m->have_towers = m->have_pairs = 0; /* the slots move: the next forward places them */
+}
+
+int bt_model_act_bf16(const bt_model *m) {
+    return m->act_bf16 && m->precision == BT_PRECISION_BF16 &&
+           model_compute(m) == GEMM_COMPUTE_BF16;
+}
+
 const char *bt_act_mode_name(bt_act_mode mode) {
     return mode == BT_ACTS_CHECKPOINT     ? "checkpoint"
            : mode == BT_ACTS_FORWARD_ONLY ? "forward-only"
@@ -317,6 +341,7 @@ typedef struct arena_walk {
     size_t off, top;            /* top: the largest off reached (groups restart at 0) */
     double approx, top_approx;
     int grad;
+    int bf16;                   /* bf16 activation storage (model.h); set by phase_walk */
 } arena_walk;
 
 typedef struct phase_dims {
@@ -353,6 +378,32 @@ static float *slot(arena_walk *w, size_t n) {
 
 static float *slot_ng(arena_walk *w, size_t n) {
     return w->grad ? NULL : slot(w, n);
+}
+
+/* A slot that only GEMMs read (model.h "bf16 activation storage"): with bf16 storage the
+ * activation walk gives it a bf16 slot *h (*f NULL) and returns 1; otherwise an fp32 slot *f
+ * (in the gradient walk: its gradient), *h NULL, 0. */
+static int gemm_input_slot(arena_walk *w, size_t n, float **f, bt_bf16 **h) {
+    const int b16 = w->bf16 && !w->grad;
+    *h = b16 ? take(w, n, sizeof(bt_bf16)) : NULL;
+    *f = b16 ? NULL : slot(w, n);
+    return b16;
+}
+
+/* Where attention writes its fp32 output before the out-projection rounds it (bf16 storage):
+ * shared = 1 (BT_ACTS_FULL): one buffer per phase, p, shared by its layers (NULL in a counting
+ * walk); shared = 0: a slot of each layer's own walk (a layer-scratch group: one layer's worth
+ * anyway). */
+typedef struct attn_stage {
+    int shared;
+    float *p;
+} attn_stage;
+
+/* An attention output read only by its out-projection: as gemm_input_slot, and with bf16
+ * storage *f = its fp32 staging (attn_stage). */
+static void attn_out_slot(arena_walk *w, size_t n, const attn_stage *st, float **f,
+                          bt_bf16 **h) {
+    if (gemm_input_slot(w, n, f, h)) *f = st->shared ? st->p : slot_ng(w, n);
 }
 
 /* Aligns the end and records the high-water mark. */
@@ -395,21 +446,21 @@ static void hidden_layout(float **h, layout *L, int layers, int split, size_t n)
 }
 
 static void text_layer_layout(bt_text_layer_acts *x, arena_walk *w, const bt_model_config *c,
-                              size_t Bt, size_t T) {
+                              size_t Bt, size_t T, const attn_stage *stage) {
     const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
     const size_t NH = (size_t)c->text_heads, Nt = Bt * T;
     x->q = slot(w, Nt * Ht);
     x->k = slot(w, Nt * Ht);
     x->v = slot(w, Nt * Ht);
     x->probs = slot_ng(w, Bt * NH * T * T);
-    x->ctx = slot(w, Nt * Ht);
+    attn_out_slot(w, Nt * Ht, stage, &x->ctx, &x->ctx_16);
     x->attn_lin = slot(w, Nt * Ht);
     x->res1 = slot(w, Nt * Ht);
     x->mean1 = slot_ng(w, Nt);
     x->rstd1 = slot_ng(w, Nt);
     x->a = slot(w, Nt * Ht);
     x->f_pre = slot(w, Nt * It);
-    x->f = slot(w, Nt * It);
+    gemm_input_slot(w, Nt * It, &x->f, &x->f_16);
     x->ffn_lin = slot(w, Nt * Ht);
     x->res2 = slot(w, Nt * Ht);
     x->mean2 = slot_ng(w, Nt);
@@ -417,35 +468,35 @@ static void text_layer_layout(bt_text_layer_acts *x, arena_walk *w, const bt_mod
 }
 
 static void vit_layer_layout(bt_vit_layer_acts *x, arena_walk *w, const bt_model_config *c,
-                             size_t Bi) {
+                             size_t Bi, const attn_stage *stage) {
     const size_t Hv = (size_t)c->vision_hidden, Np = (size_t)c->np, Nv = Bi * Np;
     const size_t NH = (size_t)c->vision_heads;
-    x->y1 = slot(w, Nv * Hv);
+    gemm_input_slot(w, Nv * Hv, &x->y1, &x->y1_16);
     x->mean1 = slot_ng(w, Nv);
     x->rstd1 = slot_ng(w, Nv);
     x->qkv = slot(w, Nv * 3 * Hv);
     x->probs = slot_ng(w, Bi * NH * Np * Np);
-    x->ctx = slot(w, Nv * Hv);
+    attn_out_slot(w, Nv * Hv, stage, &x->ctx, &x->ctx_16);
     x->attn_out = slot(w, Nv * Hv);
     x->x_mid = slot(w, Nv * Hv);
-    x->y2 = slot(w, Nv * Hv);
+    gemm_input_slot(w, Nv * Hv, &x->y2, &x->y2_16);
     x->mean2 = slot_ng(w, Nv);
     x->rstd2 = slot_ng(w, Nv);
     x->f_pre = slot(w, Nv * 4 * Hv);
-    x->f = slot(w, Nv * 4 * Hv);
+    gemm_input_slot(w, Nv * 4 * Hv, &x->f, &x->f_16);
     x->mlp_out = slot(w, Nv * Hv);
 }
 
 /* A cross layer's internals (everything but `out`, which the caller places). */
 static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_model_config *c,
-                               size_t B, size_t T1, size_t T2) {
+                               size_t B, size_t T1, size_t T2, const attn_stage *stage) {
     const size_t H = (size_t)c->hidden, I = (size_t)c->text_intermediate;
     const size_t NH = (size_t)c->text_heads, N1 = B * T1, N2 = B * T2;
     x->q = slot(w, N1 * H);
     x->k = slot(w, N1 * H);
     x->v = slot(w, N1 * H);
     x->probs = slot_ng(w, B * NH * T1 * T1);
-    x->ctx = slot(w, N1 * H);
+    attn_out_slot(w, N1 * H, stage, &x->ctx, &x->ctx_16);
     x->attn_lin = slot(w, N1 * H);
     x->res1 = slot(w, N1 * H);
     x->mean1 = slot_ng(w, N1);
@@ -455,14 +506,14 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
     x->ck = slot(w, N2 * H);
     x->cv = slot(w, N2 * H);
     x->cprobs = slot_ng(w, B * NH * T1 * T2);
-    x->cctx = slot(w, N1 * H);
+    attn_out_slot(w, N1 * H, stage, &x->cctx, &x->cctx_16);
     x->cattn_lin = slot(w, N1 * H);
     x->res2 = slot(w, N1 * H);
     x->mean2 = slot_ng(w, N1);
     x->rstd2 = slot_ng(w, N1);
     x->c = slot(w, N1 * H);
     x->f_pre = slot(w, N1 * I);
-    x->f = slot(w, N1 * I);
+    gemm_input_slot(w, N1 * I, &x->f, &x->f_16);
     x->ffn_lin = slot(w, N1 * H);
     x->res3 = slot(w, N1 * H);
     x->mean3 = slot_ng(w, N1);
@@ -495,6 +546,10 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
         in->image_keys = take(w, Bi, sizeof(uint64_t));
     }
     a->key_bias = slot_ng(w, Nt);
+    /* bf16 storage, BT_ACTS_FULL: the fp32 attention output of the layer running now, before
+     * its out-projection rounds it (attn_out_slot) */
+    attn_stage stage = {full, NULL};
+    if (full && w->bf16) stage.p = slot_ng(w, Nt * Ht > Nv * Hv ? Nt * Ht : Nv * Hv);
     /* text: embeddings (LN input / output), hidden states, layers */
     arena_walk *e = forward_group(L);
     a->text_emb = slot(e, Nt * Ht);
@@ -505,7 +560,8 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
     hidden_layout(a->text_h, L, c->text_layers, c->split, Nt * Ht);
     for (int l = 0; l < c->text_layers; l++) {
         if (l == 0 || full)
-            text_layer_layout(&a->text_layers[l], group_open(L, BT_GROUP_TEXT), c, Bt, T);
+            text_layer_layout(&a->text_layers[l], group_open(L, BT_GROUP_TEXT), c, Bt, T,
+                              &stage);
         else
             a->text_layers[l] = a->text_layers[0];
     }
@@ -519,7 +575,7 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
     hidden_layout(a->vis_h, L, c->vision_layers, c->split, Nv * Hv);
     for (int l = 0; l < c->vision_layers; l++) {
         if (l == 0 || full)
-            vit_layer_layout(&a->vis_layers[l], group_open(L, BT_GROUP_VIT), c, Bi);
+            vit_layer_layout(&a->vis_layers[l], group_open(L, BT_GROUP_VIT), c, Bi, &stage);
         else
             a->vis_layers[l] = a->vis_layers[0];
     }
@@ -529,11 +585,12 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
         bt_bridge_acts *br = &a->bridges[k];
         br->ut = slot(w, Nt * H);
         if (k == 0 || L->mode != BT_ACTS_FORWARD_ONLY) {
-            br->lnp = slot(e, Nv * Hv);
+            gemm_input_slot(e, Nv * Hv, &br->lnp, &br->lnp_16);
             br->lnp_mean = slot_ng(e, Nv);
             br->lnp_rstd = slot_ng(e, Nv);
         } else {
             br->lnp = a->bridges[0].lnp;
+            br->lnp_16 = a->bridges[0].lnp_16;
             br->lnp_mean = a->bridges[0].lnp_mean;
             br->lnp_rstd = a->bridges[0].lnp_rstd;
         }
@@ -576,6 +633,10 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
         in->pair_keys = take(w, P, sizeof(uint64_t));
     }
     a->pair_key_bias = slot_ng(w, Nt);
+    /* bf16 storage, BT_ACTS_FULL: the fp32 attention output of the cross layer side running
+     * now (towers_layout) */
+    attn_stage stage = {full, NULL};
+    if (full && w->bf16) stage.p = slot_ng(w, (Nt > Nv ? Nt : Nv) * H);
     /* the per-pair halves of the bridges: per k, or (forward-only) the link sums and
      * statistics in the scratch and one X'/Y' for all k */
     arena_walk *e = forward_group(L);
@@ -610,8 +671,10 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
     /* cross layers: internals (shared scratch unless full), outputs X_k, Y_k */
     for (int k = 0; k < c->cross_layers; k++) {
         if (k == 0 || full) {
-            cross_layer_layout(&a->xt[k], group_open(L, BT_GROUP_CROSS_TEXT), c, P, T, Np);
-            cross_layer_layout(&a->xi[k], group_open(L, BT_GROUP_CROSS_IMAGE), c, P, Np, T);
+            cross_layer_layout(&a->xt[k], group_open(L, BT_GROUP_CROSS_TEXT), c, P, T, Np,
+                               &stage);
+            cross_layer_layout(&a->xi[k], group_open(L, BT_GROUP_CROSS_IMAGE), c, P, Np, T,
+                               &stage);
         } else {
             a->xt[k] = a->xt[0];
             a->xi[k] = a->xi[0];
@@ -670,6 +733,7 @@ static void phase_walk(const bt_model *m, bt_act_mode mode, bt_acts *a, input_sl
                        size_t *head, size_t *groups) {
     layout L;
     memset(&L, 0, sizeof L);
+    wa->bf16 = ws->bf16 = bt_model_act_bf16(m);
     L.w = wa;
     L.s = mode == BT_ACTS_FULL ? wa : ws;
     L.mode = mode;
@@ -689,7 +753,7 @@ static size_t phase_count(const bt_model *m, bt_act_mode mode, bt_acts *scratch_
                           int phase, int grad, const phase_dims *d, double *approx,
                           size_t *scratch, double *approx_s) {
     input_slots in;
-    arena_walk wa = {NULL, 0, 0, 0.0, 0.0, grad}, ws = wa;
+    arena_walk wa = {NULL, 0, 0, 0.0, 0.0, grad, 0}, ws = wa;
     size_t head;
     if (!(grad && mode == BT_ACTS_FORWARD_ONLY))
         phase_walk(m, mode, scratch_acts, &in, phase, &wa, &ws, d, &head, NULL);
@@ -702,11 +766,12 @@ static size_t phase_count(const bt_model *m, bt_act_mode mode, bt_acts *scratch_
 size_t bt_model_activation_bytes_mode(const bt_model_config *c, unsigned heads,
                                       bt_precision prec, bt_act_mode mode, size_t Bt,
                                       size_t Bi, size_t P, size_t Pm, size_t T) {
-    (void)prec; /* activations are fp32 in both precisions (model.h "Precision") */
     bt_model m;
     memset(&m, 0, sizeof m);
     m.cfg = *c;
     m.heads = heads & BT_HEADS_ALL;
+    m.precision = prec;
+    m.act_bf16 = act_bf16_env() != 0; /* what bt_model_init sets (a bad value: it refuses) */
     const phase_dims d = {Bt, Bi, T, P, Pm};
     bt_acts scratch;
     acts_alloc_arrays(&scratch, c);
@@ -731,7 +796,7 @@ size_t bt_model_hf_loss_bytes(const bt_model_config *c, unsigned heads, size_t B
     memset(&m, 0, sizeof m);
     m.cfg = *c;
     m.heads = heads & BT_HEADS_ALL;
-    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0};
+    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0, 0};
     hf_layout(&m, &w, B, T);
     return w.off;
 }
@@ -813,10 +878,10 @@ static void phase_place(bt_model *m, int phase, const phase_dims *d) {
     bt_arena *act = phase == PHASE_TOWERS ? &m->tower_act : &m->pair_act;
     bt_arena *dact = phase == PHASE_TOWERS ? &m->tower_dact : &m->pair_dact;
     BT_ASSERTF(!shared || m->scratch, "shared scratch not sized before placing");
-    arena_walk wa = {act->mem, 0, 0, 0.0, 0.0, 0};
-    arena_walk wd = {fo ? NULL : dact->mem, 0, 0, 0.0, 0.0, 1};
-    arena_walk sa = {shared ? m->scratch->mem : NULL, 0, 0, 0.0, 0.0, 0};
-    arena_walk sd = {mode == BT_ACTS_CHECKPOINT ? m->layer_dact.mem : NULL, 0, 0, 0.0, 0.0, 1};
+    arena_walk wa = {act->mem, 0, 0, 0.0, 0.0, 0, 0};
+    arena_walk wd = {fo ? NULL : dact->mem, 0, 0, 0.0, 0.0, 1, 0};
+    arena_walk sa = {shared ? m->scratch->mem : NULL, 0, 0, 0.0, 0.0, 0, 0};
+    arena_walk sd = {mode == BT_ACTS_CHECKPOINT ? m->layer_dact.mem : NULL, 0, 0, 0.0, 0.0, 1, 0};
     size_t head_a, head_d;
     input_slots in, unused;
     phase_walk(m, mode, &m->acts, &in, phase, &wa, &sa, d, &head_a, NULL);
@@ -931,14 +996,14 @@ bt_status bt_model_reserve(bt_model *m, size_t B, size_t T) {
     const size_t Pm = (m->heads & BT_HEADS_MLM) ? B : 0;
     bt_status s = bt_model_reserve_phases(m, B, B, B, Pm, T);
     if (s != BT_OK) return s;
-    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0};
+    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0, 0};
     hf_layout(m, &w, B, T);
     bt_arena *ar = &m->hf_mem;
     const double need = w.approx;
     const phase_dims d = {B, B, T, B, Pm};
     s = arenas_grow(m, &ar, &need, 1, &d);
     if (s != BT_OK) return s;
-    w = (arena_walk){m->hf_mem.mem, 0, 0, 0.0, 0.0, 0};
+    w = (arena_walk){m->hf_mem.mem, 0, 0, 0.0, 0.0, 0, 0};
     hf_layout(m, &w, B, T);
     m->hf_mem.used = w.off;
     return BT_OK;

@@ -21,7 +21,8 @@
  * bt_model_refresh_bf16, or the optimizer does it) where native bf16 GEMMs are faster; where
  * they are not (gemm.h route FP32: no native bf16, or AUTO measured it slower) its GEMMs run
  * in fp32 exactly as in fp32 mode and there is no shadow; LayerNorm, softmax, GELU, the losses,
- * the contrastive score matrices, residual streams and master weights stay fp32.
+ * the contrastive score matrices, residual streams and master weights stay fp32. Activations
+ * that only bf16 GEMMs read are stored in bf16 (see "bf16 activation storage": the same bits).
  *
  * Dropout (training only, design model.md §3.10): p = hidden_dropout_prob after the text
  * embedding LN and on the attention-output and FFN-output denses of text and cross layers,
@@ -99,11 +100,13 @@ typedef struct bt_text_layer_acts {
     float *q, *k, *v;       /* (Nt, Ht) */
     float *probs;           /* (Bt, NHt, T, T) softmax before dropout (no grad) */
     float *ctx;             /* (Nt, Ht) attention output (heads concatenated) */
+    bt_bf16 *ctx_16;        /* (Nt, Ht) bf16 storage: bf16(ctx), ctx the phase's staging */
     float *attn_lin;        /* (Nt, Ht) attention.output.dense (dropout applied in place) */
     float *res1;            /* (Nt, Ht) LN1 input = attn_lin + x */
     float *mean1, *rstd1;   /* (Nt) (no grad) */
     float *a;               /* (Nt, Ht) LN1 output */
     float *f_pre, *f;       /* (Nt, It) intermediate.dense, GELU */
+    bt_bf16 *f_16;          /* (Nt, It) bf16 storage: GELU output (f NULL) */
     float *ffn_lin;         /* (Nt, Ht) output.dense (dropout in place) */
     float *res2;            /* (Nt, Ht) LN2 input */
     float *mean2, *rstd2;   /* (Nt) (no grad) */
@@ -111,15 +114,19 @@ typedef struct bt_text_layer_acts {
 
 typedef struct bt_vit_layer_acts {
     float *y1;              /* (Nv, Hv) ln_1(x) */
+    bt_bf16 *y1_16;         /* (Nv, Hv) bf16 storage: ln_1(x) (y1 NULL) */
     float *mean1, *rstd1;   /* (Nv) */
     float *qkv;             /* (Nv, 3Hv) [Q | K | V] */
     float *probs;           /* (Bi, NHv, Np, Np) */
     float *ctx;             /* (Nv, Hv) */
+    bt_bf16 *ctx_16;        /* (Nv, Hv) bf16 storage: bf16(ctx), ctx the phase's staging */
     float *attn_out;        /* (Nv, Hv) out_proj(ctx) */
     float *x_mid;           /* (Nv, Hv) x + attn_out */
     float *y2;              /* (Nv, Hv) ln_2(x_mid) */
+    bt_bf16 *y2_16;         /* (Nv, Hv) bf16 storage: ln_2(x_mid) (y2 NULL) */
     float *mean2, *rstd2;   /* (Nv) */
     float *f_pre, *f;       /* (Nv, 4Hv) c_fc, QuickGELU */
+    bt_bf16 *f_16;          /* (Nv, 4Hv) bf16 storage: QuickGELU output (f NULL) */
     float *mlp_out;         /* (Nv, Hv) c_proj(f) */
 } bt_vit_layer_acts;
 
@@ -129,15 +136,18 @@ typedef struct bt_cross_layer_acts {
     float *q, *k, *v;       /* (N1, H) self-attention */
     float *probs;           /* (P, NHt, T1, T1) */
     float *ctx, *attn_lin, *res1;  /* (N1, H) */
+    bt_bf16 *ctx_16;        /* (N1, H) bf16 storage: bf16(ctx), ctx the phase's staging */
     float *mean1, *rstd1;   /* (N1) */
     float *a;               /* (N1, H) LN1 output */
     float *cq;              /* (N1, H) cross-attention query (from a) */
     float *ck, *cv;         /* (N2, H) keys/values from the other modality's input */
     float *cprobs;          /* (P, NHt, T1, T2) */
     float *cctx, *cattn_lin, *res2; /* (N1, H) */
+    bt_bf16 *cctx_16;       /* (N1, H) bf16 storage: bf16(cctx), cctx the phase's staging */
     float *mean2, *rstd2;   /* (N1) */
     float *c;               /* (N1, H) LN2 output */
     float *f_pre, *f;       /* (N1, It) */
+    bt_bf16 *f_16;          /* (N1, It) bf16 storage: GELU output (f NULL) */
     float *ffn_lin, *res3;  /* (N1, H) */
     float *mean3, *rstd3;   /* (N1) */
     float *out;             /* (N1, H) X_k or Y_k */
@@ -149,6 +159,7 @@ typedef struct bt_cross_layer_acts {
 typedef struct bt_bridge_acts {
     float *ut;              /* (Bt*T, H) Tt(T_k) + tt0                          [tower] */
     float *lnp;             /* (Bi*Np, Hv) ln_post(I_k)                         [tower] */
+    bt_bf16 *lnp_16;        /* (Bi*Np, Hv) bf16 storage: ln_post(I_k) (lnp NULL) [tower] */
     float *lnp_mean, *lnp_rstd; /* (Bi*Np)                                      [tower] */
     float *ui;              /* (Bi*Np, H) Ti(ln_post(I_k)) + tt1                [tower] */
     float *t_sum;           /* (P*T, H) link-tower mix (k >= 1; LN input)        [pair] */
@@ -283,6 +294,8 @@ typedef struct bt_model {
     bt_acts walk_scratch;    /* where the counting walks lay out (sizes without moving acts) */
     bt_arena tower_act, tower_dact, pair_act, pair_dact, hf_mem;
     bt_act_mode act_mode;    /* bt_model_set_act_mode (default BT_ACTS_FULL) */
+    int act_bf16;            /* bf16 activation storage requested (bt_model_set_act_bf16;
+                                default 1, BT_ACT_BF16=0 at bt_model_init: 0) */
     bt_arena layer_act, layer_dact; /* shared layer scratch and its gradients (checkpoint) */
     bt_arena *scratch;       /* where the shared scratch lives now (layer_act, or in forward-
                                 only mode an unused gradient arena large enough); NULL: none */
@@ -328,7 +341,8 @@ typedef struct bt_loss_weights {
 } bt_loss_weights;
 
 /* Builds the table and allocates params, grads (zeroed) and, in bf16 mode, the shadow.
- * Parameters are zero until bt_model_init_params or a load. */
+ * Parameters are zero until bt_model_init_params or a load. Reads BT_ACT_BF16 ("0" or "1",
+ * see "bf16 activation storage"; another value is an error naming it). */
 bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
                         bt_precision precision);
 void bt_model_free(bt_model *m);
@@ -518,10 +532,36 @@ const char *bt_act_mode_name(bt_act_mode mode);
 void bt_model_free_grads(bt_model *m);
 
 /* bt_model_activation_bytes for a memory mode (the arenas bt_model_reserve_phases allocates
- * in that mode on a fresh model, the shared scratch included). */
+ * in that mode on a fresh model, the shared scratch included; in bf16 precision with the bf16
+ * activation storage that BT_ACT_BF16 and the active GEMM route give a fresh model). */
 size_t bt_model_activation_bytes_mode(const bt_model_config *c, unsigned heads,
                                       bt_precision prec, bt_act_mode mode, size_t Bt,
                                       size_t Bi, size_t P, size_t Pm, size_t T);
+
+/* --- bf16 activation storage ----------------------------------------------------------------
+ * Where bf16 mode computes its GEMMs in bf16 (the native and widened routes, gemm.h), each
+ * product rounds its operands to bf16: an fp32 activation that only GEMMs read was rounded by
+ * the Linear forward, again by its dW product (and again by a checkpointed recompute). Such
+ * activations are stored in bf16 instead, written already rounded by the kernel that makes
+ * them (layernorm_forward_bf16, gelu_forward_bf16, quick_gelu_forward_bf16, ops.h) or, for an
+ * attention output, rounded once from an fp32 staging buffer (one per phase in BT_ACTS_FULL,
+ * in the layer scratch otherwise) before its out-projection reads it:
+ *   ViT blocks: ln_1 / ln_2 outputs (y1_16, y2_16), attention output (ctx_16), QuickGELU
+ *     output (f_16);  text and cross layers: attention outputs (ctx_16, cctx_16), GELU output
+ *     (f_16);  bridges: the ln_post output (lnp_16).
+ * The stored bits are the operand the GEMMs used before (gemm.h: round to nearest even), so
+ * losses, gradients and weights are bit for bit those of fp32 storage (tests/test_act_bf16.c)
+ * and those slots take half the bytes; their gradients stay fp32 (gradient arenas unchanged).
+ * Not converted: q / k / v (attention reads them), LayerNorm outputs that also feed a residual
+ * (text and cross layers), anything in fp32 mode or on the FP32 route. Each placement of a
+ * phase decides: on when requested (the default; BT_ACT_BF16=0 in the environment at
+ * bt_model_init, or bt_model_set_act_bf16(m, 0), turns it off, e.g. for an A/B comparison),
+ * precision BF16 and a route that computes in bf16. Changing it ends the current phases (as
+ * bt_model_set_act_mode). */
+void bt_model_set_act_bf16(bt_model *m, int on);
+/* 1 when the next placement stores those activations in bf16 (requested, bf16 precision and
+ * bf16 GEMM compute now). */
+int bt_model_act_bf16(const bt_model *m);
 
 /* Dropout row key of a pair (text key, image key); order matters. */
 uint64_t bt_pair_key(uint64_t text_key, uint64_t image_key);

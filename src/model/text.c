@@ -86,14 +86,15 @@ static void text_layer_forward(bt_model *m, int l, float *out, const float *x) {
     rows_attention_forward(a->ctx, a->probs, a->q, a->k, a->v, m->acts.key_bias, &ad, &dr.probs,
                            m->text_keys, model_compute(m));
     /* attention.output: LN1(dropout(ctx·Woᵀ + bo) + x) */
-    lin_forward(m, a->attn_lin, a->ctx, &p.o, N);
+    act_keep_bf16(a->ctx_16, a->ctx, N * C); /* ctx, f: bf16 with bf16 storage (model.h) */
+    lin_forward_act(m, a->attn_lin, a->ctx, a->ctx_16, &p.o, N);
     rows_dropout_forward(a->attn_lin, a->attn_lin, m->Bt, m->T * C, &dr.attn_out, m->text_keys);
     residual_forward(a->res1, a->attn_lin, x, N * C);
     norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N);
     /* intermediate + output: LN2(dropout(GELU(a·W1ᵀ + b1)·W2ᵀ + b2) + a) */
     lin_forward(m, a->f_pre, a->a, &p.fc1, N);
-    gelu_forward(a->f, a->f_pre, N * I);
-    lin_forward(m, a->ffn_lin, a->f, &p.fc2, N);
+    gelu_forward_act(a->f, a->f_16, a->f_pre, N * I);
+    lin_forward_act(m, a->ffn_lin, a->f, a->f_16, &p.fc2, N);
     rows_dropout_forward(a->ffn_lin, a->ffn_lin, m->Bt, m->T * C, &dr.ffn_out, m->text_keys);
     residual_forward(a->res2, a->ffn_lin, a->a, N * C);
     norm_forward(out, a->mean2, a->rstd2, a->res2, &p.ln2, N);
@@ -117,7 +118,7 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     residual_backward(d->a, NULL, d->res2, N * C);
     rows_dropout_backward(d->ffn_lin, d->res2, m->Bt, m->T * C, &dr.ffn_out, m->text_keys);
     /* ffn_lin = f·W2ᵀ + b2, f = GELU(f_pre), f_pre = a·W1ᵀ + b1 */
-    lin_backward(m, d->f, d->ffn_lin, a->f, &p.fc2, N);
+    lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N);
     gelu_backward(d->f_pre, d->f, a->f_pre, N * I);
     lin_backward(m, d->a, d->f_pre, a->a, &p.fc1, N);
     /* a = LN1(res1), res1 = dropout(attn_lin) + x */
@@ -125,7 +126,7 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     residual_backward(dx, NULL, d->res1, N * C);
     rows_dropout_backward(d->attn_lin, d->res1, m->Bt, m->T * C, &dr.attn_out, m->text_keys);
     /* attn_lin = ctx·Woᵀ + bo; ctx = attention(q, k, v) */
-    lin_backward(m, d->ctx, d->attn_lin, a->ctx, &p.o, N);
+    lin_backward_act(m, d->ctx, d->attn_lin, a->ctx, a->ctx_16, &p.o, N);
     rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &ad,
                             &dr.probs, m->text_keys, model_compute(m));
     /* q, k, v = x·Wᵀ + b */

@@ -94,18 +94,19 @@ static void vit_layer_forward(bt_model *m, int l, float *out, const float *x) {
     const vit_layer_params p = vit_layer_params_get(m, l);
     const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->Bi * (size_t)m->cfg.np;
     const attention_dims ad = vit_attn_dims(m);
-    /* x_mid = x + out_proj(attn(ln_1(x))) */
-    norm_forward(a->y1, a->mean1, a->rstd1, x, &p.ln1, N);
-    lin_forward(m, a->qkv, a->y1, &p.in, N);
+    /* x_mid = x + out_proj(attn(ln_1(x)))  (y1, ctx, y2, f: bf16 with bf16 storage, model.h) */
+    norm_forward_act(a->y1, a->y1_16, a->mean1, a->rstd1, x, &p.ln1, N);
+    lin_forward_act(m, a->qkv, a->y1, a->y1_16, &p.in, N);
     attention_forward(a->ctx, a->probs, a->qkv, a->qkv + Hv, a->qkv + 2 * Hv, NULL, &ad, NULL,
                       model_compute(m));
-    lin_forward(m, a->attn_out, a->ctx, &p.out, N);
+    act_keep_bf16(a->ctx_16, a->ctx, N * Hv);
+    lin_forward_act(m, a->attn_out, a->ctx, a->ctx_16, &p.out, N);
     residual_forward(a->x_mid, x, a->attn_out, N * Hv);
     /* out = x_mid + c_proj(QuickGELU(c_fc(ln_2(x_mid)))) */
-    norm_forward(a->y2, a->mean2, a->rstd2, a->x_mid, &p.ln2, N);
-    lin_forward(m, a->f_pre, a->y2, &p.fc, N);
-    quick_gelu_forward(a->f, a->f_pre, N * 4 * Hv);
-    lin_forward(m, a->mlp_out, a->f, &p.proj, N);
+    norm_forward_act(a->y2, a->y2_16, a->mean2, a->rstd2, a->x_mid, &p.ln2, N);
+    lin_forward_act(m, a->f_pre, a->y2, a->y2_16, &p.fc, N);
+    quick_gelu_forward_act(a->f, a->f_16, a->f_pre, N * 4 * Hv);
+    lin_forward_act(m, a->mlp_out, a->f, a->f_16, &p.proj, N);
     residual_forward(out, a->x_mid, a->mlp_out, N * Hv);
 }
 
@@ -121,17 +122,17 @@ static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
     /* out = x_mid + mlp_out */
     residual_backward(d->x_mid, d->mlp_out, dout, N * Hv);
     /* mlp_out = c_proj(f), f = QuickGELU(f_pre), f_pre = c_fc(y2), y2 = ln_2(x_mid) */
-    lin_backward(m, d->f, d->mlp_out, a->f, &p.proj, N);
+    lin_backward_act(m, d->f, d->mlp_out, a->f, a->f_16, &p.proj, N);
     quick_gelu_backward(d->f_pre, d->f, a->f_pre, N * 4 * Hv);
-    lin_backward(m, d->y2, d->f_pre, a->y2, &p.fc, N);
+    lin_backward_act(m, d->y2, d->f_pre, a->y2, a->y2_16, &p.fc, N);
     norm_backward(d->x_mid, d->y2, a->x_mid, a->mean2, a->rstd2, &p.ln2, N);
     /* x_mid = x + attn_out, attn_out = out_proj(ctx) */
     residual_backward(dx, d->attn_out, d->x_mid, N * Hv);
-    lin_backward(m, d->ctx, d->attn_out, a->ctx, &p.out, N);
+    lin_backward_act(m, d->ctx, d->attn_out, a->ctx, a->ctx_16, &p.out, N);
     /* ctx = attention(Q, K, V), [Q|K|V] = in_proj(y1), y1 = ln_1(x) */
     attention_backward(d->qkv, d->qkv + Hv, d->qkv + 2 * Hv, d->ctx, a->probs, a->qkv,
                        a->qkv + Hv, a->qkv + 2 * Hv, &ad, NULL, model_compute(m));
-    lin_backward(m, d->y1, d->qkv, a->y1, &p.in, N);
+    lin_backward_act(m, d->y1, d->qkv, a->y1, a->y1_16, &p.in, N);
     norm_backward(dx, d->y1, x, a->mean1, a->rstd1, &p.ln1, N);
 }
 
