@@ -25,7 +25,11 @@
  * Attention runs per (batch, head) block: the block's scores q kᵀ/√D come from one gemm()
  * straight into its slice of probs (contiguous, Tq x Tk: it serves as the score tile, which
  * saves a Tq x Tk copy), the rows get + key_bias and are softmaxed in place, dropout is
- * applied to a per-thread copy (the tile), and a second gemm() forms the value product.
+ * applied to a per-thread copy (the tile), and a second gemm() forms the value product. On
+ * the native bf16 route this file hands the products bf16 operands, each rounded once per
+ * block (dout_h and dS each feed two products) to the bytes and dense layout gemm's own
+ * packing would make, so the results are the same bits; P's bf16 copy is written by the row
+ * pass (softmax, dropout) while the row is in L1.
  * The OpenMP loop runs over the B*NH blocks and each gemm() runs on its calling thread (see
  * ATTENTION THREADING below for the measurement behind it).
  *
@@ -352,8 +356,9 @@ static void dropout_backward_fast(float *dx, const float *dout, size_t n, const 
  * not depend on the thread count or on how the columns are grouped. A task owns a run of up
  * to OPS_COLSUM_W adjacent columns and walks the rows in order, reading its part of each row
  * contiguously (the accumulators, 8 bytes a column, stay in L1). The previous grouping, 64
- * columns a task, read 256 bytes per row at a row stride of 3-12 KiB, which the hardware
- * prefetchers do not follow across pages: 2.2-2.7x slower (docs/benchmarks.md, "Session 4"). */
+ * columns a task, read 256 bytes per row at a row stride of 3-12 KiB: 1.4x slower for the
+ * sums and 2.1x with dout's bf16 rounding at 2600 x 3072 on one thread (docs/benchmarks.md,
+ * "Session 4"). */
 #define OPS_COLSUM_W ((size_t)4096)
 /* Column block of the other column-owning kernels (LayerNorm and embedding backward). */
 #define OPS_COLS 64
@@ -817,24 +822,31 @@ static ops_attn_mode ops_attention_resolve(void) {
     return gemm_get_backend() == GEMM_BACKEND_OPENBLAS ? OPS_ATTN_GEMM : OPS_ATTN_BLOCKS;
 }
 
-/* The block's Tq score rows in place: S += key_bias (if any), P = softmax(S); then, with
- * dropout, tile = dropout(P). The key bias is added here rather than as the GEMM's bias:
+/* The block's Tq score rows in place: S += key_bias (if any), P = softmax(S); then P·V's
+ * operand: with dropout, tile = dropout(P) (fp32, Tq x Tk); with tile16 (the native bf16
+ * route), tile16 (Tq x Tk) = bf16(dropout(P)) or bf16(P), the bytes gemm's own rounding of
+ * that operand gives, and tile is then one row of scratch. Row by row, while the row is in L1.
+ * The key bias is added here rather than as the GEMM's bias:
  * with alpha = 1/√D a GEMM may scale the bias by 1/alpha internally (oneDNN does), which
  * turns HF's -FLT_MAX mask into -Inf and a row whose keys are all masked into NaN instead
  * of the uniform distribution torch gives. */
-OPS_VEC static void attention_rows_forward(float *tile, float *p, const float *key_bias,
-                                           size_t tq, size_t tk, const ops_drop *dr,
-                                           uint64_t base) {
+OPS_VEC static void attention_rows_forward(float *tile, bt_bf16 *tile16, float *p,
+                                           const float *key_bias, size_t tq, size_t tk,
+                                           const ops_drop *dr, uint64_t base) {
+    const ops_drop r = *dr;
     for (size_t i = 0; i < tq; i++) {
         float *pi = p + i * tk;
         if (key_bias)
             for (size_t j = 0; j < tk; j++) pi[j] += key_bias[j];
         softmax_row_inline(pi, pi, tk, NULL);
-    }
-    if (dr->on) {
-        const ops_drop r = *dr;
-        for (size_t e = 0; e < tq * tk; e++)
-            tile[e] = (float)((double)p[e] * ops_drop_mult(&r, base + e));
+        const float *op = pi; /* row i of P·V's operand */
+        if (r.on) {
+            float *ti = tile16 ? tile : tile + i * tk;
+            for (size_t j = 0; j < tk; j++)
+                ti[j] = (float)((double)pi[j] * ops_drop_mult(&r, base + i * tk + j));
+            op = ti;
+        }
+        if (tile16) bf16_from_f32_serial(tile16 + i * tk, op, tk);
     }
 }
 
@@ -854,10 +866,24 @@ OPS_VEC static void attention_rows_backward(float *ds, const float *p, size_t tq
     }
 }
 
+/* x16 (T, D) = bf16 of x_h (T rows at stride ldx): the bytes and the dense layout gemm's own
+ * packing makes of an fp32 operand on the native bf16 route (gemm_onednn.c dn_pack_operand),
+ * so a product reading x16 gives the bits it gives reading x_h. Returns x16. */
+static const bt_bf16 *attention_round(bt_bf16 *x16, const float *x_h, size_t ldx, size_t T,
+                                      size_t D) {
+    for (size_t t = 0; t < T; t++) bf16_from_f32_serial(x16 + t * D, x_h + t * ldx, D);
+    return x16;
+}
+
+/* tile: dropout(P) (fp32, Tq x Tk; one row with tile16), or NULL without dropout. tile16,
+ * on the native bf16 route only (else NULL): Tq x Tk + (Tq + 2 Tk) x D bf16, P·V's operand
+ * written in bf16 by the row pass (the bytes gemm would round P or dropout(P) to, without a
+ * second pass over it), then the bf16 q_h, k_h, v_h. */
 static void attention_block_forward(float *out, float *probs, const float *q, const float *k,
                                     const float *v, const float *key_bias,
                                     const attention_dims *d, const ops_drop *dr,
-                                    gemm_compute compute, float *tile, size_t b, size_t h) {
+                                    gemm_compute compute, float *tile, bt_bf16 *tile16,
+                                    size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     float *p = probs + pbase; /* (Tq, Tk) slice of probs: S, then P in place */
@@ -869,27 +895,48 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
         .c = p, .ldc = Tk, .alpha = (float)(1.0 / sqrt((double)D)), .beta = 0.0f,
         .compute = compute,
     };
+    if (tile16) { /* q_h, k_h, v_h rounded here (attention_round), after P's Tq x Tk */
+        bt_bf16 *q16 = tile16 + Tq * Tk, *k16 = q16 + Tq * D;
+        s.a_type = s.b_type = BT_DTYPE_BF16;
+        s.a = attention_round(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D);
+        s.b = attention_round(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D);
+        s.lda = s.ldb = D;
+    }
     gemm(&s);
-    attention_rows_forward(tile, p, key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, pbase);
+    attention_rows_forward(tile, tile16, p, key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr,
+                           pbase);
     /* out_h = dropout(P) v_h */
     gemm_args o = {
         .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
-        .a_type = BT_DTYPE_F32, .a = dr->on ? tile : p, .lda = Tk,
+        .a_type = tile16 ? BT_DTYPE_BF16 : BT_DTYPE_F32,
+        .a = tile16 ? (const void *)tile16 : dr->on ? (const void *)tile : (const void *)p,
+        .lda = Tk,
         .b_type = BT_DTYPE_F32, .b = v + b * Tk * d->ldv + h * D, .ldb = d->ldv,
         .c = out + b * Tq * d->ldo + h * D, .ldc = d->ldo, .alpha = 1.0f, .beta = 0.0f,
         .compute = compute,
     };
+    if (tile16) {
+        o.b_type = BT_DTYPE_BF16;
+        o.b = attention_round(tile16 + Tq * Tk + (Tq + Tk) * D, v + b * Tk * d->ldv + h * D,
+                              d->ldv, Tk, D);
+        o.ldb = D;
+    }
     gemm(&o);
 }
 
 /* forward, per block: S = q kᵀ/√D + bias, P = softmax(S), Pd = dropout(P), out = Pd v.
  *   dv += Pdᵀ dout;  dPd = dout vᵀ;  dS = P ⊙ (dP - rowsum(dP ⊙ P)), dP = dropout(dPd);
- *   dq += dS k/√D;  dk += dSᵀ q/√D.   tile holds 2 Tq x Tk: dPd/dS, then Pd (dropout only). */
+ *   dq += dS k/√D;  dk += dSᵀ q/√D.   tile holds 2 Tq x Tk: dPd/dS, then Pd (dropout only).
+ * On the native bf16 route tile16 (else NULL) holds 2 (Tq + Tk) x D bf16, and every operand
+ * is rounded here once (attention_round: the bytes gemm's packing would make, so the same
+ * bits): dout_h into tile16 (read by the dv and dPd products), q_h, k_h, v_h after it;
+ * bf16(Pd) into the second half of tile (Pd staged in the first), later bf16(dS) there (read
+ * by the dq and dk products). */
 static void attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
                                      const float *probs, const float *q, const float *k,
                                      const float *v, const attention_dims *d,
                                      const ops_drop *dr, gemm_compute compute, float *tile,
-                                     size_t b, size_t h) {
+                                     bt_bf16 *tile16, size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     const float *p = probs + pbase;
@@ -899,31 +946,48 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
     const float *v_h = v + b * Tk * d->ldv + h * D;
     const float scale = (float)(1.0 / sqrt((double)D));
     float *ds = tile, *pd = tile + Tq * Tk;
+    bt_dtype dout_type = BT_DTYPE_F32;
+    const void *dout_op = dout_h;
+    size_t ld_dout = d->ldo;
+    bt_bf16 *q16 = NULL, *k16 = NULL, *v16 = NULL; /* tile16: dout16, q16, k16, v16 */
+    if (tile16) {
+        dout_type = BT_DTYPE_BF16, ld_dout = D;
+        dout_op = attention_round(tile16, dout_h, d->ldo, Tq, D);
+        q16 = tile16 + Tq * D, k16 = q16 + Tq * D, v16 = k16 + Tk * D;
+    }
     if (dv) { /* dv_h += Pdᵀ dout_h */
-        if (dr->on) dropout_span(pd, p, Tq * Tk, dr, pbase);
         gemm_args g = {
             .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
             .a_type = BT_DTYPE_F32, .a = dr->on ? pd : p, .lda = Tk,
-            .b_type = BT_DTYPE_F32, .b = dout_h, .ldb = d->ldo,
+            .b_type = dout_type, .b = dout_op, .ldb = ld_dout,
             .c = dv + b * Tk * d->ldv + h * D, .ldc = d->ldv, .alpha = 1.0f, .beta = 1.0f,
             .compute = compute,
         };
+        if (tile16) {
+            if (dr->on) dropout_span(ds, p, Tq * Tk, dr, pbase);
+            bf16_from_f32_serial((bt_bf16 *)pd, dr->on ? ds : p, Tq * Tk);
+            g.a_type = BT_DTYPE_BF16;
+            g.a = pd;
+        } else if (dr->on) {
+            dropout_span(pd, p, Tq * Tk, dr, pbase);
+        }
         gemm(&g);
     }
     if (!dq && !dk) return;
     gemm_args g = { /* dPd = dout_h v_hᵀ */
         .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
-        .a_type = BT_DTYPE_F32, .a = dout_h, .lda = d->ldo,
+        .a_type = dout_type, .a = dout_op, .lda = ld_dout,
         .b_type = BT_DTYPE_F32, .b = v_h, .ldb = d->ldv,
         .c = ds, .ldc = Tk, .alpha = 1.0f, .beta = 0.0f, .compute = compute,
     };
+    if (v16) g.b_type = BT_DTYPE_BF16, g.b = attention_round(v16, v_h, d->ldv, Tk, D), g.ldb = D;
     gemm(&g);
     attention_rows_backward(ds, p, Tq, Tk, dr, pbase);
     /* dS feeds both products: on the native bf16 route round it once, into the Pd half of
      * the tile (free after the dv product; Tq x Tk bf16 fit in Tq x Tk floats) */
     bt_dtype ds_type = BT_DTYPE_F32;
     const void *ds_op = ds;
-    if (dq && dk && ops_bf16_native(compute)) {
+    if (dq && dk && tile16) {
         bf16_from_f32_serial((bt_bf16 *)pd, ds, Tq * Tk);
         ds_type = BT_DTYPE_BF16;
         ds_op = pd;
@@ -936,6 +1000,8 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
             .c = dq + b * Tq * d->ldq + h * D, .ldc = d->ldq, .alpha = scale, .beta = 1.0f,
             .compute = compute,
         };
+        if (k16)
+            gq.b_type = BT_DTYPE_BF16, gq.b = attention_round(k16, k_h, d->ldk, Tk, D), gq.ldb = D;
         gemm(&gq);
     }
     if (dk) { /* dk_h += dSᵀ q_h / √D */
@@ -946,6 +1012,8 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
             .c = dk + b * Tk * d->ldk + h * D, .ldc = d->ldk, .alpha = scale, .beta = 1.0f,
             .compute = compute,
         };
+        if (q16)
+            gk.b_type = BT_DTYPE_BF16, gk.b = attention_round(q16, q_h, d->ldq, Tq, D), gk.ldb = D;
         gemm(&gk);
     }
 }
@@ -971,7 +1039,7 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
         gemm(&s);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
-            attention_rows_forward(tile ? tile + h * blk : NULL, pb + h * blk,
+            attention_rows_forward(tile ? tile + h * blk : NULL, NULL, pb + h * blk,
                                    key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr,
                                    (b * NH + h) * blk);
         gemm_args o = {
@@ -1065,14 +1133,21 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
         attention_forward_batched(out, probs, q, k, v, key_bias, d, &dr, compute);
         return;
     }
-    const size_t nblk = d->B * d->NH, tile_n = dr.on ? d->Tq * d->Tk : 0;
+    const size_t nblk = d->B * d->NH;
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
-    float *tiles = tile_n ? bt_alloc((size_t)nthr * tile_n * sizeof(float)) : NULL;
+    /* per thread: the fp32 dropout tile (Tq x Tk; one row beside tile16) and tile16 */
+    const int native = ops_bf16_native(compute);
+    const size_t tile_n = dr.on ? (native ? d->Tk : d->Tq * d->Tk) : 0;
+    const size_t tile16_n = native ? d->Tq * d->Tk + (d->Tq + 2 * d->Tk) * d->D : 0;
+    const size_t stride = (tile_n * sizeof(float) + tile16_n * sizeof(bt_bf16) + 63) / 64 * 64;
+    char *tiles = stride ? bt_alloc((size_t)nthr * stride) : NULL;
     OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
     for (size_t blk = 0; blk < nblk; blk++) {
-        float *tile = tiles ? tiles + (size_t)ops_thread_num() * tile_n : NULL;
-        attention_block_forward(out, probs, q, k, v, key_bias, d, &dr, compute, tile,
+        char *mine = tiles ? tiles + (size_t)ops_thread_num() * stride : NULL;
+        float *tile = tile_n ? (float *)mine : NULL;
+        bt_bf16 *tile16 = tile16_n ? (bt_bf16 *)(mine + tile_n * sizeof(float)) : NULL;
+        attention_block_forward(out, probs, q, k, v, key_bias, d, &dr, compute, tile, tile16,
                                 blk / d->NH, blk % d->NH);
     }
     bt_free(tiles);
@@ -1090,15 +1165,20 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
         attention_backward_batched(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute);
         return;
     }
-    const size_t nblk = d->B * d->NH, tile_n = 2 * d->Tq * d->Tk;
+    const size_t nblk = d->B * d->NH;
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
-    float *tiles = bt_alloc((size_t)nthr * tile_n * sizeof(float));
+    /* per thread: 2 Tq x Tk floats, and on the native route tile16 (2 (Tq + Tk) x D bf16) */
+    const size_t tile16_n = ops_bf16_native(compute) ? 2 * (d->Tq + d->Tk) * d->D : 0;
+    const size_t stride =
+        (2 * d->Tq * d->Tk * sizeof(float) + tile16_n * sizeof(bt_bf16) + 63) / 64 * 64;
+    char *tiles = bt_alloc((size_t)nthr * stride);
     OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
     for (size_t blk = 0; blk < nblk; blk++) {
-        float *tile = tiles + (size_t)ops_thread_num() * tile_n;
-        attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute, tile,
-                                 blk / d->NH, blk % d->NH);
+        char *mine = tiles + (size_t)ops_thread_num() * stride;
+        bt_bf16 *tile16 = tile16_n ? (bt_bf16 *)(mine + 2 * d->Tq * d->Tk * sizeof(float)) : NULL;
+        attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute,
+                                 (float *)mine, tile16, blk / d->NH, blk % d->NH);
     }
     bt_free(tiles);
 }
