@@ -24,7 +24,8 @@
  *      outputs of FORWARD_ONLY rounds, and (oneDNN) the losses and weights of three
  *      bt_train_step steps, all bit for bit; the FULL arenas shrink by exactly the amount the
  *      layout rule predicts; a control flips one bit of a stored activation and the gradients
- *      change; the base config's numbers are printed.
+ *      change; BT_ACT_BF16=0 turns it off and another value is refused by name; the base
+ *      config's numbers are printed.
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -636,6 +637,33 @@ static void check_act16_base(void) {
              "5: base: bf16 storage needs fewer activation bytes in every mode");
 }
 
+/* BT_ACT_BF16: "0" turns the storage off at bt_model_init, another value than 0/1 is refused
+ * with a message naming the variable. */
+static void check_act16_env(void) {
+    const char *env = getenv("BT_ACT_BF16");
+    char *saved_env = env ? strdup(env) : NULL;
+    bt_model_config c;
+    if (fd_tiny_config(&c)) {
+        bt_model m;
+        setenv("BT_ACT_BF16", "0", 1);
+        if (tu_check(bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_BF16) == BT_OK,
+                     "5: BT_ACT_BF16=0: init: %s", bt_error_message())) {
+            tu_check(!bt_model_act_bf16(&m), "5: BT_ACT_BF16=0: storage off");
+            bt_model_free(&m);
+        }
+        setenv("BT_ACT_BF16", "yes", 1);
+        const bt_status st = bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_BF16);
+        tu_check(st != BT_OK && strstr(bt_error_message(), "BT_ACT_BF16=yes") &&
+                     strstr(bt_error_message(), "expected 0"),
+                 "5: BT_ACT_BF16=yes refused naming the variable and the values (%s)",
+                 st != BT_OK ? bt_error_message() : "accepted");
+        if (st == BT_OK) bt_model_free(&m);
+    }
+    if (saved_env) setenv("BT_ACT_BF16", saved_env, 1);
+    else unsetenv("BT_ACT_BF16");
+    free(saved_env);
+}
+
 static void check_act16(void) {
     const gemm_backend be = gemm_get_backend();
     struct {
@@ -668,6 +696,7 @@ static void check_act16(void) {
     }
     gemm_set_backend(be);
     gemm_bf16_route_request(GEMM_BF16_WIDENED);
+    check_act16_env();
     check_act16_base();
     gemm_init_from_env(); /* the route the environment asks for again */
 }
