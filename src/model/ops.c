@@ -293,9 +293,20 @@ OPS_INLINE int ops_keep(const ops_drop *dr, uint64_t i) {
     return ops_fmix32((lo * 0x9e3779b9u) ^ (hi * 0x85ebca6bu) ^ dr->key) >= dr->thresh;
 }
 
-/* The multiplier of element i: 1/(1-p) if kept, else 0. */
-OPS_INLINE double ops_drop_mult(const ops_drop *dr, uint64_t i) {
-    return ops_keep(dr, i) ? dr->scale : 0.0;
+/* The multiplier of element i, 1/(1-p) if kept, else 0, computed over runs of indices that
+ * share their high 32 bits: there keep(i) needs only the low half,
+ * h = fmix32(lo 0x9e3779b9 ^ hk) with hk = hi 0x85ebca6b ^ key fixed for the run, which
+ * spares the vectorized loops the 64-bit index lanes (ops_keep's bits). Returns the length
+ * of the run from index i, at most n, and its hk. */
+OPS_INLINE size_t ops_drop_run(const ops_drop *dr, uint64_t i, size_t n, uint32_t *hk) {
+    *hk = ((uint32_t)(i >> 32) * 0x85ebca6bu) ^ dr->key;
+    const uint64_t left = ((uint64_t)1 << 32) - (uint32_t)i; /* before the low half wraps */
+    return left < n ? (size_t)left : n;
+}
+
+/* The multiplier of the index whose low half is lo, in the run of hk */
+OPS_INLINE double ops_drop_mult_lo(const ops_drop *dr, uint32_t lo, uint32_t hk) {
+    return ops_fmix32((lo * 0x9e3779b9u) ^ hk) >= dr->thresh ? dr->scale : 0.0;
 }
 
 static ops_drop ops_drop_make(const bt_dropout *d) {
@@ -323,15 +334,27 @@ int dropout_keep(const bt_dropout *d, uint64_t i) {
 OPS_VEC static void dropout_span(float *dst, const float *src, size_t n, const ops_drop *dr,
                                  uint64_t base) {
     const ops_drop r = *dr;
-    for (size_t j = 0; j < n; j++) dst[j] = (float)((double)src[j] * ops_drop_mult(&r, base + j));
+    for (size_t j = 0, len; j < n; j += len) {
+        uint32_t hk;
+        len = ops_drop_run(&r, base + j, n - j, &hk);
+        const uint32_t lo = (uint32_t)(base + j);
+        for (size_t e = 0; e < len; e++)
+            dst[j + e] = (float)((double)src[j + e] * ops_drop_mult_lo(&r, lo + (uint32_t)e, hk));
+    }
 }
 
 /* dx[j] += dout[j] * m(base + j) */
 OPS_VEC static void dropout_span_acc(float *dx, const float *dout, size_t n,
                                      const ops_drop *dr, uint64_t base) {
     const ops_drop r = *dr;
-    for (size_t j = 0; j < n; j++)
-        dx[j] = (float)((double)dx[j] + (double)dout[j] * ops_drop_mult(&r, base + j));
+    for (size_t j = 0, len; j < n; j += len) {
+        uint32_t hk;
+        len = ops_drop_run(&r, base + j, n - j, &hk);
+        const uint32_t lo = (uint32_t)(base + j);
+        for (size_t e = 0; e < len; e++)
+            dx[j + e] = (float)((double)dx[j + e] +
+                                (double)dout[j + e] * ops_drop_mult_lo(&r, lo + (uint32_t)e, hk));
+    }
 }
 
 static void dropout_forward_fast(float *out, const float *x, size_t n, const bt_dropout *d) {
@@ -842,8 +865,7 @@ OPS_VEC static void attention_rows_forward(float *tile, bt_bf16 *tile16, float *
         const float *op = pi; /* row i of P·V's operand */
         if (r.on) {
             float *ti = tile16 ? tile : tile + i * tk;
-            for (size_t j = 0; j < tk; j++)
-                ti[j] = (float)((double)pi[j] * ops_drop_mult(&r, base + i * tk + j));
+            dropout_span(ti, pi, tk, &r, base + i * tk);
             op = ti;
         }
         if (tile16) bf16_from_f32_serial(tile16 + i * tk, op, tk);
@@ -858,9 +880,7 @@ OPS_VEC static void attention_rows_backward(float *ds, const float *p, size_t tq
     for (size_t i = 0; i < tq; i++) {
         float *dsi = ds + i * tk;
         const float *pi = p + i * tk;
-        if (r.on)
-            for (size_t j = 0; j < tk; j++)
-                dsi[j] = (float)((double)dsi[j] * ops_drop_mult(&r, base + i * tk + j));
+        if (r.on) dropout_span(dsi, dsi, tk, &r, base + i * tk);
         const float dot = ops_dot(dsi, pi, tk);
         for (size_t j = 0; j < tk; j++) dsi[j] = pi[j] * (dsi[j] - dot);
     }
