@@ -300,7 +300,8 @@ typedef struct bt_model {
     bt_arena *scratch;       /* where the shared scratch lives now (layer_act, or in forward-
                                 only mode an unused gradient arena large enough); NULL: none */
     size_t group_grad_bytes[BT_GROUP_COUNT]; /* checkpoint: gradient bytes of each group */
-    size_t act_numel, dact_numel; /* floats in use in acts / dacts (both phases) */
+    size_t act_numel, dact_numel; /* bytes in use in acts / dacts (both phases) / 4 (a bf16
+                                     slot counts half) */
     /* tower-phase inputs (copied), in the tower arena */
     int32_t *ids, *mask, *pos_ids; /* (Bt, T) */
     uint64_t *text_keys;     /* (Bt) dropout row keys */

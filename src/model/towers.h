@@ -1,6 +1,7 @@
 /* towers.h: internal glue shared by the tower files (vit.c, text.c, cross.c, heads.c) and
  * model.c: parameter views of one Linear / LayerNorm (master weight, bf16 shadow, gradient),
- * the compute mode, dropout call sites, and the tower entry points.
+ * the compute mode, the Linear / LayerNorm / GELU calls on activations that may be stored in
+ * bf16 (model.h "bf16 activation storage"), dropout call sites, and the tower entry points.
  *
  * Every tower is a forward/backward pair over the model's named activation slots; the
  * backward restates the forward lines it differentiates and accumulates (ops.h). Dropout
