@@ -357,6 +357,17 @@ OPS_VEC static void dropout_span_acc(float *dx, const float *dout, size_t n,
     }
 }
 
+/* m[j] = m(base + j), the multipliers themselves (for a mask applied to two arrays) */
+OPS_VEC static void dropout_mults(double *m, size_t n, const ops_drop *dr, uint64_t base) {
+    const ops_drop r = *dr;
+    for (size_t j = 0, len; j < n; j += len) {
+        uint32_t hk;
+        len = ops_drop_run(&r, base + j, n - j, &hk);
+        const uint32_t lo = (uint32_t)(base + j);
+        for (size_t e = 0; e < len; e++) m[j + e] = ops_drop_mult_lo(&r, lo + (uint32_t)e, hk);
+    }
+}
+
 static void dropout_forward_fast(float *out, const float *x, size_t n, const bt_dropout *d) {
     BT_ASSERT(n == 0 || (out && x));
     const ops_drop dr = ops_drop_make(d);
@@ -872,17 +883,37 @@ OPS_VEC static void attention_rows_forward(float *tile, bt_bf16 *tile16, float *
     }
 }
 
-/* On entry ds holds dPd = dout vᵀ for the block; on exit dS:
- *   dP = dropout(dPd) (mask and scale of the forward);  dS = P ⊙ (dP - Σ_j dP_j P_j) */
-OPS_VEC static void attention_rows_backward(float *ds, const float *p, size_t tq, size_t tk,
-                                            const ops_drop *dr, uint64_t base) {
+/* On entry ds (or NULL) holds dPd = dout vᵀ for the block; on exit dS:
+ *   dP = dropout(dPd) (mask and scale of the forward);  dS = P ⊙ (dP - Σ_j dP_j P_j)
+ * On the native bf16 route also, row by row while the row is in L1: pd16 (or NULL) =
+ * bf16(dropout(P)), the dv product's operand, and ds16 = bf16(dS), the dq and dk products'
+ * (the bytes gemm would round them to); with dropout the row's mask is made once, into mrow
+ * (Tk doubles), for both P and dPd, and dropout(P)'s row is staged in frow (Tk floats). */
+OPS_VEC static void attention_rows_backward(float *ds, bt_bf16 *pd16, bt_bf16 *ds16,
+                                            double *mrow, float *frow, const float *p,
+                                            size_t tq, size_t tk, const ops_drop *dr,
+                                            uint64_t base) {
     const ops_drop r = *dr;
     for (size_t i = 0; i < tq; i++) {
-        float *dsi = ds + i * tk;
         const float *pi = p + i * tk;
-        if (r.on) dropout_span(dsi, dsi, tk, &r, base + i * tk);
+        if (r.on && mrow) dropout_mults(mrow, tk, &r, base + i * tk);
+        if (pd16) {
+            const float *op = pi;
+            if (r.on) {
+                for (size_t j = 0; j < tk; j++) frow[j] = (float)((double)pi[j] * mrow[j]);
+                op = frow;
+            }
+            bf16_from_f32_serial(pd16 + i * tk, op, tk);
+        }
+        if (!ds) continue;
+        float *dsi = ds + i * tk;
+        if (r.on && mrow)
+            for (size_t j = 0; j < tk; j++) dsi[j] = (float)((double)dsi[j] * mrow[j]);
+        else if (r.on)
+            dropout_span(dsi, dsi, tk, &r, base + i * tk);
         const float dot = ops_dot(dsi, pi, tk);
         for (size_t j = 0; j < tk; j++) dsi[j] = pi[j] * (dsi[j] - dot);
+        if (ds16) bf16_from_f32_serial(ds16 + i * tk, dsi, tk);
     }
 }
 
@@ -946,17 +977,12 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
 
 /* forward, per block: S = q kᵀ/√D + bias, P = softmax(S), Pd = dropout(P), out = Pd v.
  *   dv += Pdᵀ dout;  dPd = dout vᵀ;  dS = P ⊙ (dP - rowsum(dP ⊙ P)), dP = dropout(dPd);
- *   dq += dS k/√D;  dk += dSᵀ q/√D.   tile holds 2 Tq x Tk: dPd/dS, then Pd (dropout only).
- * On the native bf16 route tile16 (else NULL) holds 2 (Tq + Tk) x D bf16, and every operand
- * is rounded here once (attention_round: the bytes gemm's packing would make, so the same
- * bits): dout_h into tile16 (read by the dv and dPd products), q_h, k_h, v_h after it;
- * bf16(Pd) into the second half of tile (Pd staged in the first), later bf16(dS) there (read
- * by the dq and dk products). */
+ *   dq += dS k/√D;  dk += dSᵀ q/√D.   tile holds 2 Tq x Tk: dPd/dS, then Pd (dropout only). */
 static void attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
                                      const float *probs, const float *q, const float *k,
                                      const float *v, const attention_dims *d,
                                      const ops_drop *dr, gemm_compute compute, float *tile,
-                                     bt_bf16 *tile16, size_t b, size_t h) {
+                                     size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     const float *p = probs + pbase;
@@ -966,75 +992,104 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
     const float *v_h = v + b * Tk * d->ldv + h * D;
     const float scale = (float)(1.0 / sqrt((double)D));
     float *ds = tile, *pd = tile + Tq * Tk;
-    bt_dtype dout_type = BT_DTYPE_F32;
-    const void *dout_op = dout_h;
-    size_t ld_dout = d->ldo;
-    bt_bf16 *q16 = NULL, *k16 = NULL, *v16 = NULL; /* tile16: dout16, q16, k16, v16 */
-    if (tile16) {
-        dout_type = BT_DTYPE_BF16, ld_dout = D;
-        dout_op = attention_round(tile16, dout_h, d->ldo, Tq, D);
-        q16 = tile16 + Tq * D, k16 = q16 + Tq * D, v16 = k16 + Tk * D;
-    }
     if (dv) { /* dv_h += Pdᵀ dout_h */
+        if (dr->on) dropout_span(pd, p, Tq * Tk, dr, pbase);
         gemm_args g = {
             .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
             .a_type = BT_DTYPE_F32, .a = dr->on ? pd : p, .lda = Tk,
-            .b_type = dout_type, .b = dout_op, .ldb = ld_dout,
+            .b_type = BT_DTYPE_F32, .b = dout_h, .ldb = d->ldo,
             .c = dv + b * Tk * d->ldv + h * D, .ldc = d->ldv, .alpha = 1.0f, .beta = 1.0f,
             .compute = compute,
         };
-        if (tile16) {
-            if (dr->on) dropout_span(ds, p, Tq * Tk, dr, pbase);
-            bf16_from_f32_serial((bt_bf16 *)pd, dr->on ? ds : p, Tq * Tk);
-            g.a_type = BT_DTYPE_BF16;
-            g.a = pd;
-        } else if (dr->on) {
-            dropout_span(pd, p, Tq * Tk, dr, pbase);
-        }
         gemm(&g);
     }
     if (!dq && !dk) return;
     gemm_args g = { /* dPd = dout_h v_hᵀ */
         .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
-        .a_type = dout_type, .a = dout_op, .lda = ld_dout,
+        .a_type = BT_DTYPE_F32, .a = dout_h, .lda = d->ldo,
         .b_type = BT_DTYPE_F32, .b = v_h, .ldb = d->ldv,
         .c = ds, .ldc = Tk, .alpha = 1.0f, .beta = 0.0f, .compute = compute,
     };
-    if (v16) g.b_type = BT_DTYPE_BF16, g.b = attention_round(v16, v_h, d->ldv, Tk, D), g.ldb = D;
     gemm(&g);
-    attention_rows_backward(ds, p, Tq, Tk, dr, pbase);
-    /* dS feeds both products: on the native bf16 route round it once, into the Pd half of
-     * the tile (free after the dv product; Tq x Tk bf16 fit in Tq x Tk floats) */
-    bt_dtype ds_type = BT_DTYPE_F32;
-    const void *ds_op = ds;
-    if (dq && dk && tile16) {
-        bf16_from_f32_serial((bt_bf16 *)pd, ds, Tq * Tk);
-        ds_type = BT_DTYPE_BF16;
-        ds_op = pd;
-    }
+    attention_rows_backward(ds, NULL, NULL, NULL, NULL, p, Tq, Tk, dr, pbase);
     if (dq) { /* dq_h += dS k_h / √D */
         gemm_args gq = {
             .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
-            .a_type = ds_type, .a = ds_op, .lda = Tk,
+            .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
             .b_type = BT_DTYPE_F32, .b = k_h, .ldb = d->ldk,
             .c = dq + b * Tq * d->ldq + h * D, .ldc = d->ldq, .alpha = scale, .beta = 1.0f,
             .compute = compute,
         };
-        if (k16)
-            gq.b_type = BT_DTYPE_BF16, gq.b = attention_round(k16, k_h, d->ldk, Tk, D), gq.ldb = D;
         gemm(&gq);
     }
     if (dk) { /* dk_h += dSᵀ q_h / √D */
         gemm_args gk = {
             .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
-            .a_type = ds_type, .a = ds_op, .lda = Tk,
+            .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
             .b_type = BT_DTYPE_F32, .b = q_h, .ldb = d->ldq,
             .c = dk + b * Tk * d->ldk + h * D, .ldc = d->ldk, .alpha = scale, .beta = 1.0f,
             .compute = compute,
         };
-        if (q16)
-            gk.b_type = BT_DTYPE_BF16, gk.b = attention_round(q16, q_h, d->ldq, Tq, D), gk.ldb = D;
         gemm(&gk);
+    }
+}
+
+/* attention_block_backward on the native bf16 route: every product reads bf16 operands,
+ * each rounded once (dout_h and dS feed two products each) to the bytes and dense layout
+ * gemm's own packing would make (attention_round), so the results are the same bits. The
+ * dPd product runs first, then one row pass (attention_rows_backward) makes dS, bf16(Pd)
+ * and bf16(dS) with one mask per row, then the dv, dq and dk products (each accumulates into
+ * its own output: the order does not change a bit). tile: Tq x Tk floats (dPd, then dS),
+ * then Tq x Tk bf16 Pd and Tq x Tk bf16 dS; rows: Tk doubles and Tk floats of row scratch;
+ * t16: (2 Tq + 2 Tk) x D bf16 for dout_h, q_h, k_h, v_h. */
+static void attention_block_backward_bf16(float *dq, float *dk, float *dv, const float *dout,
+                                          const float *probs, const float *q, const float *k,
+                                          const float *v, const attention_dims *d,
+                                          const ops_drop *dr, float *tile, double *rows,
+                                          bt_bf16 *t16, size_t b, size_t h) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
+    const size_t pbase = (b * d->NH + h) * Tq * Tk;
+    const float *p = probs + pbase;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    float *ds = dq || dk ? tile : NULL;
+    bt_bf16 *pd16 = (bt_bf16 *)(tile + Tq * Tk), *ds16 = pd16 + Tq * Tk;
+    bt_bf16 *dout16 = t16, *q16 = t16 + Tq * D, *k16 = q16 + Tq * D, *v16 = k16 + Tk * D;
+    attention_round(dout16, dout + b * Tq * d->ldo + h * D, d->ldo, Tq, D);
+    const gemm_args base = {
+        .a_type = BT_DTYPE_BF16, .b_type = BT_DTYPE_BF16, .compute = GEMM_COMPUTE_BF16,
+    };
+    if (ds) { /* dPd = dout_h v_hᵀ */
+        gemm_args g = base;
+        g.trans_b = 1, g.m = Tq, g.n = Tk, g.k = D;
+        g.a = dout16, g.lda = D;
+        g.b = attention_round(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D), g.ldb = D;
+        g.c = ds, g.ldc = Tk, g.alpha = 1.0f, g.beta = 0.0f;
+        gemm(&g);
+    }
+    attention_rows_backward(ds, dv ? pd16 : NULL, ds16, rows, (float *)(rows + Tk), p, Tq, Tk,
+                            dr, pbase);
+    if (dv) { /* dv_h += Pdᵀ dout_h */
+        gemm_args g = base;
+        g.trans_a = 1, g.m = Tk, g.n = D, g.k = Tq;
+        g.a = pd16, g.lda = Tk, g.b = dout16, g.ldb = D;
+        g.c = dv + b * Tk * d->ldv + h * D, g.ldc = d->ldv, g.alpha = 1.0f, g.beta = 1.0f;
+        gemm(&g);
+    }
+    if (dq) { /* dq_h += dS k_h / √D */
+        gemm_args g = base;
+        g.m = Tq, g.n = D, g.k = Tk;
+        g.a = ds16, g.lda = Tk;
+        g.b = attention_round(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D), g.ldb = D;
+        g.c = dq + b * Tq * d->ldq + h * D, g.ldc = d->ldq, g.alpha = scale, g.beta = 1.0f;
+        gemm(&g);
+    }
+    if (dk) { /* dk_h += dSᵀ q_h / √D */
+        gemm_args g = base;
+        g.trans_a = 1, g.m = Tk, g.n = D, g.k = Tq;
+        g.a = ds16, g.lda = Tk;
+        g.b = attention_round(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D), g.ldb = D;
+        g.c = dk + b * Tk * d->ldk + h * D, g.ldc = d->ldk, g.alpha = scale, g.beta = 1.0f;
+        gemm(&g);
     }
 }
 
@@ -1109,7 +1164,8 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
         gemm(&g);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
-            attention_rows_backward(ds + h * blk, pb + h * blk, Tq, Tk, dr, (b * NH + h) * blk);
+            attention_rows_backward(ds + h * blk, NULL, NULL, NULL, NULL, pb + h * blk, Tq, Tk, dr,
+                                    (b * NH + h) * blk);
         if (dq) { /* dq_h += dS_h k_h / √D */
             gemm_args gq = {
                 .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
@@ -1188,17 +1244,25 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
     const size_t nblk = d->B * d->NH;
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
-    /* per thread: 2 Tq x Tk floats, and on the native route tile16 (2 (Tq + Tk) x D bf16) */
-    const size_t tile16_n = ops_bf16_native(compute) ? 2 * (d->Tq + d->Tk) * d->D : 0;
-    const size_t stride =
-        (2 * d->Tq * d->Tk * sizeof(float) + tile16_n * sizeof(bt_bf16) + 63) / 64 * 64;
+    /* per thread: 2 Tq x Tk floats (tile); on the native route also Tk doubles and Tk floats
+     * (row scratch) and (2 Tq + 2 Tk) x D bf16 */
+    const int native = ops_bf16_native(compute);
+    const size_t tile_b = 2 * d->Tq * d->Tk * sizeof(float);
+    const size_t rows_b = native ? d->Tk * (sizeof(double) + sizeof(float)) : 0;
+    const size_t t16_b = native ? 2 * (d->Tq + d->Tk) * d->D * sizeof(bt_bf16) : 0;
+    const size_t stride = (tile_b + rows_b + t16_b + 63) / 64 * 64;
     char *tiles = bt_alloc((size_t)nthr * stride);
     OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
     for (size_t blk = 0; blk < nblk; blk++) {
         char *mine = tiles + (size_t)ops_thread_num() * stride;
-        bt_bf16 *tile16 = tile16_n ? (bt_bf16 *)(mine + 2 * d->Tq * d->Tk * sizeof(float)) : NULL;
-        attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute,
-                                 (float *)mine, tile16, blk / d->NH, blk % d->NH);
+        const size_t b = blk / d->NH, h = blk % d->NH;
+        if (native)
+            attention_block_backward_bf16(dq, dk, dv, dout, probs, q, k, v, d, &dr,
+                                          (float *)mine, (double *)(mine + tile_b),
+                                          (bt_bf16 *)(mine + tile_b + rows_b), b, h);
+        else
+            attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute,
+                                     (float *)mine, b, h);
     }
     bt_free(tiles);
 }
