@@ -885,26 +885,27 @@ OPS_VEC static void attention_rows_forward(float *tile, bt_bf16 *tile16, float *
 
 /* On entry ds (or NULL) holds dPd = dout vᵀ for the block; on exit dS:
  *   dP = dropout(dPd) (mask and scale of the forward);  dS = P ⊙ (dP - Σ_j dP_j P_j)
- * On the native bf16 route also, row by row while the row is in L1: pd16 (or NULL) =
- * bf16(dropout(P)), the dv product's operand, and ds16 = bf16(dS), the dq and dk products'
- * (the bytes gemm would round them to); with dropout the row's mask is made once, into mrow
- * (Tk doubles), for both P and dPd, and dropout(P)'s row is staged in frow (Tk floats). */
-OPS_VEC static void attention_rows_backward(float *ds, bt_bf16 *pd16, bt_bf16 *ds16,
-                                            double *mrow, float *frow, const float *p,
+ * Also, row by row while the row is in L1, the dv product's operand: with dropout and pd,
+ * Pd = dropout(P) into pd (row i at pd + i*pd_step: the Tq x Tk tile, or with pd_step 0 one
+ * row of scratch), the row's mask made once, into mrow (Tk doubles), for both P and dPd; on
+ * the native bf16 route pd16 (or NULL) = bf16(Pd) (or bf16(P) without dropout) and ds16 =
+ * bf16(dS), the operands of the dv and of the dq and dk products (the bytes gemm would round
+ * them to). */
+OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step, bt_bf16 *pd16,
+                                            bt_bf16 *ds16, double *mrow, const float *p,
                                             size_t tq, size_t tk, const ops_drop *dr,
                                             uint64_t base) {
     const ops_drop r = *dr;
     for (size_t i = 0; i < tq; i++) {
         const float *pi = p + i * tk;
         if (r.on && mrow) dropout_mults(mrow, tk, &r, base + i * tk);
-        if (pd16) {
-            const float *op = pi;
-            if (r.on) {
-                for (size_t j = 0; j < tk; j++) frow[j] = (float)((double)pi[j] * mrow[j]);
-                op = frow;
-            }
-            bf16_from_f32_serial(pd16 + i * tk, op, tk);
+        const float *op = pi;
+        if (r.on && pd) {
+            float *pdi = pd + i * pd_step;
+            for (size_t j = 0; j < tk; j++) pdi[j] = (float)((double)pi[j] * mrow[j]);
+            op = pdi;
         }
+        if (pd16) bf16_from_f32_serial(pd16 + i * tk, op, tk);
         if (!ds) continue;
         float *dsi = ds + i * tk;
         if (r.on && mrow)
@@ -977,12 +978,14 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
 
 /* forward, per block: S = q kᵀ/√D + bias, P = softmax(S), Pd = dropout(P), out = Pd v.
  *   dv += Pdᵀ dout;  dPd = dout vᵀ;  dS = P ⊙ (dP - rowsum(dP ⊙ P)), dP = dropout(dPd);
- *   dq += dS k/√D;  dk += dSᵀ q/√D.   tile holds 2 Tq x Tk: dPd/dS, then Pd (dropout only). */
+ *   dq += dS k/√D;  dk += dSᵀ q/√D.   tile holds 2 Tq x Tk: dPd/dS, then Pd (dropout only);
+ * mrow Tk doubles. The dPd product runs first, so one row pass makes dS and Pd with one mask
+ * per row; each product accumulates into its own output, so the order changes no bit. */
 static void attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
                                      const float *probs, const float *q, const float *k,
                                      const float *v, const attention_dims *d,
                                      const ops_drop *dr, gemm_compute compute, float *tile,
-                                     size_t b, size_t h) {
+                                     double *mrow, size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     const float *p = probs + pbase;
@@ -991,27 +994,28 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
     const float *k_h = k + b * Tk * d->ldk + h * D;
     const float *v_h = v + b * Tk * d->ldv + h * D;
     const float scale = (float)(1.0 / sqrt((double)D));
-    float *ds = tile, *pd = tile + Tq * Tk;
+    float *ds = dq || dk ? tile : NULL, *pd = dr->on && dv ? tile + Tq * Tk : NULL;
+    if (ds) { /* dPd = dout_h v_hᵀ */
+        gemm_args g = {
+            .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
+            .a_type = BT_DTYPE_F32, .a = dout_h, .lda = d->ldo,
+            .b_type = BT_DTYPE_F32, .b = v_h, .ldb = d->ldv,
+            .c = ds, .ldc = Tk, .alpha = 1.0f, .beta = 0.0f, .compute = compute,
+        };
+        gemm(&g);
+    }
+    /* dS and Pd, one mask per row */
+    attention_rows_backward(ds, pd, Tk, NULL, NULL, mrow, p, Tq, Tk, dr, pbase);
     if (dv) { /* dv_h += Pdᵀ dout_h */
-        if (dr->on) dropout_span(pd, p, Tq * Tk, dr, pbase);
         gemm_args g = {
             .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
-            .a_type = BT_DTYPE_F32, .a = dr->on ? pd : p, .lda = Tk,
+            .a_type = BT_DTYPE_F32, .a = pd ? pd : p, .lda = Tk,
             .b_type = BT_DTYPE_F32, .b = dout_h, .ldb = d->ldo,
             .c = dv + b * Tk * d->ldv + h * D, .ldc = d->ldv, .alpha = 1.0f, .beta = 1.0f,
             .compute = compute,
         };
         gemm(&g);
     }
-    if (!dq && !dk) return;
-    gemm_args g = { /* dPd = dout_h v_hᵀ */
-        .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
-        .a_type = BT_DTYPE_F32, .a = dout_h, .lda = d->ldo,
-        .b_type = BT_DTYPE_F32, .b = v_h, .ldb = d->ldv,
-        .c = ds, .ldc = Tk, .alpha = 1.0f, .beta = 0.0f, .compute = compute,
-    };
-    gemm(&g);
-    attention_rows_backward(ds, NULL, NULL, NULL, NULL, p, Tq, Tk, dr, pbase);
     if (dq) { /* dq_h += dS k_h / √D */
         gemm_args gq = {
             .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
@@ -1066,8 +1070,8 @@ static void attention_block_backward_bf16(float *dq, float *dk, float *dv, const
         g.c = ds, g.ldc = Tk, g.alpha = 1.0f, g.beta = 0.0f;
         gemm(&g);
     }
-    attention_rows_backward(ds, dv ? pd16 : NULL, ds16, rows, (float *)(rows + Tk), p, Tq, Tk,
-                            dr, pbase);
+    attention_rows_backward(ds, dv ? (float *)(rows + Tk) : NULL, 0, dv ? pd16 : NULL, ds16, rows,
+                            p, Tq, Tk, dr, pbase);
     if (dv) { /* dv_h += Pdᵀ dout_h */
         gemm_args g = base;
         g.trans_a = 1, g.m = Tk, g.n = D, g.k = Tq;
@@ -1164,8 +1168,8 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
         gemm(&g);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
-            attention_rows_backward(ds + h * blk, NULL, NULL, NULL, NULL, pb + h * blk, Tq, Tk, dr,
-                                    (b * NH + h) * blk);
+            attention_rows_backward(ds + h * blk, NULL, 0, NULL, NULL, NULL, pb + h * blk, Tq, Tk,
+                                    dr, (b * NH + h) * blk);
         if (dq) { /* dq_h += dS_h k_h / √D */
             gemm_args gq = {
                 .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
@@ -1244,11 +1248,11 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
     const size_t nblk = d->B * d->NH;
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
-    /* per thread: 2 Tq x Tk floats (tile); on the native route also Tk doubles and Tk floats
-     * (row scratch) and (2 Tq + 2 Tk) x D bf16 */
+    /* per thread: 2 Tq x Tk floats (tile), Tk doubles and Tk floats (row scratch), and on the
+     * native route (2 Tq + 2 Tk) x D bf16 */
     const int native = ops_bf16_native(compute);
     const size_t tile_b = 2 * d->Tq * d->Tk * sizeof(float);
-    const size_t rows_b = native ? d->Tk * (sizeof(double) + sizeof(float)) : 0;
+    const size_t rows_b = d->Tk * (sizeof(double) + sizeof(float));
     const size_t t16_b = native ? 2 * (d->Tq + d->Tk) * d->D * sizeof(bt_bf16) : 0;
     const size_t stride = (tile_b + rows_b + t16_b + 63) / 64 * 64;
     char *tiles = bt_alloc((size_t)nthr * stride);
@@ -1262,7 +1266,7 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
                                           (bt_bf16 *)(mine + tile_b + rows_b), b, h);
         else
             attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute,
-                                     (float *)mine, b, h);
+                                     (float *)mine, (double *)(mine + tile_b), b, h);
     }
     bt_free(tiles);
 }
