@@ -390,9 +390,9 @@ static void dropout_backward_fast(float *dx, const float *dout, size_t n, const 
  * not depend on the thread count or on how the columns are grouped. A task owns a run of up
  * to OPS_COLSUM_W adjacent columns and walks the rows in order, reading its part of each row
  * contiguously (the accumulators, 8 bytes a column, stay in L1). The previous grouping, 64
- * columns a task, read 256 bytes per row at a row stride of 3-12 KiB: 1.4x slower for the
- * sums and 2.1x with dout's bf16 rounding at 2600 x 3072 on one thread (docs/benchmarks.md,
- * "Session 4"). */
+ * columns a task, read 256 bytes per row at a row stride of 3-12 KiB: 1.4-2x slower for the
+ * sums and 2.1-2.9x with dout's bf16 rounding at 2600 x 3072 on one thread
+ * (docs/benchmarks.md, "Session 4: attention operands and column sums"). */
 #define OPS_COLSUM_W ((size_t)4096)
 /* Column block of the other column-owning kernels (LayerNorm and embedding backward). */
 #define OPS_COLS 64
