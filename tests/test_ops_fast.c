@@ -420,6 +420,64 @@ static void test_attention_partial_grads(void) {
     attn_case_free(&a);
 }
 
+/* The fast attention's block products read what gemm() itself would read: on the native
+ * bf16 route ops.c rounds the operands (P, v_h, dout_h) once, to the bytes and dense layout of
+ * gemm's own rounding, and hands gemm bf16 copies. So, without dropout, out_h equals
+ * gemm(P_h, v_h) and dv_h equals dv0_h + gemm(P_hᵀ, dout_h) BIT FOR BIT on every route, with
+ * P read back from probs. The check products run as attention's do: on the calling thread
+ * of a parallel region that is active when the machine gives more than one thread (oneDNN
+ * plans a primitive for that context). oneDNN and ref backends only (OpenBLAS may split a
+ * product differently when called from a parallel region). */
+static void test_attention_block_products(gemm_compute compute) {
+    const char *mode = compute == GEMM_COMPUTE_BF16 ? "bf16" : "f32";
+    if (gemm_get_backend() == GEMM_BACKEND_OPENBLAS) {
+        printf("# attention block products vs gemm [%s]: not run on OpenBLAS\n", mode);
+        return;
+    }
+    /* large enough for attention's parallel loop: 4 blocks, Tq Tk D = 65536 */
+    const size_t B = 2, NH = 2, T = 64, D = 16, C = NH * D;
+    const attention_dims d = {.B = B, .Tq = T, .Tk = T, .NH = NH, .D = D,
+                              .ldq = 3 * C, .ldk = 3 * C, .ldv = 3 * C, .ldo = C};
+    float *qkv = rand_f(B * T * 3 * C, -2, 2), *dout = rand_f(B * T * C, -1, 1);
+    float *out = sentinel_f(B * T * C), *probs = sentinel_f(B * NH * T * T);
+    float *dg = rand_f(B * T * 3 * C, -1, 1), *dg2 = copy_f(dg, B * T * 3 * C);
+    float *out2 = sentinel_f(B * T * C);
+    attention_forward(out, probs, qkv, qkv + C, qkv + 2 * C, NULL, &d, NULL, compute);
+    attention_backward(NULL, NULL, dg + 2 * C, dout, probs, qkv, qkv + C, qkv + 2 * C, &d, NULL,
+                       compute);
+#ifdef _OPENMP
+#pragma omp parallel if (omp_get_max_threads() > 1)
+#endif
+    {
+#ifdef _OPENMP
+        const int me = omp_get_thread_num();
+#else
+        const int me = 0;
+#endif
+        for (size_t blk = 0; me == 0 && blk < B * NH; blk++) {
+            const size_t b = blk / NH, h = blk % NH;
+            const float *p = probs + blk * T * T;
+            gemm_args o = {.m = T, .n = D, .k = T, .a_type = BT_DTYPE_F32, .a = p, .lda = T,
+                           .b_type = BT_DTYPE_F32, .b = qkv + b * T * 3 * C + 2 * C + h * D,
+                           .ldb = 3 * C, .c = out2 + b * T * C + h * D, .ldc = C,
+                           .alpha = 1.0f, .beta = 0.0f, .compute = compute};
+            gemm(&o);
+            gemm_args v = {.trans_a = 1, .m = T, .n = D, .k = T, .a_type = BT_DTYPE_F32, .a = p,
+                           .lda = T, .b_type = BT_DTYPE_F32, .b = dout + b * T * C + h * D,
+                           .ldb = C, .c = dg2 + b * T * 3 * C + 2 * C + h * D, .ldc = 3 * C,
+                           .alpha = 1.0f, .beta = 1.0f, .compute = compute};
+            gemm(&v);
+        }
+    }
+    char name[128];
+    snprintf(name, sizeof name, "attention out == gemm(P, v) per block [%s] (bitwise)", mode);
+    tu_check_bytes_equal(name, out, out2, B * T * C * sizeof(float));
+    snprintf(name, sizeof name, "attention dv == dv0 + gemm(Pt, dout) per block [%s] (bitwise)",
+             mode);
+    tu_check_bytes_equal(name, dg, dg2, B * T * 3 * C * sizeof(float));
+    free(qkv), free(dout), free(out), free(probs), free(dg), free(dg2), free(out2);
+}
+
 /* --- embedding ------------------------------------------------------------------------------ */
 
 static void test_embedding(size_t n, size_t c) {
@@ -1081,6 +1139,8 @@ int main(void) {
         gemm_init_from_env(); /* back to the default backend */
     }
     test_attention_partial_grads();
+    test_attention_block_products(GEMM_COMPUTE_F32);
+    test_attention_block_products(GEMM_COMPUTE_BF16);
     test_bf16();
     test_bf16_outputs();
     test_dispatch_switch();
