@@ -176,6 +176,19 @@ OPS_INLINE float ops_bits_to_f32(uint32_t u) {
     return f;
 }
 
+/* c ? a : b as a bit blend, not a branch. gcc turns a plain float ternary into control flow
+ * (and jump threading then duplicates the blocks around it), which if-conversion only undoes
+ * where the arithmetic under the condition can be masked (AVX-512's conditional operations);
+ * at AVX2 and SSE2 such a loop stayed scalar ("control flow in loop"). The blend has no
+ * condition to thread on, so the callers' loops vectorize at every level; same bits. */
+OPS_INLINE float ops_sel(int c, float a, float b) {
+    uint32_t ua, ub;
+    memcpy(&ua, &a, 4);
+    memcpy(&ub, &b, 4);
+    const uint32_t m = 0u - (uint32_t)(c != 0);
+    return ops_bits_to_f32((ua & m) | (ub & ~m));
+}
+
 /* exp(hi + lo) in float, branch-free so loops calling it vectorize. x = hi + lo is split as
  * n ln2 + r with n = round(x/ln2) and r = (hi - n ln2) + lo, |r| <= ln2/2 (ln2 in two
  * constants, Cody-Waite, so n ln2 and, for large |hi|, hi - n ln2 are exact): a caller that
@@ -187,10 +200,10 @@ OPS_INLINE float ops_bits_to_f32(uint32_t u) {
 OPS_INLINE float ops_exp2part(float hi, float lo) {
     const float lim_lo = -104.0f, lim_hi = 89.0f; /* e^-104 < min subnormal/2; e^89 > FLT_MAX */
     const float x = hi + lo;
-    float xc = x < lim_lo ? lim_lo : x;
-    xc = xc > lim_hi ? lim_hi : xc;
+    float xc = ops_sel(x < lim_lo, lim_lo, x);
+    xc = ops_sel(xc > lim_hi, lim_hi, xc);
     const int clamped = xc != x; /* also true for NaN (then xc is NaN and so is the result) */
-    const float h = clamped ? xc : hi, l = clamped ? 0.0f : lo;
+    const float h = ops_sel(clamped, xc, hi), l = ops_sel(clamped, 0.0f, lo);
     const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     const float nf = (xc * 1.44269504088896341f + shifter) - shifter;
     const float r = ((h - nf * 0.693359375f) - nf * -2.12194440e-4f) + l;
@@ -203,7 +216,7 @@ OPS_INLINE float ops_exp2part(float hi, float lo) {
     const float s1 = ops_bits_to_f32((uint32_t)(n1 + 127) << 23);
     const float s2 = ops_bits_to_f32((uint32_t)(n2 + 127) << 23);
     const float y = (p * s1) * s2;
-    return x < lim_lo ? 0.0f : y;
+    return ops_sel(x < lim_lo, 0.0f, y);
 }
 
 OPS_INLINE float ops_exp(float x) { return ops_exp2part(x, 0.0f); }
@@ -245,9 +258,9 @@ OPS_INLINE float ops_upper_tail(float a, ops_gauss g) {
 /* Φ(x), the standard normal CDF: relatively accurate for x < 0 (where x Φ(x) is tiny) and
  * 1 - tail for x >= 0. */
 OPS_INLINE float ops_normal_cdf(float x) {
-    const float a = x < 0.0f ? -x : x;
+    const float a = ops_sel(x < 0.0f, -x, x);
     const float tail = ops_upper_tail(a, ops_gauss_split(a));
-    return x < 0.0f ? tail : 1.0f - tail;
+    return ops_sel(x < 0.0f, tail, 1.0f - tail);
 }
 
 /* Runs body(lo, len) over [0, n) in chunks of OPS_CHUNK, in parallel when n is large. */
@@ -680,9 +693,9 @@ OPS_VEC static void gelu_span(float *out, const float *x, size_t n) {
 /* forward: out = x Φ(x)  ->  dx += dout (Φ(x) + x φ(x)), φ(x) = e^{-x²/2}/√(2π) */
 OPS_VEC static void gelu_span_backward(float *dx, const float *dout, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        const float v = x[i], a = v < 0.0f ? -v : v;
+        const float v = x[i], a = ops_sel(v < 0.0f, -v, v);
         const ops_gauss g = ops_gauss_split(a);
-        const float tail = ops_upper_tail(a, g), cdf = v < 0.0f ? tail : 1.0f - tail;
+        const float tail = ops_upper_tail(a, g), cdf = ops_sel(v < 0.0f, tail, 1.0f - tail);
         const float pdf = ops_exp2part(g.big, -g.s) * 0.39894228040143268f;
         dx[i] += dout[i] * (cdf + v * pdf);
     }
@@ -690,8 +703,8 @@ OPS_VEC static void gelu_span_backward(float *dx, const float *dout, const float
 
 /* sigmoid(a x) from e = exp(-|a x|) <= 1, so no overflow in either tail. */
 OPS_INLINE float ops_sigmoid(float z) {
-    const float e = ops_exp(z < 0.0f ? z : -z);
-    return z >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    const float e = ops_exp(ops_sel(z < 0.0f, z, -z));
+    return ops_sel(z >= 0.0f, 1.0f, e) / (1.0f + e); /* one division, either numerator */
 }
 
 OPS_VEC static void quick_gelu_span(float *out, const float *x, size_t n) {
