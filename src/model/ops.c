@@ -93,79 +93,99 @@ static int ops_max_threads(void) { return 1; }
 static size_t ops_min(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Reductions. gcc does not vectorize a float sum (or max) without -ffast-math, because
- * that reorders it; so the reductions below are written with a GNU C vector of OPS_LANES
- * partial results (gcc lowers it to one zmm, two ymm or four xmm registers per ISA level), a
- * scalar tail, and a fixed fold. The order is fixed by this code, so every ISA level and every
- * thread count gives the same bits. Vectors never cross a function boundary (the ABI of a
- * 64-byte vector argument differs between ISA levels). */
-typedef float ops_vf __attribute__((vector_size(OPS_LANES * sizeof(float))));
-typedef int32_t ops_vi __attribute__((vector_size(OPS_LANES * sizeof(int32_t))));
+ * that reorders it; so the reductions below keep OPS_LANES partial results in GNU C vectors
+ * of the level's register width (one zmm, two ymm or four xmm: OPS_NV vectors of OPS_VN
+ * lanes; partial l sums the elements i ≡ l mod OPS_LANES at every level), a scalar tail, and
+ * a fixed fold. The order is fixed by this code, so every ISA level and every thread count
+ * gives the same bits. (One 64-byte vector at every level was the same arithmetic, but below
+ * AVX-512 gcc kept it in memory and moved it through general registers on every iteration:
+ * layernorm forward at AVX2 ran 4x slower than at AVX-512.) Vectors never cross a function
+ * boundary (the ABI of a vector argument differs between ISA levels). */
+#if defined(__AVX512F__)
+#define OPS_VN 16
+#elif defined(__AVX__)
+#define OPS_VN 8
+#else
+#define OPS_VN 4
+#endif
+#define OPS_NV (OPS_LANES / OPS_VN)
+typedef float ops_vf __attribute__((vector_size(OPS_VN * sizeof(float))));
+typedef int32_t ops_vi __attribute__((vector_size(OPS_VN * sizeof(int32_t))));
 
-/* lanes 0..15 folded in a fixed tree, then the tail */
+/* lanes 0..15 of acc[OPS_NV] folded in a fixed tree, then the tail */
 OPS_INLINE float ops_fold(const ops_vf *acc, float tail) {
     float t[OPS_LANES];
-    memcpy(t, acc, sizeof t);
+    for (int k = 0; k < OPS_NV; k++)
+        for (int l = 0; l < OPS_VN; l++) t[k * OPS_VN + l] = acc[k][l];
     for (int l = 0; l < 8; l++) t[l] += t[l + 8];
     for (int l = 0; l < 4; l++) t[l] += t[l + 4];
     for (int l = 0; l < 2; l++) t[l] += t[l + 2];
     return (t[0] + t[1]) + tail;
 }
 
+/* v = the OPS_VN floats at p */
 #define OPS_LOAD(v, p) memcpy(&(v), (p), sizeof(ops_vf))
+/* for (k = 0..OPS_NV-1) body, with p_k = p + k OPS_VN: one OPS_LANES block */
+#define OPS_EACH_VEC(k, body) for (int k = 0; k < OPS_NV; k++) body
 
 OPS_INLINE float ops_sum(const float *x, size_t n) {
-    ops_vf acc = {0}, v;
+    ops_vf acc[OPS_NV] = {{0}}, v;
     size_t i = 0;
-    for (; i + OPS_LANES <= n; i += OPS_LANES) {
-        OPS_LOAD(v, x + i);
-        acc += v;
-    }
+    for (; i + OPS_LANES <= n; i += OPS_LANES)
+        OPS_EACH_VEC(k, {
+            OPS_LOAD(v, x + i + k * OPS_VN);
+            acc[k] += v;
+        });
     float tail = 0.0f;
     for (; i < n; i++) tail += x[i];
-    return ops_fold(&acc, tail);
+    return ops_fold(acc, tail);
 }
 
 OPS_INLINE float ops_dot(const float *a, const float *b, size_t n) {
-    ops_vf acc = {0}, va, vb;
+    ops_vf acc[OPS_NV] = {{0}}, va, vb;
     size_t i = 0;
-    for (; i + OPS_LANES <= n; i += OPS_LANES) {
-        OPS_LOAD(va, a + i);
-        OPS_LOAD(vb, b + i);
-        acc += va * vb;
-    }
+    for (; i + OPS_LANES <= n; i += OPS_LANES)
+        OPS_EACH_VEC(k, {
+            OPS_LOAD(va, a + i + k * OPS_VN);
+            OPS_LOAD(vb, b + i + k * OPS_VN);
+            acc[k] += va * vb;
+        });
     float tail = 0.0f;
     for (; i < n; i++) tail += a[i] * b[i];
-    return ops_fold(&acc, tail);
+    return ops_fold(acc, tail);
 }
 
 /* Σ (x - m)² */
 OPS_INLINE float ops_sum_sq_dev(const float *x, float m, size_t n) {
-    ops_vf acc = {0}, v;
+    ops_vf acc[OPS_NV] = {{0}}, v;
     size_t i = 0;
-    for (; i + OPS_LANES <= n; i += OPS_LANES) {
-        OPS_LOAD(v, x + i);
-        v -= m;
-        acc += v * v;
-    }
+    for (; i + OPS_LANES <= n; i += OPS_LANES)
+        OPS_EACH_VEC(k, {
+            OPS_LOAD(v, x + i + k * OPS_VN);
+            v -= m;
+            acc[k] += v * v;
+        });
     float tail = 0.0f;
     for (; i < n; i++) tail += (x[i] - m) * (x[i] - m);
-    return ops_fold(&acc, tail);
+    return ops_fold(acc, tail);
 }
 
 /* Largest element (n >= 1). NaN elements lose every comparison, so they are skipped; the
  * kernels that use it still propagate NaN through the elements themselves. */
 OPS_INLINE float ops_max(const float *x, size_t n) {
-    ops_vf acc = {0}, v;
-    acc += x[0];
+    ops_vf acc[OPS_NV], v;
+    OPS_EACH_VEC(k, { acc[k] = (ops_vf){0} + x[0]; });
     size_t i = 0;
-    for (; i + OPS_LANES <= n; i += OPS_LANES) {
-        OPS_LOAD(v, x + i);
-        const ops_vi gt = v > acc;
-        acc = (ops_vf)(((ops_vi)v & gt) | ((ops_vi)acc & ~gt));
-    }
-    float t[OPS_LANES], m = x[0];
-    memcpy(t, &acc, sizeof t);
-    for (int l = 0; l < OPS_LANES; l++) m = t[l] > m ? t[l] : m;
+    for (; i + OPS_LANES <= n; i += OPS_LANES)
+        OPS_EACH_VEC(k, {
+            OPS_LOAD(v, x + i + k * OPS_VN);
+            const ops_vi gt = v > acc[k];
+            acc[k] = (ops_vf)(((ops_vi)v & gt) | ((ops_vi)acc[k] & ~gt));
+        });
+    float m = x[0];
+    OPS_EACH_VEC(k, {
+        for (int l = 0; l < OPS_VN; l++) m = acc[k][l] > m ? acc[k][l] : m;
+    });
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
 }
@@ -613,23 +633,24 @@ OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, c
     for (size_t i = 0; i < rows; i++) {
         const float *xi = x + i * c, *gi = dout + i * c;
         const float m = mean[i], r = rstd[i];
-        ops_vf a1 = {0}, a2 = {0}, vx, vg, vw;
+        ops_vf a1[OPS_NV] = {{0}}, a2[OPS_NV] = {{0}}, vx, vg, vw;
         size_t j = 0;
-        for (; j + OPS_LANES <= c; j += OPS_LANES) { /* Σ g and Σ g xhat, g = dout w */
-            OPS_LOAD(vx, xi + j);
-            OPS_LOAD(vg, gi + j);
-            OPS_LOAD(vw, w + j);
-            vg *= vw;
-            a1 += vg;
-            a2 += vg * ((vx - m) * r);
-        }
+        for (; j + OPS_LANES <= c; j += OPS_LANES) /* Σ g and Σ g xhat, g = dout w */
+            OPS_EACH_VEC(k, {
+                OPS_LOAD(vx, xi + j + k * OPS_VN);
+                OPS_LOAD(vg, gi + j + k * OPS_VN);
+                OPS_LOAD(vw, w + j + k * OPS_VN);
+                vg *= vw;
+                a1[k] += vg;
+                a2[k] += vg * ((vx - m) * r);
+            });
         float t1 = 0.0f, t2 = 0.0f;
         for (; j < c; j++) {
             const float xhat = (xi[j] - m) * r, g = gi[j] * w[j];
             t1 += g;
             t2 += g * xhat;
         }
-        const float mg = ops_fold(&a1, t1) / (float)c, mgx = ops_fold(&a2, t2) / (float)c;
+        const float mg = ops_fold(a1, t1) / (float)c, mgx = ops_fold(a2, t2) / (float)c;
         float *dxi = dx ? dx + i * c : NULL;
         for (j = 0; j < c; j++) {
             const float xhat = (xi[j] - m) * r;
