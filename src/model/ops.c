@@ -12,12 +12,14 @@
  *     names (the CPU's best, capped by BT_CPU_ISA), so the build needs no -march flag, runs
  *     anywhere, and every level can be tested on one machine.
  *   - ISO C (-std=c11) compiles with -ffp-contract=off and gcc never reassociates float sums
- *     on its own, so reductions (sum, dot, max) use a GNU C vector of OPS_LANES partial
- *     results folded by a fixed tree (ops_sum & co.). The summation order is therefore fixed
+ *     on its own, so reductions (sum, dot, max) keep OPS_LANES partial results in GNU C
+ *     vectors of the level's register width, folded by a fixed tree (ops_sum & co.). The summation order is therefore fixed
  *     by this source: every ISA level and every thread count gives the same bits
  *     (tests/test_determinism.c).
  *   - exp and erfc are evaluated by branch-free polynomials (ops_exp2part, ops_upper_tail) that
  *     vectorize; libm's scalar calls would not. Their accuracy is stated where they are.
+ *     Their selects are bit blends (ops_sel), not float ternaries, which gcc compiles to
+ *     branches that only AVX-512's masked operations if-convert.
  *   - OpenMP parallelizes over rows, fixed-size chunks or column chunks, never over a
  *     reduction whose grouping would depend on the thread count (column sums use fixed row
  *     blocks or column ownership). Small problems run on the calling thread (OPS_PAR_MIN).
