@@ -963,6 +963,33 @@ static const bt_bf16 *attention_round(bt_bf16 *x16, const float *x_h, size_t ldx
     return x16;
 }
 
+/* One operand of a block product: its type, data and row stride. */
+typedef struct attention_operand {
+    bt_dtype type;
+    const void *p;
+    size_t ld;
+} attention_operand;
+
+/* x_h (T x D at stride ld) as a product reads it: the fp32 slice itself, or, with x16 (the
+ * native bf16 route; room for T x D), its bf16 rounding (attention_round). */
+static attention_operand attention_operand_of(bt_bf16 *x16, const float *x_h, size_t ld,
+                                              size_t T, size_t D) {
+    if (!x16) return (attention_operand){BT_DTYPE_F32, x_h, ld};
+    return (attention_operand){BT_DTYPE_BF16, attention_round(x16, x_h, ld, T, D), D};
+}
+
+/* c (m x n, row stride ldc) = alpha op(a) op(b) + beta c: one block product. */
+static void attention_product(int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                              attention_operand a, attention_operand b, float *c, size_t ldc,
+                              float alpha, float beta, gemm_compute compute) {
+    gemm_args g = {
+        .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
+        .a_type = a.type, .a = a.p, .lda = a.ld, .b_type = b.type, .b = b.p, .ldb = b.ld,
+        .c = c, .ldc = ldc, .alpha = alpha, .beta = beta, .compute = compute,
+    };
+    gemm(&g);
+}
+
 /* tile: dropout(P) (fp32, Tq x Tk; one row with tile16), or NULL without dropout. tile16,
  * on the native bf16 route only (else NULL): Tq x Tk + (Tq + 2 Tk) x D bf16, P·V's operand
  * written in bf16 by the row pass (the bytes gemm would round P or dropout(P) to, without a
@@ -975,162 +1002,72 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     float *p = probs + pbase; /* (Tq, Tk) slice of probs: S, then P in place */
+    bt_bf16 *q16 = tile16 ? tile16 + Tq * Tk : NULL, *k16 = tile16 ? q16 + Tq * D : NULL;
+    bt_bf16 *v16 = tile16 ? k16 + Tk * D : NULL;
     /* S = q_h k_hᵀ / √D + key_bias[b] */
-    gemm_args s = {
-        .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
-        .a_type = BT_DTYPE_F32, .a = q + b * Tq * d->ldq + h * D, .lda = d->ldq,
-        .b_type = BT_DTYPE_F32, .b = k + b * Tk * d->ldk + h * D, .ldb = d->ldk,
-        .c = p, .ldc = Tk, .alpha = (float)(1.0 / sqrt((double)D)), .beta = 0.0f,
-        .compute = compute,
-    };
-    if (tile16) { /* q_h, k_h, v_h rounded here (attention_round), after P's Tq x Tk */
-        bt_bf16 *q16 = tile16 + Tq * Tk, *k16 = q16 + Tq * D;
-        s.a_type = s.b_type = BT_DTYPE_BF16;
-        s.a = attention_round(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D);
-        s.b = attention_round(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D);
-        s.lda = s.ldb = D;
-    }
-    gemm(&s);
+    attention_product(0, 1, Tq, Tk, D,
+                      attention_operand_of(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D),
+                      attention_operand_of(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D), p,
+                      Tk, (float)(1.0 / sqrt((double)D)), 0.0f, compute);
     attention_rows_forward(tile, tile16, p, key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr,
                            pbase);
     /* out_h = dropout(P) v_h */
-    gemm_args o = {
-        .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
-        .a_type = tile16 ? BT_DTYPE_BF16 : BT_DTYPE_F32,
-        .a = tile16 ? (const void *)tile16 : dr->on ? (const void *)tile : (const void *)p,
-        .lda = Tk,
-        .b_type = BT_DTYPE_F32, .b = v + b * Tk * d->ldv + h * D, .ldb = d->ldv,
-        .c = out + b * Tq * d->ldo + h * D, .ldc = d->ldo, .alpha = 1.0f, .beta = 0.0f,
-        .compute = compute,
-    };
-    if (tile16) {
-        o.b_type = BT_DTYPE_BF16;
-        o.b = attention_round(tile16 + Tq * Tk + (Tq + Tk) * D, v + b * Tk * d->ldv + h * D,
-                              d->ldv, Tk, D);
-        o.ldb = D;
-    }
-    gemm(&o);
+    const attention_operand pv = tile16 ? (attention_operand){BT_DTYPE_BF16, tile16, Tk}
+                                        : (attention_operand){BT_DTYPE_F32, dr->on ? tile : p, Tk};
+    attention_product(0, 0, Tq, D, Tk, pv,
+                      attention_operand_of(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D),
+                      out + b * Tq * d->ldo + h * D, d->ldo, 1.0f, 0.0f, compute);
 }
 
 /* forward, per block: S = q kᵀ/√D + bias, P = softmax(S), Pd = dropout(P), out = Pd v.
  *   dv += Pdᵀ dout;  dPd = dout vᵀ;  dS = P ⊙ (dP - rowsum(dP ⊙ P)), dP = dropout(dPd);
- *   dq += dS k/√D;  dk += dSᵀ q/√D.   tile holds 2 Tq x Tk: dPd/dS, then Pd (dropout only);
- * mrow Tk doubles. The dPd product runs first, so one row pass makes dS and Pd with one mask
- * per row; each product accumulates into its own output, so the order changes no bit. */
+ *   dq += dS k/√D;  dk += dSᵀ q/√D.
+ * The dPd product runs first, so one row pass (attention_rows_backward) makes dS and Pd
+ * with one mask per row; each product accumulates into its own output, so the order changes
+ * no bit. tile: Tq x Tk floats (dPd, then dS), then Tq x Tk more: fp32 Pd (dropout only), or
+ * with t16 the bf16 Pd and bf16 dS; rows: Tk doubles (the row's mask) and Tk floats (one row
+ * of Pd with t16). t16, on the native bf16 route only (else NULL): (2 Tq + 2 Tk) x D bf16
+ * for dout_h, q_h, k_h, v_h. With t16 every product reads bf16 operands, each rounded once
+ * (dout_h and dS feed two products each) to the bytes and dense layout gemm's own packing
+ * would make (attention_round), so the results are the same bits. */
 static void attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
                                      const float *probs, const float *q, const float *k,
                                      const float *v, const attention_dims *d,
                                      const ops_drop *dr, gemm_compute compute, float *tile,
-                                     double *mrow, size_t b, size_t h) {
-    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
-    const size_t pbase = (b * d->NH + h) * Tq * Tk;
-    const float *p = probs + pbase;
-    const float *dout_h = dout + b * Tq * d->ldo + h * D;
-    const float *q_h = q + b * Tq * d->ldq + h * D;
-    const float *k_h = k + b * Tk * d->ldk + h * D;
-    const float *v_h = v + b * Tk * d->ldv + h * D;
-    const float scale = (float)(1.0 / sqrt((double)D));
-    float *ds = dq || dk ? tile : NULL, *pd = dr->on && dv ? tile + Tq * Tk : NULL;
-    if (ds) { /* dPd = dout_h v_hᵀ */
-        gemm_args g = {
-            .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
-            .a_type = BT_DTYPE_F32, .a = dout_h, .lda = d->ldo,
-            .b_type = BT_DTYPE_F32, .b = v_h, .ldb = d->ldv,
-            .c = ds, .ldc = Tk, .alpha = 1.0f, .beta = 0.0f, .compute = compute,
-        };
-        gemm(&g);
-    }
-    /* dS and Pd, one mask per row */
-    attention_rows_backward(ds, pd, Tk, NULL, NULL, mrow, p, Tq, Tk, dr, pbase);
-    if (dv) { /* dv_h += Pdᵀ dout_h */
-        gemm_args g = {
-            .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
-            .a_type = BT_DTYPE_F32, .a = pd ? pd : p, .lda = Tk,
-            .b_type = BT_DTYPE_F32, .b = dout_h, .ldb = d->ldo,
-            .c = dv + b * Tk * d->ldv + h * D, .ldc = d->ldv, .alpha = 1.0f, .beta = 1.0f,
-            .compute = compute,
-        };
-        gemm(&g);
-    }
-    if (dq) { /* dq_h += dS k_h / √D */
-        gemm_args gq = {
-            .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
-            .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
-            .b_type = BT_DTYPE_F32, .b = k_h, .ldb = d->ldk,
-            .c = dq + b * Tq * d->ldq + h * D, .ldc = d->ldq, .alpha = scale, .beta = 1.0f,
-            .compute = compute,
-        };
-        gemm(&gq);
-    }
-    if (dk) { /* dk_h += dSᵀ q_h / √D */
-        gemm_args gk = {
-            .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
-            .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
-            .b_type = BT_DTYPE_F32, .b = q_h, .ldb = d->ldq,
-            .c = dk + b * Tk * d->ldk + h * D, .ldc = d->ldk, .alpha = scale, .beta = 1.0f,
-            .compute = compute,
-        };
-        gemm(&gk);
-    }
-}
-
-/* attention_block_backward on the native bf16 route: every product reads bf16 operands,
- * each rounded once (dout_h and dS feed two products each) to the bytes and dense layout
- * gemm's own packing would make (attention_round), so the results are the same bits. The
- * dPd product runs first, then one row pass (attention_rows_backward) makes dS, bf16(Pd)
- * and bf16(dS) with one mask per row, then the dv, dq and dk products (each accumulates into
- * its own output: the order does not change a bit). tile: Tq x Tk floats (dPd, then dS),
- * then Tq x Tk bf16 Pd and Tq x Tk bf16 dS; rows: Tk doubles and Tk floats of row scratch;
- * t16: (2 Tq + 2 Tk) x D bf16 for dout_h, q_h, k_h, v_h. */
-static void attention_block_backward_bf16(float *dq, float *dk, float *dv, const float *dout,
-                                          const float *probs, const float *q, const float *k,
-                                          const float *v, const attention_dims *d,
-                                          const ops_drop *dr, float *tile, double *rows,
-                                          bt_bf16 *t16, size_t b, size_t h) {
+                                     double *rows, bt_bf16 *t16, size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     const float *p = probs + pbase;
     const float scale = (float)(1.0 / sqrt((double)D));
     float *ds = dq || dk ? tile : NULL;
-    bt_bf16 *pd16 = (bt_bf16 *)(tile + Tq * Tk), *ds16 = pd16 + Tq * Tk;
-    bt_bf16 *dout16 = t16, *q16 = t16 + Tq * D, *k16 = q16 + Tq * D, *v16 = k16 + Tk * D;
-    attention_round(dout16, dout + b * Tq * d->ldo + h * D, d->ldo, Tq, D);
-    const gemm_args base = {
-        .a_type = BT_DTYPE_BF16, .b_type = BT_DTYPE_BF16, .compute = GEMM_COMPUTE_BF16,
-    };
-    if (ds) { /* dPd = dout_h v_hᵀ */
-        gemm_args g = base;
-        g.trans_b = 1, g.m = Tq, g.n = Tk, g.k = D;
-        g.a = dout16, g.lda = D;
-        g.b = attention_round(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D), g.ldb = D;
-        g.c = ds, g.ldc = Tk, g.alpha = 1.0f, g.beta = 0.0f;
-        gemm(&g);
-    }
-    attention_rows_backward(ds, dv ? (float *)(rows + Tk) : NULL, 0, dv ? pd16 : NULL, ds16, rows,
-                            p, Tq, Tk, dr, pbase);
+    bt_bf16 *pd16 = t16 && dv ? (bt_bf16 *)(tile + Tq * Tk) : NULL;
+    bt_bf16 *ds16 = t16 ? (bt_bf16 *)(tile + Tq * Tk) + Tq * Tk : NULL;
+    float *pd = dr->on && dv ? (t16 ? (float *)(rows + Tk) : tile + Tq * Tk) : NULL;
+    bt_bf16 *q16 = t16 ? t16 + Tq * D : NULL, *k16 = t16 ? q16 + Tq * D : NULL;
+    bt_bf16 *v16 = t16 ? k16 + Tk * D : NULL;
+    const attention_operand od =
+        attention_operand_of(t16, dout + b * Tq * d->ldo + h * D, d->ldo, Tq, D);
+    if (ds) /* dPd = dout_h v_hᵀ */
+        attention_product(0, 1, Tq, Tk, D, od,
+                          attention_operand_of(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D),
+                          ds, Tk, 1.0f, 0.0f, compute);
+    attention_rows_backward(ds, pd, t16 ? 0 : Tk, pd16, ds16, rows, p, Tq, Tk, dr, pbase);
     if (dv) { /* dv_h += Pdᵀ dout_h */
-        gemm_args g = base;
-        g.trans_a = 1, g.m = Tk, g.n = D, g.k = Tq;
-        g.a = pd16, g.lda = Tk, g.b = dout16, g.ldb = D;
-        g.c = dv + b * Tk * d->ldv + h * D, g.ldc = d->ldv, g.alpha = 1.0f, g.beta = 1.0f;
-        gemm(&g);
+        const attention_operand a = pd16 ? (attention_operand){BT_DTYPE_BF16, pd16, Tk}
+                                         : (attention_operand){BT_DTYPE_F32, pd ? pd : p, Tk};
+        attention_product(1, 0, Tk, D, Tq, a, od, dv + b * Tk * d->ldv + h * D, d->ldv, 1.0f,
+                          1.0f, compute);
     }
-    if (dq) { /* dq_h += dS k_h / √D */
-        gemm_args g = base;
-        g.m = Tq, g.n = D, g.k = Tk;
-        g.a = ds16, g.lda = Tk;
-        g.b = attention_round(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D), g.ldb = D;
-        g.c = dq + b * Tq * d->ldq + h * D, g.ldc = d->ldq, g.alpha = scale, g.beta = 1.0f;
-        gemm(&g);
-    }
-    if (dk) { /* dk_h += dSᵀ q_h / √D */
-        gemm_args g = base;
-        g.trans_a = 1, g.m = Tk, g.n = D, g.k = Tq;
-        g.a = ds16, g.lda = Tk;
-        g.b = attention_round(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D), g.ldb = D;
-        g.c = dk + b * Tk * d->ldk + h * D, g.ldc = d->ldk, g.alpha = scale, g.beta = 1.0f;
-        gemm(&g);
-    }
+    const attention_operand dS = ds16 ? (attention_operand){BT_DTYPE_BF16, ds16, Tk}
+                                      : (attention_operand){BT_DTYPE_F32, ds, Tk};
+    if (dq) /* dq_h += dS k_h / √D */
+        attention_product(0, 0, Tq, D, Tk, dS,
+                          attention_operand_of(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D),
+                          dq + b * Tq * d->ldq + h * D, d->ldq, scale, 1.0f, compute);
+    if (dk) /* dk_h += dSᵀ q_h / √D */
+        attention_product(1, 0, Tk, D, Tq, dS,
+                          attention_operand_of(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D),
+                          dk + b * Tk * d->ldk + h * D, d->ldk, scale, 1.0f, compute);
 }
 
 /* Strategy (b): batch items one after another; per item, the NH heads' products are one
@@ -1296,13 +1233,9 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
     for (size_t blk = 0; blk < nblk; blk++) {
         char *mine = tiles + (size_t)ops_thread_num() * stride;
         const size_t b = blk / d->NH, h = blk % d->NH;
-        if (native)
-            attention_block_backward_bf16(dq, dk, dv, dout, probs, q, k, v, d, &dr,
-                                          (float *)mine, (double *)(mine + tile_b),
-                                          (bt_bf16 *)(mine + tile_b + rows_b), b, h);
-        else
-            attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute,
-                                     (float *)mine, (double *)(mine + tile_b), b, h);
+        attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute,
+                                 (float *)mine, (double *)(mine + tile_b),
+                                 native ? (bt_bf16 *)(mine + tile_b + rows_b) : NULL, b, h);
     }
     bt_free(tiles);
 }
