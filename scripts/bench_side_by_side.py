@@ -344,6 +344,18 @@ def main():
                   "the first step in %.3f s (bt_trainer_reserve, not in the first step)" % (
                       r["config"], r["mode"], r["precision"], r["towers_fwd_s"], r["cross_fwd_s"],
                       r["losses_s"], r["backward_s"], r["optimizer_s"], r.get("reserve_s", 0.0)))
+    for r in results:
+        if r["impl"] == "bt" and "gemm_s" in r:
+            # forward (+ backward) split by kind of kernel (src/model/kernel_clock.h)
+            passes = r["median_step_s"] - r.get("optimizer_s", 0.0) if r["mode"] == "train" \
+                else r["median_step_s"]
+            kinds = (("gemm", r["gemm_s"]), ("attention", r["attention_s"]),
+                     ("memory-bound", r["memory_bound_s"]))
+            print("# bt %s %s %s kernels (median s, share of the step less the optimizer): %s; "
+                  "other %.3f" % (r["config"], r["mode"], r["precision"],
+                                  ", ".join("%s %.3f (%.0f%%)" % (k, v, 100 * v / passes)
+                                            for k, v in kinds),
+                                  passes - sum(v for _, v in kinds)))
     print("\n# ratios (targets of issue 9 in brackets)")
     for name, _, _ in setups:
         for mode, target in (("train", 1.5), ("infer", 2.0)):

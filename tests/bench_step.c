@@ -22,7 +22,9 @@
  * seconds, median of the later steps, samples/s from that median, peak RSS (getrusage), the
  * analytic FLOP count of one step (src/model/flops.h: every GEMM and attention product of the
  * forward, x3 for a training step), achieved GFLOP/s, and for train the step's own phase
- * times (towers/cross forward, losses, backward, optimizer + clip; medians).
+ * times (towers/cross forward, losses, backward, optimizer + clip; medians), and for both
+ * modes the forward and backward split by kind of kernel (GEMM, attention, memory-bound:
+ * src/model/kernel_clock.h; medians).
  * --flops-only prints the JSON without running; --estimate adds parameter and activation bytes
  * of the chosen memory mode (the side-by-side script decides from them whether the large
  * model fits in memory).
@@ -44,6 +46,7 @@
 #include "cpu.h"
 #include "flops.h"
 #include "gemm.h"
+#include "kernel_clock.h"
 #include "model.h"
 #include "step.h"
 #include "test_util.h"
@@ -237,9 +240,10 @@ int main(int argc, char **argv) {
         bt_model_set_dropout(&m, 0, 0, 0);
     }
     double *t = calloc((size_t)steps, sizeof *t);
-    double *ph[5];
-    for (int p = 0; p < 5; p++) ph[p] = calloc((size_t)steps, sizeof *ph[p]);
-    BT_ASSERT(t && ph[4]);
+    enum { NPH = 8 }; /* the step's phases, then the kernel classes */
+    double *ph[NPH];
+    for (int p = 0; p < NPH; p++) ph[p] = calloc((size_t)steps, sizeof *ph[p]);
+    BT_ASSERT(t && ph[NPH - 1]);
     const bt_step_batch sb = {.B = nb, .T = nt, .input_ids = ids, .pixel_values = pix};
     const bt_batch fb = {nb, nt, ids, NULL, pix, NULL, NULL};
     double *cpu = calloc((size_t)steps, sizeof *cpu);
@@ -254,11 +258,16 @@ int main(int argc, char **argv) {
             st = bt_train_step(&tr, &sb, 1, &res);
             ph[0][s] = res.t_towers_fwd, ph[1][s] = res.t_cross_fwd, ph[2][s] = res.t_losses;
             ph[3][s] = res.t_backward, ph[4][s] = res.t_optimizer;
+            ph[5][s] = res.t_gemm, ph[6][s] = res.t_attention, ph[7][s] = res.t_memory;
             if (st == BT_OK)
                 fprintf(stderr, "bench_step: step %ld: loss %.5f, grad norm %.4g\n", s, res.loss,
                         res.grad_norm);
         } else {
+            bt_kernel_times k0, k1;
+            bt_kernel_times_read(&k0);
             st = bt_forward(&m, &fb);
+            bt_kernel_times_read(&k1);
+            for (int q = 0; q < BT_KC_COUNT; q++) ph[5 + q][s] = k1.s[q] - k0.s[q];
         }
         t[s] = bt_now_s() - t0;
         cpu[s] = cpu_s(&flt1) - c0;
@@ -272,7 +281,8 @@ int main(int argc, char **argv) {
         if (train)
             fprintf(stderr, "; towers %.3f, cross %.3f, losses %.3f, backward %.3f, optimizer %.3f s",
                     ph[0][s], ph[1][s], ph[2][s], ph[3][s], ph[4][s]);
-        fprintf(stderr, "\n");
+        fprintf(stderr, "; kernels: gemm %.3f, attention %.3f, memory-bound %.3f s\n", ph[5][s],
+                ph[6][s], ph[7][s]);
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -283,16 +293,15 @@ int main(int argc, char **argv) {
            head, steps, t[0], med, (double)B / med, flops / med * 1e-9,
            (long long)ru.ru_maxrss * 1024, cpu[0],
            steps > 1 ? median(cpu + 1, (size_t)steps - 1) : cpu[0], reserve_s);
-    if (train) {
-        static const char *const names[5] = {"towers_fwd_s", "cross_fwd_s", "losses_s",
-                                             "backward_s", "optimizer_s"};
-        for (int p = 0; p < 5; p++)
-            printf(", \"%s\": %.6f", names[p],
-                   steps > 1 ? median(ph[p] + 1, (size_t)steps - 1) : ph[p][0]);
-    }
+    static const char *const names[NPH] = {"towers_fwd_s", "cross_fwd_s", "losses_s",
+                                           "backward_s",   "optimizer_s", "gemm_s",
+                                           "attention_s",  "memory_bound_s"};
+    for (int p = train ? 0 : 5; p < NPH; p++)
+        printf(", \"%s\": %.6f", names[p],
+               steps > 1 ? median(ph[p] + 1, (size_t)steps - 1) : ph[p][0]);
     printf("}\n");
     if (train) bt_trainer_free(&tr);
-    for (int p = 0; p < 5; p++) free(ph[p]);
+    for (int p = 0; p < NPH; p++) free(ph[p]);
     free(t);
     free(cpu);
     free(ids);

@@ -111,6 +111,40 @@ static int wait_for(const char *path, pid_t pid) {
     return 0;
 }
 
+/* Every "train" record of metrics.jsonl splits its forward + backward by kind of kernel
+ * (phase_s gemm, attention, memory_bound: kernel_clock.h): each present, GEMM and the rest
+ * positive, their sum at most forward + backward (plus 1 ms per step for the clock reads).
+ * Returns the number of records that do. */
+static size_t kernel_split_records(const char *out, size_t *n_train) {
+    char p[1300];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    char *text = read_text(p);
+    size_t ok = 0;
+    *n_train = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "train")) {
+            ++*n_train;
+            const cJSON *ph = cJSON_GetObjectItemCaseSensitive(j, "phase_s");
+            static const char *const keys[5] = {"forward", "backward", "gemm", "attention",
+                                                "memory_bound"};
+            double v[5];
+            int have = 1;
+            for (int k = 0; k < 5; k++) {
+                const cJSON *x = cJSON_GetObjectItemCaseSensitive(ph, keys[k]);
+                have &= cJSON_IsNumber(x);
+                v[k] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+            }
+            ok += have && v[2] > 0 && v[3] > 0 && v[4] > 0 &&
+                  v[2] + v[3] + v[4] <= v[0] + v[1] + 1e-3;
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    return ok;
+}
+
 /* Steps of the "train" records of metrics.jsonl, in file order; returns how many. */
 static size_t train_steps(const char *out, int64_t *steps, double *losses, size_t cap) {
     char p[1200];
@@ -206,6 +240,13 @@ int main(int argc, char **argv) {
     double losses[64];
     size_t n = train_steps(ref, steps, losses, 64);
     tu_check(n == 8, "metrics.jsonl: 8 train records (got %zu)", n);
+    {
+        size_t n_train;
+        const size_t split = kernel_split_records(ref, &n_train);
+        tu_check(n_train > 0 && split == n_train,
+                 "metrics.jsonl: phase_s splits forward + backward into gemm, attention and "
+                 "memory_bound in %zu of %zu train records", split, n_train);
+    }
 
     /* --- train.gradient_checkpointing: the same bytes; the memory plan suggests it -------- */
     {

@@ -49,8 +49,25 @@ const bt_log_field bt_log_fields[BT_LOG_N_FIELDS] = {
 /* Loss slots and phase slots of the interval accumulators. */
 enum { L_TOTAL, L_ITC, L_ITM, L_MLM, N_LOSS };
 static const char *const loss_short[N_LOSS] = {"loss", "itc", "itm", "mlm"};
-enum { N_PHASE = 4 };
-static const char *const phase_keys[N_PHASE] = {"forward", "backward", "comm", "optim"};
+enum { N_PHASE = 7 };
+static const char *const phase_keys[N_PHASE] = {"forward", "backward",  "comm",        "optim",
+                                                "gemm",    "attention", "memory_bound"};
+static const size_t phase_offset[N_PHASE] = {
+    offsetof(bt_log_step_rec, forward_s), offsetof(bt_log_step_rec, backward_s),
+    offsetof(bt_log_step_rec, comm_s),    offsetof(bt_log_step_rec, optim_s),
+    offsetof(bt_log_step_rec, gemm_s),    offsetof(bt_log_step_rec, attention_s),
+    offsetof(bt_log_step_rec, memory_s)};
+
+_Static_assert(sizeof(((bt_log_interval *)0)->phase_sum) == N_PHASE * sizeof(double),
+               "log.h bt_log_interval.phase_sum has one slot per phase");
+
+/* The record's k-th phase seconds (phase_keys[k]). */
+static double *phase_of(bt_log_step_rec *r, int k) {
+    return (double *)(void *)((char *)r + phase_offset[k]);
+}
+static double phase_value(const bt_log_step_rec *r, int k) {
+    return *(const double *)(const void *)((const char *)r + phase_offset[k]);
+}
 
 static double now_wall(void) {
     struct timespec ts;
@@ -72,7 +89,7 @@ void bt_log_step_init(bt_log_step_rec *r) {
     memset(r, 0, sizeof *r);
     r->epoch = r->loss = r->loss_itc = r->loss_itm = r->loss_mlm = NAN;
     r->lr = r->grad_norm = r->step_s = r->data_wait_s = NAN;
-    r->forward_s = r->backward_s = r->comm_s = r->optim_s = NAN;
+    for (int k = 0; k < N_PHASE; k++) *phase_of(r, k) = NAN;
 }
 
 void bt_log_eval_init(bt_log_eval_rec *r) {
@@ -407,9 +424,8 @@ static void interval_means(const bt_log *log, bt_log_step_rec *m, double *sps, d
         else
             *lv[k] = isnan(*last_l[k]) && k != L_TOTAL ? NAN : INFINITY;
     }
-    double *pv[N_PHASE] = {&m->forward_s, &m->backward_s, &m->comm_s, &m->optim_s};
     for (int k = 0; k < N_PHASE; k++)
-        *pv[k] = iv->phase_n[k] > 0 ? iv->phase_sum[k] / (double)iv->phase_n[k] : NAN;
+        *phase_of(m, k) = iv->phase_n[k] > 0 ? iv->phase_sum[k] / (double)iv->phase_n[k] : NAN;
     *sps = iv->seconds > 0 ? (double)iv->samples / iv->seconds : NAN;
     *wait = iv->seconds > 0 ? iv->wait_s / iv->seconds : NAN;
 }
@@ -425,12 +441,11 @@ static void write_train_record(bt_log *log, const bt_log_step_rec *m, double sps
     cJSON_AddNumberToObject(o, "samples", (double)log->iv.samples);
     add_num(o, "seconds", log->iv.seconds);
     if (log->iv.skipped) cJSON_AddNumberToObject(o, "skipped", (double)log->iv.skipped);
-    const double pv[N_PHASE] = {m->forward_s, m->backward_s, m->comm_s, m->optim_s};
     cJSON *ph = NULL;
     for (int k = 0; k < N_PHASE; k++) {
-        if (isnan(pv[k])) continue;
+        if (isnan(phase_value(m, k))) continue;
         if (!ph) ph = cJSON_AddObjectToObject(o, "phase_s");
-        add_num(ph, phase_keys[k], pv[k]);
+        add_num(ph, phase_keys[k], phase_value(m, k));
     }
     cJSON_AddNumberToObject(o, "time", wall);
     metrics_write(log, o);
@@ -453,10 +468,9 @@ void bt_log_step(bt_log *log, const bt_log_step_rec *r) {
             iv->loss_sum[k] += lv[k];
             iv->loss_n[k]++;
         }
-    const double pv[N_PHASE] = {r->forward_s, r->backward_s, r->comm_s, r->optim_s};
     for (int k = 0; k < N_PHASE; k++)
-        if (!isnan(pv[k])) {
-            iv->phase_sum[k] += pv[k];
+        if (!isnan(phase_value(r, k))) {
+            iv->phase_sum[k] += phase_value(r, k);
             iv->phase_n[k]++;
         }
     log->steps_run++;

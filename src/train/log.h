@@ -101,6 +101,9 @@ typedef struct bt_log_step_rec {
     double step_s;                       /* wall seconds of the step, data wait included */
     double data_wait_s;                  /* seconds of it spent waiting for the loader */
     double forward_s, backward_s, comm_s, optim_s; /* per-phase seconds; NaN: not measured */
+    /* forward + backward split by kind of kernel (src/model/kernel_clock.h): GEMMs,
+     * attention, memory-bound kernels; NaN: not measured */
+    double gemm_s, attention_s, memory_s;
     int skipped; /* the update was skipped (non-finite loss/grad) */
 } bt_log_step_rec;
 void bt_log_step_init(bt_log_step_rec *r);
@@ -162,8 +165,8 @@ typedef struct bt_log_interval {
     double seconds, wait_s;
     double loss_sum[4]; /* loss, itc, itm, mlm */
     int64_t loss_n[4];
-    double phase_sum[4]; /* forward, backward, comm, optim */
-    int64_t phase_n[4];
+    double phase_sum[7]; /* forward, backward, comm, optim, gemm, attention, memory-bound */
+    int64_t phase_n[7];
 } bt_log_interval;
 
 typedef struct bt_log {

@@ -12,6 +12,7 @@
 
 #include "clock.h"
 #include "data/loader.h"
+#include "kernel_clock.h"
 #include "ops.h"
 #include "rng.h"
 
@@ -362,6 +363,8 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     const int do_itc = c->w_itc > 0.0f, do_itm = c->w_itm > 0.0f, do_mlm = c->w_mlm > 0.0f;
     const float inv_n = 1.0f / (float)n_micro;
     memset(out, 0, sizeof *out);
+    bt_kernel_times kt0, kt1;
+    bt_kernel_times_read(&kt0);
     double t0 = bt_now_s();
 
     /* keys: dropout / mask keys from the record, duplicate keys given or hashed */
@@ -570,6 +573,10 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
         m->grads_final_ctx = NULL;
     }
     res->t_backward += bt_now_s() - t3;
+    bt_kernel_times_read(&kt1);
+    res->t_gemm += kt1.s[BT_KC_GEMM] - kt0.s[BT_KC_GEMM];
+    res->t_attention += kt1.s[BT_KC_ATTENTION] - kt0.s[BT_KC_ATTENTION];
+    res->t_memory += kt1.s[BT_KC_MEMORY] - kt0.s[BT_KC_MEMORY];
     return BT_OK;
 }
 

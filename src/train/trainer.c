@@ -807,6 +807,9 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
         r.forward_s = res.t_towers_fwd + res.t_cross_fwd + res.t_losses;
         r.backward_s = res.t_backward;
         r.optim_s = res.t_optimizer;
+        r.gemm_s = res.t_gemm;
+        r.attention_s = res.t_attention;
+        r.memory_s = res.t_memory;
         r.comm_s = bt_dist_active(&j->dist) ? res.t_comm : NAN;
         r.skipped = res.skipped;
         if (j->have_log) bt_log_step(&j->log, &r);
