@@ -111,42 +111,26 @@ static int wait_for(const char *path, pid_t pid) {
     return 0;
 }
 
-/* Every "train" record of metrics.jsonl splits its forward + backward by kind of kernel
- * (phase_s gemm, attention, memory_bound: kernel_clock.h): each present, GEMM and the rest
- * positive, their sum at most forward + backward (plus 1 ms per step for the clock reads).
- * Returns the number of records that do. */
-static size_t kernel_split_records(const char *out, size_t *n_train) {
-    char p[1300];
-    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
-    char *text = read_text(p);
-    size_t ok = 0;
-    *n_train = 0;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-        if (cJSON_IsString(type) && !strcmp(type->valuestring, "train")) {
-            ++*n_train;
-            const cJSON *ph = cJSON_GetObjectItemCaseSensitive(j, "phase_s");
-            static const char *const keys[5] = {"forward", "backward", "gemm", "attention",
-                                                "memory_bound"};
-            double v[5];
-            int have = 1;
-            for (int k = 0; k < 5; k++) {
-                const cJSON *x = cJSON_GetObjectItemCaseSensitive(ph, keys[k]);
-                have &= cJSON_IsNumber(x);
-                v[k] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
-            }
-            ok += have && v[2] > 0 && v[3] > 0 && v[4] > 0 &&
-                  v[2] + v[3] + v[4] <= v[0] + v[1] + 1e-3;
-        }
-        cJSON_Delete(j);
+/* A "train" record of metrics.jsonl splits its forward + backward by kind of kernel
+ * (phase_s gemm, attention, memory_bound: kernel_clock.h): each present, each positive,
+ * their sum at most forward + backward (plus 1 ms per step for the clock reads). */
+static int kernel_split_ok(const cJSON *rec) {
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(rec, "phase_s");
+    static const char *const keys[5] = {"forward", "backward", "gemm", "attention",
+                                        "memory_bound"};
+    double v[5];
+    for (int k = 0; k < 5; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(ph, keys[k]);
+        if (!cJSON_IsNumber(x)) return 0;
+        v[k] = x->valuedouble;
     }
-    free(text);
-    return ok;
+    return v[2] > 0 && v[3] > 0 && v[4] > 0 && v[2] + v[3] + v[4] <= v[0] + v[1] + 1e-3;
 }
 
-/* Steps of the "train" records of metrics.jsonl, in file order; returns how many. */
-static size_t train_steps(const char *out, int64_t *steps, double *losses, size_t cap) {
+/* Steps of the "train" records of metrics.jsonl, in file order; returns how many. With
+ * split_ok, also how many of them pass kernel_split_ok. */
+static size_t train_steps(const char *out, int64_t *steps, double *losses, size_t cap,
+                          size_t *split_ok) {
     char p[1200];
     snprintf(p, sizeof p, "%s/metrics.jsonl", out);
     char *text = read_text(p);
@@ -158,6 +142,7 @@ static size_t train_steps(const char *out, int64_t *steps, double *losses, size_
             steps[n] = (int64_t)cJSON_GetObjectItemCaseSensitive(j, "step")->valuedouble;
             const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "loss");
             losses[n] = cJSON_IsNumber(l) ? l->valuedouble : NAN;
+            if (split_ok) *split_ok += (size_t)kernel_split_ok(j);
             n++;
         }
         cJSON_Delete(j);
@@ -238,15 +223,11 @@ int main(int argc, char **argv) {
     }
     int64_t steps[64];
     double losses[64];
-    size_t n = train_steps(ref, steps, losses, 64);
+    size_t split = 0;
+    size_t n = train_steps(ref, steps, losses, 64, &split);
     tu_check(n == 8, "metrics.jsonl: 8 train records (got %zu)", n);
-    {
-        size_t n_train;
-        const size_t split = kernel_split_records(ref, &n_train);
-        tu_check(n_train > 0 && split == n_train,
-                 "metrics.jsonl: phase_s splits forward + backward into gemm, attention and "
-                 "memory_bound in %zu of %zu train records", split, n_train);
-    }
+    tu_check(split == n, "metrics.jsonl: phase_s splits forward + backward into gemm, "
+             "attention and memory_bound in %zu of %zu train records", split, n);
 
     /* --- train.gradient_checkpointing: the same bytes; the memory plan suggests it -------- */
     {
@@ -324,7 +305,7 @@ int main(int argc, char **argv) {
         same_file("SIGKILL + resume", a, b, "optimizer.safetensors");
         int64_t ks[64];
         double kl[64];
-        size_t kn = train_steps(killed, ks, kl, 64);
+        size_t kn = train_steps(killed, ks, kl, 64, NULL);
         int once = kn == 8;
         for (size_t i = 0; once && i < kn; i++) once = ks[i] == (int64_t)i + 1;
         tu_check(once, "SIGKILL + resume: metrics.jsonl has steps 1..8 once each (%zu records)", kn);
@@ -435,7 +416,7 @@ int main(int argc, char **argv) {
         rc = run_train(lg, sets, 5);
         int64_t ls[16];
         double ll[16];
-        const size_t k = train_steps(lg, ls, ll, 16);
+        const size_t k = train_steps(lg, ls, ll, 16, NULL);
         tu_check(rc == 0 && k == 4 && ls[0] == 1 && ls[1] == 3 && ls[2] == 6 && ls[3] == 7,
                  "logging.steps 3 + first_step: records at steps 1, 3, 6, 7 (%zu records)", k);
     }
@@ -446,7 +427,7 @@ int main(int argc, char **argv) {
         char learn[1200];
         snprintf(learn, sizeof learn, "%s", out_path("learn"));
         rc = run_train(learn, sets, 3);
-        size_t ln = train_steps(learn, steps, losses, 64);
+        size_t ln = train_steps(learn, steps, losses, 64, NULL);
         double first = 0, last = 0;
         for (size_t i = 0; i < 5 && ln >= 10; i++) first += losses[i] / 5;
         for (size_t i = ln >= 10 ? ln - 5 : 0; i < ln; i++) last += losses[i] / 5;
