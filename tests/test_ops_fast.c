@@ -544,18 +544,26 @@ static void test_bias_residual(size_t n, size_t c) {
 
 /* AdamW: the fast update gives the reference's bytes (same expressions, no contraction, IEEE
  * sqrt and division in every lane), for p, m, v and the bf16 shadow, with and without the
- * shadow; edge values in the gradient (0, +-Inf, NaN, huge, tiny) and v = 0 included. */
-static void test_adamw(size_t n) {
+ * shadow; edge values in the gradient (0, +-Inf, NaN, huge, tiny) and v = 0 included. `off`
+ * (< 16) shifts the five arrays by different amounts, so their heads and tails sit at
+ * different places of a 64-byte line (from 65536 elements the fast update streams the
+ * shadow: ops.c OPS_STREAM_MIN). */
+static void test_adamw(size_t n, size_t off) {
     char name[128];
-    float *p1 = rand_f(n, -1, 1), *m1 = rand_f(n, -0.1f, 0.1f), *v1 = rand_f(n, 0, 0.01f);
-    float *g = rand_f(n, -2, 2);
+    const size_t na = n + 16, op = off, om = off * 3 % 16, ov = off * 5 % 16, os = off * 7 % 16;
+    const size_t og = off * 9 % 16;
+    float *p1a = rand_f(na, -1, 1), *m1a = rand_f(na, -0.1f, 0.1f), *v1a = rand_f(na, 0, 0.01f);
+    float *ga = rand_f(na, -2, 2);
+    float *p1 = p1a + op, *m1 = m1a + om, *v1 = v1a + ov, *g = ga + og;
     static const float edge[] = {0.0f, INFINITY, -INFINITY, NAN, 3e38f, 1e-30f, -0.0f};
     for (size_t i = 0; i < n; i += 5) g[i] = edge[(i / 5) % (sizeof edge / sizeof edge[0])];
     for (size_t i = 3; i < n; i += 11) v1[i] = 0.0f;
-    float *p2 = copy_f(p1, n), *m2 = copy_f(m1, n), *v2 = copy_f(v1, n);
-    bt_bf16 *s1 = malloc(n * sizeof *s1), *s2 = malloc(n * sizeof *s2);
-    if (!s1 || !s2) abort();
-    for (size_t i = 0; i < n; i++) s1[i] = s2[i] = 0x7fc1; /* sentinel: a NaN pattern */
+    float *p2a = copy_f(p1a, na), *m2a = copy_f(m1a, na), *v2a = copy_f(v1a, na);
+    float *p2 = p2a + op, *m2 = m2a + om, *v2 = v2a + ov;
+    bt_bf16 *s1a = malloc(na * sizeof *s1a), *s2a = malloc(na * sizeof *s2a);
+    if (!s1a || !s2a) abort();
+    for (size_t i = 0; i < na; i++) s1a[i] = s2a[i] = 0x7fc1; /* sentinel: a NaN pattern */
+    bt_bf16 *s1 = s1a + os, *s2 = s2a + os;
     /* torch's scalars for step 3, lr 1e-3, wd 0.01, betas (0.9, 0.999), eps 1e-8, clip 0.5 */
     const adamw_coefs k = {.grad_scale = 0.5f, .decay = (float)(1.0 - 1e-3 * 0.01),
                            .b1 = 0.9f, .ob1 = (float)(1.0 - 0.9), .b2 = 0.999f,
@@ -564,19 +572,25 @@ static void test_adamw(size_t n) {
     for (int with_shadow = 0; with_shadow < 2; with_shadow++) {
         adamw_update(p1, m1, v1, with_shadow ? s1 : NULL, g, n, &k);
         adamw_update_ref(p2, m2, v2, with_shadow ? s2 : NULL, g, n, &k);
-        snprintf(name, sizeof name, "adamw n=%zu shadow %d: p, m, v (bitwise)", n, with_shadow);
-        tu_check(memcmp(p1, p2, n * sizeof *p1) == 0 && memcmp(m1, m2, n * sizeof *m1) == 0 &&
-                     memcmp(v1, v2, n * sizeof *v1) == 0, "%s", name);
-        snprintf(name, sizeof name, "adamw n=%zu shadow %d: bf16 shadow (bitwise)", n, with_shadow);
-        tu_check_bytes_equal(name, s1, s2, n * sizeof *s1);
+        /* whole allocations: the elements around the span must be untouched too */
+        snprintf(name, sizeof name, "adamw n=%zu off %zu shadow %d: p, m, v (bitwise)", n, off,
+                 with_shadow);
+        tu_check(memcmp(p1a, p2a, na * sizeof *p1a) == 0 &&
+                     memcmp(m1a, m2a, na * sizeof *m1a) == 0 &&
+                     memcmp(v1a, v2a, na * sizeof *v1a) == 0, "%s", name);
+        snprintf(name, sizeof name, "adamw n=%zu off %zu shadow %d: bf16 shadow (bitwise)", n, off,
+                 with_shadow);
+        tu_check_bytes_equal(name, s1a, s2a, na * sizeof *s1a);
     }
     int written = 1, finite = 1; /* the shadow was written; finite inputs stay finite */
     for (size_t i = 0; i < n; i++) {
         written &= s1[i] == bt_bf16_from_f32(p1[i]);
         if (i % 5 != 0) finite &= isfinite(p1[i]) && isfinite(m1[i]) && isfinite(v1[i]);
     }
-    tu_check(written && finite, "adamw n=%zu: shadow = bf16(p), finite rows finite", n);
-    free(p1), free(m1), free(v1), free(g), free(p2), free(m2), free(v2), free(s1), free(s2);
+    tu_check(written && finite, "adamw n=%zu off %zu: shadow = bf16(p), finite rows finite", n,
+             off);
+    free(p1a), free(m1a), free(v1a), free(ga), free(p2a), free(m2a), free(v2a), free(s1a);
+    free(s2a);
 }
 
 /* sum of squares: within n·2⁻⁵³ (relative to the sum, all terms >= 0) of the sequential
@@ -594,14 +608,17 @@ static void test_sum_squares(size_t n) {
 }
 
 /* zero_fill: every byte of the span zero, the bytes around it untouched (sizes below and
- * across the 2 MiB pieces the fast version threads over). */
-static void test_zero_fill(size_t bytes) {
-    unsigned char *buf = malloc(bytes + 64);
-    for (size_t i = 0; i < bytes + 64; i++) buf[i] = (unsigned char)(i % 251 + 1);
-    zero_fill(buf + 32, bytes);
+ * across the 2 MiB pieces the fast version threads over, and from the 64 MiB where it streams:
+ * ops.c OPS_STREAM_MIN_BYTES), the span starting `off` (< 64) bytes into a line. */
+static void test_zero_fill(size_t bytes, size_t off) {
+    unsigned char *buf = malloc(bytes + 128);
+    if (!buf) abort();
+    for (size_t i = 0; i < bytes + 128; i++) buf[i] = (unsigned char)(i % 251 + 1);
+    const size_t lo = 64 - (uintptr_t)buf % 64 + off; /* buf + lo: off bytes into a line */
+    zero_fill(buf + lo, bytes);
     size_t bad = 0;
-    for (size_t i = 0; i < bytes + 64; i++) {
-        const int inside = i >= 32 && i < 32 + bytes;
+    for (size_t i = 0; i < bytes + 128; i++) {
+        const int inside = i >= lo && i < lo + bytes;
         bad += inside ? buf[i] != 0 : buf[i] != (unsigned char)(i % 251 + 1);
     }
     tu_check(bad == 0, "zero_fill %zu bytes: %zu wrong bytes (inside zero, outside untouched)",
@@ -1068,13 +1085,17 @@ int main(void) {
         test_pointwise("tanh", tanh_forward, tanh_forward_ref, tanh_backward, tanh_backward_ref, 1,
                        n, 4);
         test_dropout(n);
-        test_adamw(n);
+        test_adamw(n, 0);
         test_sum_squares(n);
     }
-    test_zero_fill(0);
-    test_zero_fill(7);
-    test_zero_fill(((size_t)1 << 21) - 3);
-    test_zero_fill(((size_t)5 << 21) + 12345);
+    test_adamw(65536, 0); /* the first size that streams the shadow */
+    for (size_t off = 1; off < 16; off += 7) test_adamw(65536 + 8192 + 13, off);
+    test_zero_fill(0, 0);
+    test_zero_fill(7, 32);
+    test_zero_fill(((size_t)1 << 21) - 3, 32);
+    test_zero_fill(((size_t)5 << 21) + 12345, 32);
+    test_zero_fill((size_t)64 << 20, 0); /* the first size that streams */
+    test_zero_fill(((size_t)64 << 20) + 12345, 37);
     test_activation_tails();
     test_dropout_properties();
     test_thread_independence();

@@ -51,7 +51,6 @@
 #include <omp.h>
 #endif
 
-#include "kernel_clock.h"
 #include "ops_ref.h"
 #include "rng.h"
 #include "status.h"
@@ -1337,29 +1336,118 @@ static double sum_squares_fast(const float *x, size_t n) {
     return acc[0];
 }
 
+/* --- streaming stores ---------------------------------------------------------------------
+ * x86's non-temporal stores write whole cache lines to memory without first reading them
+ * (an ordinary store to a line not in cache reads it: read for ownership), and leave nothing
+ * in cache. They pay for arrays written once, GBs that no cache holds, whose old contents are
+ * not read (zero_fill, the AdamW shadow); a store to a line just read (p += ...) gains
+ * nothing from them and loses the line from cache. */
+
+/* Bytes from which zero_fill streams: 64 MiB, about what this machine's L3 keeps of a stream
+ * (single-core reads: ~30 GB/s up to 64 MiB, ~14 GB/s, memory, beyond): memory zeroed in
+ * larger pieces is mostly out of cache by the time it is used, so the ordinary stores' line
+ * reads would be pure cost. */
+#define OPS_STREAM_MIN_BYTES ((size_t)64 << 20)
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__SSE2__)
+#include <immintrin.h>
+#if defined(__AVX512F__)
+#define OPS_STREAM_ALIGN 64
+#elif defined(__AVX__)
+#define OPS_STREAM_ALIGN 32
+#else
+#define OPS_STREAM_ALIGN 16
+#endif
+#define OPS_HAVE_STREAM 1
+
+/* dst[0, bytes) = src[0, bytes) (src: any alignment; NULL: zeros): plain stores up to dst's
+ * first OPS_STREAM_ALIGN boundary and after the last whole vector, streaming stores of the
+ * level's widest vector between. They are weakly ordered: ops_stream_fence() before another
+ * thread may read dst. */
+static void ops_stream(void *dst, const void *src, size_t bytes) {
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    const size_t head = ops_min((size_t)(-(uintptr_t)d & (OPS_STREAM_ALIGN - 1)), bytes);
+    if (s) {
+        memcpy(d, s, head);
+        s += head;
+    } else {
+        memset(d, 0, head);
+    }
+    d += head, bytes -= head;
+    for (; bytes >= OPS_STREAM_ALIGN; d += OPS_STREAM_ALIGN, bytes -= OPS_STREAM_ALIGN) {
+#if defined(__AVX512F__)
+        _mm512_stream_si512((void *)d, s ? _mm512_loadu_si512((const void *)s)
+                                         : _mm512_setzero_si512());
+#elif defined(__AVX__)
+        _mm256_stream_si256((__m256i *)(void *)d,
+                            s ? _mm256_loadu_si256((const __m256i *)(const void *)s)
+                              : _mm256_setzero_si256());
+#else
+        _mm_stream_si128((__m128i *)(void *)d, s ? _mm_loadu_si128((const __m128i *)(const void *)s)
+                                                 : _mm_setzero_si128());
+#endif
+        if (s) s += OPS_STREAM_ALIGN;
+    }
+    if (s) memcpy(d, s, bytes);
+    else memset(d, 0, bytes);
+}
+
+static void ops_stream_fence(void) { _mm_sfence(); }
+#else
+#define OPS_HAVE_STREAM 0
+static void ops_stream(void *dst, const void *src, size_t bytes) {
+    if (src) memcpy(dst, src, bytes);
+    else memset(dst, 0, bytes);
+}
+static void ops_stream_fence(void) {}
+#endif
+
 /* --- zero fill ------------------------------------------------------------------------------ */
 
 #define OPS_ZERO_PIECE ((size_t)1 << 21)
 
+/* Threaded over 2 MiB pieces; streamed from OPS_STREAM_MIN_BYTES (e.g. the base model's 1.3 GB
+ * parameter-gradient arena: memset's ordinary stores would read every line first). */
 static void zero_fill_fast(void *p, size_t bytes) {
     BT_ASSERT(bytes == 0 || p);
     const size_t pieces = (bytes + OPS_ZERO_PIECE - 1) / OPS_ZERO_PIECE;
+    const int stream = OPS_HAVE_STREAM && bytes >= OPS_STREAM_MIN_BYTES;
     OPS_OMP(omp parallel for schedule(static) if (pieces > 1))
     for (size_t i = 0; i < pieces; i++) {
-        const size_t lo = i * OPS_ZERO_PIECE;
-        memset((unsigned char *)p + lo, 0, ops_min(OPS_ZERO_PIECE, bytes - lo));
+        const size_t lo = i * OPS_ZERO_PIECE, len = ops_min(OPS_ZERO_PIECE, bytes - lo);
+        if (stream) {
+            ops_stream((unsigned char *)p + lo, NULL, len);
+            ops_stream_fence();
+        } else {
+            memset((unsigned char *)p + lo, 0, len);
+        }
     }
 }
 
-/* --- AdamW ---------------------------------------------------------------------------------- */
+/* --- AdamW ----------------------------------------------------------------------------------
+ * The update reads p, m, v and grad (16 bytes per parameter) and writes p, m, v and the bf16
+ * shadow (14 bytes), over arenas of GBs that no cache holds. p, m and v are stored to lines
+ * just read, so their stores cost only the write-back (streaming them measured slower: it
+ * evicts lines the loop still reads); the shadow is written without being read, so an
+ * ordinary store would first read its line (2 more bytes per parameter): it goes out through
+ * an L1 block and streaming stores when the update is large (OPS_STREAM_MIN elements: a model
+ * whose optimizer state, 30 B per parameter, is far beyond L2; a small model's next forward
+ * reads the shadow back from cache). The pass is bound by memory reads: 18 -> 16 bytes. */
 
-/* One span, the reference's expressions element for element (same bytes: -ffp-contract=off,
- * IEEE sqrt and division per lane); the loop has no branch so it vectorizes (meson gives
- * this file -fno-math-errno so sqrtf needs no errno path). The bf16 shadow is written from
- * the span while it is in L1. */
+/* Elements per shadow block (1 KiB, in L1). */
+#define OPS_ADAMW_BLOCK ((size_t)512)
+/* Elements from which an update streams the shadow. */
+#define OPS_STREAM_MIN ((size_t)1 << 16)
+
+/* One span in place: the reference's expressions element for element (same bytes:
+ * -ffp-contract=off, IEEE sqrt and division per lane); the loop has no branch so it
+ * vectorizes (meson gives this file -fno-math-errno so sqrtf needs no errno path). The bf16
+ * shadow is written from the span while it is in L1, through an L1 block and streaming stores
+ * when `stream`. */
 static void adamw_span(float *restrict p, float *restrict m, float *restrict v,
                        bt_bf16 *restrict shadow, const float *restrict grad, size_t n,
-                       const adamw_coefs *k) {
+                       const adamw_coefs *k, int stream) {
     const float gs = k->grad_scale, decay = k->decay, b1 = k->b1, ob1 = k->ob1, b2 = k->b2;
     const float ob2 = k->ob2, bc2 = k->bc2_sqrt, eps = k->eps, step = k->step_size;
     for (size_t i = 0; i < n; i++) {
@@ -1372,16 +1460,27 @@ static void adamw_span(float *restrict p, float *restrict m, float *restrict v,
         v[i] = vi;
         p[i] = pi - step * (mi / denom);
     }
-    if (shadow)
+    if (!shadow) return;
+    if (!stream) {
         for (size_t i = 0; i < n; i++) shadow[i] = bt_bf16_from_f32(p[i]);
+        return;
+    }
+    _Alignas(64) bt_bf16 so[OPS_ADAMW_BLOCK];
+    for (size_t o = 0; o < n; o += OPS_ADAMW_BLOCK) {
+        const size_t len = ops_min(OPS_ADAMW_BLOCK, n - o);
+        for (size_t i = 0; i < len; i++) so[i] = bt_bf16_from_f32(p[o + i]);
+        ops_stream(shadow + o, so, len * sizeof *so);
+    }
+    ops_stream_fence();
 }
 
 static void adamw_update_fast(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad,
                               size_t n, const adamw_coefs *k) {
     BT_ASSERT(n == 0 || (p && m && v && grad && k));
+    const int stream = OPS_HAVE_STREAM && n >= OPS_STREAM_MIN;
     OPS_FOR_CHUNKS(n, lo, len,
                    adamw_span(p + lo, m + lo, v + lo, shadow ? shadow + lo : NULL, grad + lo, len,
-                              k));
+                              k, stream));
 }
 
 /* --- cross entropy -------------------------------------------------------------------------- */
@@ -1804,35 +1903,8 @@ static const ops_kernels *ops_k(void) {
 
 /* --- public entry points: one call through the table each --------------------------------- */
 
-/* The class each kernel's time counts in (kernel_clock.h): attention, the optimizer's (not
- * counted: their own phase), and memory-bound for the rest. */
-#define OPS_ENUM_ENTRY(ret, name, params, args) OPS_K_##name,
-enum { OPS_KERNELS(OPS_ENUM_ENTRY) OPS_N_KERNELS };
-#undef OPS_ENUM_ENTRY
-static const unsigned char ops_class_other[OPS_N_KERNELS] = {
-    [OPS_K_attention_forward] = BT_KC_ATTENTION + 1,
-    [OPS_K_attention_backward] = BT_KC_ATTENTION + 1,
-    [OPS_K_adamw_update] = BT_KC_NONE + 1,
-    [OPS_K_sum_squares] = BT_KC_NONE + 1,
-};
-static bt_kernel_class ops_class(int k) {
-    return ops_class_other[k] ? (bt_kernel_class)(ops_class_other[k] - 1) : BT_KC_MEMORY;
-}
-
-/* Every wrapper times its call (kernel_clock.h); the return value, if any, passes through. */
-#define OPS_WRAPPER(ret, name, params, args)                                                \
-    ret name params {                                                                       \
-        const kc_span span_ = kc_enter(ops_class(OPS_K_##name));                          \
-        OPS_KEEP_##ret ops_k()->name args;                                                  \
-        kc_leave(&span_);                                                                   \
-        OPS_GIVE_##ret                                                                      \
-    }
-#define OPS_KEEP_void
-#define OPS_KEEP_float const float ret_ =
-#define OPS_KEEP_double const double ret_ =
-#define OPS_GIVE_void
-#define OPS_GIVE_float return ret_;
-#define OPS_GIVE_double return ret_;
+#define OPS_WRAPPER(ret, name, params, args) \
+    ret name params { OPS_RETURN_##ret ops_k()->name args; }
 OPS_KERNELS(OPS_WRAPPER)
 #undef OPS_WRAPPER
 
