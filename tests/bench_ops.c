@@ -94,13 +94,16 @@ MB_FN(run_ln_fwd,
                                                            m->b, m->n, m->c, 1e-5f))
 MB_FN(run_ln_bwd,
       (m->ref ? layernorm_backward_ref : layernorm_backward)(m->dx, m->dw, m->db, m->dout, m->x,
-                                                             m->w, m->mean, m->rstd, m->n, m->c))
+                                                             m->w, m->mean, m->rstd, m->n, m->c,
+                                                             BT_DX_ADD))
 MB_FN(run_gelu_fwd, (m->ref ? gelu_forward_ref : gelu_forward)(m->out, m->x, m->n * m->c))
-MB_FN(run_gelu_bwd, (m->ref ? gelu_backward_ref : gelu_backward)(m->dx, m->dout, m->x, m->n * m->c))
+MB_FN(run_gelu_bwd, (m->ref ? gelu_backward_ref : gelu_backward)(m->dx, m->dout, m->x,
+                                                                   m->n * m->c, BT_DX_ADD))
 MB_FN(run_qgelu_fwd,
       (m->ref ? quick_gelu_forward_ref : quick_gelu_forward)(m->out, m->x, m->n * m->c))
 MB_FN(run_qgelu_bwd,
-      (m->ref ? quick_gelu_backward_ref : quick_gelu_backward)(m->dx, m->dout, m->x, m->n * m->c))
+      (m->ref ? quick_gelu_backward_ref : quick_gelu_backward)(m->dx, m->dout, m->x, m->n * m->c,
+                                                               BT_DX_ADD))
 MB_FN(run_sm_fwd, (m->ref ? softmax_forward_ref : softmax_forward)(m->out, m->x, m->n, m->c))
 MB_FN(run_sm_bwd,
       (m->ref ? softmax_backward_ref : softmax_backward)(m->dx, m->dout, m->y, m->n, m->c))
@@ -111,7 +114,8 @@ MB_FN(run_bias_bwd,
 MB_FN(run_res_fwd,
       (m->ref ? residual_forward_ref : residual_forward)(m->out, m->x, m->y, m->n * m->c))
 MB_FN(run_res_bwd,
-      (m->ref ? residual_backward_ref : residual_backward)(m->dx, m->dw, m->dout, m->n * m->c))
+      (m->ref ? residual_backward_ref : residual_backward)(m->dx, m->dw, m->dout, m->n * m->c,
+                                                           BT_DX_ADD))
 MB_FN(run_drop_fwd, {
     const bt_dropout d = {.p = 0.1f, .seed = 7};
     (m->ref ? dropout_forward_ref : dropout_forward)(m->out, m->x, m->n * m->c, &d);
@@ -253,10 +257,10 @@ static void run_att_bwd(void *p) {
     at *a = p;
     if (a->ref)
         attention_backward_ref(a->dq, a->dk, a->dv, a->dout, a->probs, a->q, a->k, a->v, &a->d,
-                               &a->drop, a->compute);
+                               &a->drop, a->compute, BT_DX_ADD);
     else
         attention_backward(a->dq, a->dk, a->dv, a->dout, a->probs, a->q, a->k, a->v, &a->d,
-                           &a->drop, a->compute);
+                           &a->drop, a->compute, BT_DX_ADD);
 }
 
 static void bench_attention(int quick) {

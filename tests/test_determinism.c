@@ -83,7 +83,7 @@ static void k_layernorm(float *o, const float *in) {
     const float *x = in, *w = x + NC, *b = w + C, *dout = b + C;
     float *y = o, *mean = y + NC, *rstd = mean + N, *dx = rstd + N, *dw = dx + NC, *db = dw + C;
     layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
-    layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C, BT_DX_ADD);
 }
 static void k_softmax(float *o, const float *in) {
     softmax_forward(o, in, N, C);
@@ -91,11 +91,11 @@ static void k_softmax(float *o, const float *in) {
 }
 static void k_gelu(float *o, const float *in) {
     gelu_forward(o, in, NC);
-    gelu_backward(o + NC, in + NC, in, NC);
+    gelu_backward(o + NC, in + NC, in, NC, BT_DX_ADD);
 }
 static void k_quick_gelu(float *o, const float *in) {
     quick_gelu_forward(o, in, NC);
-    quick_gelu_backward(o + NC, in + NC, in, NC);
+    quick_gelu_backward(o + NC, in + NC, in, NC, BT_DX_ADD);
 }
 static void k_tanh(float *o, const float *in) {
     tanh_forward(o, in, NC);
@@ -109,7 +109,7 @@ static void k_attention(float *o, const float *in) {
     const attention_dims d = {AB, AT, AT, AH, AD, AC, AC, AC, AC};
     const bt_dropout drop = {0.1f, 12345};
     attention_forward(out, probs, q, k, v, kb, &d, &drop, GEMM_COMPUTE_F32);
-    attention_backward(dq, dk, dv, dout, probs, q, k, v, &d, &drop, GEMM_COMPUTE_F32);
+    attention_backward(dq, dk, dv, dout, probs, q, k, v, &d, &drop, GEMM_COMPUTE_F32, BT_DX_ADD);
 }
 static void k_cross_entropy(float *o, const float *in) {
     size_t nv = 0;
@@ -131,7 +131,7 @@ static void k_embedding(float *o, const float *in) {
 static void k_dropout(float *o, const float *in) {
     const bt_dropout d = {0.2f, 777};
     dropout_forward(o, in, NC, &d);
-    dropout_backward(o + NC, in + NC, NC, &d);
+    dropout_backward(o + NC, in + NC, NC, &d, BT_DX_ADD);
 }
 /* in: x with a few subnormal and huge elements (see main); out: bf16 bits, then widened */
 static void k_bf16(float *o, const float *in) {
@@ -143,7 +143,7 @@ static void k_linear(float *o, const float *in) {
     const float *x = in, *w = x + LN * C, *b = w + LOC * C, *dout = b + LOC;
     float *y = o, *dx = y + LN * LOC, *dw = dx + LN * C, *db = dw + LOC * C;
     linear_forward(y, x, NULL, w, NULL, b, LN, C, LOC, GEMM_COMPUTE_F32);
-    linear_backward(dx, dw, db, dout, x, NULL, w, NULL, LN, C, LOC, GEMM_COMPUTE_F32);
+    linear_backward(dx, dw, db, dout, x, NULL, w, NULL, LN, C, LOC, GEMM_COMPUTE_F32, BT_DX_ADD);
 }
 
 static const kcase kcases[] = {

@@ -25,7 +25,13 @@
  *      bt_train_step steps, all bit for bit; the FULL arenas shrink by exactly the amount the
  *      layout rule predicts; a control flips one bit of a stored activation and the gradients
  *      change; BT_ACT_BF16=0 turns it off and another value is refused by name; the base
- *      config's numbers are printed.
+ *      config's numbers are printed;
+ *   6. assigned gradient slots (model.c "activation layout"): the gradient arenas' assigned
+ *      region (and, checkpointing, the whole layer gradient scratch) is filled with NaN before
+ *      every backward, on the tiny config (fp32 and bf16, full and checkpoint, dropout, two
+ *      cross rounds): the parameter gradients equal those of an untouched model bit for bit,
+ *      so every assigned slot is written before it is read (a writer that accumulated into
+ *      one would carry the NaN); and that region holds most of the gradient bytes.
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -381,6 +387,90 @@ static void check_checkpoint_steps(void) {
         return;
     }
     compare_steps(m, "2: checkpointed vs full");
+}
+
+/* --- 6: assigned gradient slots are written before they are read -------------------------- */
+
+/* Bytes of the assigned region of a gradient arena (after acc_end). */
+static size_t assigned_bytes(const bt_arena *a) {
+    return a->used > a->acc_end ? a->used - a->acc_end : 0;
+}
+
+/* NaN over every gradient byte a backward must write before reading: the assigned regions of
+ * both phase arenas and the layer gradient scratch (its accumulated part, none here, is
+ * zeroed per layer anyway). The d_* outputs and the accumulated slots are left alone. */
+static void poison_assigned(bt_model *m) {
+    bt_arena *const ars[2] = {&m->tower_dact, &m->pair_dact};
+    for (int i = 0; i < 2; i++)
+        tu_fill_sentinel_f32((float *)((unsigned char *)ars[i]->mem + ars[i]->acc_end),
+                             assigned_bytes(ars[i]) / sizeof(float));
+    if (m->act_mode == BT_ACTS_CHECKPOINT)
+        tu_fill_sentinel_f32(m->layer_dact.mem, m->layer_dact.bytes / sizeof(float));
+}
+
+/* backward_rounds with poison_assigned before each backward. */
+static int poisoned_rounds(bt_model *m, const inputs *in, const char *what) {
+    bt_zero_grad(m);
+    bt_status st = run_towers(m, in);
+    if (!tu_check(st == BT_OK, "%s: towers: %s", what, st ? bt_error_message() : "ok")) return 0;
+    fill_output_grads(m, 31, 1);
+    const size_t half = in->P / 2;
+    for (int round = 0; round < 2; round++) {
+        const bt_pair *p = round ? in->pairs + half : in->pairs;
+        st = bt_cross_forward_pairs(m, p, round ? in->P - half : half);
+        if (!tu_check(st == BT_OK, "%s: pairs: %s", what, st ? bt_error_message() : "ok"))
+            return 0;
+        fill_output_grads(m, 41 + (uint64_t)round, 0);
+        poison_assigned(m);
+        bt_cross_backward_pairs(m);
+    }
+    poison_assigned(m);
+    bt_towers_backward(m);
+    return 1;
+}
+
+static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
+    char what[96];
+    snprintf(what, sizeof what, "6: tiny %s %s", prec == BT_PRECISION_BF16 ? "bf16" : "fp32",
+             bt_act_mode_name(mode));
+    bt_model ref, pm;
+    if (!model_make(&ref, CFG_TINY, prec, mode)) return;
+    if (!model_make(&pm, CFG_TINY, prec, mode)) {
+        bt_model_free(&ref);
+        return;
+    }
+    bt_model_set_dropout(&ref, 1, 99, 2);
+    bt_model_set_dropout(&pm, 1, 99, 2);
+    inputs in;
+    inputs_make(&in, &ref.cfg, 6, 3, 14, 9);
+    if (backward_rounds(&ref, &in, what) && poisoned_rounds(&pm, &in, what)) {
+        char name[256];
+        snprintf(name, sizeof name, "%s: parameter gradients with NaN in the assigned gradient "
+                 "slots before each backward == untouched (%zu)", what, ref.table.numel);
+        tu_check_bytes_equal(name, pm.grads, ref.grads, ref.table.numel * sizeof(float));
+        double n2 = 0;
+        for (size_t i = 0; i < ref.table.numel; i++) n2 += (double)ref.grads[i] * ref.grads[i];
+        tu_check(n2 > 0 && isfinite(n2), "%s: the gradients are finite, not all zero (norm "
+                 "%.4g)", what, sqrt(n2));
+        if (mode == BT_ACTS_FULL) {
+            /* the towers arena as the last pass left it: the assigned region is most of it */
+            const bt_arena *t = &pm.tower_dact;
+            const size_t inner = t->used - t->head, set = assigned_bytes(t);
+            printf("# %s: towers gradient arena: %zu of %zu internal bytes assigned (not "
+                   "zeroed)\n", what, set, inner);
+            tu_check(set * 2 > inner && assigned_bytes(&pm.pair_dact) > 0,
+                     "%s: most internal gradient bytes are assigned (%zu of %zu)", what, set,
+                     inner);
+        } else {
+            size_t acc = 0;
+            for (int g = 0; g < BT_GROUP_COUNT; g++) acc += pm.group_grad_bytes[g];
+            tu_check(acc == 0, "%s: the layer gradient scratch has no accumulated slot (no "
+                     "per-layer zeroing; %zu bytes)", what, acc);
+        }
+    }
+    free(in.pix);
+    bt_model_free(&ref);
+    bt_model_free(&pm);
 }
 
 /* --- 3: sizes -------------------------------------------------------------------------------- */
@@ -771,6 +861,9 @@ int main(int argc, char **argv) {
         }
     }
     gemm_set_backend(be);
+    for (int prec = 0; prec < 2; prec++)
+        for (int mode = BT_ACTS_FULL; mode <= BT_ACTS_CHECKPOINT; mode++)
+            check_assigned_slots(prec ? BT_PRECISION_BF16 : BT_PRECISION_FP32, (bt_act_mode)mode);
     check_sizes();
     check_act16();
     check_backward_refused(0);

@@ -6,7 +6,9 @@
  *
  * Outputs are pre-filled with tu_fill_sentinel_f32 (a NaN): an element a kernel forgot to
  * write fails. Gradients are pre-filled with the same random values in both runs, since
- * backward accumulates.
+ * backward accumulates (BT_DX_ADD). The kernels that take a bt_dx_mode are also run with
+ * BT_DX_SET into the sentinel, fast and reference alike, which must give exactly the bytes
+ * of BT_DX_ADD onto a zeroed dx (ops.h; dout holds -0 and +0 so the sign of zero is checked).
  *
  * Tolerances for fp32 fast vs reference (|a-b| <= atol + rtol |b|):
  *   The reference accumulates in double and rounds once; the fast kernel sums in float in
@@ -69,6 +71,43 @@ static double max_abs(const float *x, size_t n) {
     return m;
 }
 
+/* dx of one backward in both modes (ops.h bt_dx_mode), for the fast kernel ([0]) and its
+ * reference ([1]): add = BT_DX_ADD onto zeros, set = BT_DX_SET into the sentinel (a kernel
+ * that read dx, or left an element unwritten, leaves NaN). */
+typedef struct {
+    float *add[2], *set[2];
+    size_t n;
+} dx_modes;
+
+static dx_modes dx_modes_new(size_t n) {
+    dx_modes d = {.n = n};
+    for (int v = 0; v < 2; v++) {
+        d.add[v] = fvec(n), d.set[v] = sentinel_f(n);
+        memset(d.add[v], 0, n * sizeof(float));
+    }
+    return d;
+}
+
+/* set must be add, byte for byte (0 + v in both; -0 + +0 = +0), for both kernels; frees. */
+static void dx_modes_check(const char *name, dx_modes *d) {
+    static const char *const who[2] = {"fast", "ref"};
+    for (int v = 0; v < 2; v++) {
+        char label[320];
+        snprintf(label, sizeof label, "%s %s: BT_DX_SET = BT_DX_ADD onto zeros, bitwise", name,
+                 who[v]);
+        tu_check_bytes_equal(label, d->set[v], d->add[v], d->n * sizeof(float));
+        free(d->add[v]), free(d->set[v]);
+    }
+}
+
+/* A copy of dout with signed zeros at its start: -0, +0 (the sign rule of BT_DX_SET). */
+static float *signed_zeros(const float *dout, size_t n) {
+    float *g = copy_f(dout, n);
+    if (n > 0) g[0] = -0.0f;
+    if (n > 1) g[1] = 0.0f;
+    return g;
+}
+
 /* fast vs reference with the magnitude-scaled tolerance of the header comment */
 static int close_f32(const char *name, const float *got, const float *want, size_t n, double rtol) {
     return tu_check_close_f32(name, got, want, n, rtol * max_abs(want, n), rtol);
@@ -99,14 +138,27 @@ static void test_layernorm(size_t n, size_t c) {
     float *dout = rand_f(n * c, -1, 1);
     float *dx1 = rand_f(n * c, -1, 1), *dw1 = rand_f(c, -1, 1), *db1 = rand_f(c, -1, 1);
     float *dx2 = copy_f(dx1, n * c), *dw2 = copy_f(dw1, c), *db2 = copy_f(db1, c);
-    layernorm_backward(dx1, dw1, db1, dout, x, w, m2, r2, n, c);
-    layernorm_backward_ref(dx2, dw2, db2, dout, x, w, m2, r2, n, c);
+    layernorm_backward(dx1, dw1, db1, dout, x, w, m2, r2, n, c, BT_DX_ADD);
+    layernorm_backward_ref(dx2, dw2, db2, dout, x, w, m2, r2, n, c, BT_DX_ADD);
     snprintf(name, sizeof name, "layernorm bwd dx n=%zu c=%zu", n, c);
     close_f32(name, dx1, dx2, n * c, RTOL_F32);
     snprintf(name, sizeof name, "layernorm bwd dw n=%zu c=%zu", n, c);
     close_f32(name, dw1, dw2, c, RTOL_F32);
     snprintf(name, sizeof name, "layernorm bwd db n=%zu c=%zu", n, c);
     close_f32(name, db1, db2, c, RTOL_F32);
+    /* dx by assignment; a zero dout row (row 0 when n > 1) */
+    float *dz = signed_zeros(dout, n * c);
+    if (n > 1) memset(dz, 0, c * sizeof(float));
+    dx_modes dm = dx_modes_new(n * c);
+    for (int mo = 0; mo < 2; mo++) {
+        float **dst = mo ? dm.set : dm.add;
+        const bt_dx_mode md = mo ? BT_DX_SET : BT_DX_ADD;
+        layernorm_backward(dst[0], NULL, NULL, dz, x, w, m2, r2, n, c, md);
+        layernorm_backward_ref(dst[1], NULL, NULL, dz, x, w, m2, r2, n, c, md);
+    }
+    snprintf(name, sizeof name, "layernorm bwd dx n=%zu c=%zu", n, c);
+    dx_modes_check(name, &dm);
+    free(dz);
 
     /* in place (out aliases x) */
     float *xi = copy_f(x, n * c);
@@ -121,9 +173,13 @@ static void test_layernorm(size_t n, size_t c) {
 
 typedef void (*pw_fwd)(float *, const float *, size_t);
 typedef void (*pw_bwd)(float *, const float *, const float *, size_t);
+typedef void (*pw_bwd_mode)(float *, const float *, const float *, size_t, bt_dx_mode);
 
+/* The backward is fast_b / ref_b (no mode: accumulates) or fast_bm / ref_bm (a bt_dx_mode:
+ * BT_DX_ADD as the former, and BT_DX_SET checked against it). */
 static void test_pointwise(const char *op, pw_fwd fast_f, pw_fwd ref_f, pw_bwd fast_b,
-                           pw_bwd ref_b, int bwd_uses_out, size_t n, float range) {
+                           pw_bwd ref_b, pw_bwd_mode fast_bm, pw_bwd_mode ref_bm,
+                           int bwd_uses_out, size_t n, float range) {
     char name[128];
     float *x = rand_f(n, -range, range);
     if (n > 8) { /* the tails and the centre */
@@ -136,10 +192,27 @@ static void test_pointwise(const char *op, pw_fwd fast_f, pw_fwd ref_f, pw_bwd f
     snprintf(name, sizeof name, "%s fwd n=%zu", op, n);
     close_f32(name, o1, o2, n, RTOL_F32);
     float *dout = rand_f(n, -1, 1), *dx1 = rand_f(n, -1, 1), *dx2 = copy_f(dx1, n);
-    fast_b(dx1, dout, bwd_uses_out ? o2 : x, n);
-    ref_b(dx2, dout, bwd_uses_out ? o2 : x, n);
+    const float *saved = bwd_uses_out ? o2 : x;
+    if (fast_bm) {
+        fast_bm(dx1, dout, saved, n, BT_DX_ADD);
+        ref_bm(dx2, dout, saved, n, BT_DX_ADD);
+    } else {
+        fast_b(dx1, dout, saved, n);
+        ref_b(dx2, dout, saved, n);
+    }
     snprintf(name, sizeof name, "%s bwd n=%zu", op, n);
     close_f32(name, dx1, dx2, n, RTOL_F32);
+    if (fast_bm) {
+        float *dz = signed_zeros(dout, n);
+        dx_modes dm = dx_modes_new(n);
+        for (int mo = 0; mo < 2; mo++) {
+            float **dst = mo ? dm.set : dm.add;
+            fast_bm(dst[0], dz, saved, n, mo ? BT_DX_SET : BT_DX_ADD);
+            ref_bm(dst[1], dz, saved, n, mo ? BT_DX_SET : BT_DX_ADD);
+        }
+        dx_modes_check(name, &dm);
+        free(dz);
+    }
     float *xi = copy_f(x, n);
     fast_f(xi, xi, n);
     snprintf(name, sizeof name, "%s fwd in place n=%zu", op, n);
@@ -218,7 +291,7 @@ static void test_linear_x_bf16(const float *x, const float *w, const bt_bf16 *wb
         tu_fill_uniform_f32(&r, g[v][1], oc * c, -1, 1);
         tu_fill_uniform_f32(&r, g[v][2], oc, -1, 1);
         linear_backward(g[v][0], g[v][1], g[v][2], dout, v ? NULL : x, v ? xb : NULL, w, wb, n,
-                        c, oc, bf);
+                        c, oc, bf, BT_DX_ADD);
     }
     static const char *const gn[3] = {"dx", "dw", "db"};
     const size_t gsz[3] = {n * c, oc * c, oc};
@@ -251,14 +324,28 @@ static void test_linear(size_t n, size_t c, size_t oc, gemm_compute compute, int
     float *dout = rand_f(n * oc, -1, 1);
     float *dx1 = rand_f(n * c, -1, 1), *dw1 = rand_f(oc * c, -1, 1), *db1 = rand_f(oc, -1, 1);
     float *dx2 = copy_f(dx1, n * c), *dw2 = copy_f(dw1, oc * c), *db2 = copy_f(db1, oc);
-    linear_backward(dx1, dw1, db1, dout, x, NULL, w, wb, n, c, oc, compute);
-    linear_backward_ref(dx2, dw2, db2, dout, x, NULL, w, wb, n, c, oc, compute);
+    linear_backward(dx1, dw1, db1, dout, x, NULL, w, wb, n, c, oc, compute, BT_DX_ADD);
+    linear_backward_ref(dx2, dw2, db2, dout, x, NULL, w, wb, n, c, oc, compute, BT_DX_ADD);
     snprintf(name, sizeof name, "linear bwd dx %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
     close_f32(name, dx1, dx2, n * c, RTOL_F32);
     snprintf(name, sizeof name, "linear bwd dw %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
     close_f32(name, dw1, dw2, oc * c, RTOL_F32);
     snprintf(name, sizeof name, "linear bwd db %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
     close_f32(name, db1, db2, oc, RTOL_F32);
+    /* dx by assignment (the GEMM's beta 0); dout row 0 all -0 against positive weights, whose
+     * products are all -0: a sum that did not start from +0 would store -0 */
+    float *dz = copy_f(dout, n * oc), *wp = rand_f(oc * c, 0.25f, 1);
+    for (size_t o = 0; o < oc; o++) dz[o] = -0.0f;
+    dx_modes dm = dx_modes_new(n * c);
+    for (int mo = 0; mo < 2; mo++) {
+        float **dst = mo ? dm.set : dm.add;
+        const bt_dx_mode md = mo ? BT_DX_SET : BT_DX_ADD;
+        linear_backward(dst[0], NULL, NULL, dz, x, NULL, wp, NULL, n, c, oc, compute, md);
+        linear_backward_ref(dst[1], NULL, NULL, dz, x, NULL, wp, NULL, n, c, oc, compute, md);
+    }
+    snprintf(name, sizeof name, "linear bwd dx %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
+    dx_modes_check(name, &dm);
+    free(dz), free(wp);
     if (compute == GEMM_COMPUTE_BF16) test_linear_x_bf16(x, w, wb, b, o1, dout, n, c, oc);
     free(x), free(w), free(b), free(wb), free(o1), free(o2), free(dout);
     free(dx1), free(dw1), free(db1), free(dx2), free(dw2), free(db2);
@@ -343,8 +430,8 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
     attn_grads(&a, gq1, gkv1, &dq1, &dk1, &dv1);
     attn_grads(&a, gq2, gkv2, &dq2, &dk2, &dv2);
     /* both backwards read the same (reference) probs, so only the backward is compared */
-    attention_backward(dq1, dk1, dv1, dout, p2, a.q, a.k, a.v, d, drop, compute);
-    attention_backward_ref(dq2, dk2, dv2, dout, p2, a.q, a.k, a.v, d, drop, compute);
+    attention_backward(dq1, dk1, dv1, dout, p2, a.q, a.k, a.v, d, drop, compute, BT_DX_ADD);
+    attention_backward_ref(dq2, dk2, dv2, dout, p2, a.q, a.k, a.v, d, drop, compute, BT_DX_ADD);
     if (self) {
         snprintf(name, sizeof name, "attention bwd d(qkv) %s", label);
         close_f32(name, gq1, gq2, a.qn, rt_b);
@@ -354,6 +441,30 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
         snprintf(name, sizeof name, "attention bwd d(kv) %s", label);
         close_f32(name, gkv1, gkv2, a.kvn, rt_b);
     }
+    /* dq, dk, dv by assignment (beta 0; the packed buffers' columns are all dq, dk or dv);
+     * batch item 0's dout all -0 */
+    float *dz = copy_f(dout, on);
+    for (size_t i = 0; i < Tq * C; i++) dz[i] = -0.0f;
+    float *gm[2][2][2]; /* [mode][fast, ref][q, kv] */
+    for (int mo = 0; mo < 2; mo++)
+        for (int v = 0; v < 2; v++) {
+            gm[mo][v][0] = mo ? sentinel_f(a.qn) : calloc(a.qn, sizeof(float));
+            gm[mo][v][1] = !a.kvn ? NULL : mo ? sentinel_f(a.kvn) : calloc(a.kvn, sizeof(float));
+            float *eq, *ek, *ev;
+            attn_grads(&a, gm[mo][v][0], gm[mo][v][1], &eq, &ek, &ev);
+            (v ? attention_backward_ref : attention_backward)(eq, ek, ev, dz, p2, a.q, a.k, a.v,
+                                                              d, drop, compute,
+                                                              mo ? BT_DX_SET : BT_DX_ADD);
+        }
+    for (int v = 0; v < 2; v++) {
+        snprintf(name, sizeof name, "attention bwd %s %s: BT_DX_SET = BT_DX_ADD onto zeros, "
+                 "bitwise", label, v ? "ref" : "fast");
+        tu_check(memcmp(gm[1][v][0], gm[0][v][0], a.qn * sizeof(float)) == 0 &&
+                     (!a.kvn || memcmp(gm[1][v][1], gm[0][v][1], a.kvn * sizeof(float)) == 0),
+                 "%s", name);
+        for (int mo = 0; mo < 2; mo++) free(gm[mo][v][0]), free(gm[mo][v][1]);
+    }
+    free(dz);
 
     /* determinism: the same call again gives the same bits (fp32 and bf16 alike) */
     float *o3 = sentinel_f(on), *p3 = sentinel_f(pn);
@@ -401,8 +512,10 @@ static void test_attention_partial_grads(void) {
     float *o = sentinel_f(on), *p = sentinel_f(pn), *dout = rand_f(on, -1, 1);
     attention_forward_ref(o, p, a.q, a.k, a.v, a.key_bias, &a.d, &drop, GEMM_COMPUTE_F32);
     float *g1 = rand_f(a.kvn, -1, 1), *g2 = copy_f(g1, a.kvn), *gq = rand_f(a.qn, -1, 1);
-    attention_backward(NULL, NULL, g1 + C, dout, p, a.q, a.k, a.v, &a.d, &drop, GEMM_COMPUTE_F32);
-    attention_backward_ref(gq, g2, g2 + C, dout, p, a.q, a.k, a.v, &a.d, &drop, GEMM_COMPUTE_F32);
+    attention_backward(NULL, NULL, g1 + C, dout, p, a.q, a.k, a.v, &a.d, &drop, GEMM_COMPUTE_F32,
+                       BT_DX_ADD);
+    attention_backward_ref(gq, g2, g2 + C, dout, p, a.q, a.k, a.v, &a.d, &drop, GEMM_COMPUTE_F32,
+                           BT_DX_ADD);
     /* compare the dv columns only; the dk columns of g1 must be untouched */
     float *dv1 = fvec(2 * 13 * C), *dv2 = fvec(2 * 13 * C);
     int dk_untouched = 1;
@@ -444,7 +557,7 @@ static void test_attention_block_products(gemm_compute compute) {
     float *out2 = sentinel_f(B * T * C);
     attention_forward(out, probs, qkv, qkv + C, qkv + 2 * C, NULL, &d, NULL, compute);
     attention_backward(NULL, NULL, dg + 2 * C, dout, probs, qkv, qkv + C, qkv + 2 * C, &d, NULL,
-                       compute);
+                       compute, BT_DX_ADD);
 #ifdef _OPENMP
 #pragma omp parallel if (omp_get_max_threads() > 1)
 #endif
@@ -527,11 +640,33 @@ static void test_bias_residual(size_t n, size_t c) {
     tu_check_bytes_equal(name, o1, o2, n * c * sizeof(float));
     float *da1 = rand_f(n * c, -1, 1), *da2 = copy_f(da1, n * c);
     memcpy(dx1, dx2, n * c * sizeof(float));
-    residual_backward(da1, dx1, dout, n * c);
-    residual_backward_ref(da2, dx2, dout, n * c);
+    residual_backward(da1, dx1, dout, n * c, BT_DX_ADD);
+    residual_backward_ref(da2, dx2, dout, n * c, BT_DX_ADD);
     snprintf(name, sizeof name, "residual bwd n=%zu (bitwise)", n * c);
     tu_check(memcmp(da1, da2, n * c * sizeof(float)) == 0 &&
                  memcmp(dx1, dx2, n * c * sizeof(float)) == 0, "%s", name);
+    /* by assignment: both outputs, and one of them alone */
+    float *dz = signed_zeros(dout, n * c);
+    for (int which = 0; which < 3; which++) {
+        dx_modes dm = dx_modes_new(n * c), dm2 = dx_modes_new(n * c);
+        for (int mo = 0; mo < 2; mo++) {
+            float **a1 = mo ? dm.set : dm.add, **b1 = mo ? dm2.set : dm2.add;
+            const bt_dx_mode md = mo ? BT_DX_SET : BT_DX_ADD;
+            residual_backward(which != 2 ? a1[0] : NULL, which != 1 ? b1[0] : NULL, dz, n * c,
+                              md);
+            residual_backward_ref(which != 2 ? a1[1] : NULL, which != 1 ? b1[1] : NULL, dz,
+                                  n * c, md);
+        }
+        if (which == 1) memcpy(dm2.set[0], dm2.add[0], n * c * sizeof(float)), /* untouched */
+            memcpy(dm2.set[1], dm2.add[1], n * c * sizeof(float));
+        if (which == 2) memcpy(dm.set[0], dm.add[0], n * c * sizeof(float)),
+            memcpy(dm.set[1], dm.add[1], n * c * sizeof(float));
+        snprintf(name, sizeof name, "residual bwd da (%d) n=%zu", which, n * c);
+        dx_modes_check(name, &dm);
+        snprintf(name, sizeof name, "residual bwd db (%d) n=%zu", which, n * c);
+        dx_modes_check(name, &dm2);
+    }
+    free(dz);
     /* in place: out aliases a */
     float *xi = copy_f(x, n * c);
     residual_forward(xi, xi, y, n * c);
@@ -636,10 +771,22 @@ static void test_dropout(size_t n) {
     snprintf(name, sizeof name, "dropout fwd n=%zu (bitwise)", n);
     tu_check_bytes_equal(name, o1, o2, n * sizeof(float));
     float *dout = rand_f(n, -1, 1), *dx1 = rand_f(n, -1, 1), *dx2 = copy_f(dx1, n);
-    dropout_backward(dx1, dout, n, &d);
-    dropout_backward_ref(dx2, dout, n, &d);
+    dropout_backward(dx1, dout, n, &d, BT_DX_ADD);
+    dropout_backward_ref(dx2, dout, n, &d, BT_DX_ADD);
     snprintf(name, sizeof name, "dropout bwd n=%zu (bitwise)", n);
     tu_check_bytes_equal(name, dx1, dx2, n * sizeof(float));
+    float *dz = signed_zeros(dout, n);
+    for (int on = 0; on < 2; on++) { /* with the mask, and NULL (identity) */
+        dx_modes dm = dx_modes_new(n);
+        for (int mo = 0; mo < 2; mo++) {
+            float **dst = mo ? dm.set : dm.add;
+            dropout_backward(dst[0], dz, n, on ? &d : NULL, mo ? BT_DX_SET : BT_DX_ADD);
+            dropout_backward_ref(dst[1], dz, n, on ? &d : NULL, mo ? BT_DX_SET : BT_DX_ADD);
+        }
+        snprintf(name, sizeof name, "dropout bwd%s n=%zu", on ? "" : " (identity)", n);
+        dx_modes_check(name, &dm);
+    }
+    free(dz);
     float *xi = copy_f(x, n);
     dropout_forward(xi, xi, n, &d);
     snprintf(name, sizeof name, "dropout fwd in place n=%zu (bitwise)", n);
@@ -716,7 +863,7 @@ static void test_thread_independence(void) {
         omp_set_num_threads(t ? 3 : 1);
         g[t][0] = calloc(n * c, sizeof(float)), g[t][1] = calloc(c, sizeof(float)),
         g[t][2] = calloc(c, sizeof(float));
-        layernorm_backward(g[t][0], g[t][1], g[t][2], dout, x, w, mean, rstd, n, c);
+        layernorm_backward(g[t][0], g[t][1], g[t][2], dout, x, w, mean, rstd, n, c, BT_DX_ADD);
         bias_add_backward(NULL, g[t][2], dout, n, c);
     }
     omp_set_num_threads(nt);
@@ -1078,12 +1225,12 @@ int main(void) {
     static const size_t PW_N[] = {1, 7, 33, 257, 8191, 100003};
     for (size_t i = 0; i < sizeof PW_N / sizeof PW_N[0]; i++) {
         const size_t n = PW_N[i];
-        test_pointwise("gelu", gelu_forward, gelu_forward_ref, gelu_backward, gelu_backward_ref, 0,
-                       n, 6);
-        test_pointwise("quick_gelu", quick_gelu_forward, quick_gelu_forward_ref,
+        test_pointwise("gelu", gelu_forward, gelu_forward_ref, NULL, NULL, gelu_backward,
+                       gelu_backward_ref, 0, n, 6);
+        test_pointwise("quick_gelu", quick_gelu_forward, quick_gelu_forward_ref, NULL, NULL,
                        quick_gelu_backward, quick_gelu_backward_ref, 0, n, 6);
-        test_pointwise("tanh", tanh_forward, tanh_forward_ref, tanh_backward, tanh_backward_ref, 1,
-                       n, 4);
+        test_pointwise("tanh", tanh_forward, tanh_forward_ref, tanh_backward, tanh_backward_ref,
+                       NULL, NULL, 1, n, 4);
         test_dropout(n);
         test_adamw(n, 0);
         test_sum_squares(n);

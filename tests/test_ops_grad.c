@@ -7,6 +7,9 @@
  * with a known nonzero pattern before the backward runs, and the check is
  *     (gradient after backward) - (pre-fill)  ~=  (L(x + h e_j) - L(x - h e_j)) / 2h
  * which also proves the backward ACCUMULATES (an assigning backward fails by the pre-fill).
+ * The kernels with a bt_dx_mode are checked once more with BT_DX_SET into a NaN-filled dx,
+ * against the numeric derivative directly (check_grad_set): a SET that read dx, or missed
+ * an element, leaves NaN.
  *
  * Tolerance (|a-b| <= atol + rtol |b|, b = the numeric derivative), with h = 1e-6 and
  * inputs of magnitude ~1:
@@ -95,6 +98,24 @@ static void check_grad(const char *name, const double *got, size_t n, double *x,
     free(pre);
 }
 
+/* dx written by a BT_DX_SET backward into a NaN-filled buffer vs the numeric gradient. */
+static void check_grad_set(const char *name, const double *got, size_t n, double *x, loss_fn f,
+                           void *ctx) {
+    double *num = vec(n);
+    const double mag = fd_gradient(num, x, n, f, ctx, FD_H);
+    char label[96];
+    snprintf(label, sizeof label, "%s (BT_DX_SET)", name);
+    tu_check_close_f64(label, got, num, n, 1e-8 * (mag > 1.0 ? mag : 1.0), FD_RTOL);
+    free(num);
+}
+
+/* A buffer for a BT_DX_SET backward: quiet NaNs, which a read would propagate. */
+static double *nan_vec(size_t n) {
+    double *p = vec(n);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
 /* --- linear ----------------------------------------------------------------------------- */
 
 typedef struct {
@@ -119,12 +140,16 @@ static void test_linear(void) {
     prefill(dx, t.n * t.c);
     prefill(dw, t.oc * t.c);
     prefill(db, t.oc);
-    linear_backward_ref_f64(dx, dw, db, t.wt, t.x, t.w, t.n, t.c, t.oc);
+    linear_backward_ref_f64(dx, dw, db, t.wt, t.x, t.w, t.n, t.c, t.oc, BT_DX_ADD);
     check_grad("linear dx", dx, t.n * t.c, t.x, linear_loss, &t, FD_H);
     check_grad("linear dw", dw, t.oc * t.c, t.w, linear_loss, &t, FD_H);
     check_grad("linear db", db, t.oc, t.b, linear_loss, &t, FD_H);
+    double *dxs = nan_vec(t.n * t.c);
+    linear_backward_ref_f64(dxs, NULL, NULL, t.wt, t.x, t.w, t.n, t.c, t.oc, BT_DX_SET);
+    check_grad_set("linear dx", dxs, t.n * t.c, t.x, linear_loss, &t);
+    free(dxs);
     /* NULL gradients are skipped (nothing to write, nothing to crash on) */
-    linear_backward_ref_f64(NULL, NULL, NULL, t.wt, t.x, t.w, t.n, t.c, t.oc);
+    linear_backward_ref_f64(NULL, NULL, NULL, t.wt, t.x, t.w, t.n, t.c, t.oc, BT_DX_ADD);
     free(t.x), free(t.w), free(t.b), free(t.wt), free(t.out), free(dx), free(dw), free(db);
 }
 
@@ -155,10 +180,15 @@ static void test_layernorm(void) {
     prefill(dx, t.n * t.c);
     prefill(dw, t.c);
     prefill(db, t.c);
-    layernorm_backward_ref_f64(dx, dw, db, t.wt, t.x, t.w, t.mean, t.rstd, t.n, t.c);
+    layernorm_backward_ref_f64(dx, dw, db, t.wt, t.x, t.w, t.mean, t.rstd, t.n, t.c, BT_DX_ADD);
     check_grad("layernorm dx", dx, t.n * t.c, t.x, ln_loss, &t, FD_H);
     check_grad("layernorm dw", dw, t.c, t.w, ln_loss, &t, FD_H);
     check_grad("layernorm db", db, t.c, t.b, ln_loss, &t, FD_H);
+    double *dxs = nan_vec(t.n * t.c);
+    layernorm_backward_ref_f64(dxs, NULL, NULL, t.wt, t.x, t.w, t.mean, t.rstd, t.n, t.c,
+                               BT_DX_SET);
+    check_grad_set("layernorm dx", dxs, t.n * t.c, t.x, ln_loss, &t);
+    free(dxs);
 
     /* forward property (independent of the backward): each output row, before w and b, has
      * mean 0 and biased variance var/(var+eps) */
@@ -198,8 +228,11 @@ static double pw_loss(void *p, double *mag) {
     return weighted(t->out, t->wt, t->n, mag);
 }
 
+/* bwd (accumulates) or bwd_mode (a bt_dx_mode: BT_DX_ADD, then BT_DX_SET) */
 static void test_pointwise(const char *name, void (*fwd)(double *, const double *, size_t),
                            void (*bwd)(double *, const double *, const double *, size_t),
+                           void (*bwd_mode)(double *, const double *, const double *, size_t,
+                                            bt_dx_mode),
                            int bwd_uses_output) {
     pw_ctx t = {.n = 17, .fwd = fwd};
     t.x = rand_vec(t.n, -4, 4);
@@ -209,10 +242,18 @@ static void test_pointwise(const char *name, void (*fwd)(double *, const double 
     fwd(t.out, t.x, t.n);
     double *dx = vec(t.n);
     prefill(dx, t.n);
-    bwd(dx, t.wt, bwd_uses_output ? t.out : t.x, t.n);
+    const double *saved = bwd_uses_output ? t.out : t.x;
+    if (bwd_mode) bwd_mode(dx, t.wt, saved, t.n, BT_DX_ADD);
+    else bwd(dx, t.wt, saved, t.n);
     char label[64];
     snprintf(label, sizeof label, "%s dx", name);
     check_grad(label, dx, t.n, t.x, pw_loss, &t, FD_H);
+    if (bwd_mode) {
+        double *dxs = nan_vec(t.n);
+        bwd_mode(dxs, t.wt, saved, t.n, BT_DX_SET);
+        check_grad_set(label, dxs, t.n, t.x, pw_loss, &t);
+        free(dxs);
+    }
     free(t.x), free(t.wt), free(t.out), free(dx);
 }
 
@@ -322,7 +363,7 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
     double *dq, *dk, *dv;
     if (self) dq = dqbuf, dk = dqbuf + C, dv = dqbuf + 2 * C;
     else dq = dqbuf, dk = dkvbuf, dv = dkvbuf + C;
-    attention_backward_ref_f64(dq, dk, dv, t.wt, t.probs, t.q, t.k, t.v, d, drop);
+    attention_backward_ref_f64(dq, dk, dv, t.wt, t.probs, t.q, t.k, t.v, d, drop, BT_DX_ADD);
     char name[128];
     if (self) {
         snprintf(name, sizeof name, "attention %s: d(qkv) packed", label);
@@ -333,6 +374,18 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
         snprintf(name, sizeof name, "attention %s: d(kv) packed", label);
         check_grad(name, dkvbuf, kvn, kvbuf, attn_loss, &t, FD_H);
     }
+    /* BT_DX_SET: every column of the packed buffers is one of dq, dk, dv */
+    double *sq = nan_vec(qn), *skv = nan_vec(kvn);
+    if (self) dq = sq, dk = sq + C, dv = sq + 2 * C;
+    else dq = sq, dk = skv, dv = skv + C;
+    attention_backward_ref_f64(dq, dk, dv, t.wt, t.probs, t.q, t.k, t.v, d, drop, BT_DX_SET);
+    snprintf(name, sizeof name, "attention %s: dq%s", label, self ? ", dk, dv" : "");
+    check_grad_set(name, sq, qn, qbuf, attn_loss, &t);
+    if (!self) {
+        snprintf(name, sizeof name, "attention %s: dk, dv", label);
+        check_grad_set(name, skv, kvn, kvbuf, attn_loss, &t);
+    }
+    free(sq), free(skv);
     free(qbuf), free(kvbuf), free(dqbuf), free(dkvbuf), free(mask);
     free(t.key_bias), free(t.out), free(t.probs), free(t.wt);
 }
@@ -437,9 +490,14 @@ static void test_residual(void) {
     double *da = vec(t.n), *db = vec(t.n);
     prefill(da, t.n);
     prefill(db, t.n);
-    residual_backward_ref_f64(da, db, t.wt, t.n);
+    residual_backward_ref_f64(da, db, t.wt, t.n, BT_DX_ADD);
     check_grad("residual da", da, t.n, t.a, res_loss, &t, FD_H);
     check_grad("residual db", db, t.n, t.b, res_loss, &t, FD_H);
+    double *sa = nan_vec(t.n), *sb = nan_vec(t.n);
+    residual_backward_ref_f64(sa, sb, t.wt, t.n, BT_DX_SET);
+    check_grad_set("residual da", sa, t.n, t.a, res_loss, &t);
+    check_grad_set("residual db", sb, t.n, t.b, res_loss, &t);
+    free(sa), free(sb);
     free(t.a), free(t.b), free(t.wt), free(t.out), free(da), free(db);
 }
 
@@ -564,8 +622,12 @@ static void test_dropout(void) {
     t.out = vec(t.n);
     double *dx = vec(t.n);
     prefill(dx, t.n);
-    dropout_backward_ref_f64(dx, t.wt, t.n, &d);
+    dropout_backward_ref_f64(dx, t.wt, t.n, &d, BT_DX_ADD);
     check_grad("dropout dx", dx, t.n, t.x, do_loss, &t, FD_H);
+    double *dxs = nan_vec(t.n);
+    dropout_backward_ref_f64(dxs, t.wt, t.n, &d, BT_DX_SET);
+    check_grad_set("dropout dx", dxs, t.n, t.x, do_loss, &t);
+    free(dxs);
     size_t kept = 0;
     for (size_t i = 0; i < t.n; i++) kept += dropout_keep(&d, i);
     tu_check(kept > 0 && kept < t.n, "dropout p=0.4 keeps some and drops some (%zu of %zu)", kept,
@@ -577,9 +639,10 @@ int main(void) {
     tu_rng_seed(&rng, 20240611);
     test_linear();
     test_layernorm();
-    test_pointwise("gelu", gelu_forward_ref_f64, gelu_backward_ref_f64, 0);
-    test_pointwise("quick_gelu", quick_gelu_forward_ref_f64, quick_gelu_backward_ref_f64, 0);
-    test_pointwise("tanh", tanh_forward_ref_f64, tanh_backward_ref_f64, 1);
+    test_pointwise("gelu", gelu_forward_ref_f64, NULL, gelu_backward_ref_f64, 0);
+    test_pointwise("quick_gelu", quick_gelu_forward_ref_f64, NULL, quick_gelu_backward_ref_f64,
+                   0);
+    test_pointwise("tanh", tanh_forward_ref_f64, tanh_backward_ref_f64, NULL, 1);
     test_softmax();
     const bt_dropout drop = {.p = 0.25f, .seed = 99};
     test_attention("self B2 NH2 T5 D3", 2, 2, 5, 5, 3, 1, NULL);

@@ -158,33 +158,38 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
     const cross_layer_drops dr = cross_layer_drops_get(m, s, k);
+    /* (SET: the layer's internal gradients are assigned by their first writer; dx and de,
+     * the streams, accumulate: model.c "activation layout") */
     /* out = LN3(res3), res3 = dropout(ffn_lin) + c, ffn_lin = GELU(c·W1ᵀ + b1)·W2ᵀ + b2 */
-    norm_backward(d->res3, d->out, a->res3, a->mean3, a->rstd3, &p.ln3, N1);
-    residual_backward(d->c, NULL, d->res3, N1 * H);
-    rows_dropout_backward(d->ffn_lin, d->res3, m->P, s->T1 * H, &dr.ffn_out, m->pair_keys);
-    lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N1);
-    gelu_backward(d->f_pre, d->f, a->f_pre, N1 * I);
-    lin_backward(m, d->c, d->f_pre, a->c, &p.fc1, N1);
+    norm_backward(d->res3, d->out, a->res3, a->mean3, a->rstd3, &p.ln3, N1, BT_DX_SET);
+    residual_backward(d->c, NULL, d->res3, N1 * H, BT_DX_SET);
+    rows_dropout_backward(d->ffn_lin, d->res3, m->P, s->T1 * H, &dr.ffn_out, m->pair_keys,
+                          BT_DX_SET);
+    lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N1, BT_DX_SET);
+    gelu_backward(d->f_pre, d->f, a->f_pre, N1 * I, BT_DX_SET);
+    lin_backward(m, d->c, d->f_pre, a->c, &p.fc1, N1, BT_DX_ADD);
     /* c = LN2(res2), res2 = dropout(cattn_lin) + a, cattn_lin = CrossAttn(a, e)·Wo2ᵀ + bo2 */
-    norm_backward(d->res2, d->c, a->res2, a->mean2, a->rstd2, &p.ln2, N1);
-    residual_backward(d->a, NULL, d->res2, N1 * H);
-    rows_dropout_backward(d->cattn_lin, d->res2, m->P, s->T1 * H, &dr.cross_out, m->pair_keys);
-    lin_backward_act(m, d->cctx, d->cattn_lin, a->cctx, a->cctx_16, &p.co, N1);
+    norm_backward(d->res2, d->c, a->res2, a->mean2, a->rstd2, &p.ln2, N1, BT_DX_SET);
+    residual_backward(d->a, NULL, d->res2, N1 * H, BT_DX_SET);
+    rows_dropout_backward(d->cattn_lin, d->res2, m->P, s->T1 * H, &dr.cross_out, m->pair_keys,
+                          BT_DX_SET);
+    lin_backward_act(m, d->cctx, d->cattn_lin, a->cctx, a->cctx_16, &p.co, N1, BT_DX_SET);
     rows_attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv, &cd,
-                            &dr.cross_probs, m->pair_keys, cp);
-    lin_backward(m, de, d->ck, e, &p.ck, N2);
-    lin_backward(m, de, d->cv, e, &p.cv, N2);
-    lin_backward(m, d->a, d->cq, a->a, &p.cq, N1);
+                            &dr.cross_probs, m->pair_keys, cp, BT_DX_SET);
+    lin_backward(m, de, d->ck, e, &p.ck, N2, BT_DX_ADD);
+    lin_backward(m, de, d->cv, e, &p.cv, N2, BT_DX_ADD);
+    lin_backward(m, d->a, d->cq, a->a, &p.cq, N1, BT_DX_ADD);
     /* a = LN1(res1), res1 = dropout(attn_lin) + x, attn_lin = SelfAttn(x)·Woᵀ + bo */
-    norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N1);
-    residual_backward(dx, NULL, d->res1, N1 * H);
-    rows_dropout_backward(d->attn_lin, d->res1, m->P, s->T1 * H, &dr.self_out, m->pair_keys);
-    lin_backward_act(m, d->ctx, d->attn_lin, a->ctx, a->ctx_16, &p.o, N1);
+    norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N1, BT_DX_SET);
+    residual_backward(dx, NULL, d->res1, N1 * H, BT_DX_ADD);
+    rows_dropout_backward(d->attn_lin, d->res1, m->P, s->T1 * H, &dr.self_out, m->pair_keys,
+                          BT_DX_SET);
+    lin_backward_act(m, d->ctx, d->attn_lin, a->ctx, a->ctx_16, &p.o, N1, BT_DX_SET);
     rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &sd,
-                            &dr.self_probs, m->pair_keys, cp);
-    lin_backward(m, dx, d->q, x, &p.q, N1);
-    lin_backward(m, dx, d->k, x, &p.k, N1);
-    lin_backward(m, dx, d->v, x, &p.v, N1);
+                            &dr.self_probs, m->pair_keys, cp, BT_DX_SET);
+    lin_backward(m, dx, d->q, x, &p.q, N1, BT_DX_ADD);
+    lin_backward(m, dx, d->k, x, &p.k, N1, BT_DX_ADD);
+    lin_backward(m, dx, d->v, x, &p.v, N1, BT_DX_ADD);
 }
 
 /* --- link towers ------------------------------------------------------------------------
@@ -209,7 +214,7 @@ static void link_mix_backward(float *du, float *dc, float *dscalar, const float 
                               const float *u, const float *c, const float *scalar,
                               bt_link_type type, size_t n) {
     if (type == BT_LINK_ADD) {
-        residual_backward(du, dc, dsum, n);
+        residual_backward(du, dc, dsum, n, BT_DX_ADD);
         return;
     }
     const float s = *scalar;
@@ -308,13 +313,13 @@ static void pairs_norm_backward(const bt_model *m, int side, float *du, const fl
                                 const bt_norm *N, size_t L) {
     const size_t C = N->c;
     if (pairs_identity(m, side)) {
-        norm_backward(du, dout, u, mean, rstd, N, m->P * L);
+        norm_backward(du, dout, u, mean, rstd, N, m->P * L, BT_DX_ADD);
         return;
     }
     for (size_t p = 0; p < m->P; p++) {
         const size_t r = pair_row(m, p, side);
         norm_backward(du + r * L * C, dout + p * L * C, u + r * L * C, mean + p * L, rstd + p * L,
-                      N, L);
+                      N, L, BT_DX_ADD);
     }
 }
 
@@ -387,14 +392,14 @@ void cross_towers_backward(bt_model *m) {
         if (Nt) {
             bias_add_backward(NULL, dtt0, dbr->ut, Nt, H);
             lin_backward(m, d->text_h[c->split + k], dbr->ut, a->text_h[c->split + k], &sp.tt,
-                         Nt);
+                         Nt, BT_DX_ADD);
         }
         /* ui = Ti(lnp) + tt1, lnp = ln_post(I_k) */
         if (Nv) {
             bias_add_backward(NULL, dtt1, dbr->ui, Nv, H);
-            lin_backward_act(m, dbr->lnp, dbr->ui, br->lnp, br->lnp_16, &sp.ti, Nv);
+            lin_backward_act(m, dbr->lnp, dbr->ui, br->lnp, br->lnp_16, &sp.ti, Nv, BT_DX_SET);
             norm_backward(d->vis_h[c->split + k], dbr->lnp, a->vis_h[c->split + k], br->lnp_mean,
-                          br->lnp_rstd, &sp.ln_post, Nv);
+                          br->lnp_rstd, &sp.ln_post, Nv, BT_DX_ADD);
         }
     }
 }
@@ -459,8 +464,8 @@ void cross_pairs_backward(bt_model *m) {
         }
     tanh_backward(d->pool_t_pre, d->pool_t, a->pool_t, P * H);
     tanh_backward(d->pool_i_pre, d->pool_i, a->pool_i, P * H);
-    lin_backward(m, d->cls_t, d->pool_t_pre, a->cls_t, &sp.pt, P);
-    lin_backward(m, d->cls_i, d->pool_i_pre, a->cls_i, &sp.pi, P);
+    lin_backward(m, d->cls_t, d->pool_t_pre, a->cls_t, &sp.pt, P, BT_DX_ADD);
+    lin_backward(m, d->cls_i, d->pool_i_pre, a->cls_i, &sp.pi, P, BT_DX_ADD);
     cls_scatter_add(d->xt[last].out, d->cls_t, P, T, H);
     cls_scatter_add(d->xi[last].out, d->cls_i, P, Np, H);
 
@@ -478,10 +483,12 @@ void cross_pairs_backward(bt_model *m) {
                                 &sp.ln_i0, Np);
         } else {
             const link_params lt = link_params_get(m, 0, k - 1), li = link_params_get(m, 1, k - 1);
-            norm_backward(dbr->t_sum, dbr->xin, br->t_sum, br->t_mean, br->t_rstd, &lt.ln, Nt);
+            norm_backward(dbr->t_sum, dbr->xin, br->t_sum, br->t_mean, br->t_rstd, &lt.ln, Nt,
+                          BT_DX_SET);
             pairs_mix_backward(m, 0, dbr->ut, d->xt[k - 1].out, lt.dscalar, dbr->t_sum, br->ut,
                                a->xt[k - 1].out, lt.scalar, T);
-            norm_backward(dbr->i_sum, dbr->yin, br->i_sum, br->i_mean, br->i_rstd, &li.ln, Nv);
+            norm_backward(dbr->i_sum, dbr->yin, br->i_sum, br->i_mean, br->i_rstd, &li.ln, Nv,
+                          BT_DX_SET);
             pairs_mix_backward(m, 1, dbr->ui, d->xi[k - 1].out, li.dscalar, dbr->i_sum, br->ui,
                                a->xi[k - 1].out, li.scalar, Np);
         }

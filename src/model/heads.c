@@ -111,12 +111,12 @@ void heads_towers_backward(bt_model *m) {
     const itc_params p = itc_params_get(m);
     if (Bt) {
         l2_normalize_backward(d->itc_t_proj, d->itc_t, a->itc_t, a->itc_t_norm, Bt, C);
-        lin_backward(m, d->itc_t_cls, d->itc_t_proj, a->itc_t_cls, &p.text, Bt);
+        lin_backward(m, d->itc_t_cls, d->itc_t_proj, a->itc_t_cls, &p.text, Bt, BT_DX_ADD);
         cls_scatter_add(d->text_h[c->text_layers], d->itc_t_cls, Bt, m->T, H);
     }
     if (Bi) {
         l2_normalize_backward(d->itc_i_proj, d->itc_i, a->itc_i, a->itc_i_norm, Bi, C);
-        lin_backward(m, d->itc_i_cls, d->itc_i_proj, a->itc_i_cls, &p.image, Bi);
+        lin_backward(m, d->itc_i_cls, d->itc_i_proj, a->itc_i_cls, &p.image, Bi, BT_DX_ADD);
         cls_scatter_add(d->bridges[c->cross_layers - 1].ui, d->itc_i_cls, Bi, (size_t)c->np, H);
     }
 }
@@ -162,15 +162,17 @@ void heads_pairs_backward(bt_model *m) {
         const itc_params p = itc_params_get(m);
         l2_normalize_backward(d->itc_c_proj, d->itc_c, a->itc_c, a->itc_c_norm, P,
                               (size_t)c->contrastive_hidden);
-        lin_backward(m, d->pooler, d->itc_c_proj, a->pooler, &p.cross, P);
+        lin_backward(m, d->pooler, d->itc_c_proj, a->pooler, &p.cross, P, BT_DX_ADD);
     }
     if ((m->heads & BT_HEADS_MLM) && m->Pm) {
         const size_t Nm = m->Pm * T;
         const mlm_params p = mlm_params_get(m);
-        lin_backward(m, d->mlm_ln, d->mlm_logits, a->mlm_ln, &p.dec, Nm);
-        norm_backward(d->mlm_act, d->mlm_ln, a->mlm_act, a->mlm_mean, a->mlm_rstd, &p.ln, Nm);
-        gelu_backward(d->mlm_tr, d->mlm_act, a->mlm_tr, Nm * H);
-        lin_backward(m, d->mlm_x, d->mlm_tr, a->mlm_x, &p.tr, Nm);
+        /* the transform's gradients: one writer each (assigned, model.c layout) */
+        lin_backward(m, d->mlm_ln, d->mlm_logits, a->mlm_ln, &p.dec, Nm, BT_DX_SET);
+        norm_backward(d->mlm_act, d->mlm_ln, a->mlm_act, a->mlm_mean, a->mlm_rstd, &p.ln, Nm,
+                      BT_DX_SET);
+        gelu_backward(d->mlm_tr, d->mlm_act, a->mlm_tr, Nm * H, BT_DX_SET);
+        lin_backward(m, d->mlm_x, d->mlm_tr, a->mlm_x, &p.tr, Nm, BT_DX_SET);
         float *dx = d->xt[c->cross_layers - 1].out;
         for (size_t j = 0; j < m->Pm; j++) {
             float *dst = dx + (size_t)m->mlm_rows[j] * T * H;
@@ -180,7 +182,7 @@ void heads_pairs_backward(bt_model *m) {
     }
     if (m->heads & BT_HEADS_ITM) {
         const bt_linear fc = model_linear(m, BT_P_ITM_W, BT_P_ITM_B, 0);
-        lin_backward(m, d->pooler, d->itm_logits, a->pooler, &fc, P);
+        lin_backward(m, d->pooler, d->itm_logits, a->pooler, &fc, P, BT_DX_ADD);
     }
 }
 

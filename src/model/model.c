@@ -92,14 +92,14 @@ void rows_dropout_forward(float *out, const float *x, size_t rows, size_t n,
 }
 
 void rows_dropout_backward(float *dx, const float *dout, size_t rows, size_t n,
-                           const bt_dropout *site, const uint64_t *keys) {
+                           const bt_dropout *site, const uint64_t *keys, bt_dx_mode mode) {
     if (site->p <= 0.0f) {
-        dropout_backward(dx, dout, rows * n, NULL);
+        dropout_backward(dx, dout, rows * n, NULL, mode);
         return;
     }
     for (size_t r = 0; r < rows; r++) {
         const bt_dropout d = row_dropout(site, keys[r]);
-        dropout_backward(dx + r * n, dout + r * n, n, &d);
+        dropout_backward(dx + r * n, dout + r * n, n, &d, mode);
     }
 }
 
@@ -124,9 +124,9 @@ void rows_attention_forward(float *out, float *probs, const float *q, const floa
 void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *probs, const float *q, const float *k,
                              const float *v, const attention_dims *d, const bt_dropout *site,
-                             const uint64_t *keys, gemm_compute compute) {
+                             const uint64_t *keys, gemm_compute compute, bt_dx_mode mode) {
     if (site->p <= 0.0f) {
-        attention_backward(dq, dk, dv, dout, probs, q, k, v, d, NULL, compute);
+        attention_backward(dq, dk, dv, dout, probs, q, k, v, d, NULL, compute, mode);
         return;
     }
     attention_dims d1 = *d;
@@ -136,7 +136,7 @@ void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
         const bt_dropout r = row_dropout(site, keys[b]);
         const size_t oq = b * d->Tq * d->ldq, ok = b * d->Tk * d->ldk, ov = b * d->Tk * d->ldv;
         attention_backward(dq + oq, dk + ok, dv + ov, dout + b * d->Tq * d->ldo, probs + b * pb,
-                           q + oq, k + ok, v + ov, &d1, &r, compute);
+                           q + oq, k + ok, v + ov, &d1, &r, compute, mode);
     }
 }
 
@@ -319,6 +319,7 @@ void bt_model_free_grads(bt_model *m) {
 
 int model_layer_recompute(bt_model *m, int group) {
     if (m->act_mode != BT_ACTS_CHECKPOINT) return 0;
+    /* the group's accumulated slots (its assigned ones need no zeroing, model.c layout) */
     if (m->group_grad_bytes[group]) memset(m->layer_dact.mem, 0, m->group_grad_bytes[group]);
     return 1;
 }
@@ -327,9 +328,24 @@ int model_layer_recompute(bt_model *m, int group) {
  * One walk per arena assigns every slot; slot() is a slot with a gradient, slot_ng() one
  * without (statistics, probabilities, gathered rows, copied inputs): in the gradient walk it
  * is NULL and takes no space. A walk with base NULL only counts; bt_model_activation_bytes,
- * the memory check and the allocation all use these walks. Slots are 64-byte aligned. The
- * d_* output slots come first, so a gradient arena is [outputs | internal] (bt_arena.head).
+ * the memory check and the allocation all use these walks. Slots are 64-byte aligned.
  * `approx` follows `off` in double so absurd shapes are reported instead of wrapping.
+ *
+ * Gradient arenas: [d_* outputs | accumulated | assigned]. The d_* output slots come first
+ * (bt_arena.head; zeroed by the forward, a loss accumulates into them). slot() gradients are
+ * ACCUMULATED by their writers (BT_DX_ADD, ops.h): the streams that merge (hidden states
+ * that a layer and a bridge both feed, the bridges' tower rows ut / ui, X'_k / Y'_k, the
+ * cross layers' outputs, heads' rows); the backward zeroes [head, acc_end) before it starts.
+ * slot_set() gradients have one writer, or a first writer in backward order, that ASSIGNS
+ * (BT_DX_SET) before anything reads them: every internal of a ViT block, text layer and cross
+ * layer (e.g. d f_pre = quick_gelu_backward(SET), d x_mid = residual_backward(SET) then
+ * norm_backward(ADD)), the GEMM-only inputs (gemm_input_slot: their Linear's dx), the
+ * embeddings' LayerNorm slots and the link towers' sums. They go to the assigned region,
+ * after acc_end, which nothing zeroes: at base B 8 about 90% of the gradient bytes, that a
+ * threaded memset cleared and the first writer read back each step. A writer that
+ * accumulated into an assigned slot would add to the previous step's value (or garbage):
+ * tests/test_model_memory.c fills the assigned region with NaN before a backward and
+ * requires the same gradient bits.
  *
  * Memory modes (model.h): in BT_ACTS_FULL everything goes to the phase arena's walk. In the
  * other modes a second walk lays out the shared scratch as a union of groups: each group
@@ -338,10 +354,14 @@ int model_layer_recompute(bt_model *m, int group) {
 
 typedef struct arena_walk {
     unsigned char *base;
-    size_t off, top;            /* top: the largest off reached (groups restart at 0) */
+    size_t off, top;            /* top: the largest off reached (groups restart at 0); after
+                                   phase_walk, of a gradient walk: accumulated + assigned */
     double approx, top_approx;
     int grad;
     int bf16;                   /* bf16 activation storage (model.h); set by phase_walk */
+    struct arena_walk *set;     /* gradient walks inside phase_walk: the assigned region */
+    size_t acc;                 /* gradient walks, after phase_walk: bytes of [outputs |
+                                   accumulated], where the assigned region starts */
 } arena_walk;
 
 typedef struct phase_dims {
@@ -380,13 +400,20 @@ static float *slot_ng(arena_walk *w, size_t n) {
     return w->grad ? NULL : slot(w, n);
 }
 
+/* A slot whose gradient is assigned (BT_DX_SET) by its only or first writer: in a gradient
+ * walk it goes to the assigned region (see above), else as slot(). */
+static float *slot_set(arena_walk *w, size_t n) {
+    return w->grad && w->set ? slot(w->set, n) : slot(w, n);
+}
+
 /* A slot that only GEMMs read (model.h "bf16 activation storage"): with bf16 storage the
  * activation walk gives it a bf16 slot *h (*f NULL) and returns 1; otherwise an fp32 slot *f
- * (in the gradient walk: its gradient), *h NULL, 0. */
+ * (in the gradient walk: its gradient, assigned: each such slot is read by one Linear, whose
+ * backward's dx writes it with BT_DX_SET), *h NULL, 0. */
 static int gemm_input_slot(arena_walk *w, size_t n, float **f, bt_bf16 **h) {
     const int b16 = w->bf16 && !w->grad;
     *h = b16 ? take(w, n, sizeof(bt_bf16)) : NULL;
-    *f = b16 ? NULL : slot(w, n);
+    *f = b16 ? NULL : slot_set(w, n);
     return b16;
 }
 
@@ -414,9 +441,12 @@ static void walk_end(arena_walk *w) {
     if (w->approx > w->top_approx) w->top_approx = w->approx;
 }
 
+/* Closes the open group: groups[] gets its accumulated bytes (gradient walks: what
+ * checkpointing zeroes before a layer's backward; the assigned slots follow at set). */
 static void group_close(layout *L) {
     if (L->group < 0) return;
     walk_end(L->s);
+    if (L->s->set) walk_end(L->s->set);
     if (L->s->off > L->groups[L->group]) L->groups[L->group] = L->s->off;
     L->group = -1;
 }
@@ -428,6 +458,10 @@ static arena_walk *group_open(layout *L, int group) {
     group_close(L);
     L->s->off = 0;
     L->s->approx = 0.0;
+    if (L->s->set) {
+        L->s->set->off = 0;
+        L->s->set->approx = 0.0;
+    }
     L->group = group;
     return L->s;
 }
@@ -449,20 +483,20 @@ static void text_layer_layout(bt_text_layer_acts *x, arena_walk *w, const bt_mod
                               size_t Bt, size_t T, const attn_stage *stage) {
     const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
     const size_t NH = (size_t)c->text_heads, Nt = Bt * T;
-    x->q = slot(w, Nt * Ht);
-    x->k = slot(w, Nt * Ht);
-    x->v = slot(w, Nt * Ht);
+    x->q = slot_set(w, Nt * Ht);
+    x->k = slot_set(w, Nt * Ht);
+    x->v = slot_set(w, Nt * Ht);
     x->probs = slot_ng(w, Bt * NH * T * T);
     attn_out_slot(w, Nt * Ht, stage, &x->ctx, &x->ctx_16);
-    x->attn_lin = slot(w, Nt * Ht);
-    x->res1 = slot(w, Nt * Ht);
+    x->attn_lin = slot_set(w, Nt * Ht);
+    x->res1 = slot_set(w, Nt * Ht);
     x->mean1 = slot_ng(w, Nt);
     x->rstd1 = slot_ng(w, Nt);
-    x->a = slot(w, Nt * Ht);
-    x->f_pre = slot(w, Nt * It);
+    x->a = slot_set(w, Nt * Ht);
+    x->f_pre = slot_set(w, Nt * It);
     gemm_input_slot(w, Nt * It, &x->f, &x->f_16);
-    x->ffn_lin = slot(w, Nt * Ht);
-    x->res2 = slot(w, Nt * Ht);
+    x->ffn_lin = slot_set(w, Nt * Ht);
+    x->res2 = slot_set(w, Nt * Ht);
     x->mean2 = slot_ng(w, Nt);
     x->rstd2 = slot_ng(w, Nt);
 }
@@ -474,17 +508,17 @@ static void vit_layer_layout(bt_vit_layer_acts *x, arena_walk *w, const bt_model
     gemm_input_slot(w, Nv * Hv, &x->y1, &x->y1_16);
     x->mean1 = slot_ng(w, Nv);
     x->rstd1 = slot_ng(w, Nv);
-    x->qkv = slot(w, Nv * 3 * Hv);
+    x->qkv = slot_set(w, Nv * 3 * Hv);
     x->probs = slot_ng(w, Bi * NH * Np * Np);
     attn_out_slot(w, Nv * Hv, stage, &x->ctx, &x->ctx_16);
-    x->attn_out = slot(w, Nv * Hv);
-    x->x_mid = slot(w, Nv * Hv);
+    x->attn_out = slot_set(w, Nv * Hv);
+    x->x_mid = slot_set(w, Nv * Hv);
     gemm_input_slot(w, Nv * Hv, &x->y2, &x->y2_16);
     x->mean2 = slot_ng(w, Nv);
     x->rstd2 = slot_ng(w, Nv);
-    x->f_pre = slot(w, Nv * 4 * Hv);
+    x->f_pre = slot_set(w, Nv * 4 * Hv);
     gemm_input_slot(w, Nv * 4 * Hv, &x->f, &x->f_16);
-    x->mlp_out = slot(w, Nv * Hv);
+    x->mlp_out = slot_set(w, Nv * Hv);
 }
 
 /* A cross layer's internals (everything but `out`, which the caller places). */
@@ -492,30 +526,30 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
                                size_t B, size_t T1, size_t T2, const attn_stage *stage) {
     const size_t H = (size_t)c->hidden, I = (size_t)c->text_intermediate;
     const size_t NH = (size_t)c->text_heads, N1 = B * T1, N2 = B * T2;
-    x->q = slot(w, N1 * H);
-    x->k = slot(w, N1 * H);
-    x->v = slot(w, N1 * H);
+    x->q = slot_set(w, N1 * H);
+    x->k = slot_set(w, N1 * H);
+    x->v = slot_set(w, N1 * H);
     x->probs = slot_ng(w, B * NH * T1 * T1);
     attn_out_slot(w, N1 * H, stage, &x->ctx, &x->ctx_16);
-    x->attn_lin = slot(w, N1 * H);
-    x->res1 = slot(w, N1 * H);
+    x->attn_lin = slot_set(w, N1 * H);
+    x->res1 = slot_set(w, N1 * H);
     x->mean1 = slot_ng(w, N1);
     x->rstd1 = slot_ng(w, N1);
-    x->a = slot(w, N1 * H);
-    x->cq = slot(w, N1 * H);
-    x->ck = slot(w, N2 * H);
-    x->cv = slot(w, N2 * H);
+    x->a = slot_set(w, N1 * H);
+    x->cq = slot_set(w, N1 * H);
+    x->ck = slot_set(w, N2 * H);
+    x->cv = slot_set(w, N2 * H);
     x->cprobs = slot_ng(w, B * NH * T1 * T2);
     attn_out_slot(w, N1 * H, stage, &x->cctx, &x->cctx_16);
-    x->cattn_lin = slot(w, N1 * H);
-    x->res2 = slot(w, N1 * H);
+    x->cattn_lin = slot_set(w, N1 * H);
+    x->res2 = slot_set(w, N1 * H);
     x->mean2 = slot_ng(w, N1);
     x->rstd2 = slot_ng(w, N1);
-    x->c = slot(w, N1 * H);
-    x->f_pre = slot(w, N1 * I);
+    x->c = slot_set(w, N1 * H);
+    x->f_pre = slot_set(w, N1 * I);
     gemm_input_slot(w, N1 * I, &x->f, &x->f_16);
-    x->ffn_lin = slot(w, N1 * H);
-    x->res3 = slot(w, N1 * H);
+    x->ffn_lin = slot_set(w, N1 * H);
+    x->res3 = slot_set(w, N1 * H);
     x->mean3 = slot_ng(w, N1);
     x->rstd3 = slot_ng(w, N1);
 }
@@ -552,11 +586,11 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
     if (full && w->bf16) stage.p = slot_ng(w, Nt * Ht > Nv * Hv ? Nt * Ht : Nv * Hv);
     /* text: embeddings (LN input / output), hidden states, layers */
     arena_walk *e = forward_group(L);
-    a->text_emb = slot(e, Nt * Ht);
+    a->text_emb = slot_set(e, Nt * Ht);
     a->text_pos_rows = slot_ng(e, Nt * Ht);
     a->text_emb_mean = slot_ng(e, Nt);
     a->text_emb_rstd = slot_ng(e, Nt);
-    a->text_emb_ln = slot(e, Nt * Ht);
+    a->text_emb_ln = slot_set(e, Nt * Ht);
     hidden_layout(a->text_h, L, c->text_layers, c->split, Nt * Ht);
     for (int l = 0; l < c->text_layers; l++) {
         if (l == 0 || full)
@@ -569,7 +603,7 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
     e = forward_group(L);
     a->patches = slot_ng(e, Gp * CH * PP * PP);
     a->patch_emb = slot(e, Gp * Hv);
-    a->vis_emb = slot(e, Nv * Hv);
+    a->vis_emb = slot_set(e, Nv * Hv);
     a->vis_emb_mean = slot_ng(e, Nv);
     a->vis_emb_rstd = slot_ng(e, Nv);
     hidden_layout(a->vis_h, L, c->vision_layers, c->split, Nv * Hv);
@@ -651,8 +685,8 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
             br->i_mean = b1->i_mean;
             br->i_rstd = b1->i_rstd;
         } else {
-            br->t_sum = k > 0 ? slot(e, Nt * H) : NULL;
-            br->i_sum = k > 0 ? slot(e, Nv * H) : NULL;
+            br->t_sum = k > 0 ? slot_set(e, Nt * H) : NULL;
+            br->i_sum = k > 0 ? slot_set(e, Nv * H) : NULL;
             if (fo && k == 1) {
                 br->t_mean = a->bridges[0].t_mean;
                 br->t_rstd = a->bridges[0].t_rstd;
@@ -691,10 +725,10 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
     a->pool_i = slot(w, P * H);
     a->pooler = slot(w, P * 2 * H);
     if (mlm) {
-        a->mlm_x = slot(w, Nm * H);
-        a->mlm_tr = slot(w, Nm * H);
-        a->mlm_act = slot(w, Nm * H);
-        a->mlm_ln = slot(w, Nm * H);
+        a->mlm_x = slot_set(w, Nm * H);
+        a->mlm_tr = slot_set(w, Nm * H);
+        a->mlm_act = slot_set(w, Nm * H);
+        a->mlm_ln = slot_set(w, Nm * H);
         a->mlm_mean = slot_ng(w, Nm);
         a->mlm_rstd = slot_ng(w, Nm);
     }
@@ -726,11 +760,10 @@ static void hf_layout(bt_model *m, arena_walk *w, size_t B, size_t T) {
 
 enum { PHASE_TOWERS, PHASE_PAIRS };
 
-/* One walk of a phase's activation (grad = 0) or gradient (grad = 1) layout in `mode`, slots
- * written to `a`; wa over the phase arena, ws over the shared scratch (unused in FULL). */
-static void phase_walk(const bt_model *m, bt_act_mode mode, bt_acts *a, input_slots *in,
-                       int phase, arena_walk *wa, arena_walk *ws, const phase_dims *d,
-                       size_t *head, size_t *groups) {
+/* One pass of the layout: slot_set slots of a gradient walk go to wa->set / ws->set. */
+static void phase_walk_pass(const bt_model *m, bt_act_mode mode, bt_acts *a, input_slots *in,
+                            int phase, arena_walk *wa, arena_walk *ws, const phase_dims *d,
+                            size_t *head, size_t *groups) {
     layout L;
     memset(&L, 0, sizeof L);
     wa->bf16 = ws->bf16 = bt_model_act_bf16(m);
@@ -745,6 +778,45 @@ static void phase_walk(const bt_model *m, bt_act_mode mode, bt_acts *a, input_sl
         if (L.groups[g]) groups[g] = L.groups[g];
 }
 
+/* One walk of a phase's activation (grad = 0) or gradient (grad = 1) layout in `mode`, slots
+ * written to `a`; wa over the phase arena, ws over the shared scratch (unused in FULL).
+ * A gradient walk lays out [outputs | accumulated | assigned] (see the layout comment) in
+ * each of wa and ws: where the assigned region starts is the accumulated slots' size, so
+ * placing first counts it in a pass without bases (the same walk; `a` is overwritten).
+ * After it wa->acc / ws->acc = that size, top / top_approx include the assigned region, and
+ * groups[] hold each group's accumulated bytes. */
+static void phase_walk(const bt_model *m, bt_act_mode mode, bt_acts *a, input_slots *in,
+                       int phase, arena_walk *wa, arena_walk *ws, const phase_dims *d,
+                       size_t *head, size_t *groups) {
+    if (!wa->grad) {
+        phase_walk_pass(m, mode, a, in, phase, wa, ws, d, head, groups);
+        return;
+    }
+    arena_walk set_a = {NULL, 0, 0, 0.0, 0.0, 1, 0, NULL, 0}, set_s = set_a;
+    if (wa->base || ws->base) {
+        arena_walk ca = set_a, cs = set_a, cas = set_a, css = set_a;
+        ca.set = &cas;
+        cs.set = &css;
+        phase_walk_pass(m, mode, a, in, phase, &ca, &cs, d, head, NULL);
+        set_a.base = wa->base ? wa->base + ca.top : NULL;
+        set_s.base = ws->base ? ws->base + cs.top : NULL;
+    }
+    wa->set = &set_a;
+    ws->set = &set_s;
+    phase_walk_pass(m, mode, a, in, phase, wa, ws, d, head, groups);
+    walk_end(&set_a);
+    walk_end(&set_s);
+    arena_walk *const both[2] = {wa, ws};
+    const arena_walk *const sets[2] = {&set_a, &set_s};
+    for (int i = 0; i < 2; i++) {
+        arena_walk *w = both[i];
+        w->acc = w->top;
+        w->top += sets[i]->top;
+        w->top_approx += sets[i]->top_approx;
+        w->set = NULL;
+    }
+}
+
 /* Bytes of a phase's activation (grad = 0) or gradient (grad = 1) arena and of its shared
  * scratch (*scratch, 0 in FULL; doubles in *approx / *approx_s for overflow detection),
  * without allocating: the slots go to `scratch_acts` (config-sized pointer arrays), so
@@ -753,7 +825,7 @@ static size_t phase_count(const bt_model *m, bt_act_mode mode, bt_acts *scratch_
                           int phase, int grad, const phase_dims *d, double *approx,
                           size_t *scratch, double *approx_s) {
     input_slots in;
-    arena_walk wa = {NULL, 0, 0, 0.0, 0.0, grad, 0}, ws = wa;
+    arena_walk wa = {NULL, 0, 0, 0.0, 0.0, grad, 0, NULL, 0}, ws = wa;
     size_t head;
     if (!(grad && mode == BT_ACTS_FORWARD_ONLY))
         phase_walk(m, mode, scratch_acts, &in, phase, &wa, &ws, d, &head, NULL);
@@ -796,7 +868,7 @@ size_t bt_model_hf_loss_bytes(const bt_model_config *c, unsigned heads, size_t B
     memset(&m, 0, sizeof m);
     m.cfg = *c;
     m.heads = heads & BT_HEADS_ALL;
-    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0, 0};
+    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
     hf_layout(&m, &w, B, T);
     return w.off;
 }
@@ -861,7 +933,7 @@ static bt_status arenas_grow(const bt_model *m, bt_arena **ars, const double *ne
         free(ars[i]->mem);
         ars[i]->mem = aligned_alloc(64, bytes);
         ars[i]->bytes = ars[i]->mem ? bytes : 0;
-        ars[i]->used = ars[i]->head = 0;
+        ars[i]->used = ars[i]->head = ars[i]->acc_end = 0;
         if (!ars[i]->mem)
             return bt_fail(BT_ERR_NOMEM, "%s: allocating %zu bytes failed; reduce %s", what,
                            bytes, REDUCE);
@@ -878,10 +950,11 @@ static void phase_place(bt_model *m, int phase, const phase_dims *d) {
     bt_arena *act = phase == PHASE_TOWERS ? &m->tower_act : &m->pair_act;
     bt_arena *dact = phase == PHASE_TOWERS ? &m->tower_dact : &m->pair_dact;
     BT_ASSERTF(!shared || m->scratch, "shared scratch not sized before placing");
-    arena_walk wa = {act->mem, 0, 0, 0.0, 0.0, 0, 0};
-    arena_walk wd = {fo ? NULL : dact->mem, 0, 0, 0.0, 0.0, 1, 0};
-    arena_walk sa = {shared ? m->scratch->mem : NULL, 0, 0, 0.0, 0.0, 0, 0};
-    arena_walk sd = {mode == BT_ACTS_CHECKPOINT ? m->layer_dact.mem : NULL, 0, 0, 0.0, 0.0, 1, 0};
+    arena_walk wa = {act->mem, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
+    arena_walk wd = {fo ? NULL : dact->mem, 0, 0, 0.0, 0.0, 1, 0, NULL, 0};
+    arena_walk sa = {shared ? m->scratch->mem : NULL, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
+    arena_walk sd = {mode == BT_ACTS_CHECKPOINT ? m->layer_dact.mem : NULL, 0, 0, 0.0, 0.0, 1, 0,
+                     NULL, 0};
     size_t head_a, head_d;
     input_slots in, unused;
     phase_walk(m, mode, &m->acts, &in, phase, &wa, &sa, d, &head_a, NULL);
@@ -904,6 +977,7 @@ static void phase_place(bt_model *m, int phase, const phase_dims *d) {
     act->head = head_a;
     dact->used = fo ? 0 : wd.top;
     dact->head = fo ? 0 : head_d;
+    dact->acc_end = fo ? 0 : wd.acc;
     m->act_numel = (m->tower_act.used + m->pair_act.used) / sizeof(float);
     m->dact_numel = (m->tower_dact.used + m->pair_dact.used) / sizeof(float);
 }
@@ -996,14 +1070,14 @@ bt_status bt_model_reserve(bt_model *m, size_t B, size_t T) {
     const size_t Pm = (m->heads & BT_HEADS_MLM) ? B : 0;
     bt_status s = bt_model_reserve_phases(m, B, B, B, Pm, T);
     if (s != BT_OK) return s;
-    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0, 0};
+    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
     hf_layout(m, &w, B, T);
     bt_arena *ar = &m->hf_mem;
     const double need = w.approx;
     const phase_dims d = {B, B, T, B, Pm};
     s = arenas_grow(m, &ar, &need, 1, &d);
     if (s != BT_OK) return s;
-    w = (arena_walk){m->hf_mem.mem, 0, 0, 0.0, 0.0, 0, 0};
+    w = (arena_walk){m->hf_mem.mem, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
     hf_layout(m, &w, B, T);
     m->hf_mem.used = w.off;
     return BT_OK;
@@ -1026,10 +1100,11 @@ static bt_status text_check(const bt_model *m, const bt_text_input *t) {
     return check_text_length(m, t->T);
 }
 
-/* Zeroes the internal (non-output) part of a gradient arena. */
+/* Zeroes the accumulated internal slots of a gradient arena, [head, acc_end) (the assigned
+ * slots after acc_end are written before they are read; see the layout comment). */
 static void grad_internal_zero(bt_arena *ar) {
-    if (ar->used > ar->head)
-        zero_fill((unsigned char *)ar->mem + ar->head, ar->used - ar->head); /* threaded memset */
+    if (ar->acc_end > ar->head)
+        zero_fill((unsigned char *)ar->mem + ar->head, ar->acc_end - ar->head); /* threaded */
 }
 
 static void outputs_bind(bt_model *m) {

@@ -4,11 +4,13 @@
  * Memory (llm.c style): parameters, gradients and the bf16 shadow are arenas laid out by the
  * parameter table (params.h); activations live in named slots of two phase arenas (towers,
  * pairs; see "Phases" at the end), and activation gradients in arenas mirroring the slots
- * that carry a gradient (saved statistics such as probs / mean / rstd have none). Every op
- * backward ACCUMULATES (ops.h), so streams that merge (residuals, bridges, the shared
- * ln_post, transforms and type rows, the ITC image path, tower rows read by several pairs)
- * need no special case. Parameter gradients also accumulate: call bt_zero_grad before a step
- * (or keep them for accumulation).
+ * that carry a gradient (saved statistics such as probs / mean / rstd have none). Activation
+ * gradients of streams that merge (residuals, bridges, the shared ln_post, transforms and
+ * type rows, the ITC image path, tower rows read by several pairs) are ACCUMULATED (ops.h
+ * BT_DX_ADD) into zeroed slots, so they need no special case; a layer's internal gradients,
+ * which have one writer (or a first one in backward order), are ASSIGNED (BT_DX_SET) in slots
+ * that nothing zeroes (model.c "activation layout"). Parameter gradients accumulate: call
+ * bt_zero_grad before a step (or keep them for accumulation).
  *
  * Order (design model.md §3): towers phase = vit_forward, text_forward, the uni-modal bridge
  * halves (cross_towers_forward), the ITC uni-modal head; pairs phase = link towers, cross
@@ -238,7 +240,11 @@ typedef struct bt_arena {
     size_t bytes;           /* allocated */
     size_t used;            /* by the current layout */
     size_t head;            /* gradient arenas: bytes of the leading d_* output slots (zeroed by
-                               the forward; the rest is zeroed lazily by the backward) */
+                               the forward) */
+    size_t acc_end;         /* gradient arenas: [head, acc_end) holds the accumulated internal
+                               slots (zeroed lazily by the backward), [acc_end, used) the
+                               assigned ones (never zeroed: written before read; model.c
+                               "activation layout") */
 } bt_arena;
 
 /* Points of the backward after which a set of parameter gradients is final (see
@@ -404,6 +410,8 @@ void bt_zero_grad(bt_model *m);
  * lazily (once per forward of their phase); parameter gradients are never zeroed here
  * (bt_zero_grad). Outputs and d_* pointers stay valid until the next forward of their phase
  * (a towers forward also ends the last pair phase) or a reserve that grows the arena.
+ * (Lazily zeroed: the accumulated slots only; the assigned ones are written by their first
+ * writer before anything reads them, in every backward.)
  *
  * Memory: each phase has an activation arena and an activation-gradient arena, each ONE
  * allocation laid out by a walk over named slots (model.c); sizes depend on (Bt, Bi, T) for
@@ -517,7 +525,8 @@ bt_status bt_model_reserve_phases(bt_model *m, size_t Bt, size_t Bi, size_t P, s
  *     and outputs), the internals live in the shared scratch, and their gradients in one
  *     shared gradient scratch. Each layer's backward first recomputes the layer's forward
  *     into the scratch (same kernels, same inputs, same dropout masks: they are keyed by
- *     (seed, step, site, row key)), zeroes the scratch gradients, then runs as before; the
+ *     (seed, step, site, row key)), zeroes the scratch's accumulated gradient slots (none
+ *     today: a layer's internal gradients are all assigned), then runs as before; the
  *     gradients are bit for bit those of BT_ACTS_FULL when the GEMMs are deterministic for a
  *     shape. Costs about one more forward of the layers per step.
  * Switching the mode ends the current phases (the next forward places the slots again);

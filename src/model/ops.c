@@ -378,16 +378,16 @@ OPS_VEC static void dropout_span(float *dst, const float *src, size_t n, const o
     }
 }
 
-/* dx[j] += dout[j] * m(base + j) */
+/* dx[j] += dout[j] * m(base + j); add 0 (BT_DX_SET): dx[j] = 0 + dout[j] * m(base + j) */
 OPS_VEC static void dropout_span_acc(float *dx, const float *dout, size_t n,
-                                     const ops_drop *dr, uint64_t base) {
+                                     const ops_drop *dr, uint64_t base, int add) {
     const ops_drop r = *dr;
     for (size_t j = 0, len; j < n; j += len) {
         uint32_t hk;
         len = ops_drop_run(&r, base + j, n - j, &hk);
         const uint32_t lo = (uint32_t)(base + j);
         for (size_t e = 0; e < len; e++)
-            dx[j + e] = (float)((double)dx[j + e] +
+            dx[j + e] = (float)((add ? (double)dx[j + e] : 0.0) +
                                 (double)dout[j + e] * ops_drop_mult_lo(&r, lo + (uint32_t)e, hk));
     }
 }
@@ -413,11 +413,13 @@ static void dropout_forward_fast(float *out, const float *x, size_t n, const bt_
     OPS_FOR_CHUNKS(n, lo, len, dropout_span(out + lo, x + lo, len, &dr, lo));
 }
 
-static void dropout_backward_fast(float *dx, const float *dout, size_t n, const bt_dropout *d) {
+static void dropout_backward_fast(float *dx, const float *dout, size_t n, const bt_dropout *d,
+                                  bt_dx_mode mode) {
     if (!dx) return;
     BT_ASSERT(n == 0 || dout);
     const ops_drop dr = ops_drop_make(d);
-    OPS_FOR_CHUNKS(n, lo, len, dropout_span_acc(dx + lo, dout + lo, len, &dr, lo));
+    const int add = mode == BT_DX_ADD;
+    OPS_FOR_CHUNKS(n, lo, len, dropout_span_acc(dx + lo, dout + lo, len, &dr, lo, add));
 }
 
 /* --- column sums: dst[j] += Σ_i src[i*ld + j] ----------------------------------------------
@@ -513,11 +515,11 @@ static void linear_forward_fast(float *out, const float *x, const bt_bf16 *x_bf1
     gemm(&g);
 }
 
-/* forward: out = x·wᵀ + b  ->  dx += dout·w;  dw += doutᵀ·x;  db += Σ_rows dout */
+/* forward: out = x·wᵀ + b  ->  dx += dout·w (SET: beta 0);  dw += doutᵀ·x;  db += Σ dout */
 static void linear_backward_fast(float *dx, float *dw, float *db, const float *dout,
                                  const float *x, const bt_bf16 *x_bf16, const float *w,
                                  const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
-                                 gemm_compute compute) {
+                                 gemm_compute compute, bt_dx_mode mode) {
     BT_ASSERT(dout && w);
     bt_dtype x_type;
     const void *x_op;
@@ -540,12 +542,21 @@ static void linear_backward_fast(float *dx, float *dw, float *db, const float *d
         dout_op = d16;
     }
     if (dx) {
+        /* BT_DX_SET: beta 0, dx not read. Except on the native bf16 route: there oneDNN's
+         * AMX brgemm sums over K in another order when the sum post-op of beta 1 is absent
+         * (measured, oneDNN 2.6 on the reference VM: dx of K = 1536 or 2304 at 650 rows and
+         * K = 50265 at 320 rows got other bits; fp32 and the widened route never did), so
+         * there SET zeroes dx and accumulates: the bits of BT_DX_ADD onto zeros, as ops.h
+         * promises, at the cost of the zeroing the mode saves elsewhere. */
+        float beta = 1.0f;
+        if (mode == BT_DX_SET && ops_bf16_native(compute)) zero_fill(dx, n * c * sizeof *dx);
+        else if (mode == BT_DX_SET) beta = 0.0f;
         gemm_args g = {
             .trans_a = 0, .trans_b = 0, .m = n, .n = c, .k = oc,
             .a_type = dout_type, .a = dout_op, .lda = oc,
             .b_type = use_bf16_w ? BT_DTYPE_BF16 : BT_DTYPE_F32,
             .b = use_bf16_w ? (const void *)w_bf16 : (const void *)w, .ldb = c,
-            .c = dx, .ldc = c, .alpha = 1.0f, .beta = 1.0f, .compute = compute,
+            .c = dx, .ldc = c, .alpha = 1.0f, .beta = beta, .compute = compute,
         };
         gemm(&g);
     }
@@ -627,10 +638,11 @@ static void layernorm_forward_bf16_fast(bt_bf16 *out, float *mean, float *rstd, 
     layernorm_rows(NULL, out, mean, rstd, x, w, b, n, c, eps);
 }
 
-/* Rows of one block: dx (if any) for each row, and the block's partial dw/db (assigned). */
+/* Rows of one block: dx (if any; add 0: assigned 0 + v) for each row, and the block's
+ * partial dw/db (assigned). */
 OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, const float *dout,
                                             const float *x, const float *w, const float *mean,
-                                            const float *rstd, size_t rows, size_t c) {
+                                            const float *rstd, size_t rows, size_t c, int add) {
     for (size_t j = 0; j < c; j++) pdw[j] = pdb[j] = 0.0f;
     for (size_t i = 0; i < rows; i++) {
         const float *xi = x + i * c, *gi = dout + i * c;
@@ -659,10 +671,15 @@ OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, c
             pdw[j] += gi[j] * xhat;
             pdb[j] += gi[j];
         }
-        if (dxi)
+        if (dxi && add)
             for (j = 0; j < c; j++) {
                 const float xhat = (xi[j] - m) * r;
                 dxi[j] += r * (gi[j] * w[j] - mg - xhat * mgx);
+            }
+        else if (dxi)
+            for (j = 0; j < c; j++) {
+                const float xhat = (xi[j] - m) * r;
+                dxi[j] = 0.0f + r * (gi[j] * w[j] - mg - xhat * mgx);
             }
     }
 }
@@ -683,7 +700,7 @@ OPS_VEC static void layernorm_reduce_cols(float *dst, const float *part, size_t 
  *   dx += rstd (g - mean_j g - xhat mean_j(g xhat));  dw += Σ_rows dout*xhat;  db += Σ dout */
 static void layernorm_backward_fast(float *dx, float *dw, float *db, const float *dout,
                                     const float *x, const float *w, const float *mean,
-                                    const float *rstd, size_t n, size_t c) {
+                                    const float *rstd, size_t n, size_t c, bt_dx_mode mode) {
     BT_ASSERT(dout && x && w && mean && rstd && c > 0);
     if (n == 0) return;
     const size_t nblk = (n + OPS_LN_ROWS - 1) / OPS_LN_ROWS;
@@ -693,7 +710,7 @@ static void layernorm_backward_fast(float *dx, float *dw, float *db, const float
         const size_t i0 = blk * OPS_LN_ROWS, rows = ops_min(OPS_LN_ROWS, n - i0);
         layernorm_backward_rows(dx ? dx + i0 * c : NULL, part + blk * 2 * c,
                                 part + blk * 2 * c + c, dout + i0 * c, x + i0 * c, w,
-                                mean + i0, rstd + i0, rows, c);
+                                mean + i0, rstd + i0, rows, c, mode == BT_DX_ADD);
     }
     const size_t ncb = (c + OPS_COLS - 1) / OPS_COLS;
     OPS_OMP(omp parallel for schedule(static) if (nblk * c >= OPS_PAR_MIN))
@@ -713,15 +730,23 @@ OPS_VEC static void gelu_span(float *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = x[i] * ops_normal_cdf(x[i]);
 }
 
-/* forward: out = x Φ(x)  ->  dx += dout (Φ(x) + x φ(x)), φ(x) = e^{-x²/2}/√(2π) */
-OPS_VEC static void gelu_span_backward(float *dx, const float *dout, const float *x, size_t n) {
+/* forward: out = x Φ(x)  ->  dx += dout (Φ(x) + x φ(x)), φ(x) = e^{-x²/2}/√(2π);
+ * add 0 (BT_DX_SET): dx = 0 + dout (...) (a constant at each call: two loops) */
+OPS_INLINE void gelu_span_backward_body(float *dx, const float *dout, const float *x, size_t n,
+                                        int add) {
     for (size_t i = 0; i < n; i++) {
         const float v = x[i], a = ops_sel(v < 0.0f, -v, v);
         const ops_gauss g = ops_gauss_split(a);
         const float tail = ops_upper_tail(a, g), cdf = ops_sel(v < 0.0f, tail, 1.0f - tail);
         const float pdf = ops_exp2part(g.big, -g.s) * 0.39894228040143268f;
-        dx[i] += dout[i] * (cdf + v * pdf);
+        dx[i] = (add ? dx[i] : 0.0f) + dout[i] * (cdf + v * pdf);
     }
+}
+
+OPS_VEC static void gelu_span_backward(float *dx, const float *dout, const float *x, size_t n,
+                                       int add) {
+    if (add) gelu_span_backward_body(dx, dout, x, n, 1);
+    else gelu_span_backward_body(dx, dout, x, n, 0);
 }
 
 /* sigmoid(a x) from e = exp(-|a x|) <= 1, so no overflow in either tail. */
@@ -734,13 +759,19 @@ OPS_VEC static void quick_gelu_span(float *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = x[i] * ops_sigmoid(OPS_QUICK_GELU_A * x[i]);
 }
 
-/* forward: out = x s, s = sigmoid(a x)  ->  dx += dout (s + a x s (1 - s)) */
-OPS_VEC static void quick_gelu_span_backward(float *dx, const float *dout, const float *x,
-                                             size_t n) {
+/* forward: out = x s, s = sigmoid(a x)  ->  dx += dout (s + a x s (1 - s)); add 0: as gelu */
+OPS_INLINE void quick_gelu_span_backward_body(float *dx, const float *dout, const float *x,
+                                              size_t n, int add) {
     for (size_t i = 0; i < n; i++) {
         const float s = ops_sigmoid(OPS_QUICK_GELU_A * x[i]);
-        dx[i] += dout[i] * (s + OPS_QUICK_GELU_A * x[i] * s * (1.0f - s));
+        dx[i] = (add ? dx[i] : 0.0f) + dout[i] * (s + OPS_QUICK_GELU_A * x[i] * s * (1.0f - s));
     }
+}
+
+OPS_VEC static void quick_gelu_span_backward(float *dx, const float *dout, const float *x,
+                                             size_t n, int add) {
+    if (add) quick_gelu_span_backward_body(dx, dout, x, n, 1);
+    else quick_gelu_span_backward_body(dx, dout, x, n, 0);
 }
 
 static void gelu_forward_fast(float *out, const float *x, size_t n) {
@@ -748,10 +779,12 @@ static void gelu_forward_fast(float *out, const float *x, size_t n) {
     OPS_FOR_CHUNKS(n, lo, len, gelu_span(out + lo, x + lo, len));
 }
 
-static void gelu_backward_fast(float *dx, const float *dout, const float *x, size_t n) {
+static void gelu_backward_fast(float *dx, const float *dout, const float *x, size_t n,
+                               bt_dx_mode mode) {
     if (!dx) return;
     BT_ASSERT(n == 0 || (dout && x));
-    OPS_FOR_CHUNKS(n, lo, len, gelu_span_backward(dx + lo, dout + lo, x + lo, len));
+    const int add = mode == BT_DX_ADD;
+    OPS_FOR_CHUNKS(n, lo, len, gelu_span_backward(dx + lo, dout + lo, x + lo, len, add));
 }
 
 static void quick_gelu_forward_fast(float *out, const float *x, size_t n) {
@@ -781,10 +814,12 @@ static void quick_gelu_forward_bf16_fast(bt_bf16 *out, const float *x, size_t n)
     OPS_FOR_CHUNKS(n, lo, len, span_bf16(quick_gelu_span, out + lo, x + lo, len));
 }
 
-static void quick_gelu_backward_fast(float *dx, const float *dout, const float *x, size_t n) {
+static void quick_gelu_backward_fast(float *dx, const float *dout, const float *x, size_t n,
+                                     bt_dx_mode mode) {
     if (!dx) return;
     BT_ASSERT(n == 0 || (dout && x));
-    OPS_FOR_CHUNKS(n, lo, len, quick_gelu_span_backward(dx + lo, dout + lo, x + lo, len));
+    const int add = mode == BT_DX_ADD;
+    OPS_FOR_CHUNKS(n, lo, len, quick_gelu_span_backward(dx + lo, dout + lo, x + lo, len, add));
 }
 
 /* tanh only runs in the poolers (B x C elements): libm's tanhf (correctly handled tails, no
@@ -1020,6 +1055,7 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
 }
 
 /* forward, per block: S = q kᵀ/√D + bias, P = softmax(S), Pd = dropout(P), out = Pd v.
+ * (beta: 1 accumulates into dq, dk, dv (BT_DX_ADD), 0 assigns them (BT_DX_SET))
  *   dv += Pdᵀ dout;  dPd = dout vᵀ;  dS = P ⊙ (dP - rowsum(dP ⊙ P)), dP = dropout(dPd);
  *   dq += dS k/√D;  dk += dSᵀ q/√D.
  * The dPd product runs first, so one row pass (attention_rows_backward) makes dS and Pd
@@ -1033,8 +1069,9 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
 static void attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
                                      const float *probs, const float *q, const float *k,
                                      const float *v, const attention_dims *d,
-                                     const ops_drop *dr, gemm_compute compute, float *tile,
-                                     double *rows, bt_bf16 *t16, size_t b, size_t h) {
+                                     const ops_drop *dr, gemm_compute compute, float beta,
+                                     float *tile, double *rows, bt_bf16 *t16, size_t b,
+                                     size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     const float *p = probs + pbase;
@@ -1056,18 +1093,18 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
         const attention_operand a = pd16 ? (attention_operand){BT_DTYPE_BF16, pd16, Tk}
                                          : (attention_operand){BT_DTYPE_F32, pd ? pd : p, Tk};
         attention_product(1, 0, Tk, D, Tq, a, od, dv + b * Tk * d->ldv + h * D, d->ldv, 1.0f,
-                          1.0f, compute);
+                          beta, compute);
     }
     const attention_operand dS = ds16 ? (attention_operand){BT_DTYPE_BF16, ds16, Tk}
                                       : (attention_operand){BT_DTYPE_F32, ds, Tk};
     if (dq) /* dq_h += dS k_h / √D */
         attention_product(0, 0, Tq, D, Tk, dS,
                           attention_operand_of(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D),
-                          dq + b * Tq * d->ldq + h * D, d->ldq, scale, 1.0f, compute);
+                          dq + b * Tq * d->ldq + h * D, d->ldq, scale, beta, compute);
     if (dk) /* dk_h += dSᵀ q_h / √D */
         attention_product(1, 0, Tk, D, Tq, dS,
                           attention_operand_of(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D),
-                          dk + b * Tk * d->ldk + h * D, d->ldk, scale, 1.0f, compute);
+                          dk + b * Tk * d->ldk + h * D, d->ldk, scale, beta, compute);
 }
 
 /* Strategy (b): batch items one after another; per item, the NH heads' products are one
@@ -1109,7 +1146,7 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
 static void attention_backward_batched(float *dq, float *dk, float *dv, const float *dout,
                                        const float *probs, const float *q, const float *k,
                                        const float *v, const attention_dims *d,
-                                       const ops_drop *dr, gemm_compute compute) {
+                                       const ops_drop *dr, gemm_compute compute, float beta) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D, NH = d->NH, blk = Tq * Tk;
     const float scale = (float)(1.0 / sqrt((double)D));
     float *ds = bt_alloc(NH * blk * sizeof(float));
@@ -1125,7 +1162,7 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
                 .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
                 .a_type = BT_DTYPE_F32, .a = pd ? pd : pb, .lda = Tk,
                 .b_type = BT_DTYPE_F32, .b = dout_b, .ldb = d->ldo,
-                .c = dv + b * Tk * d->ldv, .ldc = d->ldv, .alpha = 1.0f, .beta = 1.0f,
+                .c = dv + b * Tk * d->ldv, .ldc = d->ldv, .alpha = 1.0f, .beta = beta,
                 .compute = compute, .batch = NH, .stride_a = blk, .stride_b = D, .stride_c = D,
             };
             gemm(&g);
@@ -1148,7 +1185,7 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
                 .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
                 .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
                 .b_type = BT_DTYPE_F32, .b = k + b * Tk * d->ldk, .ldb = d->ldk,
-                .c = dq + b * Tq * d->ldq, .ldc = d->ldq, .alpha = scale, .beta = 1.0f,
+                .c = dq + b * Tq * d->ldq, .ldc = d->ldq, .alpha = scale, .beta = beta,
                 .compute = compute, .batch = NH, .stride_a = blk, .stride_b = D, .stride_c = D,
             };
             gemm(&gq);
@@ -1158,7 +1195,7 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
                 .trans_a = 1, .trans_b = 0, .m = Tk, .n = D, .k = Tq,
                 .a_type = BT_DTYPE_F32, .a = ds, .lda = Tk,
                 .b_type = BT_DTYPE_F32, .b = q + b * Tq * d->ldq, .ldb = d->ldq,
-                .c = dk + b * Tk * d->ldk, .ldc = d->ldk, .alpha = scale, .beta = 1.0f,
+                .c = dk + b * Tk * d->ldk, .ldc = d->ldk, .alpha = scale, .beta = beta,
                 .compute = compute, .batch = NH, .stride_a = blk, .stride_b = D, .stride_c = D,
             };
             gemm(&gk);
@@ -1209,13 +1246,15 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
 static void attention_backward_fast(float *dq, float *dk, float *dv, const float *dout,
                                     const float *probs, const float *q, const float *k,
                                     const float *v, const attention_dims *d,
-                                    const bt_dropout *drop, gemm_compute compute) {
+                                    const bt_dropout *drop, gemm_compute compute,
+                                    bt_dx_mode mode) {
     attention_check(d);
     BT_ASSERT(dout && probs && q && k && v);
     if (!dq && !dk && !dv) return;
     const ops_drop dr = ops_drop_make(drop);
+    const float beta = mode == BT_DX_ADD ? 1.0f : 0.0f;
     if (ops_attention_resolve() == OPS_ATTN_GEMM) {
-        attention_backward_batched(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute);
+        attention_backward_batched(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute, beta);
         return;
     }
     const size_t nblk = d->B * d->NH;
@@ -1233,7 +1272,7 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
     for (size_t blk = 0; blk < nblk; blk++) {
         char *mine = tiles + (size_t)ops_thread_num() * stride;
         const size_t b = blk / d->NH, h = blk % d->NH;
-        attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute,
+        attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute, beta,
                                  (float *)mine, (double *)(mine + tile_b),
                                  native ? (bt_bf16 *)(mine + tile_b + rows_b) : NULL, b, h);
     }
@@ -1313,11 +1352,20 @@ static void residual_forward_fast(float *out, const float *a, const float *b, si
     OPS_FOR_CHUNKS(n, lo, len, add_span(out + lo, a + lo, b + lo, len));
 }
 
-/* forward: out = a + b  ->  da += dout;  db += dout */
-static void residual_backward_fast(float *da, float *db, const float *dout, size_t n) {
+/* out[i] = 0 + b[i]: the bits add_span leaves in a zeroed out (-0 becomes +0) */
+OPS_VEC static void zero_add_span(float *out, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = 0.0f + b[i];
+}
+
+/* forward: out = a + b  ->  da += dout;  db += dout  (BT_DX_SET: = 0 + dout) */
+static void residual_backward_fast(float *da, float *db, const float *dout, size_t n,
+                                   bt_dx_mode mode) {
     BT_ASSERT(n == 0 || dout);
-    if (da) OPS_FOR_CHUNKS(n, lo, len, add_span(da + lo, da + lo, dout + lo, len));
-    if (db) OPS_FOR_CHUNKS(n, lo, len, add_span(db + lo, db + lo, dout + lo, len));
+    const int add = mode == BT_DX_ADD;
+    if (da && add) OPS_FOR_CHUNKS(n, lo, len, add_span(da + lo, da + lo, dout + lo, len));
+    if (db && add) OPS_FOR_CHUNKS(n, lo, len, add_span(db + lo, db + lo, dout + lo, len));
+    if (da && !add) OPS_FOR_CHUNKS(n, lo, len, zero_add_span(da + lo, dout + lo, len));
+    if (db && !add) OPS_FOR_CHUNKS(n, lo, len, zero_add_span(db + lo, dout + lo, len));
 }
 
 /* --- sum of squares ------------------------------------------------------------------------- */

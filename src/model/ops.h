@@ -8,9 +8,12 @@
  * Conventions (style.md 3):
  *   - outputs first, then inputs, then sizes; `const` on inputs; shapes asserted on entry.
  *   - forward ASSIGNS its outputs (out may alias x only where the comment says so).
- *   - backward ACCUMULATES (+=) into every gradient it writes, activation gradients
- *     included, so streams that merge (residuals, bridges, shared weights) need no special
- *     case; callers zero gradient buffers once per step. A NULL gradient pointer skips it.
+ *   - backward ACCUMULATES (+=) into the parameter gradients it writes. An activation
+ *     gradient dx is written as the caller's bt_dx_mode says: BT_DX_ADD accumulates, so
+ *     streams that merge (residuals, bridges, shared rows) need no special case (callers
+ *     zero such buffers once per step); BT_DX_SET assigns, for dx's only writer (or its first
+ *     in backward order), so dx needs no zeroing and is not read. A NULL gradient pointer
+ *     skips it.
  *
  * Dispatch: each public function calls through a kernel table that kernels_init() fills with
  * the plain reference (ops_ref.h) first and then overrides with the fast (OpenMP, vectorized)
@@ -50,6 +53,17 @@ bt_isa ops_cpu_isa(void);
  * the bf16 conversion of that level. Not while kernels run on other threads. */
 int ops_cpu_isa_select(bt_isa isa);
 
+/* How a backward writes an activation gradient dx (parameter gradients always accumulate).
+ * BT_DX_SET stores 0 + v where BT_DX_ADD stores dx + v, so on a zeroed dx the two leave the
+ * same bits (-0 included: 0 + -0 = +0); dx's old contents are not read (they may be NaN).
+ * The GEMM-based kernels (linear, attention) get it from the GEMM's beta (0: C not read;
+ * their sums start from +0, so no -0 either; tests/test_ops_fast.c checks SET into a
+ * sentinel against ADD onto zeros, bit for bit, for every kernel that takes a mode). */
+typedef enum {
+    BT_DX_ADD, /* dx += ... */
+    BT_DX_SET, /* dx = ... */
+} bt_dx_mode;
+
 /* --- dropout --------------------------------------------------------------------------
  * keep(i) is a pure function of (seed, i) (a counter-based hash, see ops.c), so the backward
  * regenerates the mask instead of storing it, and results do not depend on thread count.
@@ -64,8 +78,9 @@ typedef struct bt_dropout {
 int dropout_keep(const bt_dropout *d, uint64_t i);
 /* out (N) = x · m(i).  out may alias x. */
 void dropout_forward(float *out, const float *x, size_t n, const bt_dropout *d);
-/* dx (N) += dout · m(i) */
-void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *d);
+/* dx (N) += dout · m(i)  (= with BT_DX_SET) */
+void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *d,
+                      bt_dx_mode mode);
 
 /* --- Linear (torch layout) ------------------------------------------------------------
  * out (N, OC) = x (N, C) · wᵀ + b, w (OC, C), b (OC) or NULL.
@@ -78,11 +93,12 @@ void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *
 void linear_forward(float *out, const float *x, const bt_bf16 *x_bf16, const float *w,
                     const bt_bf16 *w_bf16, const float *b, size_t n, size_t c, size_t oc,
                     gemm_compute compute);
-/* dx (N, C) += dout · w;  dw (OC, C) += doutᵀ · x;  db (OC) += Σ_rows dout.
+/* dx (N, C) += dout · w (= with BT_DX_SET: the GEMM's beta 0, dx not read);
+ * dw (OC, C) += doutᵀ · x;  db (OC) += Σ_rows dout.
  * x / x_bf16 as in the forward (the dw product's operand). */
 void linear_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
                      const bt_bf16 *x_bf16, const float *w, const bt_bf16 *w_bf16, size_t n,
-                     size_t c, size_t oc, gemm_compute compute);
+                     size_t c, size_t oc, gemm_compute compute, bt_dx_mode mode);
 
 /* --- LayerNorm over the last dimension (biased variance) --------------------------------
  * out (N, C) = (x - mean) * rstd * w + b;  saves mean (N), rstd (N) = 1/sqrt(var + eps).
@@ -94,18 +110,21 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *x, con
  * fp32 row (for an output only bf16 GEMMs read). out does not alias x. */
 void layernorm_forward_bf16(bt_bf16 *out, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, size_t n, size_t c, float eps);
-/* dx, dw, db += ...;  x is the forward input (not aliased with out when backward is used). */
+/* dx += ... (= with BT_DX_SET), dw, db += ...;  x is the forward input (not aliased with out
+ * when backward is used). */
 void layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
                         const float *w, const float *mean, const float *rstd, size_t n,
-                        size_t c);
+                        size_t c, bt_dx_mode mode);
 
 /* --- pointwise activations (out may alias x) --------------------------------------------
  * gelu: exact erf GELU, 0.5 x (1 + erf(x/√2)) (text, cross layers, MLM transform).
  * quick_gelu: x · sigmoid(1.702 x) (CLIP ViT MLP).   tanh: poolers. */
 void gelu_forward(float *out, const float *x, size_t n);
-void gelu_backward(float *dx, const float *dout, const float *x, size_t n);
+/* dx (N) += dout · act'(x) (= with BT_DX_SET) */
+void gelu_backward(float *dx, const float *dout, const float *x, size_t n, bt_dx_mode mode);
 void quick_gelu_forward(float *out, const float *x, size_t n);
-void quick_gelu_backward(float *dx, const float *dout, const float *x, size_t n);
+void quick_gelu_backward(float *dx, const float *dout, const float *x, size_t n,
+                         bt_dx_mode mode);
 void tanh_forward(float *out, const float *x, size_t n);
 /* out (N) = bf16 rounding of what gelu_forward / quick_gelu_forward would store (bit for bit
  * bf16_from_f32 of it), for an output only bf16 GEMMs read; the backwards read x. */
@@ -140,11 +159,12 @@ typedef struct attention_dims {
 void attention_forward(float *out, float *probs, const float *q, const float *k,
                        const float *v, const float *key_bias, const attention_dims *d,
                        const bt_dropout *drop, gemm_compute compute);
-/* dq, dk, dv += ... (same layouts and strides as q, k, v). */
+/* dq, dk, dv += ... (same layouts and strides as q, k, v; = with BT_DX_SET: the head
+ * columns of each row are written, other columns of a packed buffer are not touched). */
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs,
                         const float *q, const float *k, const float *v,
                         const attention_dims *d, const bt_dropout *drop,
-                        gemm_compute compute);
+                        gemm_compute compute, bt_dx_mode mode);
 /* key_bias (N) = mask ? 0 : -FLT_MAX  (HF's extended attention mask: (1 - m) * finfo.min). */
 void attention_key_bias_from_mask(float *key_bias, const int32_t *mask, size_t n);
 
@@ -163,8 +183,8 @@ void bias_add_forward(float *out, const float *x, const float *bias, size_t n, s
 void bias_add_backward(float *dx, float *dbias, const float *dout, size_t n, size_t c);
 /* out (N) = a + b; out may alias a or b. */
 void residual_forward(float *out, const float *a, const float *b, size_t n);
-/* da += dout;  db += dout. */
-void residual_backward(float *da, float *db, const float *dout, size_t n);
+/* da += dout;  db += dout  (= with BT_DX_SET, both). */
+void residual_backward(float *da, float *db, const float *dout, size_t n, bt_dx_mode mode);
 
 /* --- cross entropy with ignore index ------------------------------------------------------
  * Row i of logits (N, V) has target targets[i]; rows with targets[i] == ignore_index are

@@ -46,24 +46,28 @@ OPS_KERNELS(OPS_REF_PROTOTYPE)
 /* --- double references (finite-difference oracles) -------------------------------------- */
 
 void dropout_forward_ref_f64(double *out, const double *x, size_t n, const bt_dropout *d);
-void dropout_backward_ref_f64(double *dx, const double *dout, size_t n, const bt_dropout *d);
+void dropout_backward_ref_f64(double *dx, const double *dout, size_t n, const bt_dropout *d,
+                              bt_dx_mode mode);
 
 void linear_forward_ref_f64(double *out, const double *x, const double *w, const double *b,
                             size_t n, size_t c, size_t oc);
 void linear_backward_ref_f64(double *dx, double *dw, double *db, const double *dout,
-                             const double *x, const double *w, size_t n, size_t c, size_t oc);
+                             const double *x, const double *w, size_t n, size_t c, size_t oc,
+                             bt_dx_mode mode);
 
 void layernorm_forward_ref_f64(double *out, double *mean, double *rstd, const double *x,
                                const double *w, const double *b, size_t n, size_t c,
                                double eps);
 void layernorm_backward_ref_f64(double *dx, double *dw, double *db, const double *dout,
                                 const double *x, const double *w, const double *mean,
-                                const double *rstd, size_t n, size_t c);
+                                const double *rstd, size_t n, size_t c, bt_dx_mode mode);
 
 void gelu_forward_ref_f64(double *out, const double *x, size_t n);
-void gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size_t n);
+void gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size_t n,
+                           bt_dx_mode mode);
 void quick_gelu_forward_ref_f64(double *out, const double *x, size_t n);
-void quick_gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size_t n);
+void quick_gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size_t n,
+                                 bt_dx_mode mode);
 void tanh_forward_ref_f64(double *out, const double *x, size_t n);
 void tanh_backward_ref_f64(double *dx, const double *dout, const double *y, size_t n);
 
@@ -77,7 +81,7 @@ void attention_forward_ref_f64(double *out, double *probs, const double *q, cons
 void attention_backward_ref_f64(double *dq, double *dk, double *dv, const double *dout,
                                 const double *probs, const double *q, const double *k,
                                 const double *v, const attention_dims *d,
-                                const bt_dropout *drop);
+                                const bt_dropout *drop, bt_dx_mode mode);
 void attention_key_bias_from_mask_ref_f64(double *key_bias, const int32_t *mask, size_t n);
 
 void embedding_forward_ref_f64(double *out, const int32_t *ids, const double *table, size_t n,
@@ -90,7 +94,8 @@ void bias_add_forward_ref_f64(double *out, const double *x, const double *bias, 
 void bias_add_backward_ref_f64(double *dx, double *dbias, const double *dout, size_t n,
                                size_t c);
 void residual_forward_ref_f64(double *out, const double *a, const double *b, size_t n);
-void residual_backward_ref_f64(double *da, double *db, const double *dout, size_t n);
+void residual_backward_ref_f64(double *da, double *db, const double *dout, size_t n,
+                               bt_dx_mode mode);
 
 double cross_entropy_forward_ref_f64(double *probs, const double *logits,
                                      const int32_t *targets, size_t n, size_t v,

@@ -20,8 +20,9 @@
 #define OPS_KERNELS(X)                                                                         \
     X(void, dropout_forward, (float *out, const float *x, size_t n, const bt_dropout *d),      \
       (out, x, n, d))                                                                          \
-    X(void, dropout_backward, (float *dx, const float *dout, size_t n, const bt_dropout *d),   \
-      (dx, dout, n, d))                                                                        \
+    X(void, dropout_backward,                                                                  \
+      (float *dx, const float *dout, size_t n, const bt_dropout *d, bt_dx_mode mode),          \
+      (dx, dout, n, d, mode))                                                                  \
     X(void, linear_forward,                                                                    \
       (float *out, const float *x, const bt_bf16 *x_bf16, const float *w,                      \
        const bt_bf16 *w_bf16, const float *b, size_t n, size_t c, size_t oc,                   \
@@ -30,8 +31,8 @@
     X(void, linear_backward,                                                                   \
       (float *dx, float *dw, float *db, const float *dout, const float *x,                     \
        const bt_bf16 *x_bf16, const float *w, const bt_bf16 *w_bf16, size_t n, size_t c,       \
-       size_t oc, gemm_compute compute),                                                       \
-      (dx, dw, db, dout, x, x_bf16, w, w_bf16, n, c, oc, compute))                             \
+       size_t oc, gemm_compute compute, bt_dx_mode mode),                                      \
+      (dx, dw, db, dout, x, x_bf16, w, w_bf16, n, c, oc, compute, mode))                       \
     X(void, layernorm_forward,                                                                 \
       (float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,   \
        size_t n, size_t c, float eps),                                                         \
@@ -42,16 +43,18 @@
       (out, mean, rstd, x, w, b, n, c, eps))                                                   \
     X(void, layernorm_backward,                                                                \
       (float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,     \
-       const float *mean, const float *rstd, size_t n, size_t c),                              \
-      (dx, dw, db, dout, x, w, mean, rstd, n, c))                                              \
+       const float *mean, const float *rstd, size_t n, size_t c, bt_dx_mode mode),             \
+      (dx, dw, db, dout, x, w, mean, rstd, n, c, mode))                                        \
     X(void, gelu_forward, (float *out, const float *x, size_t n), (out, x, n))                 \
-    X(void, gelu_backward, (float *dx, const float *dout, const float *x, size_t n),           \
-      (dx, dout, x, n))                                                                        \
+    X(void, gelu_backward,                                                                     \
+      (float *dx, const float *dout, const float *x, size_t n, bt_dx_mode mode),               \
+      (dx, dout, x, n, mode))                                                                  \
     X(void, gelu_forward_bf16, (bt_bf16 *out, const float *x, size_t n), (out, x, n))          \
     X(void, quick_gelu_forward, (float *out, const float *x, size_t n), (out, x, n))           \
     X(void, quick_gelu_forward_bf16, (bt_bf16 *out, const float *x, size_t n), (out, x, n))    \
-    X(void, quick_gelu_backward, (float *dx, const float *dout, const float *x, size_t n),     \
-      (dx, dout, x, n))                                                                        \
+    X(void, quick_gelu_backward,                                                               \
+      (float *dx, const float *dout, const float *x, size_t n, bt_dx_mode mode),               \
+      (dx, dout, x, n, mode))                                                                  \
     X(void, tanh_forward, (float *out, const float *x, size_t n), (out, x, n))                 \
     X(void, tanh_backward, (float *dx, const float *dout, const float *y, size_t n),           \
       (dx, dout, y, n))                                                                        \
@@ -66,8 +69,8 @@
     X(void, attention_backward,                                                                \
       (float *dq, float *dk, float *dv, const float *dout, const float *probs, const float *q, \
        const float *k, const float *v, const attention_dims *d, const bt_dropout *drop,        \
-       gemm_compute compute),                                                                  \
-      (dq, dk, dv, dout, probs, q, k, v, d, drop, compute))                                    \
+       gemm_compute compute, bt_dx_mode mode),                                                 \
+      (dq, dk, dv, dout, probs, q, k, v, d, drop, compute, mode))                              \
     X(void, attention_key_bias_from_mask, (float *key_bias, const int32_t *mask, size_t n),    \
       (key_bias, mask, n))                                                                     \
     X(void, embedding_forward,                                                                 \
@@ -83,8 +86,9 @@
       (float *dx, float *dbias, const float *dout, size_t n, size_t c), (dx, dbias, dout, n, c)) \
     X(void, residual_forward, (float *out, const float *a, const float *b, size_t n),          \
       (out, a, b, n))                                                                          \
-    X(void, residual_backward, (float *da, float *db, const float *dout, size_t n),            \
-      (da, db, dout, n))                                                                       \
+    X(void, residual_backward,                                                                 \
+      (float *da, float *db, const float *dout, size_t n, bt_dx_mode mode),                    \
+      (da, db, dout, n, mode))                                                                 \
     X(float, cross_entropy_forward,                                                            \
       (float *probs, const float *logits, const int32_t *targets, size_t n, size_t v,          \
        int32_t ignore_index, size_t *n_valid),                                                 \

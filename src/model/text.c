@@ -113,26 +113,30 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     const size_t I = (size_t)m->cfg.text_intermediate;
     const attention_dims ad = text_attn_dims(m);
     const text_layer_drops dr = text_layer_drops_get(m, l);
+    /* (SET: the layer's internal gradients are assigned by their first writer; dx, the
+     * stream, accumulates: model.c "activation layout") */
     /* out = LN2(res2), res2 = dropout(ffn_lin) + a */
-    norm_backward(d->res2, dout, a->res2, a->mean2, a->rstd2, &p.ln2, N);
-    residual_backward(d->a, NULL, d->res2, N * C);
-    rows_dropout_backward(d->ffn_lin, d->res2, m->Bt, m->T * C, &dr.ffn_out, m->text_keys);
+    norm_backward(d->res2, dout, a->res2, a->mean2, a->rstd2, &p.ln2, N, BT_DX_SET);
+    residual_backward(d->a, NULL, d->res2, N * C, BT_DX_SET);
+    rows_dropout_backward(d->ffn_lin, d->res2, m->Bt, m->T * C, &dr.ffn_out, m->text_keys,
+                          BT_DX_SET);
     /* ffn_lin = f·W2ᵀ + b2, f = GELU(f_pre), f_pre = a·W1ᵀ + b1 */
-    lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N);
-    gelu_backward(d->f_pre, d->f, a->f_pre, N * I);
-    lin_backward(m, d->a, d->f_pre, a->a, &p.fc1, N);
+    lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N, BT_DX_SET);
+    gelu_backward(d->f_pre, d->f, a->f_pre, N * I, BT_DX_SET);
+    lin_backward(m, d->a, d->f_pre, a->a, &p.fc1, N, BT_DX_ADD);
     /* a = LN1(res1), res1 = dropout(attn_lin) + x */
-    norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N);
-    residual_backward(dx, NULL, d->res1, N * C);
-    rows_dropout_backward(d->attn_lin, d->res1, m->Bt, m->T * C, &dr.attn_out, m->text_keys);
+    norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N, BT_DX_SET);
+    residual_backward(dx, NULL, d->res1, N * C, BT_DX_ADD);
+    rows_dropout_backward(d->attn_lin, d->res1, m->Bt, m->T * C, &dr.attn_out, m->text_keys,
+                          BT_DX_SET);
     /* attn_lin = ctx·Woᵀ + bo; ctx = attention(q, k, v) */
-    lin_backward_act(m, d->ctx, d->attn_lin, a->ctx, a->ctx_16, &p.o, N);
+    lin_backward_act(m, d->ctx, d->attn_lin, a->ctx, a->ctx_16, &p.o, N, BT_DX_SET);
     rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &ad,
-                            &dr.probs, m->text_keys, model_compute(m));
+                            &dr.probs, m->text_keys, model_compute(m), BT_DX_SET);
     /* q, k, v = x·Wᵀ + b */
-    lin_backward(m, dx, d->q, x, &p.q, N);
-    lin_backward(m, dx, d->k, x, &p.k, N);
-    lin_backward(m, dx, d->v, x, &p.v, N);
+    lin_backward(m, dx, d->q, x, &p.q, N, BT_DX_ADD);
+    lin_backward(m, dx, d->k, x, &p.k, N, BT_DX_ADD);
+    lin_backward(m, dx, d->v, x, &p.v, N, BT_DX_ADD);
 }
 
 void text_forward(bt_model *m) {
@@ -174,9 +178,10 @@ void text_backward(bt_model *m) {
     }
 
     /* h0 = dropout(emb_ln), emb_ln = LN(e) */
-    rows_dropout_backward(d->text_emb_ln, d->text_h[0], m->Bt, m->T * C, &de, m->text_keys);
+    rows_dropout_backward(d->text_emb_ln, d->text_h[0], m->Bt, m->T * C, &de, m->text_keys,
+                          BT_DX_SET);
     norm_backward(d->text_emb, d->text_emb_ln, a->text_emb, a->text_emb_mean, a->text_emb_rstd,
-                  &ln, N);
+                  &ln, N, BT_DX_SET);
     const float *d_e = d->text_emb;
     /* e = word[id] + pos[pos] + type[0]: padding rows (padding_idx = pad) get no gradient */
     embedding_backward(m->g.text_word_emb, d_e, m->ids, N, C, (size_t)c->vocab_size,

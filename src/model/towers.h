@@ -4,7 +4,10 @@
  * bf16 (model.h "bf16 activation storage"), dropout call sites, and the tower entry points.
  *
  * Every tower is a forward/backward pair over the model's named activation slots; the
- * backward restates the forward lines it differentiates and accumulates (ops.h). Dropout
+ * backward restates the forward lines it differentiates, accumulates into the parameter
+ * gradients and writes each activation gradient as its slot's layout says (model.c
+ * "activation layout"): BT_DX_SET for slot_set slots (their only or first writer), BT_DX_ADD
+ * for the streams that merge. Dropout
  * is keyed per row (rows_dropout_*, rows_attention_*), see model.h "Dropout keys".
  *
  * Deliberately not here: anything public (model.h). */
@@ -48,11 +51,11 @@ static inline void lin_forward(const bt_model *m, float *out, const float *x,
                                const bt_linear *L, size_t n) {
     linear_forward(out, x, NULL, L->w, L->w16, L->b, n, L->in, L->out, model_compute(m));
 }
-/* dx += dout · w;  dw += doutᵀ · x;  db += Σ dout */
+/* dx += dout · w (= with BT_DX_SET);  dw += doutᵀ · x;  db += Σ dout */
 static inline void lin_backward(const bt_model *m, float *dx, const float *dout, const float *x,
-                                const bt_linear *L, size_t n) {
+                                const bt_linear *L, size_t n, bt_dx_mode mode) {
     linear_backward(dx, L->dw, L->db, dout, x, NULL, L->w, L->w16, n, L->in, L->out,
-                    model_compute(m));
+                    model_compute(m), mode);
 }
 static inline void norm_forward(float *out, float *mean, float *rstd, const float *x,
                                 const bt_norm *N, size_t n) {
@@ -70,9 +73,9 @@ static inline void lin_forward_act(const bt_model *m, float *out, const float *x
 }
 static inline void lin_backward_act(const bt_model *m, float *dx, const float *dout,
                                     const float *x, const bt_bf16 *x16, const bt_linear *L,
-                                    size_t n) {
+                                    size_t n, bt_dx_mode mode) {
     linear_backward(dx, L->dw, L->db, dout, x16 ? NULL : x, x16, L->w, L->w16, n, L->in,
-                    L->out, model_compute(m));
+                    L->out, model_compute(m), mode);
 }
 /* out or out16 (n, c) = LN(x) */
 static inline void norm_forward_act(float *out, bt_bf16 *out16, float *mean, float *rstd,
@@ -94,9 +97,11 @@ static inline void quick_gelu_forward_act(float *out, bt_bf16 *out16, const floa
 static inline void act_keep_bf16(bt_bf16 *x16, const float *x, size_t n) {
     if (x16) bf16_from_f32(x16, x, n);
 }
+/* dx += LN backward (= with BT_DX_SET);  dw, db += ... */
 static inline void norm_backward(float *dx, const float *dout, const float *x, const float *mean,
-                                 const float *rstd, const bt_norm *N, size_t n) {
-    layernorm_backward(dx, N->dw, N->db, dout, x, N->w, mean, rstd, n, N->c);
+                                 const float *rstd, const bt_norm *N, size_t n,
+                                 bt_dx_mode mode) {
+    layernorm_backward(dx, N->dw, N->db, dout, x, N->w, mean, rstd, n, N->c, mode);
 }
 
 /* Dropout call sites: site = tower << 16 | layer << 4 | what. */
@@ -123,11 +128,11 @@ bt_dropout row_dropout(const bt_dropout *site, uint64_t key);
 
 /* Row-keyed dropout (model.h "Dropout keys"): x holds `rows` blocks of n elements, block r
  * masked with row_dropout(site, keys[r]) (element index within the block).
- * out = dropout(x) (out may alias x);  dx += dropout(dout). */
+ * out = dropout(x) (out may alias x);  dx += dropout(dout) (= with BT_DX_SET). */
 void rows_dropout_forward(float *out, const float *x, size_t rows, size_t n,
                           const bt_dropout *site, const uint64_t *keys);
 void rows_dropout_backward(float *dx, const float *dout, size_t rows, size_t n,
-                           const bt_dropout *site, const uint64_t *keys);
+                           const bt_dropout *site, const uint64_t *keys, bt_dx_mode mode);
 /* attention_forward / _backward (ops.h) whose probability dropout is keyed per batch item:
  * one call over all d->B items when the site is off, else one call per item b with
  * row_dropout(site, keys[b]) (mask index within the item's (NH, Tq, Tk) block). */
@@ -137,11 +142,12 @@ void rows_attention_forward(float *out, float *probs, const float *q, const floa
 void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *probs, const float *q, const float *k,
                              const float *v, const attention_dims *d, const bt_dropout *site,
-                             const uint64_t *keys, gemm_compute compute);
+                             const uint64_t *keys, gemm_compute compute, bt_dx_mode mode);
 
 /* Gradient checkpointing (model.h "Memory modes"): in BT_ACTS_CHECKPOINT, zeroes the shared
- * gradient slots of `group` (BT_GROUP_*) and returns 1: the caller then recomputes the layer's
- * forward into the shared scratch before its backward. 0 in the other modes. */
+ * accumulated gradient slots of `group` (BT_GROUP_*; its assigned slots need none) and
+ * returns 1: the caller then recomputes the layer's forward into the shared scratch before
+ * its backward. 0 in the other modes. */
 int model_layer_recompute(bt_model *m, int group);
 
 /* Copies row 0 of each of B sequences: out (B, C) = x[b*T + 0]; x (B*T, C). */
@@ -151,7 +157,8 @@ void cls_scatter_add(float *dx, const float *dout, size_t B, size_t T, size_t C)
 
 /* Phase pieces. Forwards read the phase inputs (m->ids / m->mask / pixel values, m->pairs)
  * and write m->acts; backwards read m->acts and m->dacts (gradient of their outputs already
- * accumulated) and accumulate into m->dacts and m->grads.
+ * accumulated), write m->dacts (assigned slots: =, accumulated ones: +=; model.c "activation
+ * layout") and accumulate into m->grads.
  *   towers: vit (Bi images), text (Bt texts), cross_towers (ut_k, lnp_k, ui_k per tower row),
  *           heads_towers (ITC text / image embeddings);
  *   pairs:  cross_pairs (link towers, cross layers, poolers on P pairs), heads_pairs (ITM

@@ -119,21 +119,24 @@ static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
     const vit_layer_params p = vit_layer_params_get(m, l);
     const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->Bi * (size_t)m->cfg.np;
     const attention_dims ad = vit_attn_dims(m);
+    /* (SET: the block's internal gradients are assigned by their first writer; dx, the
+     * stream, accumulates: model.c "activation layout") */
     /* out = x_mid + mlp_out */
-    residual_backward(d->x_mid, d->mlp_out, dout, N * Hv);
+    residual_backward(d->x_mid, d->mlp_out, dout, N * Hv, BT_DX_SET);
     /* mlp_out = c_proj(f), f = QuickGELU(f_pre), f_pre = c_fc(y2), y2 = ln_2(x_mid) */
-    lin_backward_act(m, d->f, d->mlp_out, a->f, a->f_16, &p.proj, N);
-    quick_gelu_backward(d->f_pre, d->f, a->f_pre, N * 4 * Hv);
-    lin_backward_act(m, d->y2, d->f_pre, a->y2, a->y2_16, &p.fc, N);
-    norm_backward(d->x_mid, d->y2, a->x_mid, a->mean2, a->rstd2, &p.ln2, N);
+    lin_backward_act(m, d->f, d->mlp_out, a->f, a->f_16, &p.proj, N, BT_DX_SET);
+    quick_gelu_backward(d->f_pre, d->f, a->f_pre, N * 4 * Hv, BT_DX_SET);
+    lin_backward_act(m, d->y2, d->f_pre, a->y2, a->y2_16, &p.fc, N, BT_DX_SET);
+    norm_backward(d->x_mid, d->y2, a->x_mid, a->mean2, a->rstd2, &p.ln2, N, BT_DX_ADD);
     /* x_mid = x + attn_out, attn_out = out_proj(ctx) */
-    residual_backward(dx, d->attn_out, d->x_mid, N * Hv);
-    lin_backward_act(m, d->ctx, d->attn_out, a->ctx, a->ctx_16, &p.out, N);
+    residual_backward(dx, NULL, d->x_mid, N * Hv, BT_DX_ADD);
+    residual_backward(d->attn_out, NULL, d->x_mid, N * Hv, BT_DX_SET);
+    lin_backward_act(m, d->ctx, d->attn_out, a->ctx, a->ctx_16, &p.out, N, BT_DX_SET);
     /* ctx = attention(Q, K, V), [Q|K|V] = in_proj(y1), y1 = ln_1(x) */
     attention_backward(d->qkv, d->qkv + Hv, d->qkv + 2 * Hv, d->ctx, a->probs, a->qkv,
-                       a->qkv + Hv, a->qkv + 2 * Hv, &ad, NULL, model_compute(m));
-    lin_backward_act(m, d->y1, d->qkv, a->y1, a->y1_16, &p.in, N);
-    norm_backward(dx, d->y1, x, a->mean1, a->rstd1, &p.ln1, N);
+                       a->qkv + Hv, a->qkv + 2 * Hv, &ad, NULL, model_compute(m), BT_DX_SET);
+    lin_backward_act(m, d->y1, d->qkv, a->y1, a->y1_16, &p.in, N, BT_DX_SET);
+    norm_backward(dx, d->y1, x, a->mean1, a->rstd1, &p.ln1, N, BT_DX_ADD);
 }
 
 void vit_forward(bt_model *m, const float *pixel_values) {
@@ -170,9 +173,9 @@ void vit_backward(bt_model *m) {
     }
 
     norm_backward(d->vis_emb, d->vis_h[0], a->vis_emb, a->vis_emb_mean, a->vis_emb_rstd,
-                  &ln_pre, B * Np);
+                  &ln_pre, B * Np, BT_DX_SET);
     vit_assemble_backward(d->patch_emb, m->g.vis_cls, m->g.vis_pos, d->vis_emb, B, Np, Hv);
     /* patch_emb = patches · W_patchᵀ: weight gradient only (no pixel gradient) */
-    lin_backward(m, NULL, d->patch_emb, a->patches, &patch, B * (Np - 1));
+    lin_backward(m, NULL, d->patch_emb, a->patches, &patch, B * (Np - 1), BT_DX_ADD);
     bt_grads_final(m, BT_GRAD_EV_VIT_EMB, 0);
 }
