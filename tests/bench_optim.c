@@ -1,12 +1,13 @@
 /* bench_optim.c: CPU time of the optimizer + clip on a real parameter table (issue 9: "optimizer
- * + clip at most 2% of the step"), the fast kernels against the reference loop, and the cost of
+ * + clip at most 2% of the step"), and of zeroing a gradient arena of that size (bt_zero_grad's
+ * zero_fill, once per step), the fast kernels against the reference loop, and the cost of
  * touching fresh memory (what a cold first step pays for arenas it has not written yet).
  *
  *   bench_optim [--config NAME|DIR] [--rounds R] [--bf16]
  *
  * Per round, for the fast table and then the reference table (ops_use_reference): the global
- * grad norm (bt_adamw_grad_norm) and one AdamW step (bt_adamw_step, with the bf16 shadow under
- * --bf16). Reports the best round of each in CPU seconds of the whole process
+ * grad norm (bt_adamw_grad_norm), one AdamW step (bt_adamw_step, with the bf16 shadow under
+ * --bf16) and zero_fill of a separate arena of the gradients' size. Reports the best round of each in CPU seconds of the whole process
  * (CLOCK_PROCESS_CPUTIME_ID: on a shared machine wall time measures the load too) and wall
  * seconds, and GB/s of the bytes each pass must move. Default: bridgetower-base with the ITC
  * head (the table bench_step trains), 3 rounds. Run it with OMP_NUM_THREADS=1 for per-core
@@ -100,10 +101,12 @@ int main(int argc, char **argv) {
                                 .weight_decay = 0.01};
     /* warm-up: first touch of m, v (and the shadow) */
     bt_adamw_step(&opt, params, grads, 1.0f, &h, shadow);
+    float *zeroed = bt_alloc(n * sizeof *zeroed); /* zero_fill's target (grads keep values) */
+    memset(zeroed, 1, n * sizeof *zeroed);
 
-    timing best[2][2]; /* [fast/ref][norm/step] */
+    timing best[2][3]; /* [fast/ref][norm/step/zero] */
     for (int r = 0; r < 2; r++)
-        for (int p = 0; p < 2; p++) best[r][p] = (timing){1e30, 1e30};
+        for (int p = 0; p < 3; p++) best[r][p] = (timing){1e30, 1e30};
     double norm[2] = {0, 0};
     for (int round = 0; round < rounds; round++) {
         for (int r = 0; r < 2; r++) {
@@ -114,6 +117,9 @@ int main(int argc, char **argv) {
             t0 = now();
             bt_adamw_step(&opt, params, grads, bt_clip_coef(norm[r], 1.0f), &h, shadow);
             keep_best(&best[r][1], since(t0));
+            t0 = now();
+            zero_fill(zeroed, n * sizeof *zeroed);
+            keep_best(&best[r][2], since(t0));
         }
     }
     ops_use_reference(0);
@@ -126,13 +132,16 @@ int main(int argc, char **argv) {
     static const char *const kname[2] = {"fast", "ref "};
     for (int r = 0; r < 2; r++)
         printf("%s: grad norm cpu %.3f s (wall %.3f, %.1f GB/s) | adamw step cpu %.3f s "
-               "(wall %.3f, %.1f GB/s) | total cpu %.3f s\n",
+               "(wall %.3f, %.1f GB/s) | total cpu %.3f s | zero_fill cpu %.3f s (wall %.3f, "
+               "%.1f GB/s)\n",
                kname[r], best[r][0].cpu, best[r][0].wall, 4.0 * gb / best[r][0].wall,
                best[r][1].cpu, best[r][1].wall, step_bytes / best[r][1].wall,
-               best[r][0].cpu + best[r][1].cpu);
+               best[r][0].cpu + best[r][1].cpu, best[r][2].cpu, best[r][2].wall,
+               4.0 * gb / best[r][2].wall);
     bt_adamw_free(&opt);
     bt_free(params);
     bt_free(grads);
+    bt_free(zeroed);
     bt_free(shadow);
     bt_param_table_free(&table);
     return norm[0] > 0.0 ? 0 : 1;
