@@ -51,6 +51,7 @@
 #include <omp.h>
 #endif
 
+#include "kernel_clock.h"
 #include "ops_ref.h"
 #include "rng.h"
 #include "status.h"
@@ -1951,8 +1952,35 @@ static const ops_kernels *ops_k(void) {
 
 /* --- public entry points: one call through the table each --------------------------------- */
 
-#define OPS_WRAPPER(ret, name, params, args) \
-    ret name params { OPS_RETURN_##ret ops_k()->name args; }
+/* The class each kernel's time counts in (kernel_clock.h): attention, the optimizer's (not
+ * counted: their own phase), and memory-bound for the rest. */
+#define OPS_ENUM_ENTRY(ret, name, params, args) OPS_K_##name,
+enum { OPS_KERNELS(OPS_ENUM_ENTRY) OPS_N_KERNELS };
+#undef OPS_ENUM_ENTRY
+static const unsigned char ops_class_other[OPS_N_KERNELS] = {
+    [OPS_K_attention_forward] = BT_KC_ATTENTION + 1,
+    [OPS_K_attention_backward] = BT_KC_ATTENTION + 1,
+    [OPS_K_adamw_update] = BT_KC_NONE + 1,
+    [OPS_K_sum_squares] = BT_KC_NONE + 1,
+};
+static bt_kernel_class ops_class(int k) {
+    return ops_class_other[k] ? (bt_kernel_class)(ops_class_other[k] - 1) : BT_KC_MEMORY;
+}
+
+/* Every wrapper times its call (kernel_clock.h); the return value, if any, passes through. */
+#define OPS_WRAPPER(ret, name, params, args)                                                \
+    ret name params {                                                                       \
+        const kc_span span_ = kc_enter(ops_class(OPS_K_##name));                          \
+        OPS_KEEP_##ret ops_k()->name args;                                                  \
+        kc_leave(&span_);                                                                   \
+        OPS_GIVE_##ret                                                                      \
+    }
+#define OPS_KEEP_void
+#define OPS_KEEP_float const float ret_ =
+#define OPS_KEEP_double const double ret_ =
+#define OPS_GIVE_void
+#define OPS_GIVE_float return ret_;
+#define OPS_GIVE_double return ret_;
 OPS_KERNELS(OPS_WRAPPER)
 #undef OPS_WRAPPER
 
