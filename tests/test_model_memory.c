@@ -257,8 +257,26 @@ static void record_event(void *ctx, bt_grad_event ev, int layer) {
  * last backward_rounds. */
 static size_t scratch_towers, scratch_pairs;
 
-/* Towers, two cross rounds (forward, output gradients, backward each), towers backward. */
-static int backward_rounds(bt_model *m, const inputs *in, const char *what) {
+/* Bytes of the assigned region of a gradient arena (after acc_end). */
+static size_t assigned_bytes(const bt_arena *a) {
+    return a->used > a->acc_end ? a->used - a->acc_end : 0;
+}
+
+/* NaN over every gradient byte a backward must write before reading: the assigned regions of
+ * both phase arenas and the layer gradient scratch (its accumulated part, none here, is
+ * zeroed per layer anyway). The d_* outputs and the accumulated slots are left alone. */
+static void poison_assigned(bt_model *m) {
+    bt_arena *const ars[2] = {&m->tower_dact, &m->pair_dact};
+    for (int i = 0; i < 2; i++)
+        tu_fill_sentinel_f32((float *)((unsigned char *)ars[i]->mem + ars[i]->acc_end),
+                             assigned_bytes(ars[i]) / sizeof(float));
+    if (m->act_mode == BT_ACTS_CHECKPOINT)
+        tu_fill_sentinel_f32(m->layer_dact.mem, m->layer_dact.bytes / sizeof(float));
+}
+
+/* Towers, two cross rounds (forward, output gradients, backward each), towers backward;
+ * poison: poison_assigned before each backward (section 6). */
+static int backward_rounds(bt_model *m, const inputs *in, const char *what, int poison) {
     bt_zero_grad(m);
     bt_status st = run_towers(m, in);
     if (!tu_check(st == BT_OK, "%s: towers: %s", what, st ? bt_error_message() : "ok")) return 0;
@@ -272,8 +290,10 @@ static int backward_rounds(bt_model *m, const inputs *in, const char *what) {
             return 0;
         fill_output_grads(m, 41 + (uint64_t)round, 0);
         scratch_pairs = m->layer_act.bytes;
+        if (poison) poison_assigned(m);
         bt_cross_backward_pairs(m);
     }
+    if (poison) poison_assigned(m);
     bt_towers_backward(m);
     if (m->act_mode == BT_ACTS_CHECKPOINT) { /* the towers' slots follow the grown scratch */
         const unsigned char *lo = m->layer_act.mem, *hi = lo + m->layer_act.bytes;
@@ -305,7 +325,7 @@ static void check_checkpoint_grads(cfg_kind k, bt_precision prec) {
     events ef = {0}, ec = {0};
     full.grads_final = record_event, full.grads_final_ctx = &ef;
     ck.grads_final = record_event, ck.grads_final_ctx = &ec;
-    if (backward_rounds(&full, &in, what) && backward_rounds(&ck, &in, what)) {
+    if (backward_rounds(&full, &in, what, 0) && backward_rounds(&ck, &in, what, 0)) {
         tu_check(scratch_pairs > scratch_towers,
                  "%s: the pair phase grew the shared scratch (%zu -> %zu bytes) after the "
                  "towers placed theirs (their backward re-places them)", what, scratch_towers,
@@ -325,7 +345,7 @@ static void check_checkpoint_grads(cfg_kind k, bt_precision prec) {
     ck.grads_final = NULL;
     /* control: with another dropout step the gradients differ (the masks matter) */
     bt_model_set_dropout(&ck, 1, 1234, 6);
-    if (backward_rounds(&ck, &in, what))
+    if (backward_rounds(&ck, &in, what, 0))
         tu_check(memcmp(ck.grads, full.grads, full.table.numel * sizeof(float)) != 0,
                  "%s control: another dropout step gives other gradients", what);
     free(in.pix);
@@ -391,44 +411,6 @@ static void check_checkpoint_steps(void) {
 
 /* --- 6: assigned gradient slots are written before they are read -------------------------- */
 
-/* Bytes of the assigned region of a gradient arena (after acc_end). */
-static size_t assigned_bytes(const bt_arena *a) {
-    return a->used > a->acc_end ? a->used - a->acc_end : 0;
-}
-
-/* NaN over every gradient byte a backward must write before reading: the assigned regions of
- * both phase arenas and the layer gradient scratch (its accumulated part, none here, is
- * zeroed per layer anyway). The d_* outputs and the accumulated slots are left alone. */
-static void poison_assigned(bt_model *m) {
-    bt_arena *const ars[2] = {&m->tower_dact, &m->pair_dact};
-    for (int i = 0; i < 2; i++)
-        tu_fill_sentinel_f32((float *)((unsigned char *)ars[i]->mem + ars[i]->acc_end),
-                             assigned_bytes(ars[i]) / sizeof(float));
-    if (m->act_mode == BT_ACTS_CHECKPOINT)
-        tu_fill_sentinel_f32(m->layer_dact.mem, m->layer_dact.bytes / sizeof(float));
-}
-
-/* backward_rounds with poison_assigned before each backward. */
-static int poisoned_rounds(bt_model *m, const inputs *in, const char *what) {
-    bt_zero_grad(m);
-    bt_status st = run_towers(m, in);
-    if (!tu_check(st == BT_OK, "%s: towers: %s", what, st ? bt_error_message() : "ok")) return 0;
-    fill_output_grads(m, 31, 1);
-    const size_t half = in->P / 2;
-    for (int round = 0; round < 2; round++) {
-        const bt_pair *p = round ? in->pairs + half : in->pairs;
-        st = bt_cross_forward_pairs(m, p, round ? in->P - half : half);
-        if (!tu_check(st == BT_OK, "%s: pairs: %s", what, st ? bt_error_message() : "ok"))
-            return 0;
-        fill_output_grads(m, 41 + (uint64_t)round, 0);
-        poison_assigned(m);
-        bt_cross_backward_pairs(m);
-    }
-    poison_assigned(m);
-    bt_towers_backward(m);
-    return 1;
-}
-
 static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
     char what[96];
     snprintf(what, sizeof what, "6: tiny %s %s", prec == BT_PRECISION_BF16 ? "bf16" : "fp32",
@@ -443,7 +425,7 @@ static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
     bt_model_set_dropout(&pm, 1, 99, 2);
     inputs in;
     inputs_make(&in, &ref.cfg, 6, 3, 14, 9);
-    if (backward_rounds(&ref, &in, what) && poisoned_rounds(&pm, &in, what)) {
+    if (backward_rounds(&ref, &in, what, 0) && backward_rounds(&pm, &in, what, 1)) {
         char name[256];
         snprintf(name, sizeof name, "%s: parameter gradients with NaN in the assigned gradient "
                  "slots before each backward == untouched (%zu)", what, ref.table.numel);
@@ -588,7 +570,7 @@ static void check_act16_grads(bt_act_mode mode, const char *route) {
     inputs in;
     inputs_make(&in, &m[0].cfg, 6, 3, 14, 8);
     for (int v = 0; v < 2; v++) bt_model_set_dropout(&m[v], 1, 1234, 5);
-    if (backward_rounds(&m[0], &in, what) && backward_rounds(&m[1], &in, what)) {
+    if (backward_rounds(&m[0], &in, what, 0) && backward_rounds(&m[1], &in, what, 0)) {
         check_act16_slots(m, what);
         char name[256];
         snprintf(name, sizeof name, "%s: parameter gradients bit for bit (%zu)", what,

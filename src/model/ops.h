@@ -57,8 +57,10 @@ int ops_cpu_isa_select(bt_isa isa);
  * BT_DX_SET stores 0 + v where BT_DX_ADD stores dx + v, so on a zeroed dx the two leave the
  * same bits (-0 included: 0 + -0 = +0); dx's old contents are not read (they may be NaN).
  * The GEMM-based kernels (linear, attention) get it from the GEMM's beta (0: C not read;
- * their sums start from +0, so no -0 either; tests/test_ops_fast.c checks SET into a
- * sentinel against ADD onto zeros, bit for bit, for every kernel that takes a mode). */
+ * their sums start from +0, so no -0 either), except linear on the native bf16 route, which
+ * zeroes dx and accumulates (oneDNN's sum order there depends on beta: ops.c). Checked for
+ * every kernel that takes a mode: SET into a sentinel = ADD onto zeros, bit for bit
+ * (tests/test_ops_fast.c). */
 typedef enum {
     BT_DX_ADD, /* dx += ... */
     BT_DX_SET, /* dx = ... */
