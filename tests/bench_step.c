@@ -3,7 +3,7 @@
  *
  *   bench_step [--config NAME|DIR] [--batch B] [--text T] [--steps N] [--mode train|infer]
  *              [--precision fp32|bf16] [--memory full|checkpoint|forward-only] [--checkpoint]
- *              [--quick] [--flops-only] [--estimate]
+ *              [--quick] [--flops-only] [--estimate] [--kernels]
  *
  * train: the project's one training step, bt_train_step (src/train/step.h): ITC loss only
  *   (HF's three contrastive cross entropies; the ITC head is built, ITM and MLM are not),
@@ -25,6 +25,8 @@
  * times (towers/cross forward, losses, backward, optimizer + clip; medians), and for both
  * modes the forward and backward split by kind of kernel (GEMM, attention, memory-bound:
  * src/model/kernel_clock.h; medians).
+ * --kernels adds a profile anyone can rerun: each dispatched kernel's own seconds per step
+ * (mean over the steps after the first, ops.h ops_kernel_seconds) and GEMM's, largest first.
  * --flops-only prints the JSON without running; --estimate adds parameter and activation bytes
  * of the chosen memory mode (the side-by-side script decides from them whether the large
  * model fits in memory).
@@ -48,6 +50,7 @@
 #include "gemm.h"
 #include "kernel_clock.h"
 #include "model.h"
+#include "ops.h"
 #include "step.h"
 #include "test_util.h"
 
@@ -89,17 +92,61 @@ static const char *config_path(const char *name) {
     return path;
 }
 
+/* --kernels: each kernel's own seconds (ops.h) and GEMM's (kernel_clock.h), taken before the
+ * measured steps (which 0) and after them (which 1). */
+enum { PROF_MAX = 64 };
+typedef struct kernel_profile {
+    const char *names[PROF_MAX];
+    double s[2][PROF_MAX + 1]; /* [PROF_MAX]: GEMM */
+    size_t n;
+} kernel_profile;
+
+static void kernel_profile_take(kernel_profile *p, int which) {
+    const size_t n = ops_kernel_seconds(p->names, p->s[which], PROF_MAX);
+    p->n = n < PROF_MAX ? n : PROF_MAX;
+    bt_kernel_times kt;
+    bt_kernel_times_read(&kt);
+    p->s[which][PROF_MAX] = kt.s[BT_KC_GEMM];
+}
+
+static void kernel_profile_print(const kernel_profile *p, long steps) {
+    size_t order[PROF_MAX + 1];
+    double per[PROF_MAX + 1], total = 0;
+    size_t m = 0;
+    for (size_t k = 0; k <= PROF_MAX; k++) {
+        if (k < p->n || k == PROF_MAX) {
+            per[k] = (p->s[1][k] - p->s[0][k]) / (double)steps;
+            total += per[k];
+            if (per[k] > 0) order[m++] = k;
+        }
+    }
+    for (size_t i = 1; i < m; i++) /* largest first */
+        for (size_t j = i; j > 0 && per[order[j]] > per[order[j - 1]]; j--) {
+            const size_t x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    fprintf(stderr, "bench_step: kernels, own seconds per step (mean of %ld steps; %.3f s "
+                    "counted):\n", steps, total);
+    for (size_t i = 0; i < m; i++) {
+        const size_t k = order[i];
+        fprintf(stderr, "bench_step:   %-28s %8.4f s  %5.1f%%\n",
+                k == PROF_MAX ? "gemm (all products)" : p->names[k], per[k],
+                100 * per[k] / total);
+    }
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: bench_step [--config NAME|DIR] [--batch B] [--text T] [--steps N] "
                     "[--mode train|infer] [--precision fp32|bf16] "
                     "[--memory full|checkpoint|forward-only] [--checkpoint] [--quick] "
-                    "[--flops-only] [--estimate]\n");
+                    "[--flops-only] [--estimate] [--kernels]\n");
 }
 
 int main(int argc, char **argv) {
     const char *config = "bridgetower-base", *mode = "train", *prec = "fp32", *memory = NULL;
     long B = 8, T = 40, steps = 4;
-    int flops_only = 0, estimate = 0;
+    int flops_only = 0, estimate = 0, kernels = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) {
@@ -108,6 +155,8 @@ int main(int argc, char **argv) {
             flops_only = 1;
         } else if (strcmp(a, "--estimate") == 0) {
             estimate = 1;
+        } else if (strcmp(a, "--kernels") == 0) {
+            kernels = 1;
         } else if (strcmp(a, "--checkpoint") == 0) {
             memory = "checkpoint";
         } else if (v && strcmp(a, "--memory") == 0) {
@@ -248,7 +297,9 @@ int main(int argc, char **argv) {
     const bt_batch fb = {nb, nt, ids, NULL, pix, NULL, NULL};
     double *cpu = calloc((size_t)steps, sizeof *cpu);
     BT_ASSERT(cpu);
+    kernel_profile prof = {0};
     for (long s = 0; s < steps; s++) {
+        if (s == 1 || steps == 1) kernel_profile_take(&prof, 0);
         long flt0, flt1;
         const double c0 = cpu_s(&flt0);
         const double t0 = bt_now_s();
@@ -283,6 +334,10 @@ int main(int argc, char **argv) {
                     ph[0][s], ph[1][s], ph[2][s], ph[3][s], ph[4][s]);
         fprintf(stderr, "; kernels: gemm %.3f, attention %.3f, memory-bound %.3f s\n", ph[5][s],
                 ph[6][s], ph[7][s]);
+    }
+    if (kernels) {
+        kernel_profile_take(&prof, 1);
+        kernel_profile_print(&prof, steps > 1 ? steps - 1 : 1);
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

@@ -8,6 +8,8 @@
  * - attention_forward adds to attention only, its per-head products included (GEMM does not
  *   move), at 1 and 2 threads (its products run on the calling thread or on OpenMP workers).
  * - Calls from inside an OpenMP parallel region are not counted.
+ * - Per kernel (ops_kernel_seconds): a call adds to its own kernel's seconds only, as much
+ *   as to its class (GELU), and the optimizer's kernels have their seconds too.
  * Each check compares the counters' change with the wall time measured around the call:
  * spans are inside the call, so a class's change is at most that wall time (plus 1 ms for
  * the clock reads), and "all of it" means within 1 ms + 2%. Which classes move is checked
@@ -17,6 +19,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -134,6 +137,30 @@ int main(void) {
                    "attention, its per-head products included");
     }
 
+    /* per kernel: GELU's own seconds grow by what memory-bound grew, no other kernel's do */
+    {
+        const char *names[64];
+        double k0[64], k1[64];
+        const size_t nk = ops_kernel_seconds(names, k0, 64);
+        bt_kernel_times a, b;
+        bt_kernel_times_read(&a);
+        call(&c, CALL_GELU);
+        bt_kernel_times_read(&b);
+        ops_kernel_seconds(names, k1, 64);
+        int only_gelu = nk <= 64, found = 0;
+        for (size_t i = 0; i < nk && i < 64; i++) {
+            const int is_gelu = strcmp(names[i], "gelu_forward") == 0;
+            found |= is_gelu;
+            if (is_gelu)
+                only_gelu &= fabs((k1[i] - k0[i]) - (b.s[BT_KC_MEMORY] - a.s[BT_KC_MEMORY])) <
+                             1e-6 && k1[i] > k0[i];
+            else
+                only_gelu &= k1[i] == k0[i];
+        }
+        tu_check(found && only_gelu, "ops_kernel_seconds: gelu_forward's own seconds grow by "
+                 "its memory-bound time, no other kernel's");
+    }
+
     /* the optimizer's kernels: their own phase */
     const adamw_coefs k = {.grad_scale = 1.0f, .decay = 1.0f, .b1 = 0.9f, .ob1 = 0.1f,
                            .b2 = 0.999f, .ob2 = 0.001f, .bc2_sqrt = 1.0f, .eps = 1e-8f,
@@ -148,7 +175,16 @@ int main(void) {
     tu_check(ss > 0 && b.s[BT_KC_GEMM] == a.s[BT_KC_GEMM] &&
                  b.s[BT_KC_ATTENTION] == a.s[BT_KC_ATTENTION] &&
                  b.s[BT_KC_MEMORY] == a.s[BT_KC_MEMORY],
-             "sum_squares and adamw_update are not counted (the optimizer phase)");
+             "sum_squares and adamw_update are in no class (the optimizer phase)");
+    {
+        const char *names[64];
+        double ks[64];
+        const size_t nk = ops_kernel_seconds(names, ks, 64);
+        int timed = 0;
+        for (size_t i = 0; i < nk && i < 64; i++)
+            timed += strcmp(names[i], "adamw_update") == 0 && ks[i] > 0;
+        tu_check(timed == 1, "ops_kernel_seconds: adamw_update has its own seconds");
+    }
 
 #ifdef _OPENMP
     /* inside a parallel region: the region's starter's span holds that time */

@@ -37,9 +37,10 @@ static int kc_in_parallel(void) {
 
 kc_span kc_enter(bt_kernel_class c) {
     kc_span s = {NAN, 0.0, -1};
-    /* not counted: the optimizer's kernels, anything inside attention (part of it), and
-     * calls from inside a parallel region (inside their starter's span) */
-    if (c == BT_KC_NONE || kc_class == BT_KC_ATTENTION || kc_in_parallel()) return s;
+    /* not counted: anything inside attention (part of it) and calls from inside a parallel
+     * region (inside their starter's span); BT_KC_NONE spans are timed (kc_leave returns
+     * their time) but added to no class */
+    if (kc_class == BT_KC_ATTENTION || kc_in_parallel()) return s;
     s.outer_child = kc_child;
     s.outer_class = kc_class;
     kc_child = 0.0;
@@ -48,13 +49,14 @@ kc_span kc_enter(bt_kernel_class c) {
     return s;
 }
 
-void kc_leave(const kc_span *s) {
-    if (isnan(s->t0)) return;
+double kc_leave(const kc_span *s) {
+    if (isnan(s->t0)) return 0.0;
     const double wall = bt_now_s() - s->t0;
     const double own = wall - kc_child;
-    if (own > 0)
+    if (own > 0 && kc_class < BT_KC_COUNT)
         atomic_fetch_add_explicit(&kc_ns[kc_class], (uint64_t)(own * 1e9 + 0.5),
                                   memory_order_relaxed);
     kc_child = s->outer_child + wall;
     kc_class = s->outer_class;
+    return own > 0 ? own : 0.0;
 }

@@ -27,7 +27,8 @@ typedef enum bt_kernel_class {
     BT_KC_ATTENTION, /* attention_forward / attention_backward, their products included */
     BT_KC_MEMORY,    /* every other dispatched kernel except the optimizer's */
     BT_KC_COUNT,
-    BT_KC_NONE = BT_KC_COUNT /* not counted (the optimizer's kernels) */
+    BT_KC_NONE = BT_KC_COUNT /* in no class (the optimizer's kernels): kc_leave still
+                                returns its time */
 } bt_kernel_class;
 
 typedef struct bt_kernel_times {
@@ -44,6 +45,8 @@ typedef struct kc_span {
     int outer_class;    /* the enclosing span's class, -1 at the top */
 } kc_span;
 kc_span kc_enter(bt_kernel_class c);
-void kc_leave(const kc_span *s);
+/* Returns the span's own seconds (0 for a span not timed: inside attention or a parallel
+ * region). */
+double kc_leave(const kc_span *s);
 
 #endif

@@ -1966,13 +1966,33 @@ static const unsigned char ops_class_other[OPS_N_KERNELS] = {
 static bt_kernel_class ops_class(int k) {
     return ops_class_other[k] ? (bt_kernel_class)(ops_class_other[k] - 1) : BT_KC_MEMORY;
 }
+/* Each kernel's own nanoseconds (ops_kernel_seconds). */
+static _Atomic uint64_t ops_kernel_ns[OPS_N_KERNELS];
+#define OPS_NAME_ENTRY(ret, name, params, args) #name,
+static const char *const ops_kernel_names[OPS_N_KERNELS] = {OPS_KERNELS(OPS_NAME_ENTRY)};
+#undef OPS_NAME_ENTRY
+
+static void ops_kernel_count(int k, double own_s) {
+    if (own_s > 0)
+        atomic_fetch_add_explicit(&ops_kernel_ns[k], (uint64_t)(own_s * 1e9 + 0.5),
+                                  memory_order_relaxed);
+}
+
+size_t ops_kernel_seconds(const char **names, double *seconds, size_t cap) {
+    for (size_t k = 0; k < cap && k < OPS_N_KERNELS; k++) {
+        names[k] = ops_kernel_names[k];
+        seconds[k] =
+            1e-9 * (double)atomic_load_explicit(&ops_kernel_ns[k], memory_order_relaxed);
+    }
+    return OPS_N_KERNELS;
+}
 
 /* Every wrapper times its call (kernel_clock.h); the return value, if any, passes through. */
 #define OPS_WRAPPER(ret, name, params, args)                                                \
     ret name params {                                                                       \
         const kc_span span_ = kc_enter(ops_class(OPS_K_##name));                          \
         OPS_KEEP_##ret ops_k()->name args;                                                  \
-        kc_leave(&span_);                                                                   \
+        ops_kernel_count(OPS_K_##name, kc_leave(&span_));                                   \
         OPS_GIVE_##ret                                                                      \
     }
 #define OPS_KEEP_void

@@ -258,5 +258,11 @@ int ops_bf16_conversion_select(const char *name);
  * docs/benchmarks.md has the measurement behind the default. */
 int ops_attention_threads_select(const char *name);
 const char *ops_attention_threads_name(void);
+/* The seconds each dispatched kernel has taken since the process started, its own time as
+ * kernel_clock.h counts it (time inside gemm() is GEMM's; an attention call's products are
+ * its own; calls from inside parallel regions are not counted): names[i] and seconds[i] for
+ * the first cap kernels in ops_table.h order; returns the number of kernels. For profiles
+ * anyone can rerun (bench_step --kernels). */
+size_t ops_kernel_seconds(const char **names, double *seconds, size_t cap);
 
 #endif
