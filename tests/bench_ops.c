@@ -104,6 +104,12 @@ MB_FN(run_qgelu_fwd,
 MB_FN(run_qgelu_bwd,
       (m->ref ? quick_gelu_backward_ref : quick_gelu_backward)(m->dx, m->dout, m->x, m->n * m->c,
                                                                BT_DX_ADD))
+/* the MLP backward's fused pass (ops.h gelu_backward_bias): the native bf16 route's form
+ * (bf16 dx and bias sums, no fp32 dx) and the fp32 route's (fp32 dx and bias sums) */
+MB_FN(run_qgelu_bias16, (m->ref ? gelu_backward_bias_ref : gelu_backward_bias)(
+                            NULL, m->h, m->db, m->dout, m->x, m->n, m->c, 1))
+MB_FN(run_gelu_bias32, (m->ref ? gelu_backward_bias_ref : gelu_backward_bias)(
+                           m->dx, NULL, m->db, m->dout, m->x, m->n, m->c, 0))
 MB_FN(run_sm_fwd, (m->ref ? softmax_forward_ref : softmax_forward)(m->out, m->x, m->n, m->c))
 MB_FN(run_sm_bwd,
       (m->ref ? softmax_backward_ref : softmax_backward)(m->dx, m->dout, m->y, m->n, m->c))
@@ -153,6 +159,8 @@ static void bench_memory_bound(int quick) {
         {"gelu fwd", "text 80x3072", TEXT, 3072, run_gelu_fwd, 8, 0, 0},
         {"quick_gelu fwd", "ffn 2600x3072", FFN, 3072, run_qgelu_fwd, 8, 0, 0},
         {"quick_gelu bwd", "ffn 2600x3072", FFN, 3072, run_qgelu_bwd, 16, 0, 0},
+        {"quick_gelu bwd+bias, bf16 dx", "ffn 2600x3072", FFN, 3072, run_qgelu_bias16, 10, 0, 8},
+        {"gelu bwd+bias, fp32 dx", "ffn 2600x3072", FFN, 3072, run_gelu_bias32, 12, 0, 8},
         {"softmax fwd", "scores 7800x325", SCORES, 325, run_sm_fwd, 8, 0, 0},
         {"softmax bwd", "scores 7800x325", SCORES, 325, run_sm_bwd, 16, 0, 0},
         {"bias_add fwd", "ffn 2600x3072", FFN, 3072, run_bias_fwd, 8, 0, 4},

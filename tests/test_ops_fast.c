@@ -290,8 +290,8 @@ static void test_linear_x_bf16(const float *x, const float *w, const bt_bf16 *wb
         tu_fill_uniform_f32(&r, g[v][0], n * c, -1, 1);
         tu_fill_uniform_f32(&r, g[v][1], oc * c, -1, 1);
         tu_fill_uniform_f32(&r, g[v][2], oc, -1, 1);
-        linear_backward(g[v][0], g[v][1], g[v][2], dout, v ? NULL : x, v ? xb : NULL, w, wb, n,
-                        c, oc, bf, BT_DX_ADD);
+        linear_backward(g[v][0], g[v][1], g[v][2], dout, NULL, v ? NULL : x, v ? xb : NULL, w, wb,
+                        n, c, oc, bf, BT_DX_ADD);
     }
     static const char *const gn[3] = {"dx", "dw", "db"};
     const size_t gsz[3] = {n * c, oc * c, oc};
@@ -301,6 +301,32 @@ static void test_linear_x_bf16(const float *x, const float *w, const bt_bf16 *wb
         tu_check_bytes_equal(name, g[1][k], g[0][k], gsz[k] * sizeof(float));
     }
     for (int v = 0; v < 2; v++) free(g[v][0]), free(g[v][1]), free(g[v][2]);
+    /* dout_bf16 = bf16(dout) instead of dout: the same dx and dw, fast and reference */
+    bt_bf16 *db16 = malloc((n * oc > 0 ? n * oc : 1) * sizeof(bt_bf16));
+    bf16_from_f32_ref(db16, dout, n * oc);
+    for (int r = 0; r < 2; r++) {
+        for (int v = 0; v < 2; v++) {
+            tu_rng rg;
+            tu_rng_seed(&rg, 6);
+            g[v][0] = fvec(n * c), g[v][1] = fvec(oc * c);
+            tu_fill_uniform_f32(&rg, g[v][0], n * c, -1, 1);
+            tu_fill_uniform_f32(&rg, g[v][1], oc * c, -1, 1);
+            if (r)
+                linear_backward_ref(g[v][0], g[v][1], NULL, v ? NULL : dout, v ? db16 : NULL, x,
+                                    NULL, w, wb, n, c, oc, bf, BT_DX_ADD);
+            else
+                linear_backward(g[v][0], g[v][1], NULL, v ? NULL : dout, v ? db16 : NULL, x,
+                                NULL, w, wb, n, c, oc, bf, BT_DX_ADD);
+        }
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof name,
+                     "linear%s bwd %s dout_bf16 = bwd dout, bitwise n=%zu c=%zu oc=%zu",
+                     r ? "_ref" : "", gn[k], n, c, oc);
+            tu_check_bytes_equal(name, g[1][k], g[0][k], gsz[k] * sizeof(float));
+        }
+        for (int v = 0; v < 2; v++) free(g[v][0]), free(g[v][1]);
+    }
+    free(db16);
     free(xb), free(o1), free(o2), free(o3);
 }
 
@@ -324,8 +350,8 @@ static void test_linear(size_t n, size_t c, size_t oc, gemm_compute compute, int
     float *dout = rand_f(n * oc, -1, 1);
     float *dx1 = rand_f(n * c, -1, 1), *dw1 = rand_f(oc * c, -1, 1), *db1 = rand_f(oc, -1, 1);
     float *dx2 = copy_f(dx1, n * c), *dw2 = copy_f(dw1, oc * c), *db2 = copy_f(db1, oc);
-    linear_backward(dx1, dw1, db1, dout, x, NULL, w, wb, n, c, oc, compute, BT_DX_ADD);
-    linear_backward_ref(dx2, dw2, db2, dout, x, NULL, w, wb, n, c, oc, compute, BT_DX_ADD);
+    linear_backward(dx1, dw1, db1, dout, NULL, x, NULL, w, wb, n, c, oc, compute, BT_DX_ADD);
+    linear_backward_ref(dx2, dw2, db2, dout, NULL, x, NULL, w, wb, n, c, oc, compute, BT_DX_ADD);
     snprintf(name, sizeof name, "linear bwd dx %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
     close_f32(name, dx1, dx2, n * c, RTOL_F32);
     snprintf(name, sizeof name, "linear bwd dw %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
@@ -340,8 +366,8 @@ static void test_linear(size_t n, size_t c, size_t oc, gemm_compute compute, int
     for (int mo = 0; mo < 2; mo++) {
         float **dst = mo ? dm.set : dm.add;
         const bt_dx_mode md = mo ? BT_DX_SET : BT_DX_ADD;
-        linear_backward(dst[0], NULL, NULL, dz, x, NULL, wp, NULL, n, c, oc, compute, md);
-        linear_backward_ref(dst[1], NULL, NULL, dz, x, NULL, wp, NULL, n, c, oc, compute, md);
+        linear_backward(dst[0], NULL, NULL, dz, NULL, x, NULL, wp, NULL, n, c, oc, compute, md);
+        linear_backward_ref(dst[1], NULL, NULL, dz, NULL, x, NULL, wp, NULL, n, c, oc, compute, md);
     }
     snprintf(name, sizeof name, "linear bwd dx %s n=%zu c=%zu oc=%zu", mode, n, c, oc);
     dx_modes_check(name, &dm);
@@ -911,6 +937,131 @@ static void test_colsum(size_t n, size_t c) {
     free(dout), free(db1), free(db2);
 }
 
+/* The MLP activation backward fused with its bias sums and bf16 rounding (ops.h
+ * gelu_backward_bias): for the fast kernels and for the references, bit for bit the three
+ * separate passes it replaces (the act backward with BT_DX_SET, bias_add_backward's column
+ * sums of its output, bf16_from_f32 of it), with dx or dx16 or dbias left out; fast vs
+ * reference with the fp32 tolerance; 1 thread == 3 threads. Outputs pre-filled with NaN
+ * sentinels; x and dout hold NaN, +-Inf, signed zeros and the activation tails. */
+typedef void (*bias_bwd)(float *, float *, const float *, size_t, size_t);
+typedef void (*to_bf16)(bt_bf16 *, const float *, size_t);
+typedef void (*gelu_bias)(float *, bt_bf16 *, float *, const float *, const float *, size_t,
+                          size_t, int);
+
+static bt_bf16 *sentinel_h(size_t n); /* (n) bf16 NaN sentinels (bf16 outputs, below) */
+
+/* got == want bitwise except that any NaN equals any NaN: where the input is NaN the same
+ * expression may propagate another NaN operand (its sign) in a vector lane than in the
+ * scalar remainder, so a NaN's bits depend on its position in the call (quick_gelu's
+ * sigmoid). An unwritten output keeps its sentinel's bits and still fails. n elements of
+ * 4 (float) or 2 (bf16) bytes. */
+static void check_bits_nan(const char *name, const void *got, const void *want, size_t n,
+                           size_t esize) {
+    unsigned char *g = malloc(n * esize + 1), *w = malloc(n * esize + 1);
+    if (!g || !w) abort();
+    memcpy(g, got, n * esize), memcpy(w, want, n * esize);
+    const float sent = tu_sentinel_f32();
+    for (size_t i = 0; i < n; i++) {
+        float a, b;
+        if (esize == 4) {
+            memcpy(&a, g + 4 * i, 4), memcpy(&b, w + 4 * i, 4);
+            if (memcmp(&a, &sent, 4) == 0) continue; /* unwritten: compared as is */
+        } else {
+            bt_bf16 ha, hb;
+            memcpy(&ha, g + 2 * i, 2), memcpy(&hb, w + 2 * i, 2);
+            if (ha == 0xffff) continue; /* sentinel_h's value */
+            a = bt_f32_from_bf16(ha), b = bt_f32_from_bf16(hb);
+        }
+        if (isnan(a) && isnan(b)) memcpy(g + esize * i, w + esize * i, esize);
+    }
+    tu_check_bytes_equal(name, g, w, n * esize);
+    free(g), free(w);
+}
+
+/* fused (dx, dx16, dbias: each given or not, bits [0..2] of `give`) == separate, bitwise */
+static void check_gelu_bias_split(const char *who, pw_bwd_mode act, bias_bwd bias, to_bf16 round,
+                                  gelu_bias fused, const float *dout, const float *x,
+                                  const float *db0, size_t n, size_t c, int quick, int give) {
+    char name[200];
+    const size_t nc = n * c;
+    float *g = sentinel_f(nc), *dbs = copy_f(db0, c);
+    bt_bf16 *g16 = sentinel_h(nc);
+    act(g, dout, x, nc, BT_DX_SET);
+    bias(NULL, dbs, g, n, c);
+    round(g16, g, nc);
+    float *dx = (give & 1) ? sentinel_f(nc) : NULL, *db = (give & 4) ? copy_f(db0, c) : NULL;
+    bt_bf16 *dx16 = (give & 2) ? sentinel_h(nc) : NULL;
+    fused(dx, dx16, db, dout, x, n, c, quick);
+    const char *op = quick ? "quick_gelu" : "gelu";
+    if (dx) {
+        snprintf(name, sizeof name, "%s_backward_bias %s dx = act bwd SET n=%zu c=%zu give=%d",
+                 op, who, n, c, give);
+        check_bits_nan(name, dx, g, nc, sizeof *dx);
+    }
+    if (dx16) {
+        snprintf(name, sizeof name, "%s_backward_bias %s dx16 = bf16(act bwd) n=%zu c=%zu give=%d",
+                 op, who, n, c, give);
+        check_bits_nan(name, dx16, g16, nc, sizeof *dx16);
+    }
+    if (db) {
+        snprintf(name, sizeof name, "%s_backward_bias %s dbias = bias_add sums n=%zu c=%zu give=%d",
+                 op, who, n, c, give);
+        check_bits_nan(name, db, dbs, c, sizeof *db);
+    }
+    free(g), free(dbs), free(g16), free(dx), free(db), free(dx16);
+}
+
+static void test_gelu_bias(size_t n, size_t c, int quick) {
+    char name[160];
+    const size_t nc = n * c;
+    float *x = rand_f(nc, -6, 6), *dout = rand_f(nc, -1, 1);
+    dout[0] = -0.0f; /* the sign rule of BT_DX_SET: 0 + (-0 act') = +0 */
+    static const float xs[] = {0.0f, -0.0f, 1e-6f, -1e-6f, 30.0f, -30.0f, 90.0f, -90.0f};
+    for (size_t s = 0; s < sizeof xs / sizeof xs[0] && s < nc; s++) x[nc - 1 - s] = xs[s];
+    if (nc > 16) {
+        dout[nc / 2] = NAN, dout[nc / 2 + 1] = INFINITY, x[nc / 3] = NAN, x[nc / 3 + 1] = -INFINITY;
+        dout[2] = 3e38f, x[2] = 5.0f; /* with a column 2 of 3e38 and 2 rows: overflowing sums */
+        if (n > 1) dout[c + 2] = 3e38f, x[c + 2] = 5.0f;
+    }
+    float *db0 = rand_f(c, -1, 1);
+    const pw_bwd_mode act_f = quick ? quick_gelu_backward : gelu_backward;
+    const pw_bwd_mode act_r = quick ? quick_gelu_backward_ref : gelu_backward_ref;
+    for (int give = 1; give < 8; give++) {
+        if (!(give & 3)) continue; /* dx or dx16 required */
+        check_gelu_bias_split("fast", act_f, bias_add_backward, bf16_from_f32, gelu_backward_bias,
+                              dout, x, db0, n, c, quick, give);
+        check_gelu_bias_split("ref", act_r, bias_add_backward_ref, bf16_from_f32_ref,
+                              gelu_backward_bias_ref, dout, x, db0, n, c, quick, give);
+    }
+    /* fast vs reference, on finite data (the specials' NaN positions agree above) */
+    float *xf = rand_f(nc, -6, 6), *df = rand_f(nc, -1, 1);
+    float *dx1 = sentinel_f(nc), *dx2 = sentinel_f(nc);
+    float *db1 = copy_f(db0, c), *db2 = copy_f(db0, c);
+    const char *op = quick ? "quick_gelu" : "gelu";
+    gelu_backward_bias(dx1, NULL, db1, df, xf, n, c, quick);
+    gelu_backward_bias_ref(dx2, NULL, db2, df, xf, n, c, quick);
+    snprintf(name, sizeof name, "%s_backward_bias fast vs ref dx n=%zu c=%zu", op, n, c);
+    close_f32(name, dx1, dx2, nc, RTOL_F32);
+    snprintf(name, sizeof name, "%s_backward_bias fast vs ref dbias n=%zu c=%zu", op, n, c);
+    close_f32(name, db1, db2, c, RTOL_F32);
+#ifdef _OPENMP
+    const int nt = omp_get_max_threads();
+    float *dx3 = sentinel_f(nc), *db3 = copy_f(db0, c);
+    memcpy(db1, db0, c * sizeof *db1);
+    omp_set_num_threads(1);
+    gelu_backward_bias(dx1, NULL, db1, df, xf, n, c, quick);
+    omp_set_num_threads(3);
+    gelu_backward_bias(dx3, NULL, db3, df, xf, n, c, quick);
+    omp_set_num_threads(nt);
+    snprintf(name, sizeof name, "%s_backward_bias n=%zu c=%zu: 1 thread == 3 threads (bitwise)",
+             op, n, c);
+    tu_check(memcmp(dx1, dx3, nc * sizeof *dx1) == 0 && memcmp(db1, db3, c * sizeof *db1) == 0,
+             "%s", name);
+    free(dx3), free(db3);
+#endif
+    free(x), free(dout), free(db0), free(xf), free(df), free(dx1), free(dx2), free(db1), free(db2);
+}
+
 /* --- cross entropy, l2 normalize ---------------------------------------------------------- */
 
 static void test_cross_entropy(size_t n, size_t v) {
@@ -1251,6 +1402,13 @@ int main(void) {
     test_colsum(257, 33);
     test_colsum(2600, 771);
     test_colsum(5, 8200); /* three and more tasks of at most 4096 columns */
+    for (int q = 0; q < 2; q++) { /* odd sizes, 2600 x 3072 (base's image MLP), > 4096 cols */
+        test_gelu_bias(1, 1, q);
+        test_gelu_bias(7, 33, q);
+        test_gelu_bias(257, 771, q);
+        test_gelu_bias(3, 8200, q);
+        test_gelu_bias(2600, 3072, q);
+    }
 
     test_cross_entropy(1, 7);
     test_cross_entropy(7, 33);

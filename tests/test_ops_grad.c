@@ -470,6 +470,44 @@ static void test_bias_add(void) {
     free(t.x), free(t.bias), free(t.wt), free(t.out), free(dx), free(db);
 }
 
+/* gelu_backward_bias: the backward of L = Σ wt act(z + b) (act after the fc Linear's bias
+ * add): dx = dL/dz assigned (into NaNs), dbias += dL/db (pre-filled), dx16 = bf16(dx). */
+typedef struct {
+    double *z, *bias, *pre, *out, *wt;
+    size_t n, c;
+    int quick;
+} gb_ctx;
+
+static double gb_loss(void *p, double *mag) {
+    gb_ctx *t = p;
+    bias_add_forward_ref_f64(t->pre, t->z, t->bias, t->n, t->c);
+    if (t->quick) quick_gelu_forward_ref_f64(t->out, t->pre, t->n * t->c);
+    else gelu_forward_ref_f64(t->out, t->pre, t->n * t->c);
+    return weighted(t->out, t->wt, t->n * t->c, mag);
+}
+
+static void test_gelu_backward_bias(int quick) {
+    gb_ctx t = {.n = 4, .c = 5, .quick = quick};
+    const size_t nc = t.n * t.c;
+    t.z = rand_vec(nc, -3, 3), t.bias = rand_vec(t.c, -1, 1), t.wt = rand_vec(nc, -1, 1);
+    t.pre = vec(nc), t.out = vec(nc);
+    gb_loss(&t, NULL); /* t.pre: the saved pre-activation */
+    double *dx = nan_vec(nc), *db = vec(t.c);
+    bt_bf16 *dx16 = malloc(nc * sizeof *dx16);
+    if (!dx16) abort();
+    prefill(db, t.c);
+    gelu_backward_bias_ref_f64(dx, dx16, db, t.wt, t.pre, t.n, t.c, quick);
+    char label[64];
+    snprintf(label, sizeof label, "%s_backward_bias dx", quick ? "quick_gelu" : "gelu");
+    check_grad_set(label, dx, nc, t.z, gb_loss, &t);
+    snprintf(label, sizeof label, "%s_backward_bias dbias", quick ? "quick_gelu" : "gelu");
+    check_grad(label, db, t.c, t.bias, gb_loss, &t, FD_H);
+    int same = 1;
+    for (size_t i = 0; i < nc; i++) same &= dx16[i] == bt_bf16_from_f32((float)dx[i]);
+    tu_check(same, "%s_backward_bias dx16 = bf16(dx)", quick ? "quick_gelu" : "gelu");
+    free(t.z), free(t.bias), free(t.wt), free(t.pre), free(t.out), free(dx), free(db), free(dx16);
+}
+
 typedef struct {
     double *a, *b, *out, *wt;
     size_t n;
@@ -651,6 +689,8 @@ int main(void) {
     test_attention("cross + dropout", 2, 2, 3, 6, 4, 0, &drop);
     test_embedding();
     test_bias_add();
+    test_gelu_backward_bias(0);
+    test_gelu_backward_bias(1);
     test_residual();
     test_cross_entropy();
     test_l2_normalize(0);

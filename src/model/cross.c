@@ -153,7 +153,7 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     const bt_cross_layer_acts *a = s->side ? &m->acts.xi[k] : &m->acts.xt[k];
     bt_cross_layer_acts *d = s->side ? &m->dacts.xi[k] : &m->dacts.xt[k];
     const cross_layer_params p = cross_layer_params_get(m, s->side, k);
-    const size_t H = (size_t)m->cfg.hidden, I = (size_t)m->cfg.text_intermediate;
+    const size_t H = (size_t)m->cfg.hidden;
     const size_t N1 = m->P * s->T1, N2 = m->P * s->T2;
     const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
@@ -166,8 +166,7 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     rows_dropout_backward(d->ffn_lin, d->res3, m->P, s->T1 * H, &dr.ffn_out, m->pair_keys,
                           BT_DX_SET);
     lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N1, BT_DX_SET);
-    gelu_backward(d->f_pre, d->f, a->f_pre, N1 * I, BT_DX_SET);
-    lin_backward(m, d->c, d->f_pre, a->c, &p.fc1, N1, BT_DX_ADD);
+    act_lin_backward(m, d->c, d->f_pre, d->f, a->f_pre, 0, a->c, NULL, &p.fc1, N1, BT_DX_ADD);
     /* c = LN2(res2), res2 = dropout(cattn_lin) + a, cattn_lin = CrossAttn(a, e)·Wo2ᵀ + bo2 */
     norm_backward(d->res2, d->c, a->res2, a->mean2, a->rstd2, &p.ln2, N1, BT_DX_SET);
     residual_backward(d->a, NULL, d->res2, N1 * H, BT_DX_SET);

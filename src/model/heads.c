@@ -171,8 +171,8 @@ void heads_pairs_backward(bt_model *m) {
         lin_backward(m, d->mlm_ln, d->mlm_logits, a->mlm_ln, &p.dec, Nm, BT_DX_SET);
         norm_backward(d->mlm_act, d->mlm_ln, a->mlm_act, a->mlm_mean, a->mlm_rstd, &p.ln, Nm,
                       BT_DX_SET);
-        gelu_backward(d->mlm_tr, d->mlm_act, a->mlm_tr, Nm * H, BT_DX_SET);
-        lin_backward(m, d->mlm_x, d->mlm_tr, a->mlm_x, &p.tr, Nm, BT_DX_SET);
+        act_lin_backward(m, d->mlm_x, d->mlm_tr, d->mlm_act, a->mlm_tr, 0, a->mlm_x, NULL,
+                         &p.tr, Nm, BT_DX_SET);
         float *dx = d->xt[c->cross_layers - 1].out;
         for (size_t j = 0; j < m->Pm; j++) {
             float *dst = dx + (size_t)m->mlm_rows[j] * T * H;

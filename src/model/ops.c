@@ -435,6 +435,11 @@ static void dropout_backward_fast(float *dx, const float *dout, size_t n, const 
 /* Column block of the other column-owning kernels (LayerNorm and embedding backward). */
 #define OPS_COLS 64
 
+/* acc[j] += (double)g[j], j < n: one row of the column sums */
+OPS_VEC static void colsum_add_row(double *restrict acc, const float *restrict g, size_t n) {
+    for (size_t j = 0; j < n; j++) acc[j] += (double)g[j];
+}
+
 /* acc[j] += Σ_i src[i*ld + j] for j < w (w <= OPS_COLSUM_W), rows in order; with out16, also
  * out16[i*ld + j] = bf16(src[i*ld + j]) in the same pass (bf16_from_f32_serial: round to
  * nearest even, NaN kept quiet). */
@@ -442,13 +447,21 @@ OPS_VEC static void colsum_rows(double *restrict acc, bt_bf16 *out16, const floa
                                 size_t n, size_t ld, size_t w) {
     for (size_t i = 0; i < n; i++) {
         const float *restrict row = src + i * ld;
-        for (size_t j = 0; j < w; j++) acc[j] += (double)row[j];
+        colsum_add_row(acc, row, w);
         if (out16) bf16_from_f32_serial(out16 + i * ld, row, w);
     }
 }
 
-/* dst[j] += Σ_i src[i*c + j]; with out16 (n, c), also out16 = bf16(src), in one pass. */
-static void colsum_run(float *dst, bt_bf16 *out16, const float *src, size_t n, size_t c) {
+/* The rows of one column task of gelu_backward_bias (below, with the activations). */
+static void gelu_bias_rows(double *acc, float *dx, bt_bf16 *dx16, const float *dout,
+                           const float *x, size_t n, size_t ld, size_t w, int quick);
+#define OPS_ACT_NONE (-1) /* colsum_run: sum src itself */
+
+/* dst[j] += Σ_i v[i*c + j] over (n, c) with v = src (act OPS_ACT_NONE), or v = the GELU
+ * (act 0) / QuickGELU (act 1) backward of dout = src at x, then also dx = v when dx, and dst
+ * may be NULL (gelu_backward_bias); with out16 (n, c), also out16 = bf16(v); one pass. */
+static void colsum_run(float *dst, float *dx, bt_bf16 *out16, const float *src, const float *x,
+                       int act, size_t n, size_t c) {
     const int par = n * c >= OPS_PAR_MIN && c >= 32;
     /* tasks: a multiple of the thread count, each at most OPS_COLSUM_W columns, widths a
      * multiple of 16 (whole 64-byte lines of a row when ld is) */
@@ -461,20 +474,25 @@ static void colsum_run(float *dst, bt_bf16 *out16, const float *src, size_t n, s
     for (size_t t = 0; t < ntask; t++) {
         const size_t j0 = t * w, wt = ops_min(w, c - j0);
         double acc[OPS_COLSUM_W];
-        for (size_t j = 0; j < wt; j++) acc[j] = 0.0;
-        colsum_rows(acc, out16 ? out16 + j0 : NULL, src + j0, n, c, wt);
-        for (size_t j = 0; j < wt; j++) dst[j0 + j] = (float)((double)dst[j0 + j] + acc[j]);
+        for (size_t j = 0; dst && j < wt; j++) acc[j] = 0.0;
+        if (act == OPS_ACT_NONE)
+            colsum_rows(acc, out16 ? out16 + j0 : NULL, src + j0, n, c, wt);
+        else
+            gelu_bias_rows(dst ? acc : NULL, dx ? dx + j0 : NULL, out16 ? out16 + j0 : NULL,
+                           src + j0, x + j0, n, c, wt, act);
+        for (size_t j = 0; dst && j < wt; j++)
+            dst[j0 + j] = (float)((double)dst[j0 + j] + acc[j]);
     }
 }
 
 static void colsum_accumulate(float *dst, const float *src, size_t n, size_t c) {
-    colsum_run(dst, NULL, src, n, c);
+    colsum_run(dst, NULL, NULL, src, NULL, OPS_ACT_NONE, n, c);
 }
 
 /* dst[j] += Σ_i src[i*c + j] (as colsum_accumulate) and out16 = bf16(src), one pass. */
 static void colsum_accumulate_bf16(float *dst, bt_bf16 *out16, const float *src, size_t n,
                                    size_t c) {
-    colsum_run(dst, out16, src, n, c);
+    colsum_run(dst, NULL, out16, src, NULL, OPS_ACT_NONE, n, c);
 }
 
 /* 1 when products of this compute run as native bf16 GEMMs, where an fp32 operand that two
@@ -518,20 +536,24 @@ static void linear_forward_fast(float *out, const float *x, const bt_bf16 *x_bf1
 
 /* forward: out = x·wᵀ + b  ->  dx += dout·w (SET: beta 0);  dw += doutᵀ·x;  db += Σ dout */
 static void linear_backward_fast(float *dx, float *dw, float *db, const float *dout,
-                                 const float *x, const bt_bf16 *x_bf16, const float *w,
-                                 const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
-                                 gemm_compute compute, bt_dx_mode mode) {
-    BT_ASSERT(dout && w);
+                                 const bt_bf16 *dout_bf16, const float *x,
+                                 const bt_bf16 *x_bf16, const float *w, const bt_bf16 *w_bf16,
+                                 size_t n, size_t c, size_t oc, gemm_compute compute,
+                                 bt_dx_mode mode) {
+    BT_ASSERT((dout || dout_bf16) && w && (!db || dout));
+    BT_ASSERTF(!dout_bf16 || compute == GEMM_COMPUTE_BF16,
+               "linear: a bf16 dout needs compute BF16");
     bt_dtype x_type;
     const void *x_op;
     linear_input(&x_type, &x_op, x, x_bf16, compute);
     const int use_bf16_w = compute == GEMM_COMPUTE_BF16 && w_bf16;
-    /* both products round dout to bf16 on the native route: round it once here (the bytes
-     * gemm's own packing makes) and hand both the bf16 copy (n x oc x 2 bytes of per-thread
-     * scratch); with a bias, in the same pass over dout as its column sums */
-    bt_dtype dout_type = BT_DTYPE_F32;
-    const void *dout_op = dout;
-    if (dx && dw && ops_bf16_native(compute)) {
+    /* the caller's bf16 dout when given; else both products round dout to bf16 on the native
+     * route: round it once here (the bytes gemm's own packing makes) and hand both the bf16
+     * copy (n x oc x 2 bytes of per-thread scratch); with a bias, in the same pass over dout
+     * as its column sums */
+    bt_dtype dout_type = dout_bf16 ? BT_DTYPE_BF16 : BT_DTYPE_F32;
+    const void *dout_op = dout_bf16 ? (const void *)dout_bf16 : (const void *)dout;
+    if (!dout_bf16 && dx && dw && ops_bf16_native(compute)) {
         bt_bf16 *d16 = gemm_caller_scratch(n * oc * sizeof *d16);
         if (db) {
             colsum_accumulate_bf16(db, d16, dout, n, oc);
@@ -821,6 +843,35 @@ static void quick_gelu_backward_fast(float *dx, const float *dout, const float *
     BT_ASSERT(n == 0 || (dout && x));
     const int add = mode == BT_DX_ADD;
     OPS_FOR_CHUNKS(n, lo, len, quick_gelu_span_backward(dx + lo, dout + lo, x + lo, len, add));
+}
+
+/* The rows of one column task of gelu_backward_bias: w columns of rows 0..n-1 at a row
+ * stride ld, OPS_BF16_SPAN columns at a time; g is the span's value (dx's row, or an L1
+ * buffer when dx is NULL), summed into acc (when given) and rounded into dx16 while in L1. */
+static void gelu_bias_rows(double *acc, float *dx, bt_bf16 *dx16, const float *dout,
+                           const float *x, size_t n, size_t ld, size_t w, int quick) {
+    float tmp[OPS_BF16_SPAN];
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j0 = 0; j0 < w; j0 += OPS_BF16_SPAN) {
+            const size_t k = i * ld + j0, len = ops_min(OPS_BF16_SPAN, w - j0);
+            float *g = dx ? dx + k : tmp;
+            if (quick) quick_gelu_span_backward(g, dout + k, x + k, len, 0);
+            else gelu_span_backward(g, dout + k, x + k, len, 0);
+            if (acc) colsum_add_row(acc + j0, g, len);
+            if (dx16) bf16_from_f32_serial(dx16 + k, g, len);
+        }
+    }
+}
+
+/* gelu_backward (BT_DX_SET) then colsum_accumulate / colsum_accumulate_bf16 of its output
+ * in one pass (colsum_run's column tasks): the same per-element expressions (the span
+ * kernels above), the same per-column double sums over the rows in order, so the same bits
+ * as the separate passes. */
+static void gelu_backward_bias_fast(float *dx, bt_bf16 *dx16, float *dbias, const float *dout,
+                                    const float *x, size_t n, size_t c, int quick) {
+    BT_ASSERT(dx || dx16);
+    BT_ASSERT(n == 0 || c == 0 || (dout && x));
+    colsum_run(dbias, dx, dx16, dout, x, quick ? 1 : 0, n, c);
 }
 
 /* tanh only runs in the poolers (B x C elements): libm's tanhf (correctly handled tails, no
@@ -1792,6 +1843,7 @@ void OPS_FILL(ops_kernels *t) {
     t->gelu_forward_bf16 = gelu_forward_bf16_fast;
     t->quick_gelu_forward_bf16 = quick_gelu_forward_bf16_fast;
     t->quick_gelu_backward = quick_gelu_backward_fast;
+    t->gelu_backward_bias = gelu_backward_bias_fast;
     t->tanh_forward = tanh_forward_fast;
     t->tanh_backward = tanh_backward_fast;
     t->softmax_forward = softmax_forward_fast;
@@ -1937,6 +1989,8 @@ const char *ops_attention_threads_name(void) {
                ? (ops_attention_resolve() == OPS_ATTN_GEMM ? "auto (gemm)" : "auto (blocks)")
                : resolved;
 }
+
+int linear_backward_dout_bf16(gemm_compute compute) { return ops_bf16_native(compute); }
 
 int ops_bf16_conversion_select(const char *name) {
     kernels_init();

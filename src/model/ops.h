@@ -97,10 +97,18 @@ void linear_forward(float *out, const float *x, const bt_bf16 *x_bf16, const flo
                     gemm_compute compute);
 /* dx (N, C) += dout · w (= with BT_DX_SET: the GEMM's beta 0, dx not read);
  * dw (OC, C) += doutᵀ · x;  db (OC) += Σ_rows dout.
- * x / x_bf16 as in the forward (the dw product's operand). */
-void linear_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
-                     const bt_bf16 *x_bf16, const float *w, const bt_bf16 *w_bf16, size_t n,
-                     size_t c, size_t oc, gemm_compute compute, bt_dx_mode mode);
+ * x / x_bf16 as in the forward (the dw product's operand).
+ * dout_bf16: optional (N, OC) bf16 rounding of dout (compute BF16 only), then the operand of
+ * both products (the bits a BF16 product makes of dout itself, so the same result); dout is
+ * read only for db (fp32 sums) and may be NULL when db is. See linear_backward_dout_bf16. */
+void linear_backward(float *dx, float *dw, float *db, const float *dout,
+                     const bt_bf16 *dout_bf16, const float *x, const bt_bf16 *x_bf16,
+                     const float *w, const bt_bf16 *w_bf16, size_t n, size_t c, size_t oc,
+                     gemm_compute compute, bt_dx_mode mode);
+/* 1 when linear_backward with both dx and dw, given an fp32 dout, rounds it to bf16 once for
+ * its two products (oneDNN's native bf16 route): a caller that computes dout may then write
+ * dout_bf16 instead, in the same pass, and skip the fp32 dout (gelu_backward_bias). */
+int linear_backward_dout_bf16(gemm_compute compute);
 
 /* --- LayerNorm over the last dimension (biased variance) --------------------------------
  * out (N, C) = (x - mean) * rstd * w + b;  saves mean (N), rstd (N) = 1/sqrt(var + eps).
@@ -127,6 +135,15 @@ void gelu_backward(float *dx, const float *dout, const float *x, size_t n, bt_dx
 void quick_gelu_forward(float *out, const float *x, size_t n);
 void quick_gelu_backward(float *dx, const float *dout, const float *x, size_t n,
                          bt_dx_mode mode);
+/* The MLP's activation backward fused with its bias sums (issue 9): for f = act(x), x (N, C)
+ * = y·Wᵀ + b the fc Linear's output, act GELU (quick 0) or QuickGELU (quick 1):
+ *   g = 0 + dout · act'(x) (N, C), the value gelu_backward / quick_gelu_backward store with
+ *   BT_DX_SET;  dx = g (assigned) when dx;  dx16 = bf16(g) when dx16 (bf16_from_f32's bits);
+ *   dbias (C) += Σ_rows g when dbias (bias_add_backward's sums, same bits).
+ * One pass over dout and x: g need not be written in fp32 when only bf16 products read it
+ * (dx NULL, dx16 for linear_backward's dout_bf16). At least one of dx, dx16. */
+void gelu_backward_bias(float *dx, bt_bf16 *dx16, float *dbias, const float *dout,
+                        const float *x, size_t n, size_t c, int quick);
 void tanh_forward(float *out, const float *x, size_t n);
 /* out (N) = bf16 rounding of what gelu_forward / quick_gelu_forward would store (bit for bit
  * bf16_from_f32 of it), for an output only bf16 GEMMs read; the backwards read x. */

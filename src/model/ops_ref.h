@@ -68,6 +68,8 @@ void gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size
 void quick_gelu_forward_ref_f64(double *out, const double *x, size_t n);
 void quick_gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size_t n,
                                  bt_dx_mode mode);
+void gelu_backward_bias_ref_f64(double *dx, bt_bf16 *dx16, double *dbias, const double *dout,
+                                const double *x, size_t n, size_t c, int quick);
 void tanh_forward_ref_f64(double *out, const double *x, size_t n);
 void tanh_backward_ref_f64(double *dx, const double *dout, const double *y, size_t n);
 

@@ -29,10 +29,10 @@
        gemm_compute compute),                                                                  \
       (out, x, x_bf16, w, w_bf16, b, n, c, oc, compute))                                       \
     X(void, linear_backward,                                                                   \
-      (float *dx, float *dw, float *db, const float *dout, const float *x,                     \
-       const bt_bf16 *x_bf16, const float *w, const bt_bf16 *w_bf16, size_t n, size_t c,       \
-       size_t oc, gemm_compute compute, bt_dx_mode mode),                                      \
-      (dx, dw, db, dout, x, x_bf16, w, w_bf16, n, c, oc, compute, mode))                       \
+      (float *dx, float *dw, float *db, const float *dout, const bt_bf16 *dout_bf16,           \
+       const float *x, const bt_bf16 *x_bf16, const float *w, const bt_bf16 *w_bf16, size_t n, \
+       size_t c, size_t oc, gemm_compute compute, bt_dx_mode mode),                            \
+      (dx, dw, db, dout, dout_bf16, x, x_bf16, w, w_bf16, n, c, oc, compute, mode))            \
     X(void, layernorm_forward,                                                                 \
       (float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,   \
        size_t n, size_t c, float eps),                                                         \
@@ -55,6 +55,10 @@
     X(void, quick_gelu_backward,                                                               \
       (float *dx, const float *dout, const float *x, size_t n, bt_dx_mode mode),               \
       (dx, dout, x, n, mode))                                                                  \
+    X(void, gelu_backward_bias,                                                                \
+      (float *dx, bt_bf16 *dx16, float *dbias, const float *dout, const float *x, size_t n,    \
+       size_t c, int quick),                                                                   \
+      (dx, dx16, dbias, dout, x, n, c, quick))                                                 \
     X(void, tanh_forward, (float *out, const float *x, size_t n), (out, x, n))                 \
     X(void, tanh_backward, (float *dx, const float *dout, const float *y, size_t n),           \
       (dx, dout, y, n))                                                                        \

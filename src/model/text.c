@@ -110,7 +110,6 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     bt_text_layer_acts *d = &m->dacts.text_layers[l];
     const text_layer_params p = text_layer_params_get(m, l);
     const size_t N = m->Bt * m->T, C = (size_t)m->cfg.text_hidden;
-    const size_t I = (size_t)m->cfg.text_intermediate;
     const attention_dims ad = text_attn_dims(m);
     const text_layer_drops dr = text_layer_drops_get(m, l);
     /* (SET: the layer's internal gradients are assigned by their first writer; dx, the
@@ -122,8 +121,7 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
                           BT_DX_SET);
     /* ffn_lin = f·W2ᵀ + b2, f = GELU(f_pre), f_pre = a·W1ᵀ + b1 */
     lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N, BT_DX_SET);
-    gelu_backward(d->f_pre, d->f, a->f_pre, N * I, BT_DX_SET);
-    lin_backward(m, d->a, d->f_pre, a->a, &p.fc1, N, BT_DX_ADD);
+    act_lin_backward(m, d->a, d->f_pre, d->f, a->f_pre, 0, a->a, NULL, &p.fc1, N, BT_DX_ADD);
     /* a = LN1(res1), res1 = dropout(attn_lin) + x */
     norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N, BT_DX_SET);
     residual_backward(dx, NULL, d->res1, N * C, BT_DX_ADD);

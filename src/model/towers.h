@@ -54,7 +54,7 @@ static inline void lin_forward(const bt_model *m, float *out, const float *x,
 /* dx += dout · w (= with BT_DX_SET);  dw += doutᵀ · x;  db += Σ dout */
 static inline void lin_backward(const bt_model *m, float *dx, const float *dout, const float *x,
                                 const bt_linear *L, size_t n, bt_dx_mode mode) {
-    linear_backward(dx, L->dw, L->db, dout, x, NULL, L->w, L->w16, n, L->in, L->out,
+    linear_backward(dx, L->dw, L->db, dout, NULL, x, NULL, L->w, L->w16, n, L->in, L->out,
                     model_compute(m), mode);
 }
 static inline void norm_forward(float *out, float *mean, float *rstd, const float *x,
@@ -74,8 +74,27 @@ static inline void lin_forward_act(const bt_model *m, float *out, const float *x
 static inline void lin_backward_act(const bt_model *m, float *dx, const float *dout,
                                     const float *x, const bt_bf16 *x16, const bt_linear *L,
                                     size_t n, bt_dx_mode mode) {
-    linear_backward(dx, L->dw, L->db, dout, x16 ? NULL : x, x16, L->w, L->w16, n, L->in,
+    linear_backward(dx, L->dw, L->db, dout, NULL, x16 ? NULL : x, x16, L->w, L->w16, n, L->in,
                     L->out, model_compute(m), mode);
+}
+/* An MLP's activation and fc Linear backward, for f = act(pre), pre (n, L.out) = x·wᵀ + b:
+ * dpre = dout act'(pre) (assigned), then lin_backward_act from it, with gelu_backward_bias
+ * making in one pass dpre, fc's bias sums and, on the native bf16 route
+ * (linear_backward_dout_bf16), dpre's bf16 rounding that both products read; there dpre's
+ * fp32 slot is not written (nothing else reads it). quick: QuickGELU, else GELU. */
+static inline void act_lin_backward(const bt_model *m, float *dx, float *dpre,
+                                    const float *dout, const float *pre, int quick,
+                                    const float *x, const bt_bf16 *x16, const bt_linear *L,
+                                    size_t n, bt_dx_mode mode) {
+    const gemm_compute cp = model_compute(m);
+    bt_bf16 *d16 = NULL;
+    if (dx && L->dw && linear_backward_dout_bf16(cp)) {
+        d16 = gemm_caller_scratch(n * L->out * sizeof *d16); /* linear_backward's own buffer */
+        dpre = NULL;
+    }
+    gelu_backward_bias(dpre, d16, L->db, dout, pre, n, L->out, quick);
+    linear_backward(dx, L->dw, NULL, dpre, d16, x16 ? NULL : x, x16, L->w, L->w16, n, L->in,
+                    L->out, cp, mode);
 }
 /* out or out16 (n, c) = LN(x) */
 static inline void norm_forward_act(float *out, bt_bf16 *out16, float *mean, float *rstd,

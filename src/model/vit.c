@@ -125,8 +125,8 @@ static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
     residual_backward(d->x_mid, d->mlp_out, dout, N * Hv, BT_DX_SET);
     /* mlp_out = c_proj(f), f = QuickGELU(f_pre), f_pre = c_fc(y2), y2 = ln_2(x_mid) */
     lin_backward_act(m, d->f, d->mlp_out, a->f, a->f_16, &p.proj, N, BT_DX_SET);
-    quick_gelu_backward(d->f_pre, d->f, a->f_pre, N * 4 * Hv, BT_DX_SET);
-    lin_backward_act(m, d->y2, d->f_pre, a->y2, a->y2_16, &p.fc, N, BT_DX_SET);
+    act_lin_backward(m, d->y2, d->f_pre, d->f, a->f_pre, 1, a->y2, a->y2_16, &p.fc, N,
+                     BT_DX_SET);
     norm_backward(d->x_mid, d->y2, a->x_mid, a->mean2, a->rstd2, &p.ln2, N, BT_DX_ADD);
     /* x_mid = x + attn_out, attn_out = out_proj(ctx) */
     residual_backward(dx, NULL, d->x_mid, N * Hv, BT_DX_ADD);
