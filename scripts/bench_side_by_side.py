@@ -19,7 +19,8 @@ Runs, each in its own process (so peak RSS is that run's):
   torch.autocast('cpu', dtype=torch.bfloat16)). Random weights (HF init rules) and inputs.
   --quick: the tiny config (32 px, text 16, batch 4, 3 steps): a smoke test in seconds.
 The twin runs in PyTorch's tuned environment (bt too with --same-env; otherwise bt gets only
-OMP_NUM_THREADS): OMP_WAIT_POLICY=PASSIVE,
+OMP_NUM_THREADS, and bench_step sets OMP_WAIT_POLICY=PASSIVE itself as bt's tools do):
+OMP_WAIT_POLICY=PASSIVE,
 OPENBLAS_THREAD_TIMEOUT=4, MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ raised so glibc
 keeps freed memory instead of returning (and re-faulting) it, torch.set_num_threads(N).
 A twin mode that cannot finish its steps within --budget seconds is stopped and reported as
@@ -244,7 +245,7 @@ def main():
         print("#   bt " + line)
     print("# twin environment: %s; bt environment: %s" % (
         " ".join("%s=%s" % kv for kv in TWIN_ENV.items()),
-        "the same" if a.same_env else "as inherited (OMP_NUM_THREADS only)"))
+        "the same" if a.same_env else "as inherited (OMP_NUM_THREADS only; bench_step waits passively as bt's tools do)"))
 
     if a.quick:
         setups = [("tiny", 4, 16)]

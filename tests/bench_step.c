@@ -144,6 +144,10 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    /* OpenMP as bt's tools run it (cpu.h: passive waits unless OMP_WAIT_POLICY is set), so the
+     * numbers are what bt-train gets, and a busy machine does not turn spinning threads into
+     * seconds per step */
+    bt_runtime_prefer_passive_openmp(argv);
     const char *config = "bridgetower-base", *mode = "train", *prec = "fp32", *memory = NULL;
     long B = 8, T = 40, steps = 4;
     int flops_only = 0, estimate = 0, kernels = 0;
