@@ -338,13 +338,13 @@ int model_layer_recompute(bt_model *m, int group) {
  * cross layers' outputs, heads' rows); the backward zeroes [head, acc_end) before it starts.
  * slot_set() gradients have one writer, or a first writer in backward order, that ASSIGNS
  * (BT_DX_SET) before anything reads them: every internal of a ViT block, text layer and cross
- * layer (e.g. d f_pre = quick_gelu_backward(SET), d x_mid = residual_backward(SET) then
- * norm_backward(ADD)), the GEMM-only inputs (gemm_input_slot: their Linear's dx), the
- * embeddings' LayerNorm slots, the link towers' sums and the MLM transform. They go to the
- * assigned region, after acc_end, which nothing zeroes: at base B 8 T 40, 3.22 of the 3.51 GB
- * of internal gradient slots (92%), which a threaded memset cleared and the first writer read
- * back each step (on the native bf16 route linear_backward still zeroes the dx it assigns,
- * 1.1 GB of them: ops.c linear_backward_fast). A writer that
+ * layer (e.g. d f_pre = gelu_backward_bias on the fp32 routes, d x_mid =
+ * residual_backward(SET) then norm_backward(ADD)), the GEMM-only inputs (gemm_input_slot:
+ * their Linear's dx), the embeddings' LayerNorm slots, the link towers' sums and the MLM
+ * transform. They go to the assigned region, after acc_end, which nothing zeroes: at base
+ * B 8 T 40, 3.22 of the 3.51 GB of internal gradient slots (92%), which a threaded memset
+ * cleared and the first writer read back each step (on the native bf16 route linear_backward
+ * still zeroes the dx it assigns, 1.1 GB of them: ops.c linear_backward_fast). A writer that
  * accumulated into an assigned slot would add to the previous step's value (or garbage):
  * tests/test_model_memory.c fills the assigned region with NaN before a backward and
  * requires the same gradient bits.
