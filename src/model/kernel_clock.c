@@ -22,9 +22,16 @@ static _Atomic uint64_t kc_ns[BT_KC_COUNT];
 static _Thread_local int kc_class = -1;   /* innermost open span's class, -1: none */
 static _Thread_local double kc_child = 0; /* seconds of its closed child spans */
 
+void kc_add(_Atomic uint64_t *ns, double s) {
+    if (s > 0) atomic_fetch_add_explicit(ns, (uint64_t)(s * 1e9 + 0.5), memory_order_relaxed);
+}
+
+double kc_seconds(_Atomic uint64_t *ns) {
+    return 1e-9 * (double)atomic_load_explicit(ns, memory_order_relaxed);
+}
+
 void bt_kernel_times_read(bt_kernel_times *out) {
-    for (int c = 0; c < BT_KC_COUNT; c++)
-        out->s[c] = 1e-9 * (double)atomic_load_explicit(&kc_ns[c], memory_order_relaxed);
+    for (int c = 0; c < BT_KC_COUNT; c++) out->s[c] = kc_seconds(&kc_ns[c]);
 }
 
 static int kc_in_parallel(void) {
@@ -53,9 +60,7 @@ double kc_leave(const kc_span *s) {
     if (isnan(s->t0)) return 0.0;
     const double wall = bt_now_s() - s->t0;
     const double own = wall - kc_child;
-    if (own > 0 && kc_class < BT_KC_COUNT)
-        atomic_fetch_add_explicit(&kc_ns[kc_class], (uint64_t)(own * 1e9 + 0.5),
-                                  memory_order_relaxed);
+    if (kc_class < BT_KC_COUNT) kc_add(&kc_ns[kc_class], own);
     kc_child = s->outer_child + wall;
     kc_class = s->outer_class;
     return own > 0 ? own : 0.0;

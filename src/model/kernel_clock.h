@@ -17,10 +17,14 @@
  * Cost: two clock_gettime calls per kernel call (~50 ns; a base step makes a few thousand
  * calls, ~0.1 ms of a ~4 s step).
  *
- * Deliberately not here: the optimizer's kernels (AdamW and the norm pass are their own
- * phase, bt_train_step's t_optimizer) and any hardware counter. */
+ * Deliberately not here: a class for the optimizer's kernels (AdamW and the norm pass are
+ * their own phase, bt_train_step's t_optimizer; ops.c still times them per kernel) and any
+ * hardware counter. */
 #ifndef BT_MODEL_KERNEL_CLOCK_H
 #define BT_MODEL_KERNEL_CLOCK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
 
 typedef enum bt_kernel_class {
     BT_KC_GEMM,      /* gemm(): linear layers, heads */
@@ -48,5 +52,10 @@ kc_span kc_enter(bt_kernel_class c);
 /* Returns the span's own seconds (0 for a span not timed: inside attention or a parallel
  * region). */
 double kc_leave(const kc_span *s);
+
+/* A seconds counter (atomic nanoseconds: any thread may add): *ns += s (s <= 0 adds nothing),
+ * and its value in seconds. The class counters are these; ops.c keeps one per kernel. */
+void kc_add(_Atomic uint64_t *ns, double s);
+double kc_seconds(_Atomic uint64_t *ns);
 
 #endif

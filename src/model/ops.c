@@ -2006,19 +2006,24 @@ static const ops_kernels *ops_k(void) {
 
 /* --- public entry points: one call through the table each --------------------------------- */
 
-/* The class each kernel's time counts in (kernel_clock.h): attention, the optimizer's (not
- * counted: their own phase), and memory-bound for the rest. */
 #define OPS_ENUM_ENTRY(ret, name, params, args) OPS_K_##name,
 enum { OPS_KERNELS(OPS_ENUM_ENTRY) OPS_N_KERNELS };
 #undef OPS_ENUM_ENTRY
-static const unsigned char ops_class_other[OPS_N_KERNELS] = {
-    [OPS_K_attention_forward] = BT_KC_ATTENTION + 1,
-    [OPS_K_attention_backward] = BT_KC_ATTENTION + 1,
-    [OPS_K_adamw_update] = BT_KC_NONE + 1,
-    [OPS_K_sum_squares] = BT_KC_NONE + 1,
-};
+
+/* The class each kernel's time counts in (kernel_clock.h): attention, none for the
+ * optimizer's (their own phase; their seconds are still kept per kernel), memory-bound for
+ * the rest. */
 static bt_kernel_class ops_class(int k) {
-    return ops_class_other[k] ? (bt_kernel_class)(ops_class_other[k] - 1) : BT_KC_MEMORY;
+    switch (k) {
+    case OPS_K_attention_forward:
+    case OPS_K_attention_backward:
+        return BT_KC_ATTENTION;
+    case OPS_K_adamw_update:
+    case OPS_K_sum_squares:
+        return BT_KC_NONE;
+    default:
+        return BT_KC_MEMORY;
+    }
 }
 /* Each kernel's own nanoseconds (ops_kernel_seconds). */
 static _Atomic uint64_t ops_kernel_ns[OPS_N_KERNELS];
@@ -2026,17 +2031,10 @@ static _Atomic uint64_t ops_kernel_ns[OPS_N_KERNELS];
 static const char *const ops_kernel_names[OPS_N_KERNELS] = {OPS_KERNELS(OPS_NAME_ENTRY)};
 #undef OPS_NAME_ENTRY
 
-static void ops_kernel_count(int k, double own_s) {
-    if (own_s > 0)
-        atomic_fetch_add_explicit(&ops_kernel_ns[k], (uint64_t)(own_s * 1e9 + 0.5),
-                                  memory_order_relaxed);
-}
-
 size_t ops_kernel_seconds(const char **names, double *seconds, size_t cap) {
     for (size_t k = 0; k < cap && k < OPS_N_KERNELS; k++) {
         names[k] = ops_kernel_names[k];
-        seconds[k] =
-            1e-9 * (double)atomic_load_explicit(&ops_kernel_ns[k], memory_order_relaxed);
+        seconds[k] = kc_seconds(&ops_kernel_ns[k]);
     }
     return OPS_N_KERNELS;
 }
@@ -2046,15 +2044,9 @@ size_t ops_kernel_seconds(const char **names, double *seconds, size_t cap) {
     ret name params {                                                                       \
         const kc_span span_ = kc_enter(ops_class(OPS_K_##name));                          \
         OPS_KEEP_##ret ops_k()->name args;                                                  \
-        ops_kernel_count(OPS_K_##name, kc_leave(&span_));                                   \
+        kc_add(&ops_kernel_ns[OPS_K_##name], kc_leave(&span_));                             \
         OPS_GIVE_##ret                                                                      \
     }
-#define OPS_KEEP_void
-#define OPS_KEEP_float const float ret_ =
-#define OPS_KEEP_double const double ret_ =
-#define OPS_GIVE_void
-#define OPS_GIVE_float return ret_;
-#define OPS_GIVE_double return ret_;
 OPS_KERNELS(OPS_WRAPPER)
 #undef OPS_WRAPPER
 

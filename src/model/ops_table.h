@@ -10,7 +10,8 @@
  * kernel without one keeps the reference), and its tests (test_ops_fast.c against X_ref,
  * test_ops_grad.c for a backward).
  *
- * X(ret, name, (parameters), (arguments)): ret is void, float or double (OPS_RETURN_<ret>).
+ * X(ret, name, (parameters), (arguments)): ret is void, float or double (OPS_KEEP_<ret>,
+ * OPS_GIVE_<ret>).
  *
  * Deliberately not here: the non-dispatched entry points (kernels_init, ISA and threading
  * selection, the serial bf16 conversions) and the f64 references (other types). */
@@ -115,10 +116,14 @@
        const adamw_coefs *k),                                                                  \
       (p, m, v, shadow, grad, n, k))
 
-/* `return` for kernels that return a value, nothing for void ones. */
-#define OPS_RETURN_void
-#define OPS_RETURN_float return
-#define OPS_RETURN_double return
+/* A wrapper that does work after the call keeps the kernel's value (OPS_KEEP_<ret> before the
+ * call) and returns it at the end (OPS_GIVE_<ret>); nothing for void kernels. */
+#define OPS_KEEP_void
+#define OPS_KEEP_float const float ret_ =
+#define OPS_KEEP_double const double ret_ =
+#define OPS_GIVE_void
+#define OPS_GIVE_float return ret_;
+#define OPS_GIVE_double return ret_;
 
 /* The float reference prototypes: X_ref with the kernel's signature. */
 #define OPS_REF_PROTOTYPE(ret, name, params, args) ret name##_ref params;
