@@ -26,7 +26,8 @@
  * modes the forward and backward split by kind of kernel (GEMM, attention, memory-bound:
  * src/model/kernel_clock.h; medians).
  * --kernels adds a profile anyone can rerun: each dispatched kernel's own seconds per step
- * (mean over the steps after the first, ops.h ops_kernel_seconds) and GEMM's, largest first.
+ * (mean over the steps after the first, ops.h ops_kernel_seconds) and GEMM's, largest first,
+ * then the products by shape (gemm.h gemm_profile_read) with the GFLOP/s each ran at.
  * --flops-only prints the JSON without running; --estimate adds parameter and activation bytes
  * of the chosen memory mode (the side-by-side script decides from them whether the large
  * model fits in memory).
@@ -102,6 +103,7 @@ typedef struct kernel_profile {
 } kernel_profile;
 
 static void kernel_profile_take(kernel_profile *p, int which) {
+    if (which == 0) gemm_profile_start();
     const size_t n = ops_kernel_seconds(p->names, p->s[which], PROF_MAX);
     p->n = n < PROF_MAX ? n : PROF_MAX;
     bt_kernel_times kt;
@@ -134,6 +136,51 @@ static void kernel_profile_print(const kernel_profile *p, long steps) {
                 k == PROF_MAX ? "gemm (all products)" : p->names[k], per[k],
                 100 * per[k] / total);
     }
+}
+
+/* --kernels, second table: the products by shape (gemm.h gemm_profile_read), largest time
+ * first, with the GFLOP/s each shape ran at, so the ones below the machine's GEMM peak show. */
+static void gemm_profile_print(long steps) {
+    enum { ROWS = 128 };
+    static gemm_shape_time r[ROWS];
+    size_t dropped = 0;
+    const size_t n = gemm_profile_read(r, ROWS, &dropped);
+    for (size_t i = 1; i < n; i++) /* largest first */
+        for (size_t j = i; j > 0 && r[j].seconds > r[j - 1].seconds; j--) {
+            const gemm_shape_time x = r[j];
+            r[j] = r[j - 1];
+            r[j - 1] = x;
+        }
+    double total = 0, flop_total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const gemm_shape *g = &r[i].shape;
+        total += r[i].seconds;
+        flop_total += 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch *
+                      (double)r[i].calls;
+    }
+    fprintf(stderr, "bench_step: gemm by shape, seconds per step (mean of %ld steps; %.3f s, "
+                    "%.1f GFLOP/s over all):\n", steps, total / (double)steps,
+            total > 0 ? flop_total / total * 1e-9 : 0.0);
+    fprintf(stderr, "bench_step:   %-30s %6s %-9s %9s %6s %8s\n", "m x n x k [batch] op", "calls",
+            "types", "s", "%", "GFLOP/s");
+    for (size_t i = 0; i < n; i++) {
+        const gemm_shape *g = &r[i].shape;
+        char name[64];
+        snprintf(name, sizeof name, "%zux%zux%zu%s%s%s%s", g->m, g->n, g->k,
+                 g->trans_a ? " Ta" : "", g->trans_b ? " Tb" : "", g->accumulate ? " +=" : "",
+                 g->bias ? " +b" : "");
+        if (g->batch > 1) snprintf(name + strlen(name), sizeof name - strlen(name), " [%zu]", g->batch);
+        char types[16];
+        snprintf(types, sizeof types, "%s%s%s", g->a_type == BT_DTYPE_BF16 ? "b" : "f",
+                 g->b_type == BT_DTYPE_BF16 ? "b" : "f",
+                 g->compute == GEMM_COMPUTE_BF16 ? "->bf16" : "->f32");
+        const double flop = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch *
+                            (double)r[i].calls;
+        fprintf(stderr, "bench_step:   %-30s %6.1f %-9s %9.4f %5.1f%% %8.1f\n", name,
+                (double)r[i].calls / (double)steps, types, r[i].seconds / (double)steps,
+                100 * r[i].seconds / total, flop / r[i].seconds * 1e-9);
+    }
+    if (dropped) fprintf(stderr, "bench_step:   (%zu calls of shapes beyond the table)\n", dropped);
 }
 
 static void usage(void) {
@@ -342,6 +389,7 @@ int main(int argc, char **argv) {
     if (kernels) {
         kernel_profile_take(&prof, 1);
         kernel_profile_print(&prof, steps > 1 ? steps - 1 : 1);
+        gemm_profile_print(steps > 1 ? steps - 1 : 1);
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

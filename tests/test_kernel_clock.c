@@ -10,6 +10,10 @@
  * - Calls from inside an OpenMP parallel region are not counted.
  * - Per kernel (ops_kernel_seconds): a call adds to its own kernel's seconds only, as much
  *   as to its class (GELU), and the optimizer's kernels have their seconds too.
+ * - The per-shape GEMM profile (gemm.h gemm_profile_*): after gemm_profile_start, each
+ *   counted product adds one call and its GEMM seconds to the row of its shape (two shapes,
+ *   3 and 1 calls, their seconds summing to what GEMM grew by); attention's per-head products
+ *   and calls from a parallel region add nothing.
  * Each check compares the counters' change with the wall time measured around the call:
  * spans are inside the call, so a class's change is at most that wall time (plus 1 ms for
  * the clock reads), and "all of it" means within 1 ms + 2%. Which classes move is checked
@@ -186,6 +190,38 @@ int main(void) {
         tu_check(timed == 1, "ops_kernel_seconds: adamw_update has its own seconds");
     }
 
+    /* the per-shape profile: the rows are the counted products, by shape */
+    {
+        gemm_profile_start();
+        bt_kernel_times t0, t1;
+        bt_kernel_times_read(&t0);
+        gemm_args g2 = c.g;
+        g2.m = 128; /* a second shape */
+        g2.beta = 1.0f;
+        for (int i = 0; i < 3; i++) gemm(&c.g);
+        gemm(&g2);
+        bt_kernel_times_read(&t1);
+        call(&c, CALL_ATTENTION); /* its products belong to attention: no row */
+        gemm_shape_time rows[8];
+        size_t dropped = 99;
+        const size_t n = gemm_profile_read(rows, 8, &dropped);
+        const gemm_shape *s0 = &rows[0].shape, *s1 = &rows[1].shape;
+        tu_check(n == 2 && dropped == 0, "gemm profile: two rows (got %zu, %zu dropped)", n,
+                 dropped);
+        if (n == 2) {
+            tu_check(s0->m == 256 && s0->n == 256 && s0->k == 512 && s0->batch == 1 &&
+                         !s0->accumulate && !s0->bias && rows[0].calls == 3 &&
+                         s1->m == 128 && s1->accumulate && rows[1].calls == 1,
+                     "gemm profile: each shape with its calls (%zu, %zu)", rows[0].calls,
+                     rows[1].calls);
+            const double sum = rows[0].seconds + rows[1].seconds,
+                         grew = t1.s[BT_KC_GEMM] - t0.s[BT_KC_GEMM];
+            tu_check(rows[0].seconds > 0 && rows[1].seconds > 0 && fabs(sum - grew) < 1e-6,
+                     "gemm profile: the rows' seconds (%.6f) are GEMM's growth (%.6f)", sum,
+                     grew);
+        }
+    }
+
 #ifdef _OPENMP
     /* inside a parallel region: the region's starter's span holds that time */
     omp_set_num_threads(2);
@@ -198,6 +234,14 @@ int main(void) {
     bt_kernel_times_read(&b);
     tu_check(b.s[BT_KC_MEMORY] == a.s[BT_KC_MEMORY],
              "calls from inside an OpenMP parallel region are not counted");
+    {
+        gemm_profile_start();
+#pragma omp parallel
+        gemm(&c.g);
+        gemm_shape_time rows[1];
+        tu_check(gemm_profile_read(rows, 1, NULL) == 0,
+                 "gemm profile: products from a parallel region add no row");
+    }
 #endif
     free(c.x);
     free(c.y);

@@ -365,11 +365,68 @@ static void gemm_run(gemm_backend backend, const gemm_args *g) {
     }
 }
 
-/* Every product's time counts as GEMM (kernel_clock.h). */
+/* --- per-shape profile (gemm.h gemm_profile_*) ---------------------------------------- */
+
+enum { GEMM_PROFILE_MAX = 128 };
+static _Atomic int gemm_profile_on;
+static pthread_mutex_t gemm_profile_mutex = PTHREAD_MUTEX_INITIALIZER;
+static gemm_shape_time gemm_profile_rows[GEMM_PROFILE_MAX];
+static size_t gemm_profile_n, gemm_profile_dropped;
+
+static gemm_shape gemm_shape_of(const gemm_args *g) {
+    return (gemm_shape){.m = g->m, .n = g->n, .k = g->k, .batch = g->batch ? g->batch : 1,
+                        .trans_a = g->trans_a, .trans_b = g->trans_b, .a_type = g->a_type,
+                        .b_type = g->b_type, .compute = g->compute,
+                        .accumulate = g->beta != 0.0f, .bias = g->bias != NULL};
+}
+
+static int gemm_shape_equal(const gemm_shape *x, const gemm_shape *y) {
+    return x->m == y->m && x->n == y->n && x->k == y->k && x->batch == y->batch &&
+           x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->a_type == y->a_type &&
+           x->b_type == y->b_type && x->compute == y->compute &&
+           x->accumulate == y->accumulate && x->bias == y->bias;
+}
+
+static void gemm_profile_add(const gemm_args *g, double s) {
+    const gemm_shape key = gemm_shape_of(g);
+    pthread_mutex_lock(&gemm_profile_mutex);
+    size_t i = 0;
+    while (i < gemm_profile_n && !gemm_shape_equal(&gemm_profile_rows[i].shape, &key)) i++;
+    if (i == gemm_profile_n && gemm_profile_n < GEMM_PROFILE_MAX)
+        gemm_profile_rows[gemm_profile_n++] = (gemm_shape_time){.shape = key};
+    if (i < gemm_profile_n) {
+        gemm_profile_rows[i].calls++;
+        gemm_profile_rows[i].seconds += s;
+    } else {
+        gemm_profile_dropped++;
+    }
+    pthread_mutex_unlock(&gemm_profile_mutex);
+}
+
+void gemm_profile_start(void) {
+    pthread_mutex_lock(&gemm_profile_mutex);
+    gemm_profile_n = gemm_profile_dropped = 0;
+    pthread_mutex_unlock(&gemm_profile_mutex);
+    atomic_store(&gemm_profile_on, 1);
+}
+
+size_t gemm_profile_read(gemm_shape_time *out, size_t cap, size_t *dropped) {
+    pthread_mutex_lock(&gemm_profile_mutex);
+    const size_t n = gemm_profile_n < cap ? gemm_profile_n : cap;
+    memcpy(out, gemm_profile_rows, n * sizeof *out);
+    if (dropped) *dropped = gemm_profile_dropped + (gemm_profile_n - n);
+    pthread_mutex_unlock(&gemm_profile_mutex);
+    return n;
+}
+
+/* Every product's time counts as GEMM (kernel_clock.h); while the profile runs, its own time
+ * (the span's: 0 inside attention or a parallel region) goes to its shape too. */
 void gemm_with(gemm_backend backend, const gemm_args *g) {
     const kc_span span = kc_enter(BT_KC_GEMM);
     gemm_run(backend, g);
-    kc_leave(&span);
+    const double s = kc_leave(&span);
+    if (s > 0 && atomic_load_explicit(&gemm_profile_on, memory_order_relaxed))
+        gemm_profile_add(g, s);
 }
 
 void gemm(const gemm_args *g) {

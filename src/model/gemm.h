@@ -176,6 +176,29 @@ void gemm_release(void);
 
 /* --- for tests and benchmarks --------------------------------------------------------- */
 
+/* Per-shape profile (bench_step --kernels): after gemm_profile_start(), every gemm() that
+ * kernel_clock.h counts as GEMM (outside attention and parallel regions) adds its own seconds
+ * to its shape's row, so a profile shows which products run below the machine's GEMM peak.
+ * One mutex per recorded call (the model makes a few thousand per step); off by default. */
+typedef struct gemm_shape {
+    size_t m, n, k, batch;
+    int trans_a, trans_b;
+    bt_dtype a_type, b_type;
+    gemm_compute compute;
+    int accumulate; /* beta != 0 */
+    int bias;       /* has a bias */
+} gemm_shape;
+typedef struct gemm_shape_time {
+    gemm_shape shape;
+    size_t calls;
+    double seconds;
+} gemm_shape_time;
+/* Clears the rows and starts recording (it then stays on). */
+void gemm_profile_start(void);
+/* Copies up to cap rows in first-seen order; *dropped (if not NULL) = calls not shown (the
+ * table holds 128 shapes, or rows beyond cap). Returns the number of rows. */
+size_t gemm_profile_read(gemm_shape_time *out, size_t cap, size_t *dropped);
+
 /* Number of oneDNN primitives in the cache (0 when oneDNN is not built). A repeated call of
  * the same shape must not grow it. */
 size_t gemm_onednn_cache_size(void);
