@@ -93,6 +93,23 @@ static cross_layer_drops cross_layer_drops_get(const bt_model *m, const cross_si
     return d;
 }
 
+/* The layer's three post-LN output sublayers (towers.h), in the activations or the
+ * gradients: after self-attention, after cross-attention, after the FFN. */
+static post_ln_slots cross_self_out_slots(bt_cross_layer_acts *s) {
+    return (post_ln_slots){s->ctx, s->ctx_16, s->attn_lin, s->res1, s->mean1, s->rstd1};
+}
+static post_ln_slots cross_cross_out_slots(bt_cross_layer_acts *s) {
+    return (post_ln_slots){s->cctx, s->cctx_16, s->cattn_lin, s->res2, s->mean2, s->rstd2};
+}
+static post_ln_slots cross_ffn_out_slots(bt_cross_layer_acts *s) {
+    return (post_ln_slots){s->f, s->f_16, s->ffn_lin, s->res3, s->mean3, s->rstd3};
+}
+
+/* The P·T1 rows of one side's layer, their dropout keyed per pair (m->pair_keys). */
+static keyed_rows cross_rows(const bt_model *m, const cross_side *s) {
+    return (keyed_rows){m->P * s->T1, m->P, m->pair_keys};
+}
+
 static attention_dims cross_dims(const bt_model *m, size_t Tq, size_t Tk) {
     size_t H = (size_t)m->cfg.hidden;
     attention_dims d = {.B = m->P, .Tq = Tq, .Tk = Tk, .NH = (size_t)m->cfg.text_heads,
@@ -112,6 +129,9 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
     const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
     const cross_layer_drops dr = cross_layer_drops_get(m, s, k);
+    const keyed_rows rows = cross_rows(m, s);
+    const post_ln_slots self_out = cross_self_out_slots(a), cross_out = cross_cross_out_slots(a);
+    const post_ln_slots ffn_out = cross_ffn_out_slots(a);
     /* a = LN1(dropout(SelfAttn(x)·Woᵀ + bo) + x) */
     lin_forward(m, a->q, x, &p.q, N1);
     lin_forward(m, a->k, x, &p.k, N1);
@@ -119,10 +139,7 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
     rows_attention_forward(a->ctx, a->probs, a->q, a->k, a->v, s->self_bias, &sd, &dr.self_probs,
                            m->pair_keys, cp);
     act_keep_bf16(a->ctx_16, a->ctx, N1 * H); /* ctx, cctx, f: bf16 storage (model.h) */
-    lin_forward_act(m, a->attn_lin, a->ctx, a->ctx_16, &p.o, N1);
-    rows_dropout_forward(a->attn_lin, a->attn_lin, m->P, s->T1 * H, &dr.self_out, m->pair_keys);
-    residual_forward(a->res1, a->attn_lin, x, N1 * H);
-    norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N1);
+    post_ln_forward(m, a->a, x, &self_out, &p.o, &p.ln1, &dr.self_out, &rows);
     /* c = LN2(dropout(CrossAttn(q = a, k/v = e)·Wo2ᵀ + bo2) + a) */
     lin_forward(m, a->cq, a->a, &p.cq, N1);
     lin_forward(m, a->ck, e, &p.ck, N2);
@@ -130,18 +147,11 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
     rows_attention_forward(a->cctx, a->cprobs, a->cq, a->ck, a->cv, s->enc_bias, &cd,
                            &dr.cross_probs, m->pair_keys, cp);
     act_keep_bf16(a->cctx_16, a->cctx, N1 * H);
-    lin_forward_act(m, a->cattn_lin, a->cctx, a->cctx_16, &p.co, N1);
-    rows_dropout_forward(a->cattn_lin, a->cattn_lin, m->P, s->T1 * H, &dr.cross_out,
-                         m->pair_keys);
-    residual_forward(a->res2, a->cattn_lin, a->a, N1 * H);
-    norm_forward(a->c, a->mean2, a->rstd2, a->res2, &p.ln2, N1);
+    post_ln_forward(m, a->c, a->a, &cross_out, &p.co, &p.ln2, &dr.cross_out, &rows);
     /* out = LN3(dropout(GELU(c·W1ᵀ + b1)·W2ᵀ + b2) + c) */
     lin_forward(m, a->f_pre, a->c, &p.fc1, N1);
     gelu_forward_act(a->f, a->f_16, a->f_pre, N1 * I);
-    lin_forward_act(m, a->ffn_lin, a->f, a->f_16, &p.fc2, N1);
-    rows_dropout_forward(a->ffn_lin, a->ffn_lin, m->P, s->T1 * H, &dr.ffn_out, m->pair_keys);
-    residual_forward(a->res3, a->ffn_lin, a->c, N1 * H);
-    norm_forward(a->out, a->mean3, a->rstd3, a->res3, &p.ln3, N1);
+    post_ln_forward(m, a->out, a->c, &ffn_out, &p.fc2, &p.ln3, &dr.ffn_out, &rows);
 }
 
 /* d->out (complete) -> dx += d(own input), de += d(other side's input). */
@@ -150,40 +160,34 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     /* checkpointing: the internals again, same dropout masks (out gets the same bits) */
     if (model_layer_recompute(m, s->side ? BT_GROUP_CROSS_IMAGE : BT_GROUP_CROSS_TEXT))
         cross_layer_forward(m, s, k, x, e);
-    const bt_cross_layer_acts *a = s->side ? &m->acts.xi[k] : &m->acts.xt[k];
+    bt_cross_layer_acts *a = s->side ? &m->acts.xi[k] : &m->acts.xt[k]; /* only read */
     bt_cross_layer_acts *d = s->side ? &m->dacts.xi[k] : &m->dacts.xt[k];
     const cross_layer_params p = cross_layer_params_get(m, s->side, k);
-    const size_t H = (size_t)m->cfg.hidden;
     const size_t N1 = m->P * s->T1, N2 = m->P * s->T2;
     const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
     const cross_layer_drops dr = cross_layer_drops_get(m, s, k);
-    /* (SET: the layer's internal gradients are assigned by their first writer; dx and de,
-     * the streams, accumulate: model.c "activation layout") */
-    /* out = LN3(res3), res3 = dropout(ffn_lin) + c, ffn_lin = GELU(c·W1ᵀ + b1)·W2ᵀ + b2 */
-    norm_backward(d->res3, d->out, a->res3, a->mean3, a->rstd3, &p.ln3, N1, BT_DX_SET);
-    residual_backward(d->c, NULL, d->res3, N1 * H, BT_DX_SET);
-    rows_dropout_backward(d->ffn_lin, d->res3, m->P, s->T1 * H, &dr.ffn_out, m->pair_keys,
-                          BT_DX_SET);
-    lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N1, BT_DX_SET);
-    act_lin_backward(m, d->c, d->f_pre, d->f, a->f_pre, 0, a->c, NULL, &p.fc1, N1, BT_DX_ADD);
-    /* c = LN2(res2), res2 = dropout(cattn_lin) + a, cattn_lin = CrossAttn(a, e)·Wo2ᵀ + bo2 */
-    norm_backward(d->res2, d->c, a->res2, a->mean2, a->rstd2, &p.ln2, N1, BT_DX_SET);
-    residual_backward(d->a, NULL, d->res2, N1 * H, BT_DX_SET);
-    rows_dropout_backward(d->cattn_lin, d->res2, m->P, s->T1 * H, &dr.cross_out, m->pair_keys,
-                          BT_DX_SET);
-    lin_backward_act(m, d->cctx, d->cattn_lin, a->cctx, a->cctx_16, &p.co, N1, BT_DX_SET);
+    const keyed_rows rows = cross_rows(m, s);
+    const post_ln_slots self_out = cross_self_out_slots(a), d_self_out = cross_self_out_slots(d);
+    const post_ln_slots cross_out = cross_cross_out_slots(a);
+    const post_ln_slots d_cross_out = cross_cross_out_slots(d);
+    const post_ln_slots ffn_out = cross_ffn_out_slots(a), d_ffn_out = cross_ffn_out_slots(d);
+    /* (the layer's internal gradients are assigned by their first writer; dx and de, the
+     * streams, accumulate: model.c "activation layout") */
+    /* out = LN3(dropout(GELU(c·W1ᵀ + b1)·W2ᵀ + b2) + c) */
+    post_ln_ffn_backward(m, d->c, d->out, a->c, a->f_pre, d->f_pre, &ffn_out, &d_ffn_out, &p.fc1,
+                         &p.fc2, &p.ln3, &dr.ffn_out, &rows);
+    /* c = LN2(dropout(cctx·Wo2ᵀ + bo2) + a), cctx = CrossAttn(q = a, k/v = e) */
+    post_ln_backward(m, d->a, BT_DX_SET, d->c, &cross_out, &d_cross_out, &p.co, &p.ln2,
+                     &dr.cross_out, &rows);
     rows_attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv, &cd,
                             &dr.cross_probs, m->pair_keys, cp, BT_DX_SET);
     lin_backward(m, de, d->ck, e, &p.ck, N2, BT_DX_ADD);
     lin_backward(m, de, d->cv, e, &p.cv, N2, BT_DX_ADD);
     lin_backward(m, d->a, d->cq, a->a, &p.cq, N1, BT_DX_ADD);
-    /* a = LN1(res1), res1 = dropout(attn_lin) + x, attn_lin = SelfAttn(x)·Woᵀ + bo */
-    norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N1, BT_DX_SET);
-    residual_backward(dx, NULL, d->res1, N1 * H, BT_DX_ADD);
-    rows_dropout_backward(d->attn_lin, d->res1, m->P, s->T1 * H, &dr.self_out, m->pair_keys,
-                          BT_DX_SET);
-    lin_backward_act(m, d->ctx, d->attn_lin, a->ctx, a->ctx_16, &p.o, N1, BT_DX_SET);
+    /* a = LN1(dropout(ctx·Woᵀ + bo) + x), ctx = SelfAttn(x) */
+    post_ln_backward(m, dx, BT_DX_ADD, d->a, &self_out, &d_self_out, &p.o, &p.ln1, &dr.self_out,
+                     &rows);
     rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &sd,
                             &dr.self_probs, m->pair_keys, cp, BT_DX_SET);
     lin_backward(m, dx, d->q, x, &p.q, N1, BT_DX_ADD);

@@ -49,6 +49,19 @@ static text_layer_drops text_layer_drops_get(const bt_model *m, int l) {
     return d;
 }
 
+/* The layer's two post-LN output sublayers (towers.h), in the activations or the gradients. */
+static post_ln_slots text_attn_out_slots(bt_text_layer_acts *s) {
+    return (post_ln_slots){s->ctx, s->ctx_16, s->attn_lin, s->res1, s->mean1, s->rstd1};
+}
+static post_ln_slots text_ffn_out_slots(bt_text_layer_acts *s) {
+    return (post_ln_slots){s->f, s->f_16, s->ffn_lin, s->res2, s->mean2, s->rstd2};
+}
+
+/* The Bt·T rows of a layer, their dropout keyed per text (m->text_keys). */
+static keyed_rows text_rows(const bt_model *m) {
+    return (keyed_rows){m->Bt * m->T, m->Bt, m->text_keys};
+}
+
 /* RoBERTa positions (HF create_position_ids_from_input_ids): m_t = id_t != pad,
  * pos_t = cumsum(m)_t * m_t + pad, so real tokens get pad+1, pad+2, ... and pads get pad. */
 static void text_position_ids(int32_t *pos, const int32_t *ids, size_t B, size_t T,
@@ -79,25 +92,21 @@ static void text_layer_forward(bt_model *m, int l, float *out, const float *x) {
     const size_t I = (size_t)m->cfg.text_intermediate;
     const attention_dims ad = text_attn_dims(m);
     const text_layer_drops dr = text_layer_drops_get(m, l);
+    const keyed_rows rows = text_rows(m);
     /* self-attention */
     lin_forward(m, a->q, x, &p.q, N);
     lin_forward(m, a->k, x, &p.k, N);
     lin_forward(m, a->v, x, &p.v, N);
     rows_attention_forward(a->ctx, a->probs, a->q, a->k, a->v, m->acts.key_bias, &ad, &dr.probs,
                            m->text_keys, model_compute(m));
-    /* attention.output: LN1(dropout(ctx·Woᵀ + bo) + x) */
+    /* attention.output: a = LN1(dropout(ctx·Woᵀ + bo) + x) */
     act_keep_bf16(a->ctx_16, a->ctx, N * C); /* ctx, f: bf16 with bf16 storage (model.h) */
-    lin_forward_act(m, a->attn_lin, a->ctx, a->ctx_16, &p.o, N);
-    rows_dropout_forward(a->attn_lin, a->attn_lin, m->Bt, m->T * C, &dr.attn_out, m->text_keys);
-    residual_forward(a->res1, a->attn_lin, x, N * C);
-    norm_forward(a->a, a->mean1, a->rstd1, a->res1, &p.ln1, N);
-    /* intermediate + output: LN2(dropout(GELU(a·W1ᵀ + b1)·W2ᵀ + b2) + a) */
+    const post_ln_slots attn_out = text_attn_out_slots(a), ffn_out = text_ffn_out_slots(a);
+    post_ln_forward(m, a->a, x, &attn_out, &p.o, &p.ln1, &dr.attn_out, &rows);
+    /* intermediate + output: out = LN2(dropout(GELU(a·W1ᵀ + b1)·W2ᵀ + b2) + a) */
     lin_forward(m, a->f_pre, a->a, &p.fc1, N);
     gelu_forward_act(a->f, a->f_16, a->f_pre, N * I);
-    lin_forward_act(m, a->ffn_lin, a->f, a->f_16, &p.fc2, N);
-    rows_dropout_forward(a->ffn_lin, a->ffn_lin, m->Bt, m->T * C, &dr.ffn_out, m->text_keys);
-    residual_forward(a->res2, a->ffn_lin, a->a, N * C);
-    norm_forward(out, a->mean2, a->rstd2, a->res2, &p.ln2, N);
+    post_ln_forward(m, out, a->a, &ffn_out, &p.fc2, &p.ln2, &dr.ffn_out, &rows);
 }
 
 /* dout: gradient of the layer output (complete); dx += gradient of the layer input. */
@@ -106,29 +115,24 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     /* checkpointing: the internals again, same dropout masks (the output gets the same bits) */
     if (model_layer_recompute(m, BT_GROUP_TEXT))
         text_layer_forward(m, l, m->acts.text_h[l + 1], x);
-    const bt_text_layer_acts *a = &m->acts.text_layers[l];
+    bt_text_layer_acts *a = &m->acts.text_layers[l]; /* only read (non-const for post_ln_slots) */
     bt_text_layer_acts *d = &m->dacts.text_layers[l];
     const text_layer_params p = text_layer_params_get(m, l);
-    const size_t N = m->Bt * m->T, C = (size_t)m->cfg.text_hidden;
+    const size_t N = m->Bt * m->T;
     const attention_dims ad = text_attn_dims(m);
     const text_layer_drops dr = text_layer_drops_get(m, l);
-    /* (SET: the layer's internal gradients are assigned by their first writer; dx, the
-     * stream, accumulates: model.c "activation layout") */
-    /* out = LN2(res2), res2 = dropout(ffn_lin) + a */
-    norm_backward(d->res2, dout, a->res2, a->mean2, a->rstd2, &p.ln2, N, BT_DX_SET);
-    residual_backward(d->a, NULL, d->res2, N * C, BT_DX_SET);
-    rows_dropout_backward(d->ffn_lin, d->res2, m->Bt, m->T * C, &dr.ffn_out, m->text_keys,
-                          BT_DX_SET);
-    /* ffn_lin = f·W2ᵀ + b2, f = GELU(f_pre), f_pre = a·W1ᵀ + b1 */
-    lin_backward_act(m, d->f, d->ffn_lin, a->f, a->f_16, &p.fc2, N, BT_DX_SET);
-    act_lin_backward(m, d->a, d->f_pre, d->f, a->f_pre, 0, a->a, NULL, &p.fc1, N, BT_DX_ADD);
-    /* a = LN1(res1), res1 = dropout(attn_lin) + x */
-    norm_backward(d->res1, d->a, a->res1, a->mean1, a->rstd1, &p.ln1, N, BT_DX_SET);
-    residual_backward(dx, NULL, d->res1, N * C, BT_DX_ADD);
-    rows_dropout_backward(d->attn_lin, d->res1, m->Bt, m->T * C, &dr.attn_out, m->text_keys,
-                          BT_DX_SET);
-    /* attn_lin = ctx·Woᵀ + bo; ctx = attention(q, k, v) */
-    lin_backward_act(m, d->ctx, d->attn_lin, a->ctx, a->ctx_16, &p.o, N, BT_DX_SET);
+    const keyed_rows rows = text_rows(m);
+    const post_ln_slots attn_out = text_attn_out_slots(a), d_attn_out = text_attn_out_slots(d);
+    const post_ln_slots ffn_out = text_ffn_out_slots(a), d_ffn_out = text_ffn_out_slots(d);
+    /* (the layer's internal gradients are assigned by their first writer; dx, the stream,
+     * accumulates: model.c "activation layout") */
+    /* out = LN2(dropout(f·W2ᵀ + b2) + a), f = GELU(f_pre), f_pre = a·W1ᵀ + b1 */
+    post_ln_ffn_backward(m, d->a, dout, a->a, a->f_pre, d->f_pre, &ffn_out, &d_ffn_out, &p.fc1,
+                         &p.fc2, &p.ln2, &dr.ffn_out, &rows);
+    /* a = LN1(dropout(ctx·Woᵀ + bo) + x) */
+    post_ln_backward(m, dx, BT_DX_ADD, d->a, &attn_out, &d_attn_out, &p.o, &p.ln1, &dr.attn_out,
+                     &rows);
+    /* ctx = attention(q, k, v) */
     rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &ad,
                             &dr.probs, m->text_keys, model_compute(m), BT_DX_SET);
     /* q, k, v = x·Wᵀ + b */

@@ -163,6 +163,84 @@ void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *v, const attention_dims *d, const bt_dropout *site,
                              const uint64_t *keys, gemm_compute compute, bt_dx_mode mode);
 
+/* --- post-LN output sublayers ----------------------------------------------------------
+ * The text layers and both sides of the cross layers close each attention block and the
+ * FFN with the same sublayer (HF BertSelfOutput / BertOutput):
+ *   out (n, c) = LN(res),  res = dropout(lin) + in,  lin = x·Wᵀ + b
+ * with x the attention output (n, c) or, in the FFN, GELU(f_pre) (n, I) with
+ * f_pre = in·W1ᵀ + b1. One forward/backward pair here serves every tower that has it; the
+ * towers pass their own weights, slots and dropout site (the ViT's pre-LN blocks differ). */
+
+/* One sublayer's slots in one arena: the activations, or their gradient twins (the same
+ * struct from m->dacts: mean / rstd are NULL there, and res only where a slot exists). */
+typedef struct post_ln_slots {
+    float *x;            /* (n, in) projection input, fp32 (NULL with bf16 storage) */
+    const bt_bf16 *x16;  /* (n, in) bf16 storage of x, or NULL */
+    float *lin;          /* (n, c) x·Wᵀ + b, then dropout in place */
+    float *res;          /* (n, c) dropout(lin) + in */
+    float *mean, *rstd;  /* (n) LN statistics */
+} post_ln_slots;
+
+/* A layer's n rows as its dropout sites key them: `blocks` equal blocks of rows, block b
+ * masked with row_dropout(site, keys[b]) (model.h "Dropout keys"). */
+typedef struct keyed_rows {
+    size_t n, blocks;
+    const uint64_t *keys;
+} keyed_rows;
+
+/* out (n, c) = LN(dropout(x·Wᵀ + b) + in), statistics and intermediates into a. */
+static inline void post_ln_forward(const bt_model *m, float *out, const float *in,
+                                   const post_ln_slots *a, const bt_linear *W,
+                                   const bt_norm *N, const bt_dropout *site,
+                                   const keyed_rows *r) {
+    const size_t c = N->c;
+    lin_forward_act(m, a->lin, a->x, a->x16, W, r->n);
+    rows_dropout_forward(a->lin, a->lin, r->blocks, r->n / r->blocks * c, site, r->keys);
+    residual_forward(a->res, a->lin, in, r->n * c);
+    norm_forward(out, a->mean, a->rstd, a->res, N, r->n);
+}
+
+/* The backward of post_ln_forward from dout (n, c), complete:
+ *   d res = LN'(dout)          into din itself when din is assigned (in_mode BT_DX_SET: a
+ *                              layer internal, whose later writers add to it), else into
+ *                              d->res, its own slot, and din += d res (the merging stream);
+ *   d lin = dropout'(d res)    into d->lin when the site is active; with the site off it is
+ *                              d res bit for bit, and W's backward reads d res where it lies;
+ *   d x = d lin·W (assigned), dW, db += ...
+ * The same bits as LN'(SET) into d res, residual_backward(SET) copying it into din and
+ * dropout_backward(SET) copying it into d lin: a SET writes 0 + v, so d res holds no -0 and
+ * the copies (0 + d res) are d res itself. d->res may be NULL when in_mode is BT_DX_SET. */
+static inline void post_ln_backward(const bt_model *m, float *din, bt_dx_mode in_mode,
+                                    const float *dout, const post_ln_slots *a,
+                                    const post_ln_slots *d, const bt_linear *W,
+                                    const bt_norm *N, const bt_dropout *site,
+                                    const keyed_rows *r) {
+    const size_t c = N->c;
+    float *dres = in_mode == BT_DX_SET ? din : d->res;
+    norm_backward(dres, dout, a->res, a->mean, a->rstd, N, r->n, BT_DX_SET);
+    if (in_mode != BT_DX_SET) residual_backward(din, NULL, dres, r->n * c, in_mode);
+    const float *dlin = dres;
+    if (site->p > 0.0f) {
+        rows_dropout_backward(d->lin, dres, r->blocks, r->n / r->blocks * c, site, r->keys,
+                              BT_DX_SET);
+        dlin = d->lin;
+    }
+    lin_backward_act(m, d->x, dlin, a->x, a->x16, W, r->n, BT_DX_SET);
+}
+
+/* The FFN sublayer, x = GELU(f_pre), f_pre = in·W1ᵀ + b1 (a->x / d->x are GELU's output f):
+ * post_ln_backward with din assigned, then fc1 and GELU's backward add into din (in is both
+ * the residual and fc1's input). */
+static inline void post_ln_ffn_backward(const bt_model *m, float *din, const float *dout,
+                                        const float *in, const float *f_pre, float *df_pre,
+                                        const post_ln_slots *a, const post_ln_slots *d,
+                                        const bt_linear *fc1, const bt_linear *fc2,
+                                        const bt_norm *N, const bt_dropout *site,
+                                        const keyed_rows *r) {
+    post_ln_backward(m, din, BT_DX_SET, dout, a, d, fc2, N, site, r);
+    act_lin_backward(m, din, df_pre, d->x, f_pre, 0, in, NULL, fc1, r->n, BT_DX_ADD);
+}
+
 /* Gradient checkpointing (model.h "Memory modes"): in BT_ACTS_CHECKPOINT, zeroes the shared
  * accumulated gradient slots of `group` (BT_GROUP_*; its assigned slots need none) and
  * returns 1: the caller then recomputes the layer's forward into the shared scratch before
