@@ -121,17 +121,20 @@ static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
     const attention_dims ad = vit_attn_dims(m);
     /* (SET: the block's internal gradients are assigned by their first writer; dx, the
      * stream, accumulates: model.c "activation layout") */
-    /* out = x_mid + mlp_out */
-    residual_backward(d->x_mid, d->mlp_out, dout, N * Hv, BT_DX_SET);
+    /* out = x_mid + mlp_out: d x_mid = dout (ln_2's backward adds to it below) and
+     * d mlp_out = dout, which c_proj's backward reads where it lies. (A copy of it would
+     * carry the same bits: dout, an accumulated stream, holds no -0 for SET's 0 + v to
+     * change, model.c "activation layout"; the same for d attn_out = d x_mid below.) */
+    residual_backward(d->x_mid, NULL, dout, N * Hv, BT_DX_SET);
     /* mlp_out = c_proj(f), f = QuickGELU(f_pre), f_pre = c_fc(y2), y2 = ln_2(x_mid) */
-    lin_backward_act(m, d->f, d->mlp_out, a->f, a->f_16, &p.proj, N, BT_DX_SET);
+    lin_backward_act(m, d->f, dout, a->f, a->f_16, &p.proj, N, BT_DX_SET);
     act_lin_backward(m, d->y2, d->f_pre, d->f, a->f_pre, 1, a->y2, a->y2_16, &p.fc, N,
                      BT_DX_SET);
     norm_backward(d->x_mid, d->y2, a->x_mid, a->mean2, a->rstd2, &p.ln2, N, BT_DX_ADD);
-    /* x_mid = x + attn_out, attn_out = out_proj(ctx) */
+    /* x_mid = x + attn_out: dx += d x_mid, d attn_out = d x_mid (read in place);
+     * attn_out = out_proj(ctx) */
     residual_backward(dx, NULL, d->x_mid, N * Hv, BT_DX_ADD);
-    residual_backward(d->attn_out, NULL, d->x_mid, N * Hv, BT_DX_SET);
-    lin_backward_act(m, d->ctx, d->attn_out, a->ctx, a->ctx_16, &p.out, N, BT_DX_SET);
+    lin_backward_act(m, d->ctx, d->x_mid, a->ctx, a->ctx_16, &p.out, N, BT_DX_SET);
     /* ctx = attention(Q, K, V), [Q|K|V] = in_proj(y1), y1 = ln_1(x) */
     attention_backward(d->qkv, d->qkv + Hv, d->qkv + 2 * Hv, d->ctx, a->probs, a->qkv,
                        a->qkv + Hv, a->qkv + 2 * Hv, &ad, NULL, model_compute(m), BT_DX_SET);
