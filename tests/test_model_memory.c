@@ -31,7 +31,8 @@
  *      every backward, on the tiny config (fp32 and bf16, full and checkpoint, dropout, two
  *      cross rounds): the parameter gradients equal those of an untouched model bit for bit,
  *      so every assigned slot is written before it is read (a writer that accumulated into
- *      one would carry the NaN); and that region holds most of the gradient bytes.
+ *      one would carry the NaN); and that region holds most of the gradient bytes; the
+ *      gradients read in place (a residual sum's, an output projection's) have no slot.
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -443,6 +444,18 @@ static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
             tu_check(set * 2 > inner && assigned_bytes(&pm.pair_dact) > 0,
                      "%s: most internal gradient bytes are assigned (%zu of %zu)", what, set,
                      inner);
+            /* gradients the backward reads where another slot holds them (towers.h
+             * post_ln_backward, vit.c) take no gradient slot; their activations stay */
+            const bt_vit_layer_acts *va = &pm.acts.vis_layers[0], *vd = &pm.dacts.vis_layers[0];
+            const bt_text_layer_acts *ta = &pm.acts.text_layers[0];
+            const bt_text_layer_acts *td = &pm.dacts.text_layers[0];
+            const bt_cross_layer_acts *xa = &pm.acts.xi[0], *xd = &pm.dacts.xi[0];
+            tu_check(va->attn_out && va->mlp_out && ta->res2 && xa->res2 && xa->res3 &&
+                         !vd->attn_out && !vd->mlp_out && !td->res2 && !xd->res2 && !xd->res3 &&
+                         !pm.dacts.xt[0].res3 && td->res1 && xd->res1,
+                     "%s: no gradient slot for ViT attn_out / mlp_out, text res2, cross res2 / "
+                     "res3 (activations kept; res1's gradient, which the stream adds, kept)",
+                     what);
         } else {
             size_t acc = 0;
             for (int g = 0; g < BT_GROUP_COUNT; g++) acc += pm.group_grad_bytes[g];

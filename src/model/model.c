@@ -326,8 +326,10 @@ int model_layer_recompute(bt_model *m, int group) {
 
 /* --- activation layout -------------------------------------------------------------------
  * One walk per arena assigns every slot; slot() is a slot with a gradient, slot_ng() one
- * without (statistics, probabilities, gathered rows, copied inputs): in the gradient walk it
- * is NULL and takes no space. A walk with base NULL only counts; bt_model_activation_bytes,
+ * without (statistics, probabilities, gathered rows, copied inputs, and the activations whose
+ * gradient equals another slot's and is read there: a residual sum's or an output
+ * projection's, towers.h post_ln_backward, vit.c): in the gradient walk it is NULL and takes
+ * no space. A walk with base NULL only counts; bt_model_activation_bytes,
  * the memory check and the allocation all use these walks. Slots are 64-byte aligned.
  * `approx` follows `off` in double so absurd shapes are reported instead of wrapping.
  *
@@ -342,7 +344,8 @@ int model_layer_recompute(bt_model *m, int group) {
  * residual_backward(SET) then norm_backward(ADD)), the GEMM-only inputs (gemm_input_slot:
  * their Linear's dx), the embeddings' LayerNorm slots, the link towers' sums and the MLM
  * transform. They go to the assigned region, after acc_end, which nothing zeroes: at base
- * B 8 T 40, 3.22 of the 3.51 GB of internal gradient slots (92%), which a threaded memset
+ * B 8 T 40, 2.91 of the 3.20 GB of internal gradient slots (91%; 3.22 of 3.51 GB before the
+ * 0.31 GB of gradients read in place lost their slots, see slot_ng), which a threaded memset
  * cleared and the first writer read back each step (on the native bf16 route linear_backward
  * still zeroes the dx it assigns, 1.1 GB of them: ops.c linear_backward_fast). A writer that
  * accumulated into an assigned slot would add to the previous step's value (or garbage):
@@ -498,7 +501,7 @@ static void text_layer_layout(bt_text_layer_acts *x, arena_walk *w, const bt_mod
     x->f_pre = slot_set(w, Nt * It);
     gemm_input_slot(w, Nt * It, &x->f, &x->f_16);
     x->ffn_lin = slot_set(w, Nt * Ht);
-    x->res2 = slot_set(w, Nt * Ht);
+    x->res2 = slot_ng(w, Nt * Ht); /* d res2 is written into d a (post_ln_backward) */
     x->mean2 = slot_ng(w, Nt);
     x->rstd2 = slot_ng(w, Nt);
 }
@@ -513,14 +516,14 @@ static void vit_layer_layout(bt_vit_layer_acts *x, arena_walk *w, const bt_model
     x->qkv = slot_set(w, Nv * 3 * Hv);
     x->probs = slot_ng(w, Bi * NH * Np * Np);
     attn_out_slot(w, Nv * Hv, stage, &x->ctx, &x->ctx_16);
-    x->attn_out = slot_set(w, Nv * Hv);
+    x->attn_out = slot_ng(w, Nv * Hv); /* d attn_out = d x_mid, read in place (vit.c) */
     x->x_mid = slot_set(w, Nv * Hv);
     gemm_input_slot(w, Nv * Hv, &x->y2, &x->y2_16);
     x->mean2 = slot_ng(w, Nv);
     x->rstd2 = slot_ng(w, Nv);
     x->f_pre = slot_set(w, Nv * 4 * Hv);
     gemm_input_slot(w, Nv * 4 * Hv, &x->f, &x->f_16);
-    x->mlp_out = slot_set(w, Nv * Hv);
+    x->mlp_out = slot_ng(w, Nv * Hv); /* d mlp_out = the block's dout, read in place */
 }
 
 /* A cross layer's internals (everything but `out`, which the caller places). */
@@ -544,14 +547,14 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
     x->cprobs = slot_ng(w, B * NH * T1 * T2);
     attn_out_slot(w, N1 * H, stage, &x->cctx, &x->cctx_16);
     x->cattn_lin = slot_set(w, N1 * H);
-    x->res2 = slot_set(w, N1 * H);
+    x->res2 = slot_ng(w, N1 * H); /* d res2 is written into d a (post_ln_backward) */
     x->mean2 = slot_ng(w, N1);
     x->rstd2 = slot_ng(w, N1);
     x->c = slot_set(w, N1 * H);
     x->f_pre = slot_set(w, N1 * I);
     gemm_input_slot(w, N1 * I, &x->f, &x->f_16);
     x->ffn_lin = slot_set(w, N1 * H);
-    x->res3 = slot_set(w, N1 * H);
+    x->res3 = slot_ng(w, N1 * H); /* d res3 is written into d c */
     x->mean3 = slot_ng(w, N1);
     x->rstd3 = slot_ng(w, N1);
 }

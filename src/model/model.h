@@ -110,7 +110,7 @@ typedef struct bt_text_layer_acts {
     float *f_pre, *f;       /* (Nt, It) intermediate.dense, GELU */
     bt_bf16 *f_16;          /* (Nt, It) bf16 storage: GELU output (f NULL) */
     float *ffn_lin;         /* (Nt, Ht) output.dense (dropout in place) */
-    float *res2;            /* (Nt, Ht) LN2 input */
+    float *res2;            /* (Nt, Ht) LN2 input (no grad: d res2 is d a's first value) */
     float *mean2, *rstd2;   /* (Nt) (no grad) */
 } bt_text_layer_acts;
 
@@ -122,14 +122,14 @@ typedef struct bt_vit_layer_acts {
     float *probs;           /* (Bi, NHv, Np, Np) */
     float *ctx;             /* (Nv, Hv) */
     bt_bf16 *ctx_16;        /* (Nv, Hv) bf16 storage: bf16(ctx), ctx the phase's staging */
-    float *attn_out;        /* (Nv, Hv) out_proj(ctx) */
+    float *attn_out;        /* (Nv, Hv) out_proj(ctx) (no grad: d attn_out = d x_mid) */
     float *x_mid;           /* (Nv, Hv) x + attn_out */
     float *y2;              /* (Nv, Hv) ln_2(x_mid) */
     bt_bf16 *y2_16;         /* (Nv, Hv) bf16 storage: ln_2(x_mid) (y2 NULL) */
     float *mean2, *rstd2;   /* (Nv) */
     float *f_pre, *f;       /* (Nv, 4Hv) c_fc, QuickGELU */
     bt_bf16 *f_16;          /* (Nv, 4Hv) bf16 storage: QuickGELU output (f NULL) */
-    float *mlp_out;         /* (Nv, Hv) c_proj(f) */
+    float *mlp_out;         /* (Nv, Hv) c_proj(f) (no grad: = the block output's) */
 } bt_vit_layer_acts;
 
 /* One cross-modal layer of one side (pair arena): rows N1 = P*T1 (this modality),
@@ -144,13 +144,13 @@ typedef struct bt_cross_layer_acts {
     float *cq;              /* (N1, H) cross-attention query (from a) */
     float *ck, *cv;         /* (N2, H) keys/values from the other modality's input */
     float *cprobs;          /* (P, NHt, T1, T2) */
-    float *cctx, *cattn_lin, *res2; /* (N1, H) */
+    float *cctx, *cattn_lin, *res2; /* (N1, H); res2 no grad: d res2 is d a's first value */
     bt_bf16 *cctx_16;       /* (N1, H) bf16 storage: bf16(cctx), cctx the phase's staging */
     float *mean2, *rstd2;   /* (N1) */
     float *c;               /* (N1, H) LN2 output */
     float *f_pre, *f;       /* (N1, It) */
     bt_bf16 *f_16;          /* (N1, It) bf16 storage: GELU output (f NULL) */
-    float *ffn_lin, *res3;  /* (N1, H) */
+    float *ffn_lin, *res3;  /* (N1, H); res3 no grad: d res3 is d c's first value */
     float *mean3, *rstd3;   /* (N1) */
     float *out;             /* (N1, H) X_k or Y_k */
 } bt_cross_layer_acts;
