@@ -862,6 +862,32 @@ static void test_dropout_properties(void) {
         tu_check(nan_ok && negzero_ok && dropped > 0,
                  "dropout: NaN stays NaN, dropped -2 becomes -0 (%d dropped)", dropped);
     }
+    /* special values, kept and dropped, bit for bit as the reference (which multiplies by
+     * the double 0 or 1/(1-p); the fast kernels select between the kept double product and
+     * the float x * 0): NaN payloads of both signs, ±Inf, ±0, subnormals, ±FLT_MAX */
+    {
+        enum { NS = 12, NSV = 32 * NS };
+        const uint32_t bits[NS] = {0x7fc00001u, 0xffa00002u, 0x7f800000u, 0xff800000u,
+                                   0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+                                   0x7f7fffffu, 0xff7fffffu, 0x3f800000u, 0xbf000000u};
+        float v[NSV], g[NSV], o[2][NSV], dx[2][NSV];
+        for (int i = 0; i < NSV; i++) {
+            memcpy(&v[i], &bits[i % NS], 4);
+            memcpy(&g[i], &bits[(i / NS) % NS], 4); /* every pair of the values */
+        }
+        dropout_forward(o[0], v, NSV, &d);
+        dropout_forward_ref(o[1], v, NSV, &d);
+        tu_check_bytes_equal("dropout fwd special values (bitwise)", o[0], o[1], sizeof o[0]);
+        for (int mo = 0; mo < 2; mo++) {
+            memcpy(dx[0], g, sizeof g);
+            memcpy(dx[1], g, sizeof g);
+            dropout_backward(dx[0], v, NSV, &d, mo ? BT_DX_SET : BT_DX_ADD);
+            dropout_backward_ref(dx[1], v, NSV, &d, mo ? BT_DX_SET : BT_DX_ADD);
+            tu_check_bytes_equal(mo ? "dropout bwd SET special values (bitwise)"
+                                    : "dropout bwd ADD special values (bitwise)",
+                                 dx[0], dx[1], sizeof dx[0]);
+        }
+    }
 #ifdef _OPENMP
     float *x = rand_f(n, -1, 1), *o1 = sentinel_f(n), *o2 = sentinel_f(n);
     const int nt = omp_get_max_threads();
