@@ -107,7 +107,7 @@ static post_ln_slots cross_ffn_out_slots(bt_cross_layer_acts *s) {
 
 /* The P·T1 rows of one side's layer, their dropout keyed per pair (m->pair_keys). */
 static keyed_rows cross_rows(const bt_model *m, const cross_side *s) {
-    return (keyed_rows){m->P * s->T1, m->P, m->pair_keys};
+    return (keyed_rows){m->P, s->T1, m->pair_keys};
 }
 
 static attention_dims cross_dims(const bt_model *m, size_t Tq, size_t Tk) {

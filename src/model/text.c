@@ -59,7 +59,7 @@ static post_ln_slots text_ffn_out_slots(bt_text_layer_acts *s) {
 
 /* The Bt·T rows of a layer, their dropout keyed per text (m->text_keys). */
 static keyed_rows text_rows(const bt_model *m) {
-    return (keyed_rows){m->Bt * m->T, m->Bt, m->text_keys};
+    return (keyed_rows){m->Bt, m->T, m->text_keys};
 }
 
 /* RoBERTa positions (HF create_position_ids_from_input_ids): m_t = id_t != pad,

@@ -181,10 +181,10 @@ typedef struct post_ln_slots {
     float *mean, *rstd;  /* (n) LN statistics */
 } post_ln_slots;
 
-/* A layer's n rows as its dropout sites key them: `blocks` equal blocks of rows, block b
- * masked with row_dropout(site, keys[b]) (model.h "Dropout keys"). */
+/* A layer's rows as its dropout sites key them: n = blocks · block_rows rows, block b (a
+ * text or a pair) masked with row_dropout(site, keys[b]) (model.h "Dropout keys"). */
 typedef struct keyed_rows {
-    size_t n, blocks;
+    size_t blocks, block_rows;
     const uint64_t *keys;
 } keyed_rows;
 
@@ -193,11 +193,11 @@ static inline void post_ln_forward(const bt_model *m, float *out, const float *i
                                    const post_ln_slots *a, const bt_linear *W,
                                    const bt_norm *N, const bt_dropout *site,
                                    const keyed_rows *r) {
-    const size_t c = N->c;
-    lin_forward_act(m, a->lin, a->x, a->x16, W, r->n);
-    rows_dropout_forward(a->lin, a->lin, r->blocks, r->n / r->blocks * c, site, r->keys);
-    residual_forward(a->res, a->lin, in, r->n * c);
-    norm_forward(out, a->mean, a->rstd, a->res, N, r->n);
+    const size_t c = N->c, n = r->blocks * r->block_rows;
+    lin_forward_act(m, a->lin, a->x, a->x16, W, n);
+    rows_dropout_forward(a->lin, a->lin, r->blocks, r->block_rows * c, site, r->keys);
+    residual_forward(a->res, a->lin, in, n * c);
+    norm_forward(out, a->mean, a->rstd, a->res, N, n);
 }
 
 /* The backward of post_ln_forward from dout (n, c), complete:
@@ -209,23 +209,25 @@ static inline void post_ln_forward(const bt_model *m, float *out, const float *i
  *   d x = d lin·W (assigned), dW, db += ...
  * The same bits as LN'(SET) into d res, residual_backward(SET) copying it into din and
  * dropout_backward(SET) copying it into d lin: a SET writes 0 + v, so d res holds no -0 and
- * the copies (0 + d res) are d res itself. d->res may be NULL when in_mode is BT_DX_SET. */
+ * the copies (0 + d res) are d res itself. d->res may be NULL (no slot) when in_mode is
+ * BT_DX_SET. */
 static inline void post_ln_backward(const bt_model *m, float *din, bt_dx_mode in_mode,
                                     const float *dout, const post_ln_slots *a,
                                     const post_ln_slots *d, const bt_linear *W,
                                     const bt_norm *N, const bt_dropout *site,
                                     const keyed_rows *r) {
-    const size_t c = N->c;
+    const size_t c = N->c, n = r->blocks * r->block_rows;
     float *dres = in_mode == BT_DX_SET ? din : d->res;
-    norm_backward(dres, dout, a->res, a->mean, a->rstd, N, r->n, BT_DX_SET);
-    if (in_mode != BT_DX_SET) residual_backward(din, NULL, dres, r->n * c, in_mode);
+    BT_ASSERT(dres); /* a merging din needs d res's own slot (model.c layout) */
+    norm_backward(dres, dout, a->res, a->mean, a->rstd, N, n, BT_DX_SET);
+    if (in_mode != BT_DX_SET) residual_backward(din, NULL, dres, n * c, in_mode);
     const float *dlin = dres;
     if (site->p > 0.0f) {
-        rows_dropout_backward(d->lin, dres, r->blocks, r->n / r->blocks * c, site, r->keys,
+        rows_dropout_backward(d->lin, dres, r->blocks, r->block_rows * c, site, r->keys,
                               BT_DX_SET);
         dlin = d->lin;
     }
-    lin_backward_act(m, d->x, dlin, a->x, a->x16, W, r->n, BT_DX_SET);
+    lin_backward_act(m, d->x, dlin, a->x, a->x16, W, n, BT_DX_SET);
 }
 
 /* The FFN sublayer, x = GELU(f_pre), f_pre = in·W1ᵀ + b1 (a->x / d->x are GELU's output f):
@@ -238,7 +240,8 @@ static inline void post_ln_ffn_backward(const bt_model *m, float *din, const flo
                                         const bt_norm *N, const bt_dropout *site,
                                         const keyed_rows *r) {
     post_ln_backward(m, din, BT_DX_SET, dout, a, d, fc2, N, site, r);
-    act_lin_backward(m, din, df_pre, d->x, f_pre, 0, in, NULL, fc1, r->n, BT_DX_ADD);
+    act_lin_backward(m, din, df_pre, d->x, f_pre, 0, in, NULL, fc1, r->blocks * r->block_rows,
+                     BT_DX_ADD);
 }
 
 /* Gradient checkpointing (model.h "Memory modes"): in BT_ACTS_CHECKPOINT, zeroes the shared
