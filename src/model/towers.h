@@ -1,14 +1,17 @@
 /* towers.h: internal glue shared by the tower files (vit.c, text.c, cross.c, heads.c) and
  * model.c: parameter views of one Linear / LayerNorm (master weight, bf16 shadow, gradient),
  * the compute mode, the Linear / LayerNorm / GELU calls on activations that may be stored in
- * bf16 (model.h "bf16 activation storage"), dropout call sites, and the tower entry points.
+ * bf16 (model.h "bf16 activation storage"), the post-LN output sublayer of the text and cross
+ * layers (one forward / backward pair for both), dropout call sites, and the tower entry
+ * points.
  *
  * Every tower is a forward/backward pair over the model's named activation slots; the
  * backward restates the forward lines it differentiates, accumulates into the parameter
  * gradients and writes each activation gradient as its slot's layout says (model.c
  * "activation layout"): BT_DX_SET for slot_set slots (their only or first writer), BT_DX_ADD
- * for the streams that merge. Dropout
- * is keyed per row (rows_dropout_*, rows_attention_*), see model.h "Dropout keys".
+ * for the streams that merge; a gradient equal to another one is read where that one lies
+ * and has no slot (post_ln_backward, vit.c). Dropout is keyed per row (rows_dropout_*,
+ * rows_attention_*), see model.h "Dropout keys".
  *
  * Deliberately not here: anything public (model.h). */
 #ifndef BT_TOWERS_H
