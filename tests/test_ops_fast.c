@@ -120,6 +120,59 @@ static const size_t COLS[] = {1, 7, 33, 257, 768};
 
 /* --- layernorm ------------------------------------------------------------------------------ */
 
+/* layernorm_backward_residual, dx = res + LN'(dout): for each kernel (fast, ref) byte for
+ * byte res copied into dx then layernorm_backward(BT_DX_ADD) (dx, dw, db; res with signed
+ * zeros at its start, dx pre-filled by a sentinel), also with dx aliasing res; and fast
+ * against ref with the tolerance of the header comment. */
+static void test_layernorm_residual(const float *x, const float *w, const float *mean,
+                                    const float *rstd, const float *dout, size_t n, size_t c) {
+    typedef void (*ln_res_fn)(float *, float *, float *, const float *, const float *,
+                              const float *, const float *, const float *, const float *,
+                              size_t, size_t);
+    typedef void (*ln_bwd_fn)(float *, float *, float *, const float *, const float *,
+                              const float *, const float *, const float *, size_t, size_t,
+                              bt_dx_mode);
+    static const ln_res_fn fused[2] = {layernorm_backward_residual,
+                                       layernorm_backward_residual_ref};
+    static const ln_bwd_fn plain[2] = {layernorm_backward, layernorm_backward_ref};
+    static const char *const who[2] = {"fast", "ref"};
+    char name[160];
+    float *res = signed_zeros(dout, n * c);
+    for (size_t i = 2; i < n * c; i++) res[i] = 0.5f * res[i] - 0.25f; /* not dout itself */
+    float *dw0 = rand_f(c, -1, 1), *db0 = rand_f(c, -1, 1), *dxs[2], *dws[2], *dbs[2];
+    for (int v = 0; v < 2; v++) {
+        float *dx = sentinel_f(n * c), *dw = copy_f(dw0, c), *db = copy_f(db0, c);
+        fused[v](dx, dw, db, dout, res, x, w, mean, rstd, n, c);
+        float *ex = copy_f(res, n * c), *ew = copy_f(dw0, c), *eb = copy_f(db0, c);
+        plain[v](ex, ew, eb, dout, x, w, mean, rstd, n, c, BT_DX_ADD);
+        snprintf(name, sizeof name, "layernorm bwd residual n=%zu c=%zu %s: dx = copy + ADD, "
+                 "bitwise", n, c, who[v]);
+        tu_check_bytes_equal(name, dx, ex, n * c * sizeof(float));
+        snprintf(name, sizeof name, "layernorm bwd residual n=%zu c=%zu %s: dw, bitwise", n, c,
+                 who[v]);
+        tu_check_bytes_equal(name, dw, ew, c * sizeof(float));
+        snprintf(name, sizeof name, "layernorm bwd residual n=%zu c=%zu %s: db, bitwise", n, c,
+                 who[v]);
+        tu_check_bytes_equal(name, db, eb, c * sizeof(float));
+        /* dx aliasing res */
+        float *in = copy_f(res, n * c);
+        fused[v](in, NULL, NULL, dout, in, x, w, mean, rstd, n, c);
+        snprintf(name, sizeof name, "layernorm bwd residual n=%zu c=%zu %s: dx = res in place, "
+                 "bitwise", n, c, who[v]);
+        tu_check_bytes_equal(name, in, ex, n * c * sizeof(float));
+        dxs[v] = dx, dws[v] = dw, dbs[v] = db;
+        free(ex), free(ew), free(eb), free(in);
+    }
+    snprintf(name, sizeof name, "layernorm bwd residual dx n=%zu c=%zu", n, c);
+    close_f32(name, dxs[0], dxs[1], n * c, RTOL_F32);
+    snprintf(name, sizeof name, "layernorm bwd residual dw n=%zu c=%zu", n, c);
+    close_f32(name, dws[0], dws[1], c, RTOL_F32);
+    snprintf(name, sizeof name, "layernorm bwd residual db n=%zu c=%zu", n, c);
+    close_f32(name, dbs[0], dbs[1], c, RTOL_F32);
+    for (int v = 0; v < 2; v++) free(dxs[v]), free(dws[v]), free(dbs[v]);
+    free(res), free(dw0), free(db0);
+}
+
 static void test_layernorm(size_t n, size_t c) {
     char name[128];
     float *x = rand_f(n * c, -3, 3), *w = rand_f(c, 0.5f, 1.5f), *b = rand_f(c, -1, 1);
@@ -159,6 +212,7 @@ static void test_layernorm(size_t n, size_t c) {
     snprintf(name, sizeof name, "layernorm bwd dx n=%zu c=%zu", n, c);
     dx_modes_check(name, &dm);
     free(dz);
+    test_layernorm_residual(x, w, m2, r2, dout, n, c);
 
     /* in place (out aliases x) */
     float *xi = copy_f(x, n * c);

@@ -166,6 +166,38 @@ static double ln_loss(void *p, double *mag) {
     return weighted(t->out, t->wt, t->n * t->c, mag);
 }
 
+/* The pre-LN block's loss L = Σ wt·LN(x) + Σ wr·x (x also feeds the residual, whose
+ * gradient is wr): layernorm_backward_residual with res = wr is dL/dx, assigned (NaN-filled
+ * dx); dw, db as layernorm_backward (the residual term has no weights). */
+typedef struct {
+    ln_ctx *ln;
+    double *wr;
+} ln_res_ctx;
+
+static double ln_res_loss(void *p, double *mag) {
+    ln_res_ctx *t = p;
+    double mag_r;
+    const double l = ln_loss(t->ln, mag) +
+                     weighted(t->ln->x, t->wr, t->ln->n * t->ln->c, &mag_r);
+    if (mag) *mag += mag_r;
+    return l;
+}
+
+static void test_layernorm_residual(ln_ctx *ln) {
+    const size_t nc = ln->n * ln->c;
+    ln_res_ctx t = {ln, rand_vec(nc, -1, 1)};
+    ln_res_loss(&t, NULL); /* saves mean, rstd */
+    double *dx = nan_vec(nc), *dw = vec(ln->c), *db = vec(ln->c);
+    prefill(dw, ln->c);
+    prefill(db, ln->c);
+    layernorm_backward_residual_ref_f64(dx, dw, db, ln->wt, t.wr, ln->x, ln->w, ln->mean,
+                                        ln->rstd, ln->n, ln->c);
+    check_grad_set("layernorm residual dx", dx, nc, ln->x, ln_res_loss, &t);
+    check_grad("layernorm residual dw", dw, ln->c, ln->w, ln_res_loss, &t, FD_H);
+    check_grad("layernorm residual db", db, ln->c, ln->b, ln_res_loss, &t, FD_H);
+    free(t.wr), free(dx), free(dw), free(db);
+}
+
 static void test_layernorm(void) {
     ln_ctx t = {.n = 3, .c = 7};
     t.x = rand_vec(t.n * t.c, -2, 2);
@@ -189,6 +221,7 @@ static void test_layernorm(void) {
                                BT_DX_SET);
     check_grad_set("layernorm dx", dxs, t.n * t.c, t.x, ln_loss, &t);
     free(dxs);
+    test_layernorm_residual(&t);
 
     /* forward property (independent of the backward): each output row, before w and b, has
      * mean 0 and biased variance var/(var+eps) */

@@ -695,11 +695,13 @@ static void layernorm_forward_bf16_fast(bt_bf16 *out, float *mean, float *rstd, 
     layernorm_rows(NULL, out, mean, rstd, x, w, b, n, c, eps);
 }
 
-/* Rows of one block: dx (if any; add 0: assigned 0 + v) for each row, and the block's
- * partial dw/db (assigned). */
+/* Rows of one block: dx (if any) = base + v for each row (base NULL: assigned 0 + v; base
+ * dx: accumulated; base may alias dx, each element read before it is written), and the
+ * block's partial dw/db (assigned). */
 OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, const float *dout,
-                                            const float *x, const float *w, const float *mean,
-                                            const float *rstd, size_t rows, size_t c, int add) {
+                                            const float *base, const float *x, const float *w,
+                                            const float *mean, const float *rstd, size_t rows,
+                                            size_t c) {
     for (size_t j = 0; j < c; j++) pdw[j] = pdb[j] = 0.0f;
     for (size_t i = 0; i < rows; i++) {
         const float *xi = x + i * c, *gi = dout + i * c;
@@ -723,15 +725,21 @@ OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, c
         }
         const float mg = ops_fold(a1, t1) / (float)c, mgx = ops_fold(a2, t2) / (float)c;
         float *dxi = dx ? dx + i * c : NULL;
+        const float *bi = base ? base + i * c : NULL;
         for (j = 0; j < c; j++) {
             const float xhat = (xi[j] - m) * r;
             pdw[j] += gi[j] * xhat;
             pdb[j] += gi[j];
         }
-        if (dxi && add)
+        if (dxi && bi == dxi) /* its own loop: no alias check that would keep it scalar */
             for (j = 0; j < c; j++) {
                 const float xhat = (xi[j] - m) * r;
                 dxi[j] += r * (gi[j] * w[j] - mg - xhat * mgx);
+            }
+        else if (dxi && bi)
+            for (j = 0; j < c; j++) {
+                const float xhat = (xi[j] - m) * r;
+                dxi[j] = bi[j] + r * (gi[j] * w[j] - mg - xhat * mgx);
             }
         else if (dxi)
             for (j = 0; j < c; j++) {
@@ -754,10 +762,11 @@ OPS_VEC static void layernorm_reduce_cols(float *dst, const float *part, size_t 
 }
 
 /* forward: out = xhat*w + b, xhat = (x - mean)*rstd. With g = dout*w:
- *   dx += rstd (g - mean_j g - xhat mean_j(g xhat));  dw += Σ_rows dout*xhat;  db += Σ dout */
-static void layernorm_backward_fast(float *dx, float *dw, float *db, const float *dout,
-                                    const float *x, const float *w, const float *mean,
-                                    const float *rstd, size_t n, size_t c, bt_dx_mode mode) {
+ *   dx = base + rstd (g - mean_j g - xhat mean_j(g xhat));  dw += Σ_rows dout*xhat;
+ *   db += Σ dout  (base as layernorm_backward_rows) */
+static void layernorm_backward_base(float *dx, float *dw, float *db, const float *dout,
+                                    const float *base, const float *x, const float *w,
+                                    const float *mean, const float *rstd, size_t n, size_t c) {
     BT_ASSERT(dout && x && w && mean && rstd && c > 0);
     if (n == 0) return;
     const size_t nblk = (n + OPS_LN_ROWS - 1) / OPS_LN_ROWS;
@@ -766,8 +775,9 @@ static void layernorm_backward_fast(float *dx, float *dw, float *db, const float
     for (size_t blk = 0; blk < nblk; blk++) {
         const size_t i0 = blk * OPS_LN_ROWS, rows = ops_min(OPS_LN_ROWS, n - i0);
         layernorm_backward_rows(dx ? dx + i0 * c : NULL, part + blk * 2 * c,
-                                part + blk * 2 * c + c, dout + i0 * c, x + i0 * c, w,
-                                mean + i0, rstd + i0, rows, c, mode == BT_DX_ADD);
+                                part + blk * 2 * c + c, dout + i0 * c,
+                                base ? base + i0 * c : NULL, x + i0 * c, w, mean + i0,
+                                rstd + i0, rows, c);
     }
     const size_t ncb = (c + OPS_COLS - 1) / OPS_COLS;
     OPS_OMP(omp parallel for schedule(static) if (nblk * c >= OPS_PAR_MIN))
@@ -777,6 +787,22 @@ static void layernorm_backward_fast(float *dx, float *dw, float *db, const float
         if (db) layernorm_reduce_cols(db, part + c, nblk, 2 * c, j0, wd);
     }
     bt_free(part);
+}
+
+static void layernorm_backward_fast(float *dx, float *dw, float *db, const float *dout,
+                                    const float *x, const float *w, const float *mean,
+                                    const float *rstd, size_t n, size_t c, bt_dx_mode mode) {
+    layernorm_backward_base(dx, dw, db, dout, mode == BT_DX_ADD ? dx : NULL, x, w, mean, rstd,
+                            n, c);
+}
+
+/* dx = res + LN'(dout): the same bits as res copied into dx and then LN'(dout) added */
+static void layernorm_backward_residual_fast(float *dx, float *dw, float *db, const float *dout,
+                                             const float *res, const float *x, const float *w,
+                                             const float *mean, const float *rstd, size_t n,
+                                             size_t c) {
+    BT_ASSERT(dx && res);
+    layernorm_backward_base(dx, dw, db, dout, res, x, w, mean, rstd, n, c);
 }
 
 /* --- pointwise activations ------------------------------------------------------------------ */
@@ -1861,6 +1887,7 @@ void OPS_FILL(ops_kernels *t) {
     t->layernorm_forward = layernorm_forward_fast;
     t->layernorm_forward_bf16 = layernorm_forward_bf16_fast;
     t->layernorm_backward = layernorm_backward_fast;
+    t->layernorm_backward_residual = layernorm_backward_residual_fast;
     t->gelu_forward = gelu_forward_fast;
     t->gelu_backward = gelu_backward_fast;
     t->quick_gelu_forward = quick_gelu_forward_fast;

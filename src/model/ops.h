@@ -125,6 +125,14 @@ void layernorm_forward_bf16(bt_bf16 *out, float *mean, float *rstd, const float 
 void layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
                         const float *w, const float *mean, const float *rstd, size_t n,
                         size_t c, bt_dx_mode mode);
+/* The backward of a LayerNorm whose input also feeds a residual, x → out = x + f(LN(x))
+ * (a pre-LN block): dx (N, C) = res + LN'(dout), assigned, with res (N, C) the residual's
+ * gradient (the block's output gradient), read only; dw, db += ... as layernorm_backward.
+ * Bit for bit dx = res (a copy) followed by layernorm_backward(BT_DX_ADD), in one pass
+ * instead of two. dx may alias res. */
+void layernorm_backward_residual(float *dx, float *dw, float *db, const float *dout,
+                                 const float *res, const float *x, const float *w,
+                                 const float *mean, const float *rstd, size_t n, size_t c);
 
 /* --- pointwise activations (out may alias x) --------------------------------------------
  * gelu: exact erf GELU, 0.5 x (1 + erf(x/√2)) (text, cross layers, MLM transform).

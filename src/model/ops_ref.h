@@ -61,6 +61,10 @@ void layernorm_forward_ref_f64(double *out, double *mean, double *rstd, const do
 void layernorm_backward_ref_f64(double *dx, double *dw, double *db, const double *dout,
                                 const double *x, const double *w, const double *mean,
                                 const double *rstd, size_t n, size_t c, bt_dx_mode mode);
+void layernorm_backward_residual_ref_f64(double *dx, double *dw, double *db,
+                                         const double *dout, const double *res,
+                                         const double *x, const double *w, const double *mean,
+                                         const double *rstd, size_t n, size_t c);
 
 void gelu_forward_ref_f64(double *out, const double *x, size_t n);
 void gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size_t n,

@@ -46,6 +46,10 @@
       (float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,     \
        const float *mean, const float *rstd, size_t n, size_t c, bt_dx_mode mode),             \
       (dx, dw, db, dout, x, w, mean, rstd, n, c, mode))                                        \
+    X(void, layernorm_backward_residual,                                                       \
+      (float *dx, float *dw, float *db, const float *dout, const float *res, const float *x,   \
+       const float *w, const float *mean, const float *rstd, size_t n, size_t c),              \
+      (dx, dw, db, dout, res, x, w, mean, rstd, n, c))                                         \
     X(void, gelu_forward, (float *out, const float *x, size_t n), (out, x, n))                 \
     X(void, gelu_backward,                                                                     \
       (float *dx, const float *dout, const float *x, size_t n, bt_dx_mode mode),               \

@@ -121,16 +121,17 @@ static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
     const attention_dims ad = vit_attn_dims(m);
     /* (SET: the block's internal gradients are assigned by their first writer; dx, the
      * stream, accumulates: model.c "activation layout") */
-    /* out = x_mid + mlp_out: d x_mid = dout (ln_2's backward adds to it below) and
-     * d mlp_out = dout, which c_proj's backward reads where it lies. (A copy of it would
-     * carry the same bits: dout, an accumulated stream, holds no -0 for SET's 0 + v to
-     * change, model.c "activation layout"; the same for d attn_out = d x_mid below.) */
-    residual_backward(d->x_mid, NULL, dout, N * Hv, BT_DX_SET);
+    /* out = x_mid + mlp_out: d mlp_out = dout, which c_proj's backward reads where it lies,
+     * and d x_mid = dout + ln_2's backward, which writes both terms in one pass below. (A
+     * copy of dout would carry the same bits: dout, an accumulated stream, holds no -0 for
+     * SET's 0 + v to change, model.c "activation layout"; so d x_mid = dout + v is the old
+     * copy-then-add bit for bit; the same for d attn_out = d x_mid below.) */
     /* mlp_out = c_proj(f), f = QuickGELU(f_pre), f_pre = c_fc(y2), y2 = ln_2(x_mid) */
     lin_backward_act(m, d->f, dout, a->f, a->f_16, &p.proj, N, BT_DX_SET);
     act_lin_backward(m, d->y2, d->f_pre, d->f, a->f_pre, 1, a->y2, a->y2_16, &p.fc, N,
                      BT_DX_SET);
-    norm_backward(d->x_mid, d->y2, a->x_mid, a->mean2, a->rstd2, &p.ln2, N, BT_DX_ADD);
+    layernorm_backward_residual(d->x_mid, p.ln2.dw, p.ln2.db, d->y2, dout, a->x_mid, p.ln2.w,
+                                a->mean2, a->rstd2, N, p.ln2.c);
     /* x_mid = x + attn_out: dx += d x_mid, d attn_out = d x_mid (read in place);
      * attn_out = out_proj(ctx) */
     residual_backward(dx, NULL, d->x_mid, N * Hv, BT_DX_ADD);
