@@ -173,6 +173,66 @@ static void test_layernorm_residual(const float *x, const float *w, const float 
     free(res), free(dw0), free(db0);
 }
 
+/* layernorm_backward_dropout, dx = LN'(dout), ddrop = dropout'(dx) per block: for each
+ * kernel (fast, ref) byte for byte layernorm_backward(BT_DX_SET) then dropout_backward
+ * (BT_DX_SET) block by block (dx, ddrop pre-filled by a sentinel; dx, ddrop, dw, db), with
+ * one block of n rows and n blocks of one row (a block with p = 0 among them); and fast
+ * against ref with the tolerance of the header comment. */
+static void test_layernorm_dropout(const float *x, const float *w, const float *mean,
+                                   const float *rstd, const float *dout, size_t n, size_t c) {
+    typedef void (*ln_drop_fn)(float *, float *, float *, float *, const float *,
+                               const float *, const float *, const float *, const float *,
+                               size_t, size_t, const bt_dropout *, size_t);
+    typedef void (*ln_bwd_fn)(float *, float *, float *, const float *, const float *,
+                              const float *, const float *, const float *, size_t, size_t,
+                              bt_dx_mode);
+    typedef void (*drop_bwd_fn)(float *, const float *, size_t, const bt_dropout *,
+                                bt_dx_mode);
+    static const ln_drop_fn fused[2] = {layernorm_backward_dropout,
+                                        layernorm_backward_dropout_ref};
+    static const ln_bwd_fn plain[2] = {layernorm_backward, layernorm_backward_ref};
+    static const drop_bwd_fn drop[2] = {dropout_backward, dropout_backward_ref};
+    static const char *const who[2] = {"fast", "ref"};
+    const size_t block_rows[2] = {n, 1};
+    bt_dropout *drops = malloc(n * sizeof *drops);
+    BT_ASSERT(drops);
+    for (size_t b = 0; b < n; b++) drops[b] = (bt_dropout){b % 3 == 2 ? 0.0f : 0.3f, 1000 + b};
+    float *dw0 = rand_f(c, -1, 1), *db0 = rand_f(c, -1, 1);
+    char name[200];
+    for (int k = 0; k < 2; k++) {
+        const size_t br = block_rows[k], nb = n / br;
+        float *got[2][2];
+        for (int v = 0; v < 2; v++) {
+            float *dx = sentinel_f(n * c), *dd = sentinel_f(n * c);
+            float *dw = copy_f(dw0, c), *db = copy_f(db0, c);
+            fused[v](dx, dd, dw, db, dout, x, w, mean, rstd, n, c, drops, br);
+            float *ex = sentinel_f(n * c), *ed = sentinel_f(n * c);
+            float *ew = copy_f(dw0, c), *eb = copy_f(db0, c);
+            plain[v](ex, ew, eb, dout, x, w, mean, rstd, n, c, BT_DX_SET);
+            for (size_t b = 0; b < nb; b++)
+                drop[v](ed + b * br * c, ex + b * br * c, br * c, &drops[b], BT_DX_SET);
+            const float *const pairs[4][2] = {{dx, ex}, {dd, ed}, {dw, ew}, {db, eb}};
+            static const char *const what[4] = {"dx", "ddrop", "dw", "db"};
+            for (int q = 0; q < 4; q++) {
+                snprintf(name, sizeof name, "layernorm bwd dropout %s n=%zu c=%zu rows/block %zu "
+                         "%s: = LN SET + dropout SET, bitwise", what[q], n, c, br, who[v]);
+                tu_check_bytes_equal(name, pairs[q][0], pairs[q][1],
+                                     (q < 2 ? n * c : c) * sizeof(float));
+            }
+            got[v][0] = dx, got[v][1] = dd;
+            free(dw), free(db), free(ex), free(ed), free(ew), free(eb);
+        }
+        snprintf(name, sizeof name, "layernorm bwd dropout dx n=%zu c=%zu rows/block %zu", n, c,
+                 br);
+        close_f32(name, got[0][0], got[1][0], n * c, RTOL_F32);
+        snprintf(name, sizeof name, "layernorm bwd dropout ddrop n=%zu c=%zu rows/block %zu", n,
+                 c, br);
+        close_f32(name, got[0][1], got[1][1], n * c, RTOL_F32);
+        for (int v = 0; v < 2; v++) free(got[v][0]), free(got[v][1]);
+    }
+    free(drops), free(dw0), free(db0);
+}
+
 static void test_layernorm(size_t n, size_t c) {
     char name[128];
     float *x = rand_f(n * c, -3, 3), *w = rand_f(c, 0.5f, 1.5f), *b = rand_f(c, -1, 1);
@@ -213,6 +273,7 @@ static void test_layernorm(size_t n, size_t c) {
     dx_modes_check(name, &dm);
     free(dz);
     test_layernorm_residual(x, w, m2, r2, dout, n, c);
+    test_layernorm_dropout(x, w, m2, r2, dout, n, c);
 
     /* in place (out aliases x) */
     float *xi = copy_f(x, n * c);

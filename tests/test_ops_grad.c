@@ -198,6 +198,50 @@ static void test_layernorm_residual(ln_ctx *ln) {
     free(t.wr), free(dx), free(dw), free(db);
 }
 
+/* The post-LN sublayer's loss L = Σ wt·LN(res), res = dropout(z) + in, masked per row (block
+ * of one row, its own seed; p 0.5): layernorm_backward_dropout's dx is dL/d in, its ddrop
+ * dL/dz (both assigned, NaN-filled), dw, db as layernorm_backward. */
+typedef struct {
+    ln_ctx *ln;
+    double *z, *in;
+    bt_dropout *drops;
+} ln_drop_ctx;
+
+static double ln_drop_loss(void *p, double *mag) {
+    ln_drop_ctx *t = p;
+    const size_t c = t->ln->c;
+    for (size_t i = 0; i < t->ln->n; i++) {
+        dropout_forward_ref_f64(t->ln->x + i * c, t->z + i * c, c, &t->drops[i]);
+        for (size_t j = 0; j < c; j++) t->ln->x[i * c + j] += t->in[i * c + j];
+    }
+    return ln_loss(t->ln, mag);
+}
+
+static void test_layernorm_dropout(ln_ctx *ln) {
+    const size_t nc = ln->n * ln->c;
+    bt_dropout drops[3] = {{0.5f, 11}, {0.5f, 12}, {0.5f, 13}};
+    BT_ASSERT(ln->n == 3);
+    ln_drop_ctx t = {ln, rand_vec(nc, -2, 2), rand_vec(nc, -1, 1), drops};
+    double *x0 = vec(nc);
+    memcpy(x0, ln->x, nc * sizeof *x0);
+    ln_drop_loss(&t, NULL); /* res into ln->x; saves mean, rstd */
+    double *dx = nan_vec(nc), *dd = nan_vec(nc), *dw = vec(ln->c), *db = vec(ln->c);
+    prefill(dw, ln->c);
+    prefill(db, ln->c);
+    layernorm_backward_dropout_ref_f64(dx, dd, dw, db, ln->wt, ln->x, ln->w, ln->mean, ln->rstd,
+                                       ln->n, ln->c, drops, 1);
+    size_t dropped = 0;
+    for (size_t i = 0; i < nc; i++) dropped += dd[i] == 0.0;
+    tu_check(dropped > 0 && dropped < nc, "layernorm dropout: %zu of %zu elements dropped",
+             dropped, nc);
+    check_grad_set("layernorm dropout dx (d in)", dx, nc, t.in, ln_drop_loss, &t);
+    check_grad_set("layernorm dropout ddrop (d z)", dd, nc, t.z, ln_drop_loss, &t);
+    check_grad("layernorm dropout dw", dw, ln->c, ln->w, ln_drop_loss, &t, FD_H);
+    check_grad("layernorm dropout db", db, ln->c, ln->b, ln_drop_loss, &t, FD_H);
+    memcpy(ln->x, x0, nc * sizeof *x0);
+    free(t.z), free(t.in), free(x0), free(dx), free(dd), free(dw), free(db);
+}
+
 static void test_layernorm(void) {
     ln_ctx t = {.n = 3, .c = 7};
     t.x = rand_vec(t.n * t.c, -2, 2);
@@ -222,6 +266,7 @@ static void test_layernorm(void) {
     check_grad_set("layernorm dx", dxs, t.n * t.c, t.x, ln_loss, &t);
     free(dxs);
     test_layernorm_residual(&t);
+    test_layernorm_dropout(&t);
 
     /* forward property (independent of the backward): each output row, before w and b, has
      * mean 0 and biased variance var/(var+eps) */

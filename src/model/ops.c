@@ -695,13 +695,22 @@ static void layernorm_forward_bf16_fast(bt_bf16 *out, float *mean, float *rstd, 
     layernorm_rows(NULL, out, mean, rstd, x, w, b, n, c, eps);
 }
 
-/* Rows of one block: dx (if any) = base + v for each row (base NULL: assigned 0 + v; base
- * dx: accumulated; base may alias dx, each element read before it is written), and the
- * block's partial dw/db (assigned). */
+/* Where layernorm_backward_dropout's second output goes: ddrop (N, C), the rows' masks
+ * (drs[g / block_rows] for global row g, element index (g % block_rows) c + j). */
+typedef struct ln_drop_out {
+    float *ddrop;
+    const ops_drop *drs;
+    size_t block_rows;
+} ln_drop_out;
+
+/* Rows row0.. of one block: dx (if any) = base + v for each row (base NULL: assigned 0 + v;
+ * base dx: accumulated; base may alias dx, each element read before it is written), with
+ * dout (if any) ddrop = 0 + dx m (dropout_backward's SET) while the row is in cache, and the
+ * block's partial dw/db (assigned). dx, dout, x, base: this block's rows. */
 OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, const float *dout,
                                             const float *base, const float *x, const float *w,
                                             const float *mean, const float *rstd, size_t rows,
-                                            size_t c) {
+                                            size_t c, const ln_drop_out *dr, size_t row0) {
     for (size_t j = 0; j < c; j++) pdw[j] = pdb[j] = 0.0f;
     for (size_t i = 0; i < rows; i++) {
         const float *xi = x + i * c, *gi = dout + i * c;
@@ -746,6 +755,11 @@ OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, c
                 const float xhat = (xi[j] - m) * r;
                 dxi[j] = 0.0f + r * (gi[j] * w[j] - mg - xhat * mgx);
             }
+        if (dxi && dr) {
+            const size_t g = row0 + i;
+            dropout_span_acc(dr->ddrop + g * c, dxi, c, &dr->drs[g / dr->block_rows],
+                             (uint64_t)(g % dr->block_rows) * c, 0);
+        }
     }
 }
 
@@ -766,7 +780,8 @@ OPS_VEC static void layernorm_reduce_cols(float *dst, const float *part, size_t 
  *   db += Σ dout  (base as layernorm_backward_rows) */
 static void layernorm_backward_base(float *dx, float *dw, float *db, const float *dout,
                                     const float *base, const float *x, const float *w,
-                                    const float *mean, const float *rstd, size_t n, size_t c) {
+                                    const float *mean, const float *rstd, size_t n, size_t c,
+                                    const ln_drop_out *dr) {
     BT_ASSERT(dout && x && w && mean && rstd && c > 0);
     if (n == 0) return;
     const size_t nblk = (n + OPS_LN_ROWS - 1) / OPS_LN_ROWS;
@@ -777,7 +792,7 @@ static void layernorm_backward_base(float *dx, float *dw, float *db, const float
         layernorm_backward_rows(dx ? dx + i0 * c : NULL, part + blk * 2 * c,
                                 part + blk * 2 * c + c, dout + i0 * c,
                                 base ? base + i0 * c : NULL, x + i0 * c, w, mean + i0,
-                                rstd + i0, rows, c);
+                                rstd + i0, rows, c, dr, i0);
     }
     const size_t ncb = (c + OPS_COLS - 1) / OPS_COLS;
     OPS_OMP(omp parallel for schedule(static) if (nblk * c >= OPS_PAR_MIN))
@@ -793,7 +808,7 @@ static void layernorm_backward_fast(float *dx, float *dw, float *db, const float
                                     const float *x, const float *w, const float *mean,
                                     const float *rstd, size_t n, size_t c, bt_dx_mode mode) {
     layernorm_backward_base(dx, dw, db, dout, mode == BT_DX_ADD ? dx : NULL, x, w, mean, rstd,
-                            n, c);
+                            n, c, NULL);
 }
 
 /* dx = res + LN'(dout): the same bits as res copied into dx and then LN'(dout) added */
@@ -802,7 +817,24 @@ static void layernorm_backward_residual_fast(float *dx, float *dw, float *db, co
                                              const float *mean, const float *rstd, size_t n,
                                              size_t c) {
     BT_ASSERT(dx && res);
-    layernorm_backward_base(dx, dw, db, dout, res, x, w, mean, rstd, n, c);
+    layernorm_backward_base(dx, dw, db, dout, res, x, w, mean, rstd, n, c, NULL);
+}
+
+/* dx = LN'(dout) assigned, ddrop = dropout'(dx) per block: the same bits as
+ * layernorm_backward(BT_DX_SET) then dropout_backward(BT_DX_SET) per block (the same
+ * dropout_span_acc on the same values and indices), in one pass over the rows */
+static void layernorm_backward_dropout_fast(float *dx, float *ddrop, float *dw, float *db,
+                                            const float *dout, const float *x, const float *w,
+                                            const float *mean, const float *rstd, size_t n,
+                                            size_t c, const bt_dropout *drops,
+                                            size_t block_rows) {
+    BT_ASSERT(dx && ddrop && drops && block_rows > 0 && n % block_rows == 0);
+    const size_t nb = n / block_rows;
+    ops_drop *drs = bt_alloc((nb ? nb : 1) * sizeof *drs);
+    for (size_t b = 0; b < nb; b++) drs[b] = ops_drop_make(&drops[b]);
+    const ln_drop_out dr = {ddrop, drs, block_rows};
+    layernorm_backward_base(dx, dw, db, dout, NULL, x, w, mean, rstd, n, c, &dr);
+    bt_free(drs);
 }
 
 /* --- pointwise activations ------------------------------------------------------------------ */
@@ -1896,6 +1928,7 @@ void OPS_FILL(ops_kernels *t) {
     t->layernorm_forward_bf16 = layernorm_forward_bf16_fast;
     t->layernorm_backward = layernorm_backward_fast;
     t->layernorm_backward_residual = layernorm_backward_residual_fast;
+    t->layernorm_backward_dropout = layernorm_backward_dropout_fast;
     t->gelu_forward = gelu_forward_fast;
     t->gelu_backward = gelu_backward_fast;
     t->quick_gelu_forward = quick_gelu_forward_fast;

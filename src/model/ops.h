@@ -133,6 +133,18 @@ void layernorm_backward(float *dx, float *dw, float *db, const float *dout, cons
 void layernorm_backward_residual(float *dx, float *dw, float *db, const float *dout,
                                  const float *res, const float *x, const float *w,
                                  const float *mean, const float *rstd, size_t n, size_t c);
+/* The backward of a LayerNorm over a dropout's output plus a residual, out = LN(res),
+ * res = dropout(z) + in (a post-LN sublayer), with the row-keyed mask of its rows: n =
+ * blocks · block_rows rows, block b masked by drops[b] (n / block_rows entries), the element
+ * index within the block. In one pass:
+ *   dx (N, C)    = LN'(dout), assigned (layernorm_backward BT_DX_SET: d res);
+ *   ddrop (N, C) = dropout'(dx), assigned (dropout_backward BT_DX_SET per block: d z);
+ *   dw, db += ... as layernorm_backward.
+ * Bit for bit those two calls. dx and ddrop are not NULL and do not alias. */
+void layernorm_backward_dropout(float *dx, float *ddrop, float *dw, float *db,
+                                const float *dout, const float *x, const float *w,
+                                const float *mean, const float *rstd, size_t n, size_t c,
+                                const bt_dropout *drops, size_t block_rows);
 
 /* --- pointwise activations (out may alias x) --------------------------------------------
  * gelu: exact erf GELU, 0.5 x (1 + erf(x/√2)) (text, cross layers, MLM transform).

@@ -65,6 +65,10 @@ void layernorm_backward_residual_ref_f64(double *dx, double *dw, double *db,
                                          const double *dout, const double *res,
                                          const double *x, const double *w, const double *mean,
                                          const double *rstd, size_t n, size_t c);
+void layernorm_backward_dropout_ref_f64(double *dx, double *ddrop, double *dw, double *db,
+                                        const double *dout, const double *x, const double *w,
+                                        const double *mean, const double *rstd, size_t n,
+                                        size_t c, const bt_dropout *drops, size_t block_rows);
 
 void gelu_forward_ref_f64(double *out, const double *x, size_t n);
 void gelu_backward_ref_f64(double *dx, const double *dout, const double *x, size_t n,

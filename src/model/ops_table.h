@@ -50,6 +50,11 @@
       (float *dx, float *dw, float *db, const float *dout, const float *res, const float *x,   \
        const float *w, const float *mean, const float *rstd, size_t n, size_t c),              \
       (dx, dw, db, dout, res, x, w, mean, rstd, n, c))                                         \
+    X(void, layernorm_backward_dropout,                                                        \
+      (float *dx, float *ddrop, float *dw, float *db, const float *dout, const float *x,       \
+       const float *w, const float *mean, const float *rstd, size_t n, size_t c,               \
+       const bt_dropout *drops, size_t block_rows),                                            \
+      (dx, ddrop, dw, db, dout, x, w, mean, rstd, n, c, drops, block_rows))                    \
     X(void, gelu_forward, (float *out, const float *x, size_t n), (out, x, n))                 \
     X(void, gelu_backward,                                                                     \
       (float *dx, const float *dout, const float *x, size_t n, bt_dx_mode mode),               \

@@ -207,8 +207,10 @@ static inline void post_ln_forward(const bt_model *m, float *out, const float *i
  *   d res = LN'(dout)          into din itself when din is assigned (in_mode BT_DX_SET: a
  *                              layer internal, whose later writers add to it), else into
  *                              d->res, its own slot, and din += d res (the merging stream);
- *   d lin = dropout'(d res)    into d->lin when the site is active; with the site off it is
- *                              d res bit for bit, and W's backward reads d res where it lies;
+ *   d lin = dropout'(d res)    into d->lin when the site is active, written by LayerNorm's
+ *                              backward in the same pass (layernorm_backward_dropout); with
+ *                              the site off it is d res bit for bit, and W's backward reads
+ *                              d res where it lies;
  *   d x = d lin·W (assigned), dW, db += ...
  * The same bits as LN'(SET) into d res, residual_backward(SET) copying it into din and
  * dropout_backward(SET) copying it into d lin: a SET writes 0 + v, so d res holds no -0 and
@@ -222,14 +224,18 @@ static inline void post_ln_backward(const bt_model *m, float *din, bt_dx_mode in
     const size_t c = N->c, n = r->blocks * r->block_rows;
     float *dres = in_mode == BT_DX_SET ? din : d->res;
     BT_ASSERT(dres); /* a merging din needs d res's own slot (model.c layout) */
-    norm_backward(dres, dout, a->res, a->mean, a->rstd, N, n, BT_DX_SET);
-    if (in_mode != BT_DX_SET) residual_backward(din, NULL, dres, n * c, in_mode);
     const float *dlin = dres;
-    if (site->p > 0.0f) {
-        rows_dropout_backward(d->lin, dres, r->blocks, r->block_rows * c, site, r->keys,
-                              BT_DX_SET);
+    if (site->p > 0.0f) { /* d res and d lin in one pass (the rows' masks as rows_dropout_*) */
+        bt_dropout *drops = bt_alloc(r->blocks * sizeof *drops);
+        for (size_t b = 0; b < r->blocks; b++) drops[b] = row_dropout(site, r->keys[b]);
+        layernorm_backward_dropout(dres, d->lin, N->dw, N->db, dout, a->res, N->w, a->mean,
+                                   a->rstd, n, c, drops, r->block_rows);
+        bt_free(drops);
         dlin = d->lin;
+    } else {
+        norm_backward(dres, dout, a->res, a->mean, a->rstd, N, n, BT_DX_SET);
     }
+    if (in_mode != BT_DX_SET) residual_backward(din, NULL, dres, n * c, in_mode);
     lin_backward_act(m, d->x, dlin, a->x, a->x16, W, n, BT_DX_SET);
 }
 
