@@ -1071,6 +1071,36 @@ static ops_attn_mode ops_attention_resolve(void) {
     return gemm_get_backend() == GEMM_BACKEND_OPENBLAS ? OPS_ATTN_GEMM : OPS_ATTN_BLOCKS;
 }
 
+/* Operand slices the forward's value product reads and writes (rows x D floats at row
+ * stride ld: v_h and out_h), fetched into cache while the row pass computes: the product's
+ * loads and its stores into cold lines of out otherwise wait on memory, while the row pass
+ * is bound by arithmetic (exp, the dropout hash). Row i of a pass over n rows fetches rows
+ * [i step, (i + 1) step) of each slice, step = ceil(rows / n) (attention_ahead_begin). A
+ * hint only: no result depends on it. Measured (1 thread, B 8, T 325, no dropout or mask,
+ * min of 3): native bf16 forward 23.0 -> 21.5 ms per call, AVX2 fp32 42.1 -> 41.1; the same
+ * for the backward (its dv, dq, dk output rows, k_h and q_h during its row pass) gained
+ * nothing measurable, so it is not done. */
+typedef struct attention_ahead {
+    const float *x[2];
+    size_t ld[2], rows[2], step[2];
+    size_t D;
+} attention_ahead;
+
+OPS_INLINE void attention_ahead_begin(attention_ahead *a, size_t n) {
+    for (int k = 0; k < 2; k++) a->step[k] = (a->rows[k] + n - 1) / n;
+}
+
+OPS_INLINE void attention_ahead_row(const attention_ahead *a, size_t i) {
+    if (!a) return;
+    for (int k = 0; k < 2; k++) {
+        if (!a->x[k]) continue;
+        const size_t r0 = i * a->step[k], r1 = ops_min(r0 + a->step[k], a->rows[k]);
+        for (size_t t = r0; t < r1; t++)
+            for (size_t j = 0; j < a->D; j += 64 / sizeof(float))
+                __builtin_prefetch(a->x[k] + t * a->ld[k] + j, 0, 3);
+    }
+}
+
 /* The block's Tq score rows s in place: S += key_bias (if any), P = softmax(S); with p_save,
  * P is also copied there (the probs slice the backward reads, see attention_block_forward);
  * then P·V's operand: with dropout, pd = dropout(P) (fp32, Tq x Tk;
@@ -1083,9 +1113,11 @@ static ops_attn_mode ops_attention_resolve(void) {
  * of the uniform distribution torch gives. */
 OPS_VEC static void attention_rows_forward(float *s, float *p_save, float *pd, bt_bf16 *tile16,
                                            const float *key_bias, size_t tq, size_t tk,
-                                           const ops_drop *dr, uint64_t base) {
+                                           const ops_drop *dr, uint64_t base,
+                                           const attention_ahead *ahead) {
     const ops_drop r = *dr;
     for (size_t i = 0; i < tq; i++) {
+        attention_ahead_row(ahead, i);
         float *si = s + i * tk;
         if (key_bias)
             for (size_t j = 0; j < tk; j++) si[j] += key_bias[j];
@@ -1187,8 +1219,13 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
                       attention_operand_of(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D),
                       attention_operand_of(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D),
                       tile, Tk, (float)(1.0 / sqrt((double)D)), 0.0f, compute);
+    /* fetched during the row pass: v_h (P·V's operand, or on the native route the rows
+     * rounded into v16 after the pass) and the product's cold output rows */
+    attention_ahead ahead = {.x = {v + b * Tk * d->ldv + h * D, out + b * Tq * d->ldo + h * D},
+                             .ld = {d->ldv, d->ldo}, .rows = {Tk, Tq}, .D = D};
+    attention_ahead_begin(&ahead, Tq);
     attention_rows_forward(tile, probs + pbase, tile, tile16, key_bias ? key_bias + b * Tk : NULL,
-                           Tq, Tk, dr, pbase);
+                           Tq, Tk, dr, pbase, &ahead);
     /* out_h = dropout(P) v_h */
     const attention_operand pv = tile16 ? (attention_operand){BT_DTYPE_BF16, tile16, Tk}
                                         : (attention_operand){BT_DTYPE_F32, tile, Tk};
@@ -1272,7 +1309,7 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
         for (size_t h = 0; h < NH; h++)
             attention_rows_forward(pb + h * blk, NULL, tile ? tile + h * blk : NULL, NULL,
                                    key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr,
-                                   (b * NH + h) * blk);
+                                   (b * NH + h) * blk, NULL);
         gemm_args o = {
             .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
             .a_type = BT_DTYPE_F32, .a = tile ? tile : pb, .lda = Tk,
