@@ -85,6 +85,18 @@ static void k_layernorm(float *o, const float *in) {
     layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
     layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C, BT_DX_ADD);
 }
+/* the fused LayerNorm backwards: dx = res + LN'(dout); d res = LN'(dout) with d z its
+ * dropout backward, 7 blocks of 43 rows with their own masks */
+static void k_layernorm_fused(float *o, const float *in) {
+    const float *x = in, *w = x + NC, *b = w + C, *dout = b + C, *res = dout + NC;
+    float *y = o, *mean = y + NC, *rstd = mean + N, *dx = rstd + N, *dres = dx + NC;
+    float *dz = dres + NC, *dw = dz + NC, *db = dw + C;
+    bt_dropout drops[7];
+    for (int k = 0; k < 7; k++) drops[k] = (bt_dropout){0.1f, 4242u + (uint64_t)k};
+    layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
+    layernorm_backward_residual(dx, dw, db, dout, res, x, w, mean, rstd, N, C);
+    layernorm_backward_dropout(dres, dz, dw, db, dout, x, w, mean, rstd, N, C, drops, N / 7);
+}
 static void k_softmax(float *o, const float *in) {
     softmax_forward(o, in, N, C);
     softmax_backward(o + NC, in + NC, o, N, C);
@@ -161,6 +173,8 @@ static const kcase kcases[] = {
     {"dropout", 2 * NC, 2 * NC, 0, k_dropout},
     {"bf16 conversions", NC, (NC + 1) / 2 + NC, 0, k_bf16},
     {"linear (GEMM)", LN *C + LOC *C + LOC + LN *LOC, LN *LOC + LN *C + LOC *C + LOC, 1, k_linear},
+    {"layernorm residual / dropout backward", 3 * NC + 2 * C, 4 * NC + 2 * N + 2 * C, 0,
+     k_layernorm_fused},
 };
 
 static const size_t offsets[] = {0, 1, 3, 8, 13}; /* floats */
