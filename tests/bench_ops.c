@@ -96,6 +96,41 @@ MB_FN(run_ln_bwd,
       (m->ref ? layernorm_backward_ref : layernorm_backward)(m->dx, m->dw, m->db, m->dout, m->x,
                                                              m->w, m->mean, m->rstd, m->n, m->c,
                                                              BT_DX_ADD))
+/* the fused LayerNorm backwards (issue 9) and, for comparison, the two passes each
+ * replaces: dx = res (y) + LN'(dout) vs a copy then BT_DX_ADD; d res (dx) and its dropout
+ * backward (out), blocks of 325 rows (an image's), vs BT_DX_SET then dropout_backward. Each
+ * pair is counted with the traffic of the fused form (what the outputs need), so its GB/s
+ * compare as rates of the same work. */
+MB_FN(run_ln_bwd_res, (m->ref ? layernorm_backward_residual_ref : layernorm_backward_residual)(
+                          m->dx, m->dw, m->db, m->dout, m->y, m->x, m->w, m->mean, m->rstd, m->n,
+                          m->c))
+MB_FN(run_ln_bwd_copy_add, {
+    (m->ref ? residual_backward_ref : residual_backward)(m->dx, NULL, m->y, m->n * m->c,
+                                                         BT_DX_SET);
+    (m->ref ? layernorm_backward_ref : layernorm_backward)(m->dx, m->dw, m->db, m->dout, m->x,
+                                                           m->w, m->mean, m->rstd, m->n, m->c,
+                                                           BT_DX_ADD);
+})
+static void mb_drops(bt_dropout *d, size_t nb) {
+    for (size_t b = 0; b < nb; b++) d[b] = (bt_dropout){.p = 0.1f, .seed = 7 + b};
+}
+MB_FN(run_ln_bwd_drop, {
+    bt_dropout d[8];
+    mb_drops(d, m->n / 325);
+    (m->ref ? layernorm_backward_dropout_ref : layernorm_backward_dropout)(
+        m->dx, m->out, m->dw, m->db, m->dout, m->x, m->w, m->mean, m->rstd, m->n, m->c, d, 325);
+})
+MB_FN(run_ln_bwd_then_drop, {
+    bt_dropout d[8];
+    mb_drops(d, m->n / 325);
+    (m->ref ? layernorm_backward_ref : layernorm_backward)(m->dx, m->dw, m->db, m->dout, m->x,
+                                                           m->w, m->mean, m->rstd, m->n, m->c,
+                                                           BT_DX_SET);
+    for (size_t b = 0; b < m->n / 325; b++)
+        (m->ref ? dropout_backward_ref : dropout_backward)(m->out + b * 325 * m->c,
+                                                           m->dx + b * 325 * m->c, 325 * m->c,
+                                                           &d[b], BT_DX_SET);
+})
 MB_FN(run_gelu_fwd, (m->ref ? gelu_forward_ref : gelu_forward)(m->out, m->x, m->n * m->c))
 MB_FN(run_gelu_bwd, (m->ref ? gelu_backward_ref : gelu_backward)(m->dx, m->dout, m->x,
                                                                    m->n * m->c, BT_DX_ADD))
@@ -154,6 +189,12 @@ static void bench_memory_bound(int quick) {
         {"layernorm fwd", "ffn 2600x3072", FFN, 3072, run_ln_fwd, 8, 8, 8},
         {"layernorm bwd", "image 650x768", IMG, 768, run_ln_bwd, 16, 8, 20},
         {"layernorm bwd", "ffn 2600x3072", FFN, 3072, run_ln_bwd, 16, 8, 20},
+        {"layernorm bwd, residual in", "image 2600x768", FFN, 768, run_ln_bwd_res, 16, 8, 20},
+        {"residual copy + layernorm bwd", "image 2600x768", FFN, 768, run_ln_bwd_copy_add, 16, 8,
+         20},
+        {"layernorm bwd + dropout bwd", "image 2600x768", FFN, 768, run_ln_bwd_drop, 16, 8, 20},
+        {"layernorm bwd, then dropout bwd", "image 2600x768", FFN, 768, run_ln_bwd_then_drop, 16,
+         8, 20},
         {"gelu fwd", "ffn 2600x3072", FFN, 3072, run_gelu_fwd, 8, 0, 0},
         {"gelu bwd", "ffn 2600x3072", FFN, 3072, run_gelu_bwd, 16, 0, 0},
         {"gelu fwd", "text 80x3072", TEXT, 3072, run_gelu_fwd, 8, 0, 0},
