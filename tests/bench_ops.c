@@ -103,7 +103,7 @@ MB_FN(run_ln_bwd,
  * compare as rates of the same work. */
 MB_FN(run_ln_bwd_res, (m->ref ? layernorm_backward_residual_ref : layernorm_backward_residual)(
                           m->dx, m->dw, m->db, m->dout, m->y, m->x, m->w, m->mean, m->rstd, m->n,
-                          m->c))
+                          m->c, BT_DX_SET))
 MB_FN(run_ln_bwd_copy_add, {
     (m->ref ? residual_backward_ref : residual_backward)(m->dx, NULL, m->y, m->n * m->c,
                                                          BT_DX_SET);

@@ -94,7 +94,8 @@ static void k_layernorm_fused(float *o, const float *in) {
     bt_dropout drops[7];
     for (int k = 0; k < 7; k++) drops[k] = (bt_dropout){0.1f, 4242u + (uint64_t)k};
     layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
-    layernorm_backward_residual(dx, dw, db, dout, res, x, w, mean, rstd, N, C);
+    layernorm_backward_residual(dx, dw, db, dout, res, x, w, mean, rstd, N, C, BT_DX_SET);
+    layernorm_backward_residual(dx, dw, db, dout, res, x, w, mean, rstd, N, C, BT_DX_ADD);
     layernorm_backward_dropout(dres, dz, dw, db, dout, x, w, mean, rstd, N, C, drops, N / 7);
 }
 static void k_softmax(float *o, const float *in) {

@@ -120,57 +120,72 @@ static const size_t COLS[] = {1, 7, 33, 257, 768};
 
 /* --- layernorm ------------------------------------------------------------------------------ */
 
-/* layernorm_backward_residual, dx = res + LN'(dout): for each kernel (fast, ref) byte for
- * byte res copied into dx then layernorm_backward(BT_DX_ADD) (dx, dw, db; res with signed
- * zeros at its start, dx pre-filled by a sentinel), also with dx aliasing res; and fast
- * against ref with the tolerance of the header comment. */
+/* layernorm_backward_residual, dx = res + LN'(dout) (BT_DX_SET) or (dx + res) + LN'(dout)
+ * (BT_DX_ADD): for each kernel (fast, ref) byte for byte the two passes it replaces, res
+ * copied into dx (SET; dx pre-filled by a sentinel) or added by residual_backward (ADD; dx
+ * random with -0 at its start), then layernorm_backward(BT_DX_ADD) (dx, dw, db; res with
+ * signed zeros at its start), SET also with dx aliasing res; and fast against ref with the
+ * tolerance of the header comment. */
 static void test_layernorm_residual(const float *x, const float *w, const float *mean,
                                     const float *rstd, const float *dout, size_t n, size_t c) {
     typedef void (*ln_res_fn)(float *, float *, float *, const float *, const float *,
                               const float *, const float *, const float *, const float *,
-                              size_t, size_t);
+                              size_t, size_t, bt_dx_mode);
     typedef void (*ln_bwd_fn)(float *, float *, float *, const float *, const float *,
                               const float *, const float *, const float *, size_t, size_t,
                               bt_dx_mode);
+    typedef void (*res_bwd_fn)(float *, float *, const float *, size_t, bt_dx_mode);
     static const ln_res_fn fused[2] = {layernorm_backward_residual,
                                        layernorm_backward_residual_ref};
     static const ln_bwd_fn plain[2] = {layernorm_backward, layernorm_backward_ref};
+    static const res_bwd_fn resid[2] = {residual_backward, residual_backward_ref};
     static const char *const who[2] = {"fast", "ref"};
-    char name[160];
+    static const char *const mname[2] = {"SET: dx = copy + ADD", "ADD: dx += res, += LN"};
+    char name[200];
     float *res = signed_zeros(dout, n * c);
     for (size_t i = 2; i < n * c; i++) res[i] = 0.5f * res[i] - 0.25f; /* not dout itself */
-    float *dw0 = rand_f(c, -1, 1), *db0 = rand_f(c, -1, 1), *dxs[2], *dws[2], *dbs[2];
-    for (int v = 0; v < 2; v++) {
-        float *dx = sentinel_f(n * c), *dw = copy_f(dw0, c), *db = copy_f(db0, c);
-        fused[v](dx, dw, db, dout, res, x, w, mean, rstd, n, c);
-        float *ex = copy_f(res, n * c), *ew = copy_f(dw0, c), *eb = copy_f(db0, c);
-        plain[v](ex, ew, eb, dout, x, w, mean, rstd, n, c, BT_DX_ADD);
-        snprintf(name, sizeof name, "layernorm bwd residual n=%zu c=%zu %s: dx = copy + ADD, "
-                 "bitwise", n, c, who[v]);
-        tu_check_bytes_equal(name, dx, ex, n * c * sizeof(float));
-        snprintf(name, sizeof name, "layernorm bwd residual n=%zu c=%zu %s: dw, bitwise", n, c,
-                 who[v]);
-        tu_check_bytes_equal(name, dw, ew, c * sizeof(float));
-        snprintf(name, sizeof name, "layernorm bwd residual n=%zu c=%zu %s: db, bitwise", n, c,
-                 who[v]);
-        tu_check_bytes_equal(name, db, eb, c * sizeof(float));
-        /* dx aliasing res */
-        float *in = copy_f(res, n * c);
-        fused[v](in, NULL, NULL, dout, in, x, w, mean, rstd, n, c);
-        snprintf(name, sizeof name, "layernorm bwd residual n=%zu c=%zu %s: dx = res in place, "
-                 "bitwise", n, c, who[v]);
-        tu_check_bytes_equal(name, in, ex, n * c * sizeof(float));
-        dxs[v] = dx, dws[v] = dw, dbs[v] = db;
-        free(ex), free(ew), free(eb), free(in);
+    float *dx0 = rand_f(n * c, -1, 1);
+    dx0[0] = -0.0f;
+    float *dw0 = rand_f(c, -1, 1), *db0 = rand_f(c, -1, 1);
+    for (int mo = 0; mo < 2; mo++) {
+        const bt_dx_mode md = mo ? BT_DX_ADD : BT_DX_SET;
+        float *dxs[2], *dws[2], *dbs[2];
+        for (int v = 0; v < 2; v++) {
+            float *dx = md == BT_DX_SET ? sentinel_f(n * c) : copy_f(dx0, n * c);
+            float *dw = copy_f(dw0, c), *db = copy_f(db0, c);
+            fused[v](dx, dw, db, dout, res, x, w, mean, rstd, n, c, md);
+            float *ex = copy_f(md == BT_DX_SET ? res : dx0, n * c);
+            float *ew = copy_f(dw0, c), *eb = copy_f(db0, c);
+            if (md == BT_DX_ADD) resid[v](ex, NULL, res, n * c, BT_DX_ADD);
+            plain[v](ex, ew, eb, dout, x, w, mean, rstd, n, c, BT_DX_ADD);
+            const float *const pairs[3][2] = {{dx, ex}, {dw, ew}, {db, eb}};
+            static const char *const what[3] = {"dx", "dw", "db"};
+            for (int q = 0; q < 3; q++) {
+                snprintf(name, sizeof name, "layernorm bwd residual %s n=%zu c=%zu %s %s, bitwise",
+                         what[q], n, c, who[v], mname[mo]);
+                tu_check_bytes_equal(name, pairs[q][0], pairs[q][1],
+                                     (q ? c : n * c) * sizeof(float));
+            }
+            if (md == BT_DX_SET) { /* dx aliasing res */
+                float *in = copy_f(res, n * c);
+                fused[v](in, NULL, NULL, dout, in, x, w, mean, rstd, n, c, md);
+                snprintf(name, sizeof name, "layernorm bwd residual n=%zu c=%zu %s: dx = res in "
+                         "place, bitwise", n, c, who[v]);
+                tu_check_bytes_equal(name, in, ex, n * c * sizeof(float));
+                free(in);
+            }
+            dxs[v] = dx, dws[v] = dw, dbs[v] = db;
+            free(ex), free(ew), free(eb);
+        }
+        snprintf(name, sizeof name, "layernorm bwd residual dx n=%zu c=%zu %s", n, c, mname[mo]);
+        close_f32(name, dxs[0], dxs[1], n * c, RTOL_F32);
+        snprintf(name, sizeof name, "layernorm bwd residual dw n=%zu c=%zu %s", n, c, mname[mo]);
+        close_f32(name, dws[0], dws[1], c, RTOL_F32);
+        snprintf(name, sizeof name, "layernorm bwd residual db n=%zu c=%zu %s", n, c, mname[mo]);
+        close_f32(name, dbs[0], dbs[1], c, RTOL_F32);
+        for (int v = 0; v < 2; v++) free(dxs[v]), free(dws[v]), free(dbs[v]);
     }
-    snprintf(name, sizeof name, "layernorm bwd residual dx n=%zu c=%zu", n, c);
-    close_f32(name, dxs[0], dxs[1], n * c, RTOL_F32);
-    snprintf(name, sizeof name, "layernorm bwd residual dw n=%zu c=%zu", n, c);
-    close_f32(name, dws[0], dws[1], c, RTOL_F32);
-    snprintf(name, sizeof name, "layernorm bwd residual db n=%zu c=%zu", n, c);
-    close_f32(name, dbs[0], dbs[1], c, RTOL_F32);
-    for (int v = 0; v < 2; v++) free(dxs[v]), free(dws[v]), free(dbs[v]);
-    free(res), free(dw0), free(db0);
+    free(res), free(dx0), free(dw0), free(db0);
 }
 
 /* layernorm_backward_dropout, dx = LN'(dout), ddrop = dropout'(dx) per block: for each

@@ -167,8 +167,9 @@ static double ln_loss(void *p, double *mag) {
 }
 
 /* The pre-LN block's loss L = Σ wt·LN(x) + Σ wr·x (x also feeds the residual, whose
- * gradient is wr): layernorm_backward_residual with res = wr is dL/dx, assigned (NaN-filled
- * dx); dw, db as layernorm_backward (the residual term has no weights). */
+ * gradient is wr): layernorm_backward_residual with res = wr is dL/dx, assigned (BT_DX_SET,
+ * NaN-filled dx) or added to dx (BT_DX_ADD, pre-filled dx); dw, db as layernorm_backward
+ * (the residual term has no weights). */
 typedef struct {
     ln_ctx *ln;
     double *wr;
@@ -191,11 +192,16 @@ static void test_layernorm_residual(ln_ctx *ln) {
     prefill(dw, ln->c);
     prefill(db, ln->c);
     layernorm_backward_residual_ref_f64(dx, dw, db, ln->wt, t.wr, ln->x, ln->w, ln->mean,
-                                        ln->rstd, ln->n, ln->c);
+                                        ln->rstd, ln->n, ln->c, BT_DX_SET);
     check_grad_set("layernorm residual dx", dx, nc, ln->x, ln_res_loss, &t);
     check_grad("layernorm residual dw", dw, ln->c, ln->w, ln_res_loss, &t, FD_H);
     check_grad("layernorm residual db", db, ln->c, ln->b, ln_res_loss, &t, FD_H);
-    free(t.wr), free(dx), free(dw), free(db);
+    double *dxa = vec(nc);
+    prefill(dxa, nc);
+    layernorm_backward_residual_ref_f64(dxa, NULL, NULL, ln->wt, t.wr, ln->x, ln->w, ln->mean,
+                                        ln->rstd, ln->n, ln->c, BT_DX_ADD);
+    check_grad("layernorm residual dx (BT_DX_ADD)", dxa, nc, ln->x, ln_res_loss, &t, FD_H);
+    free(t.wr), free(dx), free(dxa), free(dw), free(db);
 }
 
 /* The post-LN sublayer's loss L = Σ wt·LN(res), res = dropout(z) + in, masked per row (block

@@ -703,14 +703,17 @@ typedef struct ln_drop_out {
     size_t block_rows;
 } ln_drop_out;
 
-/* Rows row0.. of one block: dx (if any) = base + v for each row (base NULL: assigned 0 + v;
- * base dx: accumulated; base may alias dx, each element read before it is written), with
- * dout (if any) ddrop = 0 + dx m (dropout_backward's SET) while the row is in cache, and the
- * block's partial dw/db (assigned). dx, dout, x, base: this block's rows. */
+/* Rows row0.. of one block: dx (if any) for each row, v its LayerNorm gradient:
+ *   dx += v (add), dx = 0 + v (assigned), and with a residual gradient res:
+ *   dx = (dx + res) + v (add: residual_backward's sum, then LayerNorm's), dx = res + v;
+ * res may alias dx (each element read before it is written); with dr, ddrop = 0 + dx m
+ * (dropout_backward's SET) while the row is in cache; and the block's partial dw/db
+ * (assigned). dx, dout, x, res: this block's rows. */
 OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, const float *dout,
-                                            const float *base, const float *x, const float *w,
-                                            const float *mean, const float *rstd, size_t rows,
-                                            size_t c, const ln_drop_out *dr, size_t row0) {
+                                            int add, const float *res, const float *x,
+                                            const float *w, const float *mean, const float *rstd,
+                                            size_t rows, size_t c, const ln_drop_out *dr,
+                                            size_t row0) {
     for (size_t j = 0; j < c; j++) pdw[j] = pdb[j] = 0.0f;
     for (size_t i = 0; i < rows; i++) {
         const float *xi = x + i * c, *gi = dout + i * c;
@@ -734,21 +737,26 @@ OPS_VEC static void layernorm_backward_rows(float *dx, float *pdw, float *pdb, c
         }
         const float mg = ops_fold(a1, t1) / (float)c, mgx = ops_fold(a2, t2) / (float)c;
         float *dxi = dx ? dx + i * c : NULL;
-        const float *bi = base ? base + i * c : NULL;
+        const float *ri = res ? res + i * c : NULL;
         for (j = 0; j < c; j++) {
             const float xhat = (xi[j] - m) * r;
             pdw[j] += gi[j] * xhat;
             pdb[j] += gi[j];
         }
-        if (dxi && bi == dxi) /* its own loop: no alias check that would keep it scalar */
+        if (dxi && add && !ri)
             for (j = 0; j < c; j++) {
                 const float xhat = (xi[j] - m) * r;
                 dxi[j] += r * (gi[j] * w[j] - mg - xhat * mgx);
             }
-        else if (dxi && bi)
+        else if (dxi && add)
+            for (j = 0; j < c; j++) {
+                const float xhat = (xi[j] - m) * r, s = dxi[j] + ri[j];
+                dxi[j] = s + r * (gi[j] * w[j] - mg - xhat * mgx);
+            }
+        else if (dxi && ri)
             for (j = 0; j < c; j++) {
                 const float xhat = (xi[j] - m) * r;
-                dxi[j] = bi[j] + r * (gi[j] * w[j] - mg - xhat * mgx);
+                dxi[j] = ri[j] + r * (gi[j] * w[j] - mg - xhat * mgx);
             }
         else if (dxi)
             for (j = 0; j < c; j++) {
@@ -776,10 +784,10 @@ OPS_VEC static void layernorm_reduce_cols(float *dst, const float *part, size_t 
 }
 
 /* forward: out = xhat*w + b, xhat = (x - mean)*rstd. With g = dout*w:
- *   dx = base + rstd (g - mean_j g - xhat mean_j(g xhat));  dw += Σ_rows dout*xhat;
- *   db += Σ dout  (base as layernorm_backward_rows) */
-static void layernorm_backward_base(float *dx, float *dw, float *db, const float *dout,
-                                    const float *base, const float *x, const float *w,
+ *   dx (+)= [res +] rstd (g - mean_j g - xhat mean_j(g xhat));  dw += Σ_rows dout*xhat;
+ *   db += Σ dout  (add, res, dr as layernorm_backward_rows) */
+static void layernorm_backward_base(float *dx, float *dw, float *db, const float *dout, int add,
+                                    const float *res, const float *x, const float *w,
                                     const float *mean, const float *rstd, size_t n, size_t c,
                                     const ln_drop_out *dr) {
     BT_ASSERT(dout && x && w && mean && rstd && c > 0);
@@ -790,9 +798,9 @@ static void layernorm_backward_base(float *dx, float *dw, float *db, const float
     for (size_t blk = 0; blk < nblk; blk++) {
         const size_t i0 = blk * OPS_LN_ROWS, rows = ops_min(OPS_LN_ROWS, n - i0);
         layernorm_backward_rows(dx ? dx + i0 * c : NULL, part + blk * 2 * c,
-                                part + blk * 2 * c + c, dout + i0 * c,
-                                base ? base + i0 * c : NULL, x + i0 * c, w, mean + i0,
-                                rstd + i0, rows, c, dr, i0);
+                                part + blk * 2 * c + c, dout + i0 * c, add,
+                                res ? res + i0 * c : NULL, x + i0 * c, w, mean + i0, rstd + i0,
+                                rows, c, dr, i0);
     }
     const size_t ncb = (c + OPS_COLS - 1) / OPS_COLS;
     OPS_OMP(omp parallel for schedule(static) if (nblk * c >= OPS_PAR_MIN))
@@ -807,17 +815,19 @@ static void layernorm_backward_base(float *dx, float *dw, float *db, const float
 static void layernorm_backward_fast(float *dx, float *dw, float *db, const float *dout,
                                     const float *x, const float *w, const float *mean,
                                     const float *rstd, size_t n, size_t c, bt_dx_mode mode) {
-    layernorm_backward_base(dx, dw, db, dout, mode == BT_DX_ADD ? dx : NULL, x, w, mean, rstd,
-                            n, c, NULL);
+    layernorm_backward_base(dx, dw, db, dout, mode == BT_DX_ADD, NULL, x, w, mean, rstd, n, c,
+                            NULL);
 }
 
-/* dx = res + LN'(dout): the same bits as res copied into dx and then LN'(dout) added */
+/* dx = res + LN'(dout) (SET) or (dx + res) + LN'(dout) (ADD): the same bits as res copied
+ * into (SET) or added to (ADD) dx and then LN'(dout) added, the same float sums in order */
 static void layernorm_backward_residual_fast(float *dx, float *dw, float *db, const float *dout,
                                              const float *res, const float *x, const float *w,
                                              const float *mean, const float *rstd, size_t n,
-                                             size_t c) {
+                                             size_t c, bt_dx_mode mode) {
     BT_ASSERT(dx && res);
-    layernorm_backward_base(dx, dw, db, dout, res, x, w, mean, rstd, n, c, NULL);
+    layernorm_backward_base(dx, dw, db, dout, mode == BT_DX_ADD, res, x, w, mean, rstd, n, c,
+                            NULL);
 }
 
 /* dx = LN'(dout) assigned, ddrop = dropout'(dx) per block: the same bits as
@@ -833,7 +843,7 @@ static void layernorm_backward_dropout_fast(float *dx, float *ddrop, float *dw, 
     ops_drop *drs = bt_alloc((nb ? nb : 1) * sizeof *drs);
     for (size_t b = 0; b < nb; b++) drs[b] = ops_drop_make(&drops[b]);
     const ln_drop_out dr = {ddrop, drs, block_rows};
-    layernorm_backward_base(dx, dw, db, dout, NULL, x, w, mean, rstd, n, c, &dr);
+    layernorm_backward_base(dx, dw, db, dout, 0, NULL, x, w, mean, rstd, n, c, &dr);
     bt_free(drs);
 }
 

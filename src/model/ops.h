@@ -126,13 +126,16 @@ void layernorm_backward(float *dx, float *dw, float *db, const float *dout, cons
                         const float *w, const float *mean, const float *rstd, size_t n,
                         size_t c, bt_dx_mode mode);
 /* The backward of a LayerNorm whose input also feeds a residual, x → out = x + f(LN(x))
- * (a pre-LN block): dx (N, C) = res + LN'(dout), assigned, with res (N, C) the residual's
- * gradient (the block's output gradient), read only; dw, db += ... as layernorm_backward.
- * Bit for bit dx = res (a copy) followed by layernorm_backward(BT_DX_ADD), in one pass
- * instead of two. dx may alias res. */
+ * (a pre-LN block), with res (N, C) the residual's gradient (read only):
+ *   BT_DX_SET: dx (N, C) = res + LN'(dout)  (dx not read; bit for bit a copy of res into dx
+ *              followed by layernorm_backward(BT_DX_ADD));
+ *   BT_DX_ADD: dx = (dx + res) + LN'(dout)  (bit for bit residual_backward(dx += res) then
+ *              layernorm_backward(BT_DX_ADD));
+ * dw, db += ... as layernorm_backward. One pass instead of two. dx may alias res. */
 void layernorm_backward_residual(float *dx, float *dw, float *db, const float *dout,
                                  const float *res, const float *x, const float *w,
-                                 const float *mean, const float *rstd, size_t n, size_t c);
+                                 const float *mean, const float *rstd, size_t n, size_t c,
+                                 bt_dx_mode mode);
 /* The backward of a LayerNorm over a dropout's output plus a residual, out = LN(res),
  * res = dropout(z) + in (a post-LN sublayer), with the row-keyed mask of its rows: n =
  * blocks · block_rows rows, block b masked by drops[b] (n / block_rows entries), the element

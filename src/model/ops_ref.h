@@ -64,7 +64,8 @@ void layernorm_backward_ref_f64(double *dx, double *dw, double *db, const double
 void layernorm_backward_residual_ref_f64(double *dx, double *dw, double *db,
                                          const double *dout, const double *res,
                                          const double *x, const double *w, const double *mean,
-                                         const double *rstd, size_t n, size_t c);
+                                         const double *rstd, size_t n, size_t c,
+                                         bt_dx_mode mode);
 void layernorm_backward_dropout_ref_f64(double *dx, double *ddrop, double *dw, double *db,
                                         const double *dout, const double *x, const double *w,
                                         const double *mean, const double *rstd, size_t n,

@@ -48,8 +48,9 @@
       (dx, dw, db, dout, x, w, mean, rstd, n, c, mode))                                        \
     X(void, layernorm_backward_residual,                                                       \
       (float *dx, float *dw, float *db, const float *dout, const float *res, const float *x,   \
-       const float *w, const float *mean, const float *rstd, size_t n, size_t c),              \
-      (dx, dw, db, dout, res, x, w, mean, rstd, n, c))                                         \
+       const float *w, const float *mean, const float *rstd, size_t n, size_t c,               \
+       bt_dx_mode mode),                                                                       \
+      (dx, dw, db, dout, res, x, w, mean, rstd, n, c, mode))                                   \
     X(void, layernorm_backward_dropout,                                                        \
       (float *dx, float *ddrop, float *dw, float *db, const float *dout, const float *x,       \
        const float *w, const float *mean, const float *rstd, size_t n, size_t c,               \

@@ -131,16 +131,18 @@ static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
     act_lin_backward(m, d->y2, d->f_pre, d->f, a->f_pre, 1, a->y2, a->y2_16, &p.fc, N,
                      BT_DX_SET);
     layernorm_backward_residual(d->x_mid, p.ln2.dw, p.ln2.db, d->y2, dout, a->x_mid, p.ln2.w,
-                                a->mean2, a->rstd2, N, p.ln2.c);
-    /* x_mid = x + attn_out: dx += d x_mid, d attn_out = d x_mid (read in place);
-     * attn_out = out_proj(ctx) */
-    residual_backward(dx, NULL, d->x_mid, N * Hv, BT_DX_ADD);
+                                a->mean2, a->rstd2, N, p.ln2.c, BT_DX_SET);
+    /* x_mid = x + attn_out: dx += d x_mid (below, in ln_1's backward pass), d attn_out =
+     * d x_mid (read in place); attn_out = out_proj(ctx) */
     lin_backward_act(m, d->ctx, d->x_mid, a->ctx, a->ctx_16, &p.out, N, BT_DX_SET);
     /* ctx = attention(Q, K, V), [Q|K|V] = in_proj(y1), y1 = ln_1(x) */
     attention_backward(d->qkv, d->qkv + Hv, d->qkv + 2 * Hv, d->ctx, a->probs, a->qkv,
                        a->qkv + Hv, a->qkv + 2 * Hv, &ad, NULL, model_compute(m), BT_DX_SET);
     lin_backward_act(m, d->y1, d->qkv, a->y1, a->y1_16, &p.in, N, BT_DX_SET);
-    norm_backward(dx, d->y1, x, a->mean1, a->rstd1, &p.ln1, N, BT_DX_ADD);
+    /* dx += d x_mid (the residual), then += ln_1's backward: one pass, the same two sums in
+     * that order (layernorm_backward_residual BT_DX_ADD) */
+    layernorm_backward_residual(dx, p.ln1.dw, p.ln1.db, d->y1, d->x_mid, x, p.ln1.w, a->mean1,
+                                a->rstd1, N, p.ln1.c, BT_DX_ADD);
 }
 
 void vit_forward(bt_model *m, const float *pixel_values) {
