@@ -1154,8 +1154,17 @@ OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step
                                             bt_bf16 *ds16, const float *p, size_t tq, size_t tk,
                                             const ops_drop *dr, uint64_t base) {
     const ops_drop r = *dr;
+    /* P is the saved probs slice, cold since the forward: its row OPS_ATTN_P_AHEAD rows on is
+     * fetched while this one is worked (the pages of a row pass change every ~3 rows, where
+     * the hardware's stream prefetch starts over). Measured (1 thread, B 8, T 325, no dropout,
+     * min of 4): fp32 backward 60.5 -> 58.9 ms per call under the AVX2 caps, 40.9 -> 39.7 under
+     * AVX512-BF16 without AMX; native bf16 within noise. A hint: no result depends on it. */
+    enum { OPS_ATTN_P_AHEAD = 6 };
     for (size_t i = 0; i < tq; i++) {
         const float *pi = p + i * tk;
+        if (i + OPS_ATTN_P_AHEAD < tq)
+            for (size_t j = 0; j < tk; j += 64 / sizeof(float))
+                __builtin_prefetch(pi + OPS_ATTN_P_AHEAD * tk + j, 0, 3);
         float *pdi = r.on && pd ? pd + i * pd_step : NULL, *dsi = ds ? ds + i * tk : NULL;
         if (pdi && dsi) dropout_span_pair(pdi, pi, dsi, dsi, tk, &r, base + i * tk);
         else if (pdi) dropout_span(pdi, pi, tk, &r, base + i * tk);
