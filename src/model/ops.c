@@ -26,8 +26,8 @@
  *
  * Attention runs per (batch, head) block: the block's scores q kᵀ/√D come from one gemm()
  * into a per-thread Tq x Tk tile that stays in cache (the probs slice itself is cold memory),
- * the rows get + key_bias, are softmaxed in place and copied to the block's slice of probs,
- * dropout is applied in place, and a second gemm() forms the value product from the tile. On
+ * the rows get + key_bias, are softmaxed in place (dropout into a second tile), P is streamed
+ * to the block's slice of probs, and a second gemm() forms the value product from the tile. On
  * the native bf16 route this file hands the products bf16 operands, each rounded once per
  * block (dout_h and dS each feed two products) to the bytes and dense layout gemm's own
  * packing would make, so the results are the same bits; P's bf16 copy is written by the row
@@ -1081,6 +1081,9 @@ static ops_attn_mode ops_attention_resolve(void) {
     return gemm_get_backend() == GEMM_BACKEND_OPENBLAS ? OPS_ATTN_GEMM : OPS_ATTN_BLOCKS;
 }
 
+/* streaming stores ("streaming stores" below) */
+static void ops_stream(void *dst, const void *src, size_t bytes);
+static void ops_stream_fence(void);
 /* Operand slices the forward's value product reads and writes (rows x D floats at row
  * stride ld: v_h and out_h), fetched into cache while the row pass computes: the product's
  * loads and its stores into cold lines of out otherwise wait on memory, while the row pass
@@ -1111,17 +1114,16 @@ OPS_INLINE void attention_ahead_row(const attention_ahead *a, size_t i) {
     }
 }
 
-/* The block's Tq score rows s in place: S += key_bias (if any), P = softmax(S); with p_save,
- * P is also copied there (the probs slice the backward reads, see attention_block_forward);
- * then P·V's operand: with dropout, pd = dropout(P) (fp32, Tq x Tk;
- * pd may be s itself once P is saved); with tile16 (the native bf16 route), tile16 (Tq x Tk)
+/* The block's Tq score rows s in place: S += key_bias (if any), P = softmax(S); then P·V's
+ * operand: with dropout, pd = dropout(P) (fp32, row i at pd + i*pd_step: a Tq x Tk tile, or
+ * with pd_step 0 one row of scratch); with tile16 (the native bf16 route), tile16 (Tq x Tk)
  * = bf16(dropout(P)) or bf16(P), the bytes gemm's own rounding of that operand gives. Row by
  * row, while the row is in L1.
  * The key bias is added here rather than as the GEMM's bias:
  * with alpha = 1/√D a GEMM may scale the bias by 1/alpha internally (oneDNN does), which
  * turns HF's -FLT_MAX mask into -Inf and a row whose keys are all masked into NaN instead
  * of the uniform distribution torch gives. */
-OPS_VEC static void attention_rows_forward(float *s, float *p_save, float *pd, bt_bf16 *tile16,
+OPS_VEC static void attention_rows_forward(float *s, float *pd, size_t pd_step, bt_bf16 *tile16,
                                            const float *key_bias, size_t tq, size_t tk,
                                            const ops_drop *dr, uint64_t base,
                                            const attention_ahead *ahead) {
@@ -1132,11 +1134,10 @@ OPS_VEC static void attention_rows_forward(float *s, float *p_save, float *pd, b
         if (key_bias)
             for (size_t j = 0; j < tk; j++) si[j] += key_bias[j];
         softmax_row_inline(si, si, tk, NULL);
-        if (p_save) memcpy(p_save + i * tk, si, tk * sizeof(float));
         const float *op = si; /* row i of P·V's operand */
         if (r.on) {
-            dropout_span(pd + i * tk, si, tk, &r, base + i * tk);
-            op = pd + i * tk;
+            dropout_span(pd + i * pd_step, si, tk, &r, base + i * tk);
+            op = pd + i * pd_step;
         }
         if (tile16) bf16_from_f32_serial(tile16 + i * tk, op, tk);
     }
@@ -1213,14 +1214,18 @@ static void attention_product(int trans_a, int trans_b, size_t m, size_t n, size
     gemm(&g);
 }
 
-/* tile (Tq x Tk fp32, per thread): S, then P, then dropout(P) in place, P·V's fp32 operand.
+/* tile (per thread): Tq x Tk fp32 S, then P, then with dropout room for dropout(P) (Tq x Tk
+ * fp32, P·V's operand; one row on the native route, where tile16 is the operand).
  * The scores go to this per-thread tile, which stays in cache from one block to the next,
  * rather than straight into the probs slice: that slice is cold (B*NH*Tq*Tk floats per call,
- * not read again until the backward), and the product stalled on its stores' line reads; the
- * row pass copies each P row there while it is in L1. Measured (1 thread, B 8, T 325, no
- * dropout or mask, tests-free driver, min of 3): native bf16 29.1 -> 22.5 ms per call, AVX2
- * fp32 42 -> 41 ms (streaming stores for the copy ran 48 ms there: not used). Same products
- * (only C's address differs), same bits.
+ * not read again until the backward), and the product stalled on its stores' line reads.
+ * After the row pass P goes to probs in one streaming copy (the slice is contiguous: whole
+ * lines, no line read). Measured (1 thread, B 8, T 325, no dropout or mask, min of 3-4):
+ * scores into probs 28.4 ms per call native bf16, 41.5 AVX2 fp32; into the tile with each P
+ * row copied by the row pass 22.9 / 41.2 (streaming that row copy: 48 ms under AVX2, its
+ * rows' partial lines); with the block's streaming copy after the pass, 20.1 -> 19.1 /
+ * 40.3 -> 38.3 (with dropout and mask 23.1 -> 21.6 / 43.5 -> 43.3). Same products (only
+ * C's address differs), same bits.
  * tile16, on the native bf16 route only (else NULL): Tq x Tk + (Tq + 2 Tk) x D bf16, P·V's
  * operand written in bf16 by the row pass (the bytes gemm would round P or dropout(P) to,
  * without a second pass over it), then the bf16 q_h, k_h, v_h. */
@@ -1243,11 +1248,15 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
     attention_ahead ahead = {.x = {v + b * Tk * d->ldv + h * D, out + b * Tq * d->ldo + h * D},
                              .ld = {d->ldv, d->ldo}, .rows = {Tk, Tq}, .D = D};
     attention_ahead_begin(&ahead, Tq);
-    attention_rows_forward(tile, probs + pbase, tile, tile16, key_bias ? key_bias + b * Tk : NULL,
+    float *pd = dr->on ? tile + Tq * Tk : NULL;
+    attention_rows_forward(tile, pd, tile16 ? 0 : Tk, tile16, key_bias ? key_bias + b * Tk : NULL,
                            Tq, Tk, dr, pbase, &ahead);
+    /* P to the block's probs slice (contiguous), for the backward */
+    ops_stream(probs + pbase, tile, Tq * Tk * sizeof(float));
+    ops_stream_fence();
     /* out_h = dropout(P) v_h */
     const attention_operand pv = tile16 ? (attention_operand){BT_DTYPE_BF16, tile16, Tk}
-                                        : (attention_operand){BT_DTYPE_F32, tile, Tk};
+                                        : (attention_operand){BT_DTYPE_F32, pd ? pd : tile, Tk};
     attention_product(0, 0, Tq, D, Tk, pv,
                       attention_operand_of(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D),
                       out + b * Tq * d->ldo + h * D, d->ldo, 1.0f, 0.0f, compute);
@@ -1326,7 +1335,7 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
         gemm(&s);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
-            attention_rows_forward(pb + h * blk, NULL, tile ? tile + h * blk : NULL, NULL,
+            attention_rows_forward(pb + h * blk, tile ? tile + h * blk : NULL, Tk, NULL,
                                    key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr,
                                    (b * NH + h) * blk, NULL);
         gemm_args o = {
@@ -1424,9 +1433,10 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
     const size_t nblk = d->B * d->NH;
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
-    /* per thread: the fp32 tile (Tq x Tk) and tile16 */
+    /* per thread: the fp32 tile (Tq x Tk), dropout(P) (Tq x Tk, or one row on the native
+     * route) and tile16 */
     const int native = ops_bf16_native(compute);
-    const size_t tile_n = d->Tq * d->Tk;
+    const size_t tile_n = d->Tq * d->Tk + (dr.on ? (native ? d->Tk : d->Tq * d->Tk) : 0);
     const size_t tile16_n = native ? d->Tq * d->Tk + (d->Tq + 2 * d->Tk) * d->D : 0;
     const size_t stride = (tile_n * sizeof(float) + tile16_n * sizeof(bt_bf16) + 63) / 64 * 64;
     char *tiles = stride ? bt_alloc((size_t)nthr * stride) : NULL;
