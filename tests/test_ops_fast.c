@@ -627,6 +627,15 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
     attention_forward(o3, p3, a.q, a.k, a.v, a.key_bias, d, drop, compute);
     snprintf(name, sizeof name, "attention fwd repeatable %s", label);
     tu_check_bytes_equal(name, o3, o1, on * sizeof(float));
+    /* probs NULL (inference: P not kept): the same output bytes, fast and reference */
+    float *o4 = sentinel_f(on);
+    attention_forward(o4, NULL, a.q, a.k, a.v, a.key_bias, d, drop, compute);
+    snprintf(name, sizeof name, "attention fwd without probs %s", label);
+    tu_check_bytes_equal(name, o4, o1, on * sizeof(float));
+    attention_forward_ref(o4, NULL, a.q, a.k, a.v, a.key_bias, d, drop, compute);
+    snprintf(name, sizeof name, "attention fwd reference without probs %s", label);
+    tu_check_bytes_equal(name, o4, o2, on * sizeof(float));
+    free(o4);
     free(o1), free(p1), free(o2), free(p2), free(o3), free(p3), free(dout);
     free(gq1), free(gkv1), free(gq2), free(gkv2);
     attn_case_free(&a);

@@ -136,16 +136,16 @@ static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const f
     lin_forward(m, a->q, x, &p.q, N1);
     lin_forward(m, a->k, x, &p.k, N1);
     lin_forward(m, a->v, x, &p.v, N1);
-    rows_attention_forward(a->ctx, a->probs, a->q, a->k, a->v, s->self_bias, &sd, &dr.self_probs,
-                           m->pair_keys, cp);
+    rows_attention_forward(a->ctx, kept_probs(m, a->probs), a->q, a->k, a->v, s->self_bias, &sd,
+                           &dr.self_probs, m->pair_keys, cp);
     act_keep_bf16(a->ctx_16, a->ctx, N1 * H); /* ctx, cctx, f: bf16 storage (model.h) */
     post_ln_forward(m, a->a, x, &self_out, &p.o, &p.ln1, &dr.self_out, &rows);
     /* c = LN2(dropout(CrossAttn(q = a, k/v = e)·Wo2ᵀ + bo2) + a) */
     lin_forward(m, a->cq, a->a, &p.cq, N1);
     lin_forward(m, a->ck, e, &p.ck, N2);
     lin_forward(m, a->cv, e, &p.cv, N2);
-    rows_attention_forward(a->cctx, a->cprobs, a->cq, a->ck, a->cv, s->enc_bias, &cd,
-                           &dr.cross_probs, m->pair_keys, cp);
+    rows_attention_forward(a->cctx, kept_probs(m, a->cprobs), a->cq, a->ck, a->cv, s->enc_bias,
+                           &cd, &dr.cross_probs, m->pair_keys, cp);
     act_keep_bf16(a->cctx_16, a->cctx, N1 * H);
     post_ln_forward(m, a->c, a->a, &cross_out, &p.co, &p.ln2, &dr.cross_out, &rows);
     /* out = LN3(dropout(GELU(c·W1ᵀ + b1)·W2ᵀ + b2) + c) */

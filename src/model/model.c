@@ -115,7 +115,8 @@ void rows_attention_forward(float *out, float *probs, const float *q, const floa
     const size_t pb = d->NH * d->Tq * d->Tk;
     for (size_t b = 0; b < d->B; b++) {
         const bt_dropout r = row_dropout(site, keys[b]);
-        attention_forward(out + b * d->Tq * d->ldo, probs + b * pb, q + b * d->Tq * d->ldq,
+        attention_forward(out + b * d->Tq * d->ldo, probs ? probs + b * pb : NULL,
+                          q + b * d->Tq * d->ldq,
                           k + b * d->Tk * d->ldk, v + b * d->Tk * d->ldv,
                           key_bias ? key_bias + b * d->Tk : NULL, &d1, &r, compute);
     }

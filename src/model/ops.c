@@ -1251,9 +1251,10 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
     float *pd = dr->on ? tile + Tq * Tk : NULL;
     attention_rows_forward(tile, pd, tile16 ? 0 : Tk, tile16, key_bias ? key_bias + b * Tk : NULL,
                            Tq, Tk, dr, pbase, &ahead);
-    /* P to the block's probs slice (contiguous), for the backward */
-    ops_stream(probs + pbase, tile, Tq * Tk * sizeof(float));
-    ops_stream_fence();
+    if (probs) { /* P to the block's probs slice (contiguous), for the backward */
+        ops_stream(probs + pbase, tile, Tq * Tk * sizeof(float));
+        ops_stream_fence();
+    }
     /* out_h = dropout(P) v_h */
     const attention_operand pv = tile16 ? (attention_operand){BT_DTYPE_BF16, tile16, Tk}
                                         : (attention_operand){BT_DTYPE_F32, pd ? pd : tile, Tk};
@@ -1323,8 +1324,9 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
                                       gemm_compute compute) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D, NH = d->NH, blk = Tq * Tk;
     float *tile = dr->on ? bt_alloc(NH * blk * sizeof(float)) : NULL;
+    float *own = probs ? NULL : bt_alloc(NH * blk * sizeof(float)); /* P not kept: one item's */
     for (size_t b = 0; b < d->B; b++) {
-        float *pb = probs + b * NH * blk; /* (NH, Tq, Tk) */
+        float *pb = probs ? probs + b * NH * blk : own; /* (NH, Tq, Tk) */
         gemm_args s = {
             .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
             .a_type = BT_DTYPE_F32, .a = q + b * Tq * d->ldq, .lda = d->ldq,
@@ -1348,6 +1350,7 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
         gemm(&o);
     }
     bt_free(tile);
+    bt_free(own);
 }
 
 static void attention_backward_batched(float *dq, float *dk, float *dv, const float *dout,
@@ -1424,7 +1427,7 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
                                    const attention_dims *d, const bt_dropout *drop,
                                    gemm_compute compute) {
     attention_check(d);
-    BT_ASSERT(out && probs && q && k && v);
+    BT_ASSERT(out && q && k && v); /* probs NULL: P not kept (ops.h) */
     const ops_drop dr = ops_drop_make(drop);
     if (ops_attention_resolve() == OPS_ATTN_GEMM) {
         attention_forward_batched(out, probs, q, k, v, key_bias, d, &dr, compute);

@@ -190,7 +190,8 @@ void softmax_backward(float *dx, const float *dout, const float *y, size_t n, si
  *   P = softmax(S)                     saved in probs (B, NH, Tq, Tk), before dropout
  *   out_h = dropout(P) v_h             (dropout element index = flat index into probs)
  *
- * Computed per (batch, head) block: only probs is kept for the backward. compute =
+ * Computed per (batch, head) block: only probs is kept for the backward. probs may be NULL
+ * when no backward follows (inference): P is then not stored, and out is the same bits. compute =
  * GEMM_COMPUTE_BF16 permits (does not require) the block GEMMs to round their operands to
  * bf16: the fast kernel does, the reference (ops_ref.h) computes in exact math either way. */
 typedef struct attention_dims {

@@ -97,8 +97,8 @@ static void text_layer_forward(bt_model *m, int l, float *out, const float *x) {
     lin_forward(m, a->q, x, &p.q, N);
     lin_forward(m, a->k, x, &p.k, N);
     lin_forward(m, a->v, x, &p.v, N);
-    rows_attention_forward(a->ctx, a->probs, a->q, a->k, a->v, m->acts.key_bias, &ad, &dr.probs,
-                           m->text_keys, model_compute(m));
+    rows_attention_forward(a->ctx, kept_probs(m, a->probs), a->q, a->k, a->v, m->acts.key_bias,
+                           &ad, &dr.probs, m->text_keys, model_compute(m));
     /* attention.output: a = LN1(dropout(ctx·Woᵀ + bo) + x) */
     act_keep_bf16(a->ctx_16, a->ctx, N * C); /* ctx, f: bf16 with bf16 storage (model.h) */
     const post_ln_slots attn_out = text_attn_out_slots(a), ffn_out = text_ffn_out_slots(a);

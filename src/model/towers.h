@@ -166,6 +166,13 @@ void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *v, const attention_dims *d, const bt_dropout *site,
                              const uint64_t *keys, gemm_compute compute, bt_dx_mode mode);
 
+/* Where an attention forward keeps P for the backward: the layer's probs slot, or NULL in
+ * BT_ACTS_FORWARD_ONLY, where no backward reads it (ops.h attention_forward: the output is
+ * the same bits), which saves writing B·NH·Tq·Tk floats per layer. */
+static inline float *kept_probs(const bt_model *m, float *probs) {
+    return m->act_mode == BT_ACTS_FORWARD_ONLY ? NULL : probs;
+}
+
 /* --- post-LN output sublayers ----------------------------------------------------------
  * The text layers and both sides of the cross layers close each attention block and the
  * FFN with the same sublayer (HF BertSelfOutput / BertOutput):

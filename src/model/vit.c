@@ -97,8 +97,8 @@ static void vit_layer_forward(bt_model *m, int l, float *out, const float *x) {
     /* x_mid = x + out_proj(attn(ln_1(x)))  (y1, ctx, y2, f: bf16 with bf16 storage, model.h) */
     norm_forward_act(a->y1, a->y1_16, a->mean1, a->rstd1, x, &p.ln1, N);
     lin_forward_act(m, a->qkv, a->y1, a->y1_16, &p.in, N);
-    attention_forward(a->ctx, a->probs, a->qkv, a->qkv + Hv, a->qkv + 2 * Hv, NULL, &ad, NULL,
-                      model_compute(m));
+    attention_forward(a->ctx, kept_probs(m, a->probs), a->qkv, a->qkv + Hv, a->qkv + 2 * Hv,
+                      NULL, &ad, NULL, model_compute(m));
     act_keep_bf16(a->ctx_16, a->ctx, N * Hv);
     lin_forward_act(m, a->attn_out, a->ctx, a->ctx_16, &p.out, N);
     residual_forward(a->x_mid, x, a->attn_out, N * Hv);
