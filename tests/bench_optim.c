@@ -7,8 +7,9 @@
  *
  * Per round, for the fast table and then the reference table (ops_use_reference): the global
  * grad norm (bt_adamw_grad_norm), one AdamW step (bt_adamw_step, with the bf16 shadow under
- * --bf16) and zero_fill of a separate arena of the gradients' size. Reports the best round of each in CPU seconds of the whole process
- * (CLOCK_PROCESS_CPUTIME_ID: on a shared machine wall time measures the load too) and wall
+ * --bf16) and zero_fill of a separate arena of the gradients' size. Reports the best round of
+ * each in CPU seconds of the whole process (CLOCK_PROCESS_CPUTIME_ID: on a shared machine
+ * wall time measures the load too) and wall
  * seconds, and GB/s of the bytes each pass must move. Default: bridgetower-base with the ITC
  * head (the table bench_step trains), 3 rounds. Run it with OMP_NUM_THREADS=1 for per-core
  * numbers.

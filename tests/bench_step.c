@@ -169,7 +169,8 @@ static void gemm_profile_print(long steps) {
         snprintf(name, sizeof name, "%zux%zux%zu%s%s%s%s", g->m, g->n, g->k,
                  g->trans_a ? " Ta" : "", g->trans_b ? " Tb" : "", g->accumulate ? " +=" : "",
                  g->bias ? " +b" : "");
-        if (g->batch > 1) snprintf(name + strlen(name), sizeof name - strlen(name), " [%zu]", g->batch);
+        if (g->batch > 1)
+            snprintf(name + strlen(name), sizeof name - strlen(name), " [%zu]", g->batch);
         char types[16];
         snprintf(types, sizeof types, "%s%s%s", g->a_type == BT_DTYPE_BF16 ? "b" : "f",
                  g->b_type == BT_DTYPE_BF16 ? "b" : "f",

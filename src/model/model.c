@@ -116,8 +116,7 @@ void rows_attention_forward(float *out, float *probs, const float *q, const floa
     for (size_t b = 0; b < d->B; b++) {
         const bt_dropout r = row_dropout(site, keys[b]);
         attention_forward(out + b * d->Tq * d->ldo, probs ? probs + b * pb : NULL,
-                          q + b * d->Tq * d->ldq,
-                          k + b * d->Tk * d->ldk, v + b * d->Tk * d->ldv,
+                          q + b * d->Tq * d->ldq, k + b * d->Tk * d->ldk, v + b * d->Tk * d->ldv,
                           key_bias ? key_bias + b * d->Tk : NULL, &d1, &r, compute);
     }
 }
@@ -341,8 +340,8 @@ int model_layer_recompute(bt_model *m, int group) {
  * cross layers' outputs, heads' rows); the backward zeroes [head, acc_end) before it starts.
  * slot_set() gradients have one writer, or a first writer in backward order, that ASSIGNS
  * (BT_DX_SET) before anything reads them: every internal of a ViT block, text layer and cross
- * layer (e.g. d f_pre = gelu_backward_bias on the fp32 routes, d x_mid =
- * residual_backward(SET) then norm_backward(ADD)), the GEMM-only inputs (gemm_input_slot:
+ * layer (e.g. d f_pre = gelu_backward_bias on the fp32 routes, d x_mid = dout + ln_2's
+ * backward in one layernorm_backward_residual(SET)), the GEMM-only inputs (gemm_input_slot:
  * their Linear's dx), the embeddings' LayerNorm slots, the link towers' sums and the MLM
  * transform. They go to the assigned region, after acc_end, which nothing zeroes: at base
  * B 8 T 40, 2.91 of the 3.20 GB of internal gradient slots (91%; 3.22 of 3.51 GB before the
@@ -831,7 +830,7 @@ static size_t phase_count(const bt_model *m, bt_act_mode mode, bt_acts *scratch_
                           int phase, int grad, const phase_dims *d, double *approx,
                           size_t *scratch, double *approx_s) {
     input_slots in;
-    arena_walk wa = {NULL, 0, 0, 0.0, 0.0, grad, 0, NULL, 0}, ws = wa;
+    arena_walk wa = {.grad = grad}, ws = wa;
     size_t head;
     if (!(grad && mode == BT_ACTS_FORWARD_ONLY))
         phase_walk(m, mode, scratch_acts, &in, phase, &wa, &ws, d, &head, NULL);
@@ -874,7 +873,7 @@ size_t bt_model_hf_loss_bytes(const bt_model_config *c, unsigned heads, size_t B
     memset(&m, 0, sizeof m);
     m.cfg = *c;
     m.heads = heads & BT_HEADS_ALL;
-    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
+    arena_walk w = {0};
     hf_layout(&m, &w, B, T);
     return w.off;
 }
@@ -956,11 +955,10 @@ static void phase_place(bt_model *m, int phase, const phase_dims *d) {
     bt_arena *act = phase == PHASE_TOWERS ? &m->tower_act : &m->pair_act;
     bt_arena *dact = phase == PHASE_TOWERS ? &m->tower_dact : &m->pair_dact;
     BT_ASSERTF(!shared || m->scratch, "shared scratch not sized before placing");
-    arena_walk wa = {act->mem, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
-    arena_walk wd = {fo ? NULL : dact->mem, 0, 0, 0.0, 0.0, 1, 0, NULL, 0};
-    arena_walk sa = {shared ? m->scratch->mem : NULL, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
-    arena_walk sd = {mode == BT_ACTS_CHECKPOINT ? m->layer_dact.mem : NULL, 0, 0, 0.0, 0.0, 1, 0,
-                     NULL, 0};
+    arena_walk wa = {.base = act->mem};
+    arena_walk wd = {.base = fo ? NULL : dact->mem, .grad = 1};
+    arena_walk sa = {.base = shared ? m->scratch->mem : NULL};
+    arena_walk sd = {.base = mode == BT_ACTS_CHECKPOINT ? m->layer_dact.mem : NULL, .grad = 1};
     size_t head_a, head_d;
     input_slots in, unused;
     phase_walk(m, mode, &m->acts, &in, phase, &wa, &sa, d, &head_a, NULL);
@@ -1076,14 +1074,14 @@ bt_status bt_model_reserve(bt_model *m, size_t B, size_t T) {
     const size_t Pm = (m->heads & BT_HEADS_MLM) ? B : 0;
     bt_status s = bt_model_reserve_phases(m, B, B, B, Pm, T);
     if (s != BT_OK) return s;
-    arena_walk w = {NULL, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
+    arena_walk w = {0};
     hf_layout(m, &w, B, T);
     bt_arena *ar = &m->hf_mem;
     const double need = w.approx;
     const phase_dims d = {B, B, T, B, Pm};
     s = arenas_grow(m, &ar, &need, 1, &d);
     if (s != BT_OK) return s;
-    w = (arena_walk){m->hf_mem.mem, 0, 0, 0.0, 0.0, 0, 0, NULL, 0};
+    w = (arena_walk){.base = m->hf_mem.mem};
     hf_layout(m, &w, B, T);
     m->hf_mem.used = w.off;
     return BT_OK;

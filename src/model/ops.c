@@ -1270,10 +1270,11 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
  * The dPd product runs first, so one row pass (attention_rows_backward) makes dS and Pd
  * with one mask per row; each product accumulates into its own output, so the order changes
  * no bit. tile: Tq x Tk floats (dPd, then dS), then Tq x Tk more: fp32 Pd (dropout only), or
- * with t16 the bf16 Pd and bf16 dS; prow: Tk floats (one row of fp32 Pd with t16). t16, on the native bf16 route only (else NULL): (2 Tq + 2 Tk) x D bf16
- * for dout_h, q_h, k_h, v_h. With t16 every product reads bf16 operands, each rounded once
- * (dout_h and dS feed two products each) to the bytes and dense layout gemm's own packing
- * would make (attention_round), so the results are the same bits. */
+ * with t16 the bf16 Pd and bf16 dS; prow: Tk floats (one row of fp32 Pd with t16). t16, on
+ * the native bf16 route only (else NULL): (2 Tq + 2 Tk) x D bf16 for dout_h, q_h, k_h, v_h.
+ * With t16 every product reads bf16 operands, each rounded once (dout_h and dS feed two
+ * products each) to the bytes and dense layout gemm's own packing would make
+ * (attention_round), so the results are the same bits. */
 static void attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
                                      const float *probs, const float *q, const float *k,
                                      const float *v, const attention_dims *d,
