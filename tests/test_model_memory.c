@@ -106,6 +106,16 @@ static int model_make(bt_model *m, cfg_kind k, bt_precision prec, bt_act_mode mo
     return 1;
 }
 
+/* Two models of the same kind and precision, a in mode ma and b in mode mb (the sections
+ * compare one against the other); 0, with neither left to free, when either fails. */
+static int model_pair_make(bt_model *a, bt_act_mode ma, bt_model *b, bt_act_mode mb,
+                           cfg_kind k, bt_precision prec) {
+    if (!model_make(a, k, prec, ma)) return 0;
+    if (model_make(b, k, prec, mb)) return 1;
+    bt_model_free(a);
+    return 0;
+}
+
 /* Texts (with pads), images, keys and pairs: nt texts, ni images, P pairs over them. */
 typedef struct inputs {
     size_t nt, ni, P;
@@ -194,11 +204,7 @@ static void check_forward_only(cfg_kind k, bt_precision prec, int dropout) {
     snprintf(what, sizeof what, "1: %s %s dropout %s", cfg_names[k],
              prec == BT_PRECISION_BF16 ? "bf16" : "fp32", dropout ? "on" : "off");
     bt_model full, fo;
-    if (!model_make(&full, k, prec, BT_ACTS_FULL)) return;
-    if (!model_make(&fo, k, prec, BT_ACTS_FORWARD_ONLY)) {
-        bt_model_free(&full);
-        return;
-    }
+    if (!model_pair_make(&full, BT_ACTS_FULL, &fo, BT_ACTS_FORWARD_ONLY, k, prec)) return;
     bt_model_set_dropout(&full, dropout, 77, 3);
     bt_model_set_dropout(&fo, dropout, 77, 3);
     inputs a, b;
@@ -312,11 +318,7 @@ static void check_checkpoint_grads(cfg_kind k, bt_precision prec) {
     snprintf(what, sizeof what, "2: %s %s dropout on", cfg_names[k],
              prec == BT_PRECISION_BF16 ? "bf16" : "fp32");
     bt_model full, ck;
-    if (!model_make(&full, k, prec, BT_ACTS_FULL)) return;
-    if (!model_make(&ck, k, prec, BT_ACTS_CHECKPOINT)) {
-        bt_model_free(&full);
-        return;
-    }
+    if (!model_pair_make(&full, BT_ACTS_FULL, &ck, BT_ACTS_CHECKPOINT, k, prec)) return;
     bt_model_set_dropout(&full, 1, 1234, 5);
     bt_model_set_dropout(&ck, 1, 1234, 5);
     /* 6 texts, 3 images, 14 pairs: the pair phase needs a larger scratch than the towers, so
@@ -402,11 +404,9 @@ static void compare_steps(bt_model m[2], const char *what) {
 
 static void check_checkpoint_steps(void) {
     bt_model m[2];
-    if (!model_make(&m[0], CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL)) return;
-    if (!model_make(&m[1], CFG_TINY, BT_PRECISION_FP32, BT_ACTS_CHECKPOINT)) {
-        bt_model_free(&m[0]);
+    if (!model_pair_make(&m[0], BT_ACTS_FULL, &m[1], BT_ACTS_CHECKPOINT, CFG_TINY,
+                         BT_PRECISION_FP32))
         return;
-    }
     compare_steps(m, "2: checkpointed vs full");
 }
 
@@ -417,11 +417,7 @@ static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
     snprintf(what, sizeof what, "6: tiny %s %s", prec == BT_PRECISION_BF16 ? "bf16" : "fp32",
              bt_act_mode_name(mode));
     bt_model ref, pm;
-    if (!model_make(&ref, CFG_TINY, prec, mode)) return;
-    if (!model_make(&pm, CFG_TINY, prec, mode)) {
-        bt_model_free(&ref);
-        return;
-    }
+    if (!model_pair_make(&ref, mode, &pm, mode, CFG_TINY, prec)) return;
     bt_model_set_dropout(&ref, 1, 99, 2);
     bt_model_set_dropout(&pm, 1, 99, 2);
     inputs in;
