@@ -152,6 +152,8 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
             env_or("BT_KERNELS", "unset"));
     fprintf(out, "bf16 conversion: %s\n", ops_bf16_conversion_name());
     fprintf(out, "attention threads: %s\n", ops_attention_threads_name());
+    fprintf(out, "attention products: %s (BT_ATTENTION_PRODUCTS=%s)\n",
+            ops_attention_products_name(), env_or("BT_ATTENTION_PRODUCTS", "unset"));
     const gemm_backend b = gemm_get_backend();
     fprintf(out, "gemm backend: %s (BT_GEMM=%s)\n", gemm_backend_name(b),
             env_or("BT_GEMM", "unset"));

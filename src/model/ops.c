@@ -51,6 +51,7 @@
 #include <omp.h>
 #endif
 
+#include "attention_amx.h"
 #include "kernel_clock.h"
 #include "ops_ref.h"
 #include "rng.h"
@@ -1124,7 +1125,8 @@ OPS_INLINE void attention_ahead_row(const attention_ahead *a, size_t i) {
  * turns HF's -FLT_MAX mask into -Inf and a row whose keys are all masked into NaN instead
  * of the uniform distribution torch gives. */
 OPS_VEC static void attention_rows_forward(float *s, float *pd, size_t pd_step, bt_bf16 *tile16,
-                                           const float *key_bias, size_t tq, size_t tk,
+                                           size_t ld16, const float *key_bias, size_t tq,
+                                           size_t tk,
                                            const ops_drop *dr, uint64_t base,
                                            const attention_ahead *ahead) {
     const ops_drop r = *dr;
@@ -1139,7 +1141,7 @@ OPS_VEC static void attention_rows_forward(float *s, float *pd, size_t pd_step, 
             dropout_span(pd + i * pd_step, si, tk, &r, base + i * tk);
             op = pd + i * pd_step;
         }
-        if (tile16) bf16_from_f32_serial(tile16 + i * tk, op, tk);
+        if (tile16) bf16_from_f32_serial(tile16 + i * ld16, op, tk);
     }
 }
 
@@ -1152,8 +1154,8 @@ OPS_VEC static void attention_rows_forward(float *s, float *pd, size_t pd_step, 
  * bf16(dS), the operands of the dv and of the dq and dk products (the bytes gemm would round
  * them to). */
 OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step, bt_bf16 *pd16,
-                                            bt_bf16 *ds16, const float *p, size_t tq, size_t tk,
-                                            const ops_drop *dr, uint64_t base) {
+                                            bt_bf16 *ds16, size_t ld16, const float *p, size_t tq,
+                                            size_t tk, const ops_drop *dr, uint64_t base) {
     const ops_drop r = *dr;
     /* P is the saved probs slice, cold since the forward: its row OPS_ATTN_P_AHEAD rows on is
      * fetched while this one is worked (the pages of a row pass change every ~3 rows, where
@@ -1170,11 +1172,11 @@ OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step
         if (pdi && dsi) dropout_span_pair(pdi, pi, dsi, dsi, tk, &r, base + i * tk);
         else if (pdi) dropout_span(pdi, pi, tk, &r, base + i * tk);
         else if (dsi && r.on) dropout_span(dsi, dsi, tk, &r, base + i * tk);
-        if (pd16) bf16_from_f32_serial(pd16 + i * tk, pdi ? pdi : pi, tk);
+        if (pd16) bf16_from_f32_serial(pd16 + i * ld16, pdi ? pdi : pi, tk);
         if (!dsi) continue;
         const float dot = ops_dot(dsi, pi, tk);
         for (size_t j = 0; j < tk; j++) dsi[j] = pi[j] * (dsi[j] - dot);
-        if (ds16) bf16_from_f32_serial(ds16 + i * tk, dsi, tk);
+        if (ds16) bf16_from_f32_serial(ds16 + i * ld16, dsi, tk);
     }
 }
 
@@ -1249,8 +1251,8 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
                              .ld = {d->ldv, d->ldo}, .rows = {Tk, Tq}, .D = D};
     attention_ahead_begin(&ahead, Tq);
     float *pd = dr->on ? tile + Tq * Tk : NULL;
-    attention_rows_forward(tile, pd, tile16 ? 0 : Tk, tile16, key_bias ? key_bias + b * Tk : NULL,
-                           Tq, Tk, dr, pbase, &ahead);
+    attention_rows_forward(tile, pd, tile16 ? 0 : Tk, tile16, Tk,
+                           key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, pbase, &ahead);
     if (probs) { /* P to the block's probs slice (contiguous), for the backward */
         ops_stream(probs + pbase, tile, Tq * Tk * sizeof(float));
         ops_stream_fence();
@@ -1297,7 +1299,7 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
         attention_product(0, 1, Tq, Tk, D, od,
                           attention_operand_of(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D),
                           ds, Tk, 1.0f, 0.0f, compute);
-    attention_rows_backward(ds, pd, t16 ? 0 : Tk, pd16, ds16, p, Tq, Tk, dr, pbase);
+    attention_rows_backward(ds, pd, t16 ? 0 : Tk, pd16, ds16, Tk, p, Tq, Tk, dr, pbase);
     if (dv) { /* dv_h += Pdᵀ dout_h */
         const attention_operand a = pd16 ? (attention_operand){BT_DTYPE_BF16, pd16, Tk}
                                          : (attention_operand){BT_DTYPE_F32, pd ? pd : p, Tk};
@@ -1314,6 +1316,149 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
         attention_product(1, 0, Tk, D, Tq, dS,
                           attention_operand_of(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D),
                           dk + b * Tk * d->ldk + h * D, d->ldk, scale, beta, compute);
+}
+
+/* --- the block products on AMX tiles (attention_amx.h) ---
+ * On the native bf16 route, when the CPU has AMX-BF16 and oneDNN itself runs at its AMX level
+ * (a DNNL_MAX_CPU_ISA / BT_CPU_ISA cap below AMX keeps these off), the block's products run
+ * as attention_amx_gemm() calls instead of gemm(): no primitive lookup, no packing into
+ * oneDNN's layouts, no copy of a strided C. Each operand is rounded to bf16 once per block
+ * (bf16_from_f32_serial, the bytes of the gemm route's operands) straight into the layout
+ * the tiles load: A "rows" (K contiguous, padded to 32 with zeros), B "VNNI" (pairs of K
+ * rows interleaved); the row passes write P, Pd and dS as A rows (row stride padded, the
+ * padding zeroed once when the scratch is made). Products whose A is a transpose (dv = Pdᵀ
+ * dout, dk = dSᵀ q) are computed transposed (dvᵀ = doutᵀ Pd), P and dS then read as B.
+ * The results differ from the gemm route's in the fp32 summation order of the products
+ * only (tests/test_attention_amx.c compares both with the reference). Selected by
+ * ops_attention_products_select / BT_ATTENTION_PRODUCTS ("auto", "amx", "gemm"). */
+
+/* Which products the blocks use. One setting shared by every ISA variant unit. */
+typedef enum { OPS_PROD_AUTO, OPS_PROD_AMX, OPS_PROD_GEMM } ops_prod_mode;
+extern ops_prod_mode ops_attention_products;
+#ifndef OPS_VARIANT
+ops_prod_mode ops_attention_products = OPS_PROD_AUTO;
+#endif
+/* 1 when AMX products may run: AMX-BF16 granted and oneDNN's ISA is avx512_core_amx (the
+ * library's unit; cached). */
+int ops_attention_amx_eligible(void);
+
+/* 1 when a call with this compute runs its block products on AMX tiles. */
+static int attention_amx_use(gemm_compute compute) {
+    return ops_attention_products != OPS_PROD_GEMM && ops_bf16_native(compute) &&
+           ops_attention_amx_eligible();
+}
+
+/* Sizes of a block's AMX operands: r16 / r32 are the sizes rounded up to 16 (an m or n
+ * edge: whole tiles are loaded) and 32 (a K: bf16 pairs of 16 dwords). */
+typedef struct attention_amx_dims {
+    size_t Tq16, Tk16, D16, Tqp, Tkp, Dp;
+} attention_amx_dims;
+
+static attention_amx_dims attention_amx_dims_of(const attention_dims *d) {
+    return (attention_amx_dims){attention_amx_r16(d->Tq), attention_amx_r16(d->Tk),
+                                attention_amx_r16(d->D),  attention_amx_r32(d->Tq),
+                                attention_amx_r32(d->Tk), attention_amx_r32(d->D)};
+}
+
+/* bf16 elements of packing scratch (the most any pack call of a block needs) */
+static size_t attention_amx_tmp_n(const attention_amx_dims *z) {
+    size_t n = 2 * (z->Tk16 > z->D16 ? z->Tk16 : z->D16); /* pack_vnni */
+    const size_t t = attention_amx_rows_t_tmp(z->D16, z->Tqp), v = attention_amx_vnni_t_tmp(z->Tk16, z->Dp);
+    return n > t ? (n > v ? n : v) : (t > v ? t : v);
+}
+
+/* Per-thread bf16 elements of the forward: P (Tq16 x Tkp, A rows), q_h (Tq16 x Dp, A rows),
+ * k_hᵀ (Dp/2 x 2 Tk16, VNNI), v_h (Tkp/2 x 2 D16, VNNI), packing row. */
+static size_t attention_amx_fwd_n(const attention_dims *d) {
+    const attention_amx_dims z = attention_amx_dims_of(d);
+    return z.Tq16 * z.Tkp + z.Tq16 * z.Dp + z.Dp * z.Tk16 + z.Tkp * z.D16 +
+           attention_amx_tmp_n(&z);
+}
+
+/* attention_block_forward with AMX products. tile: Tq x Tk fp32 (S, then P), + Tk (one row
+ * of dropout(P)); w: attention_amx_fwd_n bf16, zero where padding (never written here). */
+static void attention_block_forward_amx(float *out, float *probs, const float *q,
+                                        const float *k, const float *v, const float *key_bias,
+                                        const attention_dims *d, const ops_drop *dr, float *tile,
+                                        bt_bf16 *w, size_t b, size_t h) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
+    const attention_amx_dims z = attention_amx_dims_of(d);
+    const size_t pbase = (b * d->NH + h) * Tq * Tk;
+    bt_bf16 *p16 = w, *qa = p16 + z.Tq16 * z.Tkp, *kb = qa + z.Tq16 * z.Dp;
+    bt_bf16 *vb = kb + z.Dp * z.Tk16, *tmp = vb + z.Tkp * z.D16;
+    const float *q_h = q + b * Tq * d->ldq + h * D, *k_h = k + b * Tk * d->ldk + h * D;
+    const float *v_h = v + b * Tk * d->ldv + h * D;
+    float *out_h = out + b * Tq * d->ldo + h * D;
+    /* S = q_h k_hᵀ / √D */
+    attention_amx_pack_rows(qa, z.Dp, q_h, d->ldq, Tq, D, z.Dp);
+    attention_amx_pack_vnni_t(kb, 2 * z.Tk16, k_h, d->ldk, Tk, D, z.Dp, tmp);
+    attention_amx_gemm(tile, Tk, 0, qa, z.Dp, kb, 2 * z.Tk16, Tq, Tk, z.Dp,
+                       (float)(1.0 / sqrt((double)D)), 0.0f);
+    attention_ahead ahead = {.x = {v_h, out_h}, .ld = {d->ldv, d->ldo}, .rows = {Tk, Tq}, .D = D};
+    attention_ahead_begin(&ahead, Tq);
+    attention_rows_forward(tile, dr->on ? tile + Tq * Tk : NULL, 0, p16, z.Tkp,
+                           key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, pbase, &ahead);
+    if (probs) {
+        ops_stream(probs + pbase, tile, Tq * Tk * sizeof(float));
+        ops_stream_fence();
+    }
+    /* out_h = dropout(P) v_h */
+    attention_amx_pack_vnni(vb, 2 * z.D16, v_h, d->ldv, Tk, D, z.Tkp, tmp);
+    attention_amx_gemm(out_h, d->ldo, 0, p16, z.Tkp, vb, 2 * z.D16, Tq, D, z.Tkp, 1.0f, 0.0f);
+}
+
+/* Per-thread bf16 elements of the backward: Pd and dS as A rows (2 x Tq16 x Tkp), Pd and dS
+ * as VNNI B (2 x Tqp/2 x 2 Tk16), dout_h as A rows (Tq16 x Dp) and transposed (D16 x Tqp),
+ * v_hᵀ VNNI (Dp/2 x 2 Tk16), k_h VNNI (Tkp/2 x 2 D16), q_hᵀ A rows (D16 x Tqp), packing row. */
+static size_t attention_amx_bwd_n(const attention_dims *d) {
+    const attention_amx_dims z = attention_amx_dims_of(d);
+    return 2 * z.Tq16 * z.Tkp + 2 * z.Tqp * z.Tk16 + z.Tq16 * z.Dp + 2 * z.D16 * z.Tqp +
+           z.Dp * z.Tk16 + z.Tkp * z.D16 + attention_amx_tmp_n(&z);
+}
+
+/* attention_block_backward with AMX products (the same formulas, in the same order).
+ * tile: Tq x Tk fp32 (dPd, then dS), + Tk (one row of fp32 Pd); w: attention_amx_bwd_n
+ * bf16, zero where padding. */
+static void attention_block_backward_amx(float *dq, float *dk, float *dv, const float *dout,
+                                         const float *probs, const float *q, const float *k,
+                                         const float *v, const attention_dims *d,
+                                         const ops_drop *dr, float beta, float *tile,
+                                         bt_bf16 *w, size_t b, size_t h) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
+    const attention_amx_dims z = attention_amx_dims_of(d);
+    const size_t pbase = (b * d->NH + h) * Tq * Tk;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    bt_bf16 *pd16 = w, *ds16 = pd16 + z.Tq16 * z.Tkp, *pdv = ds16 + z.Tq16 * z.Tkp;
+    bt_bf16 *dsv = pdv + z.Tqp * z.Tk16, *oa = dsv + z.Tqp * z.Tk16, *ot = oa + z.Tq16 * z.Dp;
+    bt_bf16 *vt = ot + z.D16 * z.Tqp, *kv = vt + z.Dp * z.Tk16, *qt = kv + z.Tkp * z.D16;
+    bt_bf16 *tmp = qt + z.D16 * z.Tqp;
+    const float *dout_h = dout + b * Tq * d->ldo + h * D, *q_h = q + b * Tq * d->ldq + h * D;
+    const float *k_h = k + b * Tk * d->ldk + h * D, *v_h = v + b * Tk * d->ldv + h * D;
+    float *ds = dq || dk ? tile : NULL;
+    if (ds) { /* dPd = dout_h v_hᵀ */
+        attention_amx_pack_rows(oa, z.Dp, dout_h, d->ldo, Tq, D, z.Dp);
+        attention_amx_pack_vnni_t(vt, 2 * z.Tk16, v_h, d->ldv, Tk, D, z.Dp, tmp);
+        attention_amx_gemm(ds, Tk, 0, oa, z.Dp, vt, 2 * z.Tk16, Tq, Tk, z.Dp, 1.0f, 0.0f);
+    }
+    attention_rows_backward(ds, dr->on && dv ? tile + Tq * Tk : NULL, 0, dv ? pd16 : NULL,
+                            ds ? ds16 : NULL, z.Tkp, probs + pbase, Tq, Tk, dr, pbase);
+    if (dv) { /* dv_hᵀ += dout_hᵀ Pd */
+        attention_amx_pack_vnni16(pdv, 2 * z.Tk16, pd16, z.Tkp, Tq, Tk, z.Tqp);
+        attention_amx_pack_rows_t(ot, z.Tqp, dout_h, d->ldo, Tq, D, z.Tqp, tmp);
+        attention_amx_gemm(dv + b * Tk * d->ldv + h * D, d->ldv, 1, ot, z.Tqp, pdv, 2 * z.Tk16,
+                           D, Tk, z.Tqp, 1.0f, beta);
+    }
+    if (dq) { /* dq_h += dS k_h / √D */
+        attention_amx_pack_vnni(kv, 2 * z.D16, k_h, d->ldk, Tk, D, z.Tkp, tmp);
+        attention_amx_gemm(dq + b * Tq * d->ldq + h * D, d->ldq, 0, ds16, z.Tkp, kv, 2 * z.D16,
+                           Tq, D, z.Tkp, scale, beta);
+    }
+    if (dk) { /* dk_hᵀ += q_hᵀ dS / √D */
+        attention_amx_pack_vnni16(dsv, 2 * z.Tk16, ds16, z.Tkp, Tq, Tk, z.Tqp);
+        attention_amx_pack_rows_t(qt, z.Tqp, q_h, d->ldq, Tq, D, z.Tqp, tmp);
+        attention_amx_gemm(dk + b * Tk * d->ldk + h * D, d->ldk, 1, qt, z.Tqp, dsv, 2 * z.Tk16,
+                           D, Tk, z.Tqp, scale, beta);
+    }
 }
 
 /* Strategy (b): batch items one after another; per item, the NH heads' products are one
@@ -1338,7 +1483,7 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
         gemm(&s);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
-            attention_rows_forward(pb + h * blk, tile ? tile + h * blk : NULL, Tk, NULL,
+            attention_rows_forward(pb + h * blk, tile ? tile + h * blk : NULL, Tk, NULL, 0,
                                    key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr,
                                    (b * NH + h) * blk, NULL);
         gemm_args o = {
@@ -1389,7 +1534,7 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
         gemm(&g);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
-            attention_rows_backward(ds + h * blk, NULL, 0, NULL, NULL, pb + h * blk, Tq, Tk,
+            attention_rows_backward(ds + h * blk, NULL, 0, NULL, NULL, 0, pb + h * blk, Tq, Tk,
                                     dr, (b * NH + h) * blk);
         if (dq) { /* dq_h += dS_h k_h / √D */
             gemm_args gq = {
@@ -1437,6 +1582,22 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
     const size_t nblk = d->B * d->NH;
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
+    if (attention_amx_use(compute)) { /* per thread: Tq x Tk + Tk floats, then the bf16 */
+        /* the bf16 operands start on a cache line: every tile row is then whole lines (the
+         * row strides are multiples of 32 bf16); misaligned, each row of a tile load spans
+         * two lines, and the products took 2.5x as long (325 x 64 x 325: 24 -> 9.3 us) */
+        const size_t tile_b = ((d->Tq * d->Tk + d->Tk) * sizeof(float) + 63) / 64 * 64;
+        const size_t stride = (tile_b + attention_amx_fwd_n(d) * sizeof(bt_bf16) + 63) / 64 * 64;
+        char *tiles = bt_calloc((size_t)nthr * stride); /* the padding of the operands: zero */
+        OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
+        for (size_t blk = 0; blk < nblk; blk++) {
+            char *mine = tiles + (size_t)ops_thread_num() * stride;
+            attention_block_forward_amx(out, probs, q, k, v, key_bias, d, &dr, (float *)mine,
+                                        (bt_bf16 *)(mine + tile_b), blk / d->NH, blk % d->NH);
+        }
+        bt_free(tiles);
+        return;
+    }
     /* per thread: the fp32 tile (Tq x Tk), dropout(P) (Tq x Tk, or one row on the native
      * route) and tile16 */
     const int native = ops_bf16_native(compute);
@@ -1472,6 +1633,23 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
     const size_t nblk = d->B * d->NH;
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
+    if (attention_amx_use(compute)) { /* per thread: Tq x Tk + Tk floats, then the bf16 */
+        /* the bf16 operands start on a cache line: every tile row is then whole lines (the
+         * row strides are multiples of 32 bf16); misaligned, each row of a tile load spans
+         * two lines, and the products took 2.5x as long (325 x 64 x 325: 24 -> 9.3 us) */
+        const size_t tile_b = ((d->Tq * d->Tk + d->Tk) * sizeof(float) + 63) / 64 * 64;
+        const size_t stride = (tile_b + attention_amx_bwd_n(d) * sizeof(bt_bf16) + 63) / 64 * 64;
+        char *tiles = bt_calloc((size_t)nthr * stride); /* the padding of the operands: zero */
+        OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
+        for (size_t blk = 0; blk < nblk; blk++) {
+            char *mine = tiles + (size_t)ops_thread_num() * stride;
+            attention_block_backward_amx(dq, dk, dv, dout, probs, q, k, v, d, &dr, beta,
+                                         (float *)mine, (bt_bf16 *)(mine + tile_b), blk / d->NH,
+                                         blk % d->NH);
+        }
+        bt_free(tiles);
+        return;
+    }
     /* per thread: 2 Tq x Tk floats (tile), Tk floats (row scratch), and on the native route
      * (2 Tq + 2 Tk) x D bf16 */
     const int native = ops_bf16_native(compute);
@@ -2070,6 +2248,14 @@ static int ops_attention_set(const char *name) {
     return 1;
 }
 
+static int ops_attention_products_set(const char *name) {
+    if (strcmp(name, "auto") == 0) ops_attention_products = OPS_PROD_AUTO;
+    else if (strcmp(name, "amx") == 0) ops_attention_products = OPS_PROD_AMX;
+    else if (strcmp(name, "gemm") == 0) ops_attention_products = OPS_PROD_GEMM;
+    else return 0;
+    return 1;
+}
+
 /* Fills ops_fast_table with the kernels of level `isa` and that level's bf16 conversion;
  * 0 (nothing changed) when this build has no unit for it or the CPU does not run it. */
 static int ops_fast_fill(bt_isa isa) {
@@ -2096,6 +2282,10 @@ static void ops_init_once(void) {
     if (mode && *mode && !ops_attention_set(mode))
         fprintf(stderr, "bt: warning: environment variable BT_ATTENTION_THREADS=%s is not "
                         "'auto', 'blocks' or 'gemm'; using 'auto'\n", mode);
+    const char *prod = getenv("BT_ATTENTION_PRODUCTS");
+    if (prod && *prod && !ops_attention_products_set(prod))
+        fprintf(stderr, "bt: warning: environment variable BT_ATTENTION_PRODUCTS=%s is not "
+                        "'auto', 'amx' or 'gemm'; using 'auto'\n", prod);
 
     const char *env = getenv("BT_KERNELS");
     int use_ref = 0;
@@ -2150,6 +2340,36 @@ const char *ops_attention_threads_name(void) {
     return ops_attention_mode == OPS_ATTN_AUTO
                ? (ops_attention_resolve() == OPS_ATTN_GEMM ? "auto (gemm)" : "auto (blocks)")
                : resolved;
+}
+
+/* AMX products ("the block products on AMX tiles" above): the CPU and OS grant AMX-BF16 and
+ * oneDNN runs at avx512_core_amx (not capped below it). Decided once. */
+int ops_attention_amx_eligible(void) {
+    static _Atomic int eligible = -1;
+    int e = atomic_load(&eligible);
+    if (e < 0) {
+        e = attention_amx_available() && strcmp(gemm_cpu_isa_name(), "avx512_core_amx") == 0;
+        atomic_store(&eligible, e);
+    }
+    return e;
+}
+
+int ops_attention_products_select(const char *name) {
+    kernels_init();
+    return name ? ops_attention_products_set(name) : 0;
+}
+
+const char *ops_attention_products_name(void) {
+    kernels_init();
+    const int amx = ops_attention_amx_eligible();
+    switch (ops_attention_products) {
+    case OPS_PROD_AMX:
+        return amx ? "amx (native bf16 blocks)" : "amx requested, gemm (no AMX at oneDNN's ISA)";
+    case OPS_PROD_GEMM:
+        return "gemm";
+    default:
+        return amx ? "auto (amx for native bf16 blocks)" : "auto (gemm: no AMX at oneDNN's ISA)";
+    }
 }
 
 int linear_backward_dout_bf16(gemm_compute compute) { return ops_bf16_native(compute); }

@@ -1,0 +1,374 @@
+/* test_attention_amx.c: attention's AMX block products (src/model/attention_amx.h) and the
+ * attention kernels running on them (ops.c, BT_ATTENTION_PRODUCTS=amx).
+ *
+ *   1. Each operand layout the attention uses (A rows from fp32, A = xᵀ, B VNNI from fp32 and
+ *      from bf16 rows, B = xᵀ VNNI; C plain or transposed) against a double-precision product
+ *      of the SAME bf16 operands, on edge sizes (m, n, k in 1, 5, 16, 17, 32, 33, 40, 64, 325:
+ *      no multiple of a tile, or exactly one), alpha 1 and 1/8, beta 0 (C pre-filled with a
+ *      NaN sentinel, never read) and 1, C strided with a sentinel border that must survive.
+ *   2. attention_forward / attention_backward with AMX products against the reference
+ *      (ops_ref.h) at test_ops_fast's bf16 tolerances, with dropout and a key mask, self and
+ *      cross shapes of the model (325x325, 40x325, 325x40, 40x40 at D 64) and odd ones.
+ *   3. Determinism: the same bits at 1, 2 and 3 threads and run to run.
+ *   4. A capped oneDNN ISA (BT_CPU_ISA=avx512_bf16, i.e. DNNL_MAX_CPU_ISA=AVX512_CORE_BF16)
+ *      turns the AMX products off (bt-forward --info, a child process).
+ * Skipped (77) when the CPU or OS does not grant AMX-BF16, or the build has no oneDNN.
+ *
+ * Deliberately not here: gemm's own tests (test_gemm.c), the oneDNN route of attention
+ * (test_ops_fast.c runs both routes against the reference). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "attention_amx.h"
+#include "gemm.h"
+#include "ops.h"
+#include "ops_ref.h"
+#include "test_util.h"
+
+static tu_rng rng;
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) abort();
+    return p;
+}
+
+static float *rand_f(size_t n, float lo, float hi) {
+    float *p = xmalloc(n * sizeof(float));
+    tu_fill_uniform_f32(&rng, p, n, lo, hi);
+    return p;
+}
+
+/* random values that are bf16 already (so rounding them is exact) */
+static float *rand_bf16_valued(size_t n) {
+    float *p = rand_f(n, -2, 2);
+    bt_bf16 *t = xmalloc(n * sizeof(bt_bf16));
+    bf16_from_f32(t, p, n);
+    f32_from_bf16(p, t, n);
+    free(t);
+    return p;
+}
+
+/* --- 1. the kernel ------------------------------------------------------------------------ */
+
+/* The layouts of attention (ops.c): which pack function makes A and B. */
+typedef enum {
+    L_ROWS_VNNIT, /* S = q kᵀ:  A rows (pack_rows), B = kᵀ (pack_vnni_t) */
+    L_ROWS_VNNI,  /* out = P v: A rows, B = v rows (pack_vnni, fp32 source) */
+    L_T_VNNI16,   /* dvᵀ = doutᵀ Pd: A = doutᵀ (pack_rows_t), B = Pd (pack_vnni16, bf16) */
+} layout;
+
+static const char *layout_name(layout l) {
+    return l == L_ROWS_VNNIT ? "A rows, B = x^T vnni"
+           : l == L_ROWS_VNNI ? "A rows, B vnni"
+                              : "A = x^T, B vnni from bf16";
+}
+
+/* One product C (m x n) = alpha A B + beta C through layout l, C at stride ldc (c_trans:
+ * Cᵀ stored), against the double product of the same bf16 values. */
+static void test_product(layout l, size_t m, size_t n, size_t k, float alpha, float beta,
+                         int c_trans) {
+    const size_t m16 = attention_amx_r16(m), n16 = attention_amx_r16(n);
+    const size_t kp = attention_amx_r32(k);
+    /* mathematical operands: A (m x k), B (k x n), bf16-valued */
+    float *A = rand_bf16_valued(m * k), *B = rand_bf16_valued(k * n);
+    /* tile layouts, from the source the attention would have */
+    const size_t lda = kp + 32 * (m % 2); /* a row stride wider than kp for odd m */
+    bt_bf16 *a = xmalloc(m16 * lda * sizeof(bt_bf16));
+    bt_bf16 *b = xmalloc(kp / 2 * 2 * n16 * sizeof(bt_bf16));
+    size_t tmp_n = 2 * n16 + attention_amx_rows_t_tmp(m, kp) + attention_amx_vnni_t_tmp(n, kp);
+    bt_bf16 *tmp = xmalloc(tmp_n * sizeof(bt_bf16));
+    memset(a, 0x7f, m16 * lda * sizeof(bt_bf16)); /* rows [m, m16): finite garbage */
+    memset(b, 0xff, kp / 2 * 2 * n16 * sizeof(bt_bf16)); /* NaN: pack must overwrite all */
+    if (l == L_T_VNNI16) {
+        float *At = xmalloc(k * m * sizeof(float)); /* the source holds Aᵀ (k x m) */
+        for (size_t i = 0; i < m; i++)
+            for (size_t j = 0; j < k; j++) At[j * m + i] = A[i * k + j];
+        attention_amx_pack_rows_t(a, lda, At, m, k, m, kp, tmp);
+        free(At);
+        bt_bf16 *B16 = xmalloc(k * (n + 3) * sizeof(bt_bf16)); /* rows at stride n + 3 */
+        for (size_t i = 0; i < k; i++) bf16_from_f32(B16 + i * (n + 3), B + i * n, n);
+        attention_amx_pack_vnni16(b, 2 * n16, B16, n + 3, k, n, kp);
+        free(B16);
+    } else {
+        attention_amx_pack_rows(a, lda, A, k, m, k, kp);
+        if (l == L_ROWS_VNNI) {
+            attention_amx_pack_vnni(b, 2 * n16, B, n, k, n, kp, tmp);
+        } else {
+            float *Bt = xmalloc(n * k * sizeof(float)); /* the source holds Bᵀ (n x k) */
+            for (size_t i = 0; i < k; i++)
+                for (size_t j = 0; j < n; j++) Bt[j * k + i] = B[i * n + j];
+            attention_amx_pack_vnni_t(b, 2 * n16, Bt, k, n, k, kp, tmp);
+            free(Bt);
+        }
+    }
+    /* C: rows x cols of the stored matrix at stride ldc = cols + 7, sentinel around */
+    const size_t rows = c_trans ? n : m, cols = c_trans ? m : n, ldc = cols + 7;
+    const size_t cn = rows * ldc;
+    float *c = xmalloc(cn * sizeof(float)), *c0 = rand_f(cn, -4, 4);
+    if (beta != 0.0f) memcpy(c, c0, cn * sizeof(float));
+    else tu_fill_sentinel_f32(c, cn);
+    for (size_t i = 0; i < rows; i++) /* the border of each stored row */
+        for (size_t j = cols; j < ldc; j++) c[i * ldc + j] = tu_sentinel_f32();
+    attention_amx_gemm(c, ldc, c_trans, a, lda, b, 2 * n16, m, n, kp, alpha, beta);
+
+    /* Tolerance: tdpbf16ps forms each bf16 product exactly (8-bit significands) and adds in
+     * fp32 with round to nearest: a sum of k terms in some order is within k·2^-24·Σ|a||b|
+     * of the exact sum (one rounding per addition, bound γ_k ≈ k·u, u = 2^-24); we allow
+     * twice that (2^-23, as the hardware's internal pairing is not documented), plus the
+     * scaling by alpha and the add of beta C: 2 more roundings of the result. A wrong index
+     * or a missed K block is off by O(Σ|a||b|) and fails by ~1e5x. */
+    double worst = 0;
+    size_t worst_at = 0, bad = 0, border_bad = 0;
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+            double s = 0, sabs = 0;
+            for (size_t t = 0; t < k; t++) {
+                const double p = (double)A[i * k + t] * (double)B[t * n + j];
+                s += p, sabs += fabs(p);
+            }
+            const size_t at = c_trans ? j * ldc + i : i * ldc + j;
+            const double cin = beta != 0.0f ? (double)c0[at] : 0.0;
+            const double want = (double)alpha * s + cin;
+            const double tol = (double)k * ldexp(1.0, -23) * fabs((double)alpha) * sabs +
+                               2 * ldexp(1.0, -24) * (fabs(want) + fabs(cin)) + 1e-30;
+            const double r = fabs((double)c[at] - want) / tol;
+            if (!(r <= 1.0)) bad++;
+            if (!(r <= worst)) worst = r, worst_at = at;
+        }
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = cols; j < ldc; j++) border_bad += !isnan(c[i * ldc + j]);
+    tu_check(bad == 0 && border_bad == 0,
+             "amx %s m=%zu n=%zu k=%zu alpha=%g beta=%g %s: %zu over tolerance (worst %.3g of "
+             "it at %zu), %zu border elements written",
+             layout_name(l), m, n, k, alpha, beta, c_trans ? "C^T" : "C", bad, worst, worst_at,
+             border_bad);
+    free(A), free(B), free(a), free(b), free(tmp), free(c), free(c0);
+}
+
+static void test_products(void) {
+    static const size_t sizes[][3] = {
+        {1, 1, 1},     {5, 17, 33},  {16, 16, 32}, {17, 33, 5},   {32, 32, 64},
+        {33, 40, 17},  {40, 40, 64}, {325, 325, 64}, {325, 64, 325}, {40, 325, 64},
+        {325, 40, 64}, {64, 325, 40}, {64, 40, 325}, {1, 325, 325}, {325, 1, 64},
+    };
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int l = 0; l < 3; l++)
+            for (int v = 0; v < 4; v++) { /* (alpha, beta, c_trans) variants */
+                const float alpha = v & 1 ? 0.125f : 1.0f, beta = v & 2 ? 1.0f : 0.0f;
+                test_product((layout)l, sizes[s][0], sizes[s][1], sizes[s][2], alpha, beta,
+                             l == L_T_VNNI16 ? (v != 3) : (v == 3));
+            }
+}
+
+/* --- 2. attention on AMX products vs the reference ---------------------------------------- */
+
+typedef struct {
+    float *qbuf, *kvbuf, *q, *k, *v, *key_bias;
+    size_t qn, kvn, on, pn;
+    attention_dims d;
+} attn_case;
+
+/* self: q, k, v of one packed (B*T, 3C) buffer; cross: q (B*Tq, C), k/v of (B*Tk, 2C). Batch
+ * item b masks its last min(b, Tk - 1) keys (test_ops_fast's cases). */
+static void attn_case_init(attn_case *a, size_t B, size_t NH, size_t Tq, size_t Tk, size_t D,
+                           int self) {
+    const size_t C = NH * D;
+    memset(a, 0, sizeof *a);
+    attention_dims *d = &a->d;
+    d->B = B, d->Tq = Tq, d->Tk = Tk, d->NH = NH, d->D = D, d->ldo = C;
+    if (self) {
+        d->ldq = d->ldk = d->ldv = 3 * C;
+        a->qn = B * Tq * 3 * C;
+        a->qbuf = rand_f(a->qn, -2, 2);
+        a->q = a->qbuf, a->k = a->qbuf + C, a->v = a->qbuf + 2 * C;
+    } else {
+        d->ldq = C, d->ldk = d->ldv = 2 * C;
+        a->qn = B * Tq * C, a->kvn = B * Tk * 2 * C;
+        a->qbuf = rand_f(a->qn, -2, 2), a->kvbuf = rand_f(a->kvn, -2, 2);
+        a->q = a->qbuf, a->k = a->kvbuf, a->v = a->kvbuf + C;
+    }
+    int32_t *mask = xmalloc(B * Tk * sizeof(int32_t));
+    for (size_t b = 0; b < B; b++)
+        for (size_t j = 0; j < Tk; j++) mask[b * Tk + j] = j + (b < Tk ? b : Tk - 1) < Tk;
+    a->key_bias = xmalloc(B * Tk * sizeof(float));
+    attention_key_bias_from_mask(a->key_bias, mask, B * Tk);
+    free(mask);
+    a->on = B * Tq * C, a->pn = B * NH * Tq * Tk;
+}
+
+static void attn_case_free(attn_case *a) { free(a->qbuf), free(a->kvbuf), free(a->key_bias); }
+
+/* the outputs of one forward and backward (gradients by assignment, BT_DX_SET, then a second
+ * backward adding onto them, BT_DX_ADD) */
+typedef struct {
+    float *out, *probs, *gq, *gkv;
+} attn_result;
+
+static void attn_run(attn_result *r, const attn_case *a, const float *dout,
+                     const bt_dropout *drop, int ref) {
+    const size_t C = a->d.NH * a->d.D;
+    r->out = xmalloc(a->on * sizeof(float)), r->probs = xmalloc(a->pn * sizeof(float));
+    tu_fill_sentinel_f32(r->out, a->on), tu_fill_sentinel_f32(r->probs, a->pn);
+    r->gq = xmalloc(a->qn * sizeof(float)), r->gkv = a->kvn ? xmalloc(a->kvn * sizeof(float)) : NULL;
+    tu_fill_sentinel_f32(r->gq, a->qn);
+    if (r->gkv) tu_fill_sentinel_f32(r->gkv, a->kvn);
+    (ref ? attention_forward_ref : attention_forward)(r->out, r->probs, a->q, a->k, a->v,
+                                                      a->key_bias, &a->d, drop, GEMM_COMPUTE_BF16);
+    float *dq = r->gq, *dk = r->gkv ? r->gkv : r->gq + C, *dv = r->gkv ? r->gkv + C : r->gq + 2 * C;
+    for (int pass = 0; pass < 2; pass++)
+        (ref ? attention_backward_ref : attention_backward)(
+            dq, dk, dv, dout, r->probs, a->q, a->k, a->v, &a->d, drop, GEMM_COMPUTE_BF16,
+            pass ? BT_DX_ADD : BT_DX_SET);
+}
+
+static void attn_result_free(attn_result *r) {
+    free(r->out), free(r->probs), free(r->gq), free(r->gkv);
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
+/* |got - want| <= rtol (max|want| + |want|) (test_ops_fast's close_f32) */
+static void close_f32(const char *name, const float *got, const float *want, size_t n,
+                      double rtol) {
+    tu_check_close_f32(name, got, want, n, rtol * max_abs(want, n), rtol);
+}
+
+static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, size_t Tk,
+                           size_t D, int self, const bt_dropout *drop) {
+    char name[200];
+    attn_case a;
+    attn_case_init(&a, B, NH, Tq, Tk, D, self);
+    float *dout = rand_f(a.on, -1, 1);
+    attn_result f, r, g;
+    tu_check(ops_attention_products_select("amx"), "products 'amx' selected");
+    attn_run(&f, &a, dout, drop, 0);
+    attn_run(&r, &a, dout, drop, 1);
+    /* test_ops_fast's bf16 tolerances (derived there): every product reads bf16-rounded
+     * operands (2^-8 relative per product), chained twice in the forward (S, then P v) with
+     * exp turning an absolute score error into a relative one: rtol 2^-5; the backward chains
+     * three more products: 2^-4. The fp32 summation order of the AMX products changes results
+     * by ~k·2^-24 relative, far below these. The backward here reads each kernel's own probs
+     * (both are within the forward's tolerance), so its tolerance covers both. */
+    snprintf(name, sizeof name, "attention amx fwd out vs reference %s", label);
+    close_f32(name, f.out, r.out, a.on, 1.0 / 32);
+    snprintf(name, sizeof name, "attention amx fwd probs vs reference %s", label);
+    close_f32(name, f.probs, r.probs, a.pn, 1.0 / 32);
+    snprintf(name, sizeof name, "attention amx bwd dq (or dqkv) vs reference %s", label);
+    close_f32(name, f.gq, r.gq, a.qn, 1.0 / 16);
+    if (a.kvn) {
+        snprintf(name, sizeof name, "attention amx bwd dkv vs reference %s", label);
+        close_f32(name, f.gkv, r.gkv, a.kvn, 1.0 / 16);
+    }
+    /* the oneDNN products of the same block: the same tolerance against the reference, and
+     * how far the two routes are apart (printed, for the record) */
+    tu_check(ops_attention_products_select("gemm"), "products 'gemm' selected");
+    attn_run(&g, &a, dout, drop, 0);
+    double dmax = 0;
+    for (size_t i = 0; i < a.on; i++)
+        dmax = fabs((double)f.out[i] - g.out[i]) > dmax ? fabs((double)f.out[i] - g.out[i]) : dmax;
+    printf("# %s: amx vs gemm products, forward out: largest difference %.3g of max|out| %.3g\n",
+           label, dmax, max_abs(g.out, a.on));
+    snprintf(name, sizeof name, "attention gemm fwd out vs reference %s", label);
+    close_f32(name, g.out, r.out, a.on, 1.0 / 32);
+
+    /* 3. determinism: 1, 2, 3 threads, and again */
+    tu_check(ops_attention_products_select("amx"), "products 'amx' selected");
+#ifdef _OPENMP
+    const int nthr0 = omp_get_max_threads();
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        attn_result x;
+        attn_run(&x, &a, dout, drop, 0);
+        snprintf(name, sizeof name, "attention amx %d thread(s) = first run, out %s", t, label);
+        tu_check_bytes_equal(name, x.out, f.out, a.on * sizeof(float));
+        snprintf(name, sizeof name, "attention amx %d thread(s) = first run, probs %s", t, label);
+        tu_check_bytes_equal(name, x.probs, f.probs, a.pn * sizeof(float));
+        snprintf(name, sizeof name, "attention amx %d thread(s) = first run, grads %s", t, label);
+        tu_check(memcmp(x.gq, f.gq, a.qn * sizeof(float)) == 0 &&
+                     (!a.kvn || memcmp(x.gkv, f.gkv, a.kvn * sizeof(float)) == 0),
+                 "%s", name);
+        attn_result_free(&x);
+    }
+    omp_set_num_threads(nthr0);
+#endif
+    attn_result_free(&f), attn_result_free(&r), attn_result_free(&g);
+    free(dout);
+    attn_case_free(&a);
+}
+
+/* --- 4. a capped oneDNN ISA keeps the AMX products off ------------------------------------- */
+
+/* `env ARGS` (ARGS formatted from fmt) with its stdout in out; returns the exit code */
+static int run_env(char *out, size_t cap, const char *fmt, ...) {
+    static char err[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    const int rc = tu_vrun_captured("/usr/bin/env", NULL, tu_tmpdir(), out, cap, err, sizeof err,
+                                    fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    tu_rng_seed(&rng, 20261124);
+    if (!attention_amx_available()) {
+        tu_skip("the CPU or OS grants no AMX-BF16 (attention_amx_available() = 0)");
+        return tu_finish();
+    }
+    test_products();
+
+    gemm_init_from_env();
+    if (gemm_get_backend() != GEMM_BACKEND_ONEDNN || strcmp(gemm_cpu_isa_name(), "avx512_core_amx")) {
+        printf("# attention with AMX products: not run (backend %s, oneDNN ISA %s)\n",
+               gemm_backend_name(gemm_get_backend()), gemm_cpu_isa_name());
+    } else {
+        gemm_bf16_route_request(GEMM_BF16_NATIVE);
+        tu_check(gemm_bf16_route_active() == GEMM_BF16_NATIVE, "native bf16 route active");
+        tu_check(ops_attention_threads_select("blocks"), "attention threading 'blocks'");
+        tu_check(ops_attention_products_select("amx") &&
+                     strncmp(ops_attention_products_name(), "amx (", 5) == 0,
+                 "products: %s", ops_attention_products_name());
+        const bt_dropout drop = {.p = 0.1f, .seed = 2024};
+        test_attention("self B1 NH2 T325 D64 masked dropout", 1, 2, 325, 325, 64, 1, &drop);
+        test_attention("self B2 NH3 T325 D64 masked", 2, 3, 325, 325, 64, 1, NULL);
+        test_attention("cross B2 NH2 Tq40 Tk325 D64 masked dropout", 2, 2, 40, 325, 64, 0, &drop);
+        test_attention("cross B2 NH2 Tq325 Tk40 D64 masked dropout", 2, 2, 325, 40, 64, 0, &drop);
+        test_attention("self B2 NH12 T40 D64 masked (text)", 2, 12, 40, 40, 64, 1, NULL);
+        test_attention("cross B2 NH3 Tq7 Tk33 D8 masked dropout", 2, 3, 7, 33, 8, 0, &drop);
+        test_attention("self B1 NH1 T1 D1", 1, 1, 1, 1, 1, 1, &drop);
+        test_attention("self B3 NH2 T17 D48 masked dropout", 3, 2, 17, 17, 48, 1, &drop);
+        tu_check(!ops_attention_products_select("no-such"), "an unknown products name is refused");
+        ops_attention_products_select("auto");
+        ops_attention_threads_select("auto");
+    }
+
+    if (argc > 1) { /* bt-forward: the --info line under a capped ISA, and uncapped */
+        static char out[16384];
+        tu_check(run_env(out, sizeof out, "BT_CPU_ISA=avx512_bf16 DNNL_MAX_CPU_ISA= '%s' --info",
+                         argv[1]) == 0, "bt-forward --info runs (BT_CPU_ISA=avx512_bf16)");
+        tu_check(strstr(out, "attention products: auto (gemm") != NULL,
+                 "BT_CPU_ISA=avx512_bf16: attention products stay on gemm (--info says '%.80s')",
+                 strstr(out, "attention products") ? strstr(out, "attention products") : "none");
+        tu_check(run_env(out, sizeof out,
+                         "BT_ATTENTION_PRODUCTS=amx DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 '%s' --info",
+                         argv[1]) == 0, "bt-forward --info runs (DNNL_MAX_CPU_ISA capped)");
+        tu_check(strstr(out, "attention products: amx requested, gemm") != NULL,
+                 "DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 with BT_ATTENTION_PRODUCTS=amx: gemm (--info "
+                 "says '%.80s')",
+                 strstr(out, "attention products") ? strstr(out, "attention products") : "none");
+    }
+    gemm_release();
+    return tu_finish();
+}
