@@ -253,8 +253,9 @@ AVX512_TARGET static void amx_transpose16(uint32_t *d, size_t ldd, const uint32_
 /* dst[2 j + t] = (t ? r1 : r0)[j] for j < n (r1 NULL: zeros), then zeros up to 2 n16 */
 AVX512_TARGET static void amx_interleave(bt_bf16 *dst, const bt_bf16 *r0, const bt_bf16 *r1,
                                          size_t n, size_t n16) {
-    static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                        8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
     const __m512i lo = _mm512_loadu_si512(lo_idx);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     size_t j = 0;
