@@ -606,9 +606,7 @@ static void linear_backward_fast(float *dx, float *dw, float *db, const float *d
          * K = 50265 at 320 rows got other bits; fp32 and the widened route never did), so
          * there SET zeroes dx and accumulates: the bits of BT_DX_ADD onto zeros, as ops.h
          * promises, at the cost of the zeroing the mode saves elsewhere. */
-        float beta = 1.0f;
-        if (mode == BT_DX_SET && ops_bf16_native(compute)) zero_fill(dx, n * c * sizeof *dx);
-        else if (mode == BT_DX_SET) beta = 0.0f;
+        const float beta = mode == BT_DX_SET ? 0.0f : 1.0f;
         gemm_args g = {
             .trans_a = 0, .trans_b = 0, .m = n, .n = c, .k = oc,
             .a_type = dout_type, .a = dout_op, .lda = oc,
@@ -1141,7 +1139,10 @@ OPS_VEC static void attention_rows_forward(float *s, float *pd, size_t pd_step, 
             dropout_span(pd + i * pd_step, si, tk, &r, base + i * tk);
             op = pd + i * pd_step;
         }
-        if (tile16) bf16_from_f32_serial(tile16 + i * ld16, op, tk);
+        if (tile16) { /* columns [tk, ld16): the zero K padding of the AMX products */
+            bf16_from_f32_serial(tile16 + i * ld16, op, tk);
+            memset(tile16 + i * ld16 + tk, 0, (ld16 - tk) * sizeof(bt_bf16));
+        }
     }
 }
 
@@ -1176,7 +1177,10 @@ OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step
         if (!dsi) continue;
         const float dot = ops_dot(dsi, pi, tk);
         for (size_t j = 0; j < tk; j++) dsi[j] = pi[j] * (dsi[j] - dot);
-        if (ds16) bf16_from_f32_serial(ds16 + i * ld16, dsi, tk);
+        if (ds16) { /* columns [tk, ld16): the zero K padding of the AMX products */
+            bf16_from_f32_serial(ds16 + i * ld16, dsi, tk);
+            memset(ds16 + i * ld16 + tk, 0, (ld16 - tk) * sizeof(bt_bf16));
+        }
     }
 }
 
@@ -1325,8 +1329,9 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
  * oneDNN's layouts, no copy of a strided C. Each operand is rounded to bf16 once per block
  * (bf16_from_f32_serial, the bytes of the gemm route's operands) straight into the layout
  * the tiles load: A "rows" (K contiguous, padded to 32 with zeros), B "VNNI" (pairs of K
- * rows interleaved); the row passes write P, Pd and dS as A rows (row stride padded, the
- * padding zeroed once when the scratch is made). Products whose A is a transpose (dv = Pdᵀ
+ * rows interleaved); the row passes write P and dS as A rows (row stride padded to 32 with
+ * zeros: the K padding). Rows of an A past its m (up to the next 16) are loaded but reach
+ * no stored element of C, so they are left as they are. Products whose A is a transpose (dv = Pdᵀ
  * dout, dk = dSᵀ q) are computed transposed (dvᵀ = doutᵀ Pd), P and dS then read as B.
  * The results differ from the gemm route's in the fp32 summation order of the products
  * only (tests/test_attention_amx.c compares both with the reference). Selected by
@@ -1376,7 +1381,7 @@ static size_t attention_amx_fwd_n(const attention_dims *d) {
 }
 
 /* attention_block_forward with AMX products. tile: Tq x Tk fp32 (S, then P), + Tk (one row
- * of dropout(P)); w: attention_amx_fwd_n bf16, zero where padding (never written here). */
+ * of dropout(P)); w: attention_amx_fwd_n bf16, 64-byte aligned. */
 static void attention_block_forward_amx(float *out, float *probs, const float *q,
                                         const float *k, const float *v, const float *key_bias,
                                         const attention_dims *d, const ops_drop *dr, float *tile,
@@ -1418,7 +1423,7 @@ static size_t attention_amx_bwd_n(const attention_dims *d) {
 
 /* attention_block_backward with AMX products (the same formulas, in the same order).
  * tile: Tq x Tk fp32 (dPd, then dS), + Tk (one row of fp32 Pd); w: attention_amx_bwd_n
- * bf16, zero where padding. */
+ * bf16, 64-byte aligned. */
 static void attention_block_backward_amx(float *dq, float *dk, float *dv, const float *dout,
                                          const float *probs, const float *q, const float *k,
                                          const float *v, const attention_dims *d,
@@ -1588,7 +1593,7 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
          * two lines, and the products took 2.5x as long (325 x 64 x 325: 24 -> 9.3 us) */
         const size_t tile_b = ((d->Tq * d->Tk + d->Tk) * sizeof(float) + 63) / 64 * 64;
         const size_t stride = (tile_b + attention_amx_fwd_n(d) * sizeof(bt_bf16) + 63) / 64 * 64;
-        char *tiles = bt_calloc((size_t)nthr * stride); /* the padding of the operands: zero */
+        char *tiles = bt_alloc((size_t)nthr * stride);
         OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
         for (size_t blk = 0; blk < nblk; blk++) {
             char *mine = tiles + (size_t)ops_thread_num() * stride;
@@ -1639,7 +1644,7 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
          * two lines, and the products took 2.5x as long (325 x 64 x 325: 24 -> 9.3 us) */
         const size_t tile_b = ((d->Tq * d->Tk + d->Tk) * sizeof(float) + 63) / 64 * 64;
         const size_t stride = (tile_b + attention_amx_bwd_n(d) * sizeof(bt_bf16) + 63) / 64 * 64;
-        char *tiles = bt_calloc((size_t)nthr * stride); /* the padding of the operands: zero */
+        char *tiles = bt_alloc((size_t)nthr * stride);
         OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
         for (size_t blk = 0; blk < nblk; blk++) {
             char *mine = tiles + (size_t)ops_thread_num() * stride;
