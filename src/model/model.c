@@ -346,8 +346,8 @@ int model_layer_recompute(bt_model *m, int group) {
  * transform. They go to the assigned region, after acc_end, which nothing zeroes: at base
  * B 8 T 40, 2.91 of the 3.20 GB of internal gradient slots (91%; 3.22 of 3.51 GB before the
  * 0.31 GB of gradients read in place lost their slots, see slot_ng), which a threaded memset
- * cleared and the first writer read back each step (on the native bf16 route linear_backward
- * still zeroes the dx it assigns, 1.1 GB of them: ops.c linear_backward_fast). A writer that
+ * cleared and the first writer read back each step (none is zeroed now, linear_backward's
+ * dx on the native bf16 route included: ops.c linear_backward_fast). A writer that
  * accumulated into an assigned slot would add to the previous step's value (or garbage):
  * tests/test_model_memory.c fills the assigned region with NaN before a backward and
  * requires the same gradient bits.

@@ -600,12 +600,16 @@ static void linear_backward_fast(float *dx, float *dw, float *db, const float *d
         dout_op = d16;
     }
     if (dx) {
-        /* BT_DX_SET: beta 0, dx not read. Except on the native bf16 route: there oneDNN's
-         * AMX brgemm sums over K in another order when the sum post-op of beta 1 is absent
-         * (measured, oneDNN 2.6 on the reference VM: dx of K = 1536 or 2304 at 650 rows and
-         * K = 50265 at 320 rows got other bits; fp32 and the widened route never did), so
-         * there SET zeroes dx and accumulates: the bits of BT_DX_ADD onto zeros, as ops.h
-         * promises, at the cost of the zeroing the mode saves elsewhere. */
+        /* BT_DX_SET: beta 0, dx not read. On the native bf16 route oneDNN's AMX brgemm sums
+         * over K in another order when the sum post-op of beta 1 is absent (oneDNN 2.6: dx of
+         * K = 1536 or 2304 at 650 rows and K = 50265 at 320 rows get other bits, within
+         * 1.1e-4 of the 2 k u Σ|a b| bound; fp32 and the widened route never did), so there
+         * SET is not bit for bit ADD onto zeros (ops.h bt_dx_mode says so; nothing in the
+         * model compares the two). Zeroing dx and accumulating kept the bits but cost the
+         * zeroing and the sum post-op's read of 1.1 GB per base B 8 step: per dx (2 threads,
+         * cold dx) 2600x3072 from K 768 11.5 -> 9.8 ms, 2600x768 from K 2304 7.4 -> 6.9 ms;
+         * bench_step --kernels: zero_fill 2.7% -> 1.0% of the step (docs/benchmarks.md
+         * "Session 7"). */
         const float beta = mode == BT_DX_SET ? 0.0f : 1.0f;
         gemm_args g = {
             .trans_a = 0, .trans_b = 0, .m = n, .n = c, .k = oc,

@@ -57,9 +57,12 @@ int ops_cpu_isa_select(bt_isa isa);
  * BT_DX_SET stores 0 + v where BT_DX_ADD stores dx + v, so on a zeroed dx the two leave the
  * same bits (-0 included: 0 + -0 = +0); dx's old contents are not read (they may be NaN).
  * The GEMM-based kernels (linear, attention) get it from the GEMM's beta (0: C not read;
- * their sums start from +0, so no -0 either), except linear on the native bf16 route, which
- * zeroes dx and accumulates (oneDNN's sum order there depends on beta: ops.c). Checked for
- * every kernel that takes a mode: SET into a sentinel = ADD onto zeros, bit for bit
+ * their sums start from +0, so no -0 either). One exception to "the same bits": linear's dx
+ * on the native bf16 route (oneDNN's AMX brgemm sums over K in another order when beta is
+ * 0, e.g. at K 1536, 2304 and 50265): there SET and ADD onto zeros are two orders of the
+ * same fp32 sum of exact bf16 products, equal within 2 k 2^-24 Σ|dout w| per element, still
+ * never -0 and deterministic. Checked for every kernel that takes a mode: SET into a
+ * sentinel = ADD onto zeros, bit for bit, except that one, within that bound
  * (tests/test_ops_fast.c). */
 typedef enum {
     BT_DX_ADD, /* dx += ... */
@@ -95,7 +98,8 @@ void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *
 void linear_forward(float *out, const float *x, const bt_bf16 *x_bf16, const float *w,
                     const bt_bf16 *w_bf16, const float *b, size_t n, size_t c, size_t oc,
                     gemm_compute compute);
-/* dx (N, C) += dout · w (= with BT_DX_SET: the GEMM's beta 0, dx not read);
+/* dx (N, C) += dout · w (= with BT_DX_SET: the GEMM's beta 0, dx not read; on the native
+ * bf16 route not the bits of ADD onto zeros, see bt_dx_mode);
  * dw (OC, C) += doutᵀ · x;  db (OC) += Σ_rows dout.
  * x / x_bf16 as in the forward (the dw product's operand).
  * dout_bf16: optional (N, OC) bf16 rounding of dout (compute BF16 only), then the operand of
