@@ -295,6 +295,35 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
     snprintf(name, sizeof name, "attention gemm fwd out vs reference %s", label);
     close_f32(name, g.out, r.out, a.on, 1.0 / 32);
 
+    /* each gradient alone (the others NULL: the row pass then skips dS, or Pd) is the same
+     * bits as with all three: the products are independent of each other */
+    {
+        const size_t C = a.d.NH * a.d.D;
+        float *gq = xmalloc(a.qn * sizeof(float));
+        float *gkv = a.kvn ? xmalloc(a.kvn * sizeof(float)) : NULL;
+        for (int which = 0; which < 3; which++) {
+            tu_fill_sentinel_f32(gq, a.qn);
+            if (gkv) tu_fill_sentinel_f32(gkv, a.kvn);
+            float *dq = gq, *dk = gkv ? gkv : gq + C, *dv = gkv ? gkv + C : gq + 2 * C;
+            const float *fq = f.gq, *fk = f.gkv ? f.gkv : f.gq + C;
+            const float *fv = f.gkv ? f.gkv + C : f.gq + 2 * C;
+            for (int pass = 0; pass < 2; pass++)
+                attention_backward(which == 0 ? dq : NULL, which == 1 ? dk : NULL,
+                                   which == 2 ? dv : NULL, dout, f.probs, a.q, a.k, a.v, &a.d,
+                                   drop, GEMM_COMPUTE_BF16, pass ? BT_DX_ADD : BT_DX_SET);
+            const float *got = which == 0 ? dq : which == 1 ? dk : dv;
+            const float *want = which == 0 ? fq : which == 1 ? fk : fv;
+            const size_t rows = which == 0 ? a.d.B * a.d.Tq : a.d.B * a.d.Tk;
+            const size_t ld = which == 0 ? a.d.ldq : which == 1 ? a.d.ldk : a.d.ldv;
+            int same = 1;
+            for (size_t i = 0; i < rows; i++)
+                same &= memcmp(got + i * ld, want + i * ld, C * sizeof(float)) == 0;
+            tu_check(same, "attention amx bwd %s alone = with all three, bitwise %s",
+                     which == 0 ? "dq" : which == 1 ? "dk" : "dv", label);
+        }
+        free(gq), free(gkv);
+    }
+
     /* 3. determinism: 1, 2, 3 threads, and again */
     tu_check(ops_attention_products_select("amx"), "products 'amx' selected");
 #ifdef _OPENMP

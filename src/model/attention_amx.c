@@ -250,9 +250,8 @@ AVX512_TARGET static void amx_transpose16(uint32_t *d, size_t ldd, const uint32_
     for (int j = 0; j < 16; j++) _mm512_storeu_si512(d + j * ldd, _mm512_castps_si512(r[j]));
 }
 
-/* dst[2 j + t] = (t ? r1 : r0)[j] for j < n (r1 NULL: zeros), then zeros up to 2 n16 */
-AVX512_TARGET static void amx_interleave(bt_bf16 *dst, const bt_bf16 *r0, const bt_bf16 *r1,
-                                         size_t n, size_t n16) {
+AVX512_TARGET void attention_amx_interleave(bt_bf16 *dst, const bt_bf16 *r0, const bt_bf16 *r1,
+                                           size_t n, size_t n16) {
     static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
                                         37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
                                         11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
@@ -312,7 +311,7 @@ void attention_amx_pack_vnni(bt_bf16 *b, size_t ldb, const float *x, size_t ldx,
         bt_bf16 *r0 = NULL, *r1 = NULL;
         if (i < k) bf16_from_f32_serial(r0 = tmp, x + i * ldx, n);
         if (i + 1 < k) bf16_from_f32_serial(r1 = tmp + n16, x + (i + 1) * ldx, n);
-        if (r0) amx_interleave(b + r * ldb, r0, r1, n, n16);
+        if (r0) attention_amx_interleave(b + r * ldb, r0, r1, n, n16);
         else memset(b + r * ldb, 0, 2 * n16 * sizeof(bt_bf16));
     }
 }
@@ -323,8 +322,8 @@ void attention_amx_pack_vnni16(bt_bf16 *b, size_t ldb, const bt_bf16 *x16, size_
     for (size_t r = 0; r < kp / 2; r++) {
         const size_t i = 2 * r;
         if (i < k)
-            amx_interleave(b + r * ldb, x16 + i * ldx, i + 1 < k ? x16 + (i + 1) * ldx : NULL, n,
-                           n16);
+            attention_amx_interleave(b + r * ldb, x16 + i * ldx,
+                                     i + 1 < k ? x16 + (i + 1) * ldx : NULL, n, n16);
         else
             memset(b + r * ldb, 0, 2 * n16 * sizeof(bt_bf16));
     }
@@ -363,6 +362,11 @@ void attention_amx_gemm(float *c, size_t ldc, int c_trans, const bt_bf16 *a, siz
     BT_ASSERTF(0, "attention_amx_gemm: this build has no AMX kernels");
 }
 #define AMX_NO_PACK(...) BT_ASSERTF(0, "attention_amx: this build has no AMX kernels")
+void attention_amx_interleave(bt_bf16 *dst, const bt_bf16 *r0, const bt_bf16 *r1, size_t n,
+                              size_t n16) {
+    (void)dst, (void)r0, (void)r1, (void)n, (void)n16;
+    AMX_NO_PACK();
+}
 void attention_amx_pack_rows(bt_bf16 *a, size_t lda, const float *x, size_t ldx, size_t rows,
                              size_t k, size_t kp) {
     (void)a, (void)lda, (void)x, (void)ldx, (void)rows, (void)k, (void)kp;

@@ -61,6 +61,10 @@ void attention_amx_pack_rows_t(bt_bf16 *a, size_t lda, const float *x, size_t ld
  * columns [n, n16) and rows [k, kp) zero. tmp: room for 2 n16 bf16. */
 void attention_amx_pack_vnni(bt_bf16 *b, size_t ldb, const float *x, size_t ldx, size_t k,
                              size_t n, size_t kp, bt_bf16 *tmp);
+/* One row of B VNNI from two bf16 rows: dst[2 j + t] = (t ? r1 : r0)[j] for j < n (r1 NULL:
+ * zeros), then zeros up to 2 n16 (the row passes of ops.c call it per row pair). */
+void attention_amx_interleave(bt_bf16 *dst, const bt_bf16 *r0, const bt_bf16 *r1, size_t n,
+                              size_t n16);
 /* The same from bf16 rows (x16: k x n at stride ldx), no rounding. */
 void attention_amx_pack_vnni16(bt_bf16 *b, size_t ldb, const bt_bf16 *x16, size_t ldx,
                                size_t k, size_t n, size_t kp);

@@ -1157,11 +1157,23 @@ OPS_VEC static void attention_rows_forward(float *s, float *pd, size_t pd_step, 
  * row of scratch), in the same loop as dP, so the row's mask is made once for both; on the
  * native bf16 route pd16 (or NULL) = bf16(Pd) (or bf16(P) without dropout) and ds16 =
  * bf16(dS), the operands of the dv and of the dq and dk products (the bytes gemm would round
- * them to). */
+ * them to).
+ * With vnni (the AMX products, else NULL), the rows also go, in pairs while they are in L1,
+ * to the VNNI layouts the products read as B (attention_amx.h): vnni->pd (Pd, whose row-major
+ * copy is then only needed two rows at a time: pd16 holds rows i at pd16 + (i % 2) ld16)
+ * and vnni->ds (dS; ds16 keeps every row, the dq product's A), their rows past ceil(tq/2)
+ * zeroed up to vnni->rows. */
+typedef struct attention_vnni {
+    bt_bf16 *pd, *ds; /* (rows, 2 n16) each, or NULL */
+    size_t ld, n16, rows;
+} attention_vnni;
+
 OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step, bt_bf16 *pd16,
                                             bt_bf16 *ds16, size_t ld16, const float *p, size_t tq,
-                                            size_t tk, const ops_drop *dr, uint64_t base) {
+                                            size_t tk, const ops_drop *dr, uint64_t base,
+                                            const attention_vnni *vnni) {
     const ops_drop r = *dr;
+    const int ring = vnni && vnni->pd; /* pd16: two rows */
     /* P is the saved probs slice, cold since the forward: its row OPS_ATTN_P_AHEAD rows on is
      * fetched while this one is worked (the pages of a row pass change every ~3 rows, where
      * the hardware's stream prefetch starts over). Measured (1 thread, B 8, T 325, no dropout,
@@ -1177,7 +1189,11 @@ OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step
         if (pdi && dsi) dropout_span_pair(pdi, pi, dsi, dsi, tk, &r, base + i * tk);
         else if (pdi) dropout_span(pdi, pi, tk, &r, base + i * tk);
         else if (dsi && r.on) dropout_span(dsi, dsi, tk, &r, base + i * tk);
-        if (pd16) bf16_from_f32_serial(pd16 + i * ld16, pdi ? pdi : pi, tk);
+        const int pair = vnni && (i % 2 == 1 || i + 1 == tq); /* a VNNI row is complete */
+        if (pd16) bf16_from_f32_serial(pd16 + (ring ? i % 2 : i) * ld16, pdi ? pdi : pi, tk);
+        if (ring && pair)
+            attention_amx_interleave(vnni->pd + i / 2 * vnni->ld, pd16,
+                                     i % 2 ? pd16 + ld16 : NULL, tk, vnni->n16);
         if (!dsi) continue;
         const float dot = ops_dot(dsi, pi, tk);
         for (size_t j = 0; j < tk; j++) dsi[j] = pi[j] * (dsi[j] - dot);
@@ -1185,6 +1201,13 @@ OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step
             bf16_from_f32_serial(ds16 + i * ld16, dsi, tk);
             memset(ds16 + i * ld16 + tk, 0, (ld16 - tk) * sizeof(bt_bf16));
         }
+        if (pair && vnni->ds)
+            attention_amx_interleave(vnni->ds + i / 2 * vnni->ld, ds16 + (i - i % 2) * ld16,
+                                     i % 2 ? ds16 + i * ld16 : NULL, tk, vnni->n16);
+    }
+    for (size_t v = (tq + 1) / 2; vnni && v < vnni->rows; v++) { /* the K padding of B */
+        if (vnni->pd) memset(vnni->pd + v * vnni->ld, 0, 2 * vnni->n16 * sizeof(bt_bf16));
+        if (vnni->ds) memset(vnni->ds + v * vnni->ld, 0, 2 * vnni->n16 * sizeof(bt_bf16));
     }
 }
 
@@ -1307,7 +1330,7 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
         attention_product(0, 1, Tq, Tk, D, od,
                           attention_operand_of(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D),
                           ds, Tk, 1.0f, 0.0f, compute);
-    attention_rows_backward(ds, pd, t16 ? 0 : Tk, pd16, ds16, Tk, p, Tq, Tk, dr, pbase);
+    attention_rows_backward(ds, pd, t16 ? 0 : Tk, pd16, ds16, Tk, p, Tq, Tk, dr, pbase, NULL);
     if (dv) { /* dv_h += Pdᵀ dout_h */
         const attention_operand a = pd16 ? (attention_operand){BT_DTYPE_BF16, pd16, Tk}
                                          : (attention_operand){BT_DTYPE_F32, pd ? pd : p, Tk};
@@ -1416,12 +1439,13 @@ static void attention_block_forward_amx(float *out, float *probs, const float *q
     attention_amx_gemm(out_h, d->ldo, 0, p16, z.Tkp, vb, 2 * z.D16, Tq, D, z.Tkp, 1.0f, 0.0f);
 }
 
-/* Per-thread bf16 elements of the backward: Pd and dS as A rows (2 x Tq16 x Tkp), Pd and dS
- * as VNNI B (2 x Tqp/2 x 2 Tk16), dout_h as A rows (Tq16 x Dp) and transposed (D16 x Tqp),
- * v_hᵀ VNNI (Dp/2 x 2 Tk16), k_h VNNI (Tkp/2 x 2 D16), q_hᵀ A rows (D16 x Tqp), packing row. */
+/* Per-thread bf16 elements of the backward: two rows of bf16 Pd (2 x Tkp), dS as A rows
+ * (Tq16 x Tkp), Pd and dS as VNNI B (2 x Tqp/2 x 2 Tk16), dout_h as A rows (Tq16 x Dp) and
+ * transposed (D16 x Tqp), v_hᵀ VNNI (Dp/2 x 2 Tk16), k_h VNNI (Tkp/2 x 2 D16), q_hᵀ A rows
+ * (D16 x Tqp), packing scratch. */
 static size_t attention_amx_bwd_n(const attention_dims *d) {
     const attention_amx_dims z = attention_amx_dims_of(d);
-    return 2 * z.Tq16 * z.Tkp + 2 * z.Tqp * z.Tk16 + z.Tq16 * z.Dp + 2 * z.D16 * z.Tqp +
+    return 2 * z.Tkp + z.Tq16 * z.Tkp + 2 * z.Tqp * z.Tk16 + z.Tq16 * z.Dp + 2 * z.D16 * z.Tqp +
            z.Dp * z.Tk16 + z.Tkp * z.D16 + attention_amx_tmp_n(&z);
 }
 
@@ -1437,7 +1461,7 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
     const attention_amx_dims z = attention_amx_dims_of(d);
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     const float scale = (float)(1.0 / sqrt((double)D));
-    bt_bf16 *pd16 = w, *ds16 = pd16 + z.Tq16 * z.Tkp, *pdv = ds16 + z.Tq16 * z.Tkp;
+    bt_bf16 *pd16 = w, *ds16 = pd16 + 2 * z.Tkp, *pdv = ds16 + z.Tq16 * z.Tkp;
     bt_bf16 *dsv = pdv + z.Tqp * z.Tk16, *oa = dsv + z.Tqp * z.Tk16, *ot = oa + z.Tq16 * z.Dp;
     bt_bf16 *vt = ot + z.D16 * z.Tqp, *kv = vt + z.Dp * z.Tk16, *qt = kv + z.Tkp * z.D16;
     bt_bf16 *tmp = qt + z.D16 * z.Tqp;
@@ -1449,10 +1473,12 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
         attention_amx_pack_vnni_t(vt, 2 * z.Tk16, v_h, d->ldv, Tk, D, z.Dp, tmp);
         attention_amx_gemm(ds, Tk, 0, oa, z.Dp, vt, 2 * z.Tk16, Tq, Tk, z.Dp, 1.0f, 0.0f);
     }
+    /* dS (and Pd) as A rows and, in the same pass, as VNNI B */
+    const attention_vnni vnni = {.pd = dv ? pdv : NULL, .ds = dk ? dsv : NULL,
+                                 .ld = 2 * z.Tk16, .n16 = z.Tk16, .rows = z.Tqp / 2};
     attention_rows_backward(ds, dr->on && dv ? tile + Tq * Tk : NULL, 0, dv ? pd16 : NULL,
-                            ds ? ds16 : NULL, z.Tkp, probs + pbase, Tq, Tk, dr, pbase);
+                            ds ? ds16 : NULL, z.Tkp, probs + pbase, Tq, Tk, dr, pbase, &vnni);
     if (dv) { /* dv_hᵀ += dout_hᵀ Pd */
-        attention_amx_pack_vnni16(pdv, 2 * z.Tk16, pd16, z.Tkp, Tq, Tk, z.Tqp);
         attention_amx_pack_rows_t(ot, z.Tqp, dout_h, d->ldo, Tq, D, z.Tqp, tmp);
         attention_amx_gemm(dv + b * Tk * d->ldv + h * D, d->ldv, 1, ot, z.Tqp, pdv, 2 * z.Tk16,
                            D, Tk, z.Tqp, 1.0f, beta);
@@ -1463,7 +1489,6 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
                            Tq, D, z.Tkp, scale, beta);
     }
     if (dk) { /* dk_hᵀ += q_hᵀ dS / √D */
-        attention_amx_pack_vnni16(dsv, 2 * z.Tk16, ds16, z.Tkp, Tq, Tk, z.Tqp);
         attention_amx_pack_rows_t(qt, z.Tqp, q_h, d->ldq, Tq, D, z.Tqp, tmp);
         attention_amx_gemm(dk + b * Tk * d->ldk + h * D, d->ldk, 1, qt, z.Tqp, dsv, 2 * z.Tk16,
                            D, Tk, z.Tqp, scale, beta);
@@ -1544,7 +1569,7 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
             attention_rows_backward(ds + h * blk, NULL, 0, NULL, NULL, 0, pb + h * blk, Tq, Tk,
-                                    dr, (b * NH + h) * blk);
+                                    dr, (b * NH + h) * blk, NULL);
         if (dq) { /* dq_h += dS_h k_h / √D */
             gemm_args gq = {
                 .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
