@@ -33,10 +33,13 @@
  * packing would make, so the results are the same bits; P's bf16 copy is written by the row
  * pass (softmax, dropout) while the row is in L1.
  * The OpenMP loop runs over the B*NH blocks and each gemm() runs on its calling thread (see
- * ATTENTION THREADING below for the measurement behind it).
+ * ATTENTION THREADING below for the measurement behind it). Where oneDNN runs at its AMX
+ * level, the native route's block products are attention_amx.c's tile kernels instead of
+ * gemm() calls, on operands the rounding and the row passes write in the tiles' layouts
+ * (same bits; BT_ATTENTION_PRODUCTS, "the block products on AMX tiles" below).
  *
- * Deliberately not here: the reference kernels (ops_ref.inc), the GEMM itself (gemm*.c),
- * any fast-math. */
+ * Deliberately not here: the reference kernels (ops_ref.inc), the GEMM itself (gemm*.c), the
+ * AMX tile products (attention_amx.c), any fast-math. */
 #include "ops.h"
 
 #include <float.h>
@@ -1150,7 +1153,7 @@ OPS_VEC static void attention_rows_forward(float *s, float *pd, size_t pd_step, 
     }
 }
 
-/* On entry ds (or NULL) holds dPd = dout vᵀ for the block; on exit dS:
+/* On entry ds (or NULL; row i at ds + i lds) holds dPd = dout vᵀ for the block; on exit dS:
  *   dP = dropout(dPd) (mask and scale of the forward);  dS = P ⊙ (dP - Σ_j dP_j P_j)
  * Also, row by row while the row is in L1, the dv product's operand: with dropout and pd,
  * Pd = dropout(P) into pd (row i at pd + i*pd_step: the Tq x Tk tile, or with pd_step 0 one
@@ -1168,7 +1171,8 @@ typedef struct attention_vnni {
     size_t ld, n16, rows;
 } attention_vnni;
 
-OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step, bt_bf16 *pd16,
+OPS_VEC static void attention_rows_backward(float *ds, size_t lds, float *pd, size_t pd_step,
+                                            bt_bf16 *pd16,
                                             bt_bf16 *ds16, size_t ld16, const float *p, size_t tq,
                                             size_t tk, const ops_drop *dr, uint64_t base,
                                             const attention_vnni *vnni) {
@@ -1185,7 +1189,7 @@ OPS_VEC static void attention_rows_backward(float *ds, float *pd, size_t pd_step
         if (i + OPS_ATTN_P_AHEAD < tq)
             for (size_t j = 0; j < tk; j += 64 / sizeof(float))
                 __builtin_prefetch(pi + OPS_ATTN_P_AHEAD * tk + j, 0, 3);
-        float *pdi = r.on && pd ? pd + i * pd_step : NULL, *dsi = ds ? ds + i * tk : NULL;
+        float *pdi = r.on && pd ? pd + i * pd_step : NULL, *dsi = ds ? ds + i * lds : NULL;
         if (pdi && dsi) dropout_span_pair(pdi, pi, dsi, dsi, tk, &r, base + i * tk);
         else if (pdi) dropout_span(pdi, pi, tk, &r, base + i * tk);
         else if (dsi && r.on) dropout_span(dsi, dsi, tk, &r, base + i * tk);
@@ -1330,7 +1334,7 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
         attention_product(0, 1, Tq, Tk, D, od,
                           attention_operand_of(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D),
                           ds, Tk, 1.0f, 0.0f, compute);
-    attention_rows_backward(ds, pd, t16 ? 0 : Tk, pd16, ds16, Tk, p, Tq, Tk, dr, pbase, NULL);
+    attention_rows_backward(ds, Tk, pd, t16 ? 0 : Tk, pd16, ds16, Tk, p, Tq, Tk, dr, pbase, NULL);
     if (dv) { /* dv_h += Pdᵀ dout_h */
         const attention_operand a = pd16 ? (attention_operand){BT_DTYPE_BF16, pd16, Tk}
                                          : (attention_operand){BT_DTYPE_F32, pd ? pd : p, Tk};
@@ -1356,13 +1360,16 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
  * oneDNN's layouts, no copy of a strided C. Each operand is rounded to bf16 once per block
  * (bf16_from_f32_serial, the bytes of the gemm route's operands) straight into the layout
  * the tiles load: A "rows" (K contiguous, padded to 32 with zeros), B "VNNI" (pairs of K
- * rows interleaved); the row passes write P and dS as A rows (row stride padded to 32 with
- * zeros: the K padding). Rows of an A past its m (up to the next 16) are loaded but reach
- * no stored element of C, so they are left as they are. Products whose A is a transpose (dv = Pdᵀ
- * dout, dk = dSᵀ q) are computed transposed (dvᵀ = doutᵀ Pd), P and dS then read as B.
- * The results differ from the gemm route's in the fp32 summation order of the products
- * only (tests/test_attention_amx.c compares both with the reference). Selected by
- * ops_attention_products_select / BT_ATTENTION_PRODUCTS ("auto", "amx", "gemm"). */
+ * rows interleaved). The row passes write P and dS as A rows (row stride padded to 32, the
+ * padding zero) and, in the backward, Pd and dS as VNNI B a row pair at a time while the
+ * rows are in L1. Rows of an A past its m (up to the next 16) are loaded but reach no stored
+ * element of C, so they are left as they are. Products whose A would be a transpose (dv =
+ * Pdᵀ dout, dk = dSᵀ q) are computed transposed (dvᵀ = doutᵀ Pd, stored transposed).
+ * The results are the same bits as the gemm route's (oneDNN 2.6's AMX kernels sum K in the
+ * same order; tests/test_attention_amx.c checks it and compares both with the reference).
+ * Selected by ops_attention_products_select / BT_ATTENTION_PRODUCTS ("auto", "amx",
+ * "gemm"); auto is amx where it may run (docs/benchmarks.md, "Session 7: AMX attention
+ * products", for the measurement). */
 
 /* Which products the blocks use. One setting shared by every ISA variant unit. */
 typedef enum { OPS_PROD_AUTO, OPS_PROD_AMX, OPS_PROD_GEMM } ops_prod_mode;
@@ -1450,8 +1457,9 @@ static size_t attention_amx_bwd_n(const attention_dims *d) {
 }
 
 /* attention_block_backward with AMX products (the same formulas, in the same order).
- * tile: Tq x Tk fp32 (dPd, then dS), + Tk (one row of fp32 Pd); w: attention_amx_bwd_n
- * bf16, 64-byte aligned. */
+ * tile: Tq x Tk16 fp32 (dPd, then dS; rows of whole cache lines, where the product's tile
+ * stores go: 325 x 325 x 64 took 17.7 us into rows of 325 floats, 12.5 us into rows of 336),
+ * + Tk (one row of fp32 Pd); w: attention_amx_bwd_n bf16, 64-byte aligned. */
 static void attention_block_backward_amx(float *dq, float *dk, float *dv, const float *dout,
                                          const float *probs, const float *q, const float *k,
                                          const float *v, const attention_dims *d,
@@ -1471,13 +1479,14 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
     if (ds) { /* dPd = dout_h v_hᵀ */
         attention_amx_pack_rows(oa, z.Dp, dout_h, d->ldo, Tq, D, z.Dp);
         attention_amx_pack_vnni_t(vt, 2 * z.Tk16, v_h, d->ldv, Tk, D, z.Dp, tmp);
-        attention_amx_gemm(ds, Tk, 0, oa, z.Dp, vt, 2 * z.Tk16, Tq, Tk, z.Dp, 1.0f, 0.0f);
+        attention_amx_gemm(ds, z.Tk16, 0, oa, z.Dp, vt, 2 * z.Tk16, Tq, Tk, z.Dp, 1.0f, 0.0f);
     }
     /* dS (and Pd) as A rows and, in the same pass, as VNNI B */
     const attention_vnni vnni = {.pd = dv ? pdv : NULL, .ds = dk ? dsv : NULL,
                                  .ld = 2 * z.Tk16, .n16 = z.Tk16, .rows = z.Tqp / 2};
-    attention_rows_backward(ds, dr->on && dv ? tile + Tq * Tk : NULL, 0, dv ? pd16 : NULL,
-                            ds ? ds16 : NULL, z.Tkp, probs + pbase, Tq, Tk, dr, pbase, &vnni);
+    attention_rows_backward(ds, z.Tk16, dr->on && dv ? tile + Tq * z.Tk16 : NULL, 0,
+                            dv ? pd16 : NULL, ds ? ds16 : NULL, z.Tkp, probs + pbase, Tq, Tk, dr,
+                            pbase, &vnni);
     if (dv) { /* dv_hᵀ += dout_hᵀ Pd */
         attention_amx_pack_rows_t(ot, z.Tqp, dout_h, d->ldo, Tq, D, z.Tqp, tmp);
         attention_amx_gemm(dv + b * Tk * d->ldv + h * D, d->ldv, 1, ot, z.Tqp, pdv, 2 * z.Tk16,
@@ -1568,7 +1577,7 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
         gemm(&g);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
-            attention_rows_backward(ds + h * blk, NULL, 0, NULL, NULL, 0, pb + h * blk, Tq, Tk,
+            attention_rows_backward(ds + h * blk, Tk, NULL, 0, NULL, NULL, 0, pb + h * blk, Tq, Tk,
                                     dr, (b * NH + h) * blk, NULL);
         if (dq) { /* dq_h += dS_h k_h / √D */
             gemm_args gq = {
@@ -1667,11 +1676,12 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
     const size_t nblk = d->B * d->NH;
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
-    if (attention_amx_use(compute)) { /* per thread: Tq x Tk + Tk floats, then the bf16 */
+    if (attention_amx_use(compute)) { /* per thread: Tq x Tk16 + Tk floats, then the bf16 */
         /* the bf16 operands start on a cache line: every tile row is then whole lines (the
          * row strides are multiples of 32 bf16); misaligned, each row of a tile load spans
          * two lines, and the products took 2.5x as long (325 x 64 x 325: 24 -> 9.3 us) */
-        const size_t tile_b = ((d->Tq * d->Tk + d->Tk) * sizeof(float) + 63) / 64 * 64;
+        const size_t tile_b =
+            ((d->Tq * attention_amx_r16(d->Tk) + d->Tk) * sizeof(float) + 63) / 64 * 64;
         const size_t stride = (tile_b + attention_amx_bwd_n(d) * sizeof(bt_bf16) + 63) / 64 * 64;
         char *tiles = bt_alloc((size_t)nthr * stride);
         OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
