@@ -7,10 +7,14 @@
  *
  * Blocking: C is walked in 32 x 32 blocks (2 x 2 accumulator tiles, tmm0-3), A's two 16-row
  * tiles (tmm4-5) and B's two 16-column tiles (tmm6-7) loaded once per 32-deep step of K and
- * used twice each; a block on the m or n edge uses 1 x 2, 2 x 1 or 1 x 1 tiles. Accumulators
- * go through a 16 x 16 buffer, from which only the valid rows and columns reach C (alpha,
- * beta, transposed or not). The K order inside a block is fixed (k = 0, 32, 64, ...), so a
- * result depends on the operands and sizes only.
+ * used twice each; a block on the m or n edge uses 1 x 2, 2 x 1 or 1 x 1 tiles. A whole
+ * 16 x 16 tile of a plain C = A·B (alpha 1, beta 0, not transposed) is stored straight into
+ * C; the others go through a 16 x 16 buffer, from which only the valid rows and columns
+ * reach C (alpha, beta, transposed or not). The K order inside a block is fixed (k = 0, 32,
+ * 64, ...), so a result depends on the operands and sizes only.
+ * Speed: every tile row should be whole cache lines (operands and C 64-byte aligned, row
+ * strides multiples of 64 bytes): a row that straddles two lines made a 325 x 64 x 325
+ * product 2.5x slower (docs/benchmarks.md, "Session 7: AMX attention products").
  *
  * Deliberately not here: the reference (the same products run by gemm(), ops.c and
  * tests/test_attention_amx.c's double products), anything but bf16 operands. */
@@ -144,7 +148,7 @@ AVX512_TARGET static void amx_store(float *c, size_t ldc, int c_trans, const flo
                           rows, cols, alpha, beta);                                            \
         }                                                                                      \
     }
-/* (MT 1, NT 2 stores tiles 0 and 1; MT 2, NT 1 uses tiles 0 and 2: remapped below) */
+/* (2 x 1 would use accumulators 0 and 2 here, stored as 0 and 1: written out below) */
 AMX_BLOCK(2, 2)
 AMX_BLOCK(1, 2)
 AMX_BLOCK(1, 1)
