@@ -332,87 +332,42 @@ static void test_bf16(void) {
     }
 }
 
-/* Products at the attention's shapes with a strided B and C (one head's (T, 64) slice of a
- * (T, 768) or (T, 2304) buffer), fp32 and bf16 compute. oneDNN 2.6 plans gemm:jit for them;
- * gemm_onednn.c runs the bf16 ones on the brgemm kernel into a dense C scratch copied into C
- * (reading C first when beta != 0), and the fp32 ones with plain A and B and m*k >= 2^16
- * on the brgemm kernel with B copied dense (dn_prefer_brgemm). Same bounds against the ref
- * as any product; bytes of C outside the product untouched (run_case checks both); with
- * batch items the gaps between items too. Then the kernel: where the CPU has native bf16 a strided bf16 C runs the
- * kernel a dense C gets, and wherever the dense fp32 product runs brgemm the strided one does
- * too (none of them does under AVX2: oneDNN 2.6 has no brgemm matmul there). */
-static void test_strided_c(void) {
+/* bf16 products into a strided C at the attention's shapes (one head's (T, 64) slice of a
+ * (T, 768) or (T, 2304) buffer): oneDNN plans gemm:jit for those and gemm_onednn.c runs them
+ * on the brgemm kernel into a dense scratch copied into C (reading C first when beta != 0).
+ * Same bounds against the ref as any bf16 product; bytes of C outside the product untouched
+ * (run_case checks both); with batch items the gaps between items too. Where the CPU has
+ * native bf16 the planned implementation is brgemm. */
+static void test_bf16_strided_c(void) {
     static const size_t shapes[][4] = {/* m, n, k, pad_c */
                                        {325, 64, 325, 704}, {325, 64, 325, 2240}, {40, 64, 40, 704},
-                                       {40, 64, 325, 704}, {325, 64, 40, 704}, {257, 64, 257, 704}};
-    for (int cp = 0; cp < 2; cp++) {
-        const gemm_compute compute = cp ? GEMM_COMPUTE_BF16 : GEMM_COMPUTE_F32;
-        const char *label = cp ? "bf16-strided-c" : "f32-strided-bc";
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            for (int v = 0; v < 4; v++) {
-                tcase tc = {.ta = v == 1, .tb = 0, .m = shapes[s][0], .n = shapes[s][1],
-                            .k = shapes[s][2], .pad_a = 0, .pad_b = 2240, .pad_c = shapes[s][3],
-                            .batch = v == 3 ? 2 : 1, .sa = DENSE, .sb = DENSE, .sc = DENSE,
-                            .at = BT_DTYPE_F32, .bt = BT_DTYPE_F32, .compute = compute,
-                            .alpha = v == 2 ? 0.5f : 1.0f, .beta = v >= 1 ? 1.0f : 0.0f,
-                            .bias = v == 2};
-                if (v == 3) tc.sc = tc.m * (tc.n + tc.pad_c) + 64; /* a gap between the items */
-                for (int f = 0; f < n_fast; f++) run_case(fast_backends[f], &tc, MODE_SAME, label);
-                if (cp)
-                    run_case(GEMM_BACKEND_ONEDNN, &tc, MODE_BF16_VS_F32,
-                             "bf16-strided-c-vs-f32ref");
-            }
+                                       {40, 64, 325, 704}, {325, 64, 40, 704}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int v = 0; v < 4; v++) {
+            tcase tc = {.ta = v == 1, .tb = 0, .m = shapes[s][0], .n = shapes[s][1],
+                        .k = shapes[s][2], .pad_a = 0, .pad_b = 2240, .pad_c = shapes[s][3],
+                        .batch = v == 3 ? 2 : 1, .sa = DENSE, .sb = DENSE, .sc = DENSE,
+                        .at = BT_DTYPE_F32, .bt = BT_DTYPE_F32, .compute = GEMM_COMPUTE_BF16,
+                        .alpha = v == 2 ? 0.5f : 1.0f, .beta = v >= 1 ? 1.0f : 0.0f,
+                        .bias = v == 2};
+            if (v == 3) tc.sc = tc.m * (tc.n + tc.pad_c) + 64; /* a gap between the items */
+            for (int f = 0; f < n_fast; f++) run_case(fast_backends[f], &tc, MODE_SAME, "bf16-strided-c");
+            run_case(GEMM_BACKEND_ONEDNN, &tc, MODE_BF16_VS_F32, "bf16-strided-c-vs-f32ref");
         }
     }
-    if (!gemm_backend_available(GEMM_BACKEND_ONEDNN)) return;
-    static float a[325 * 2304], c[325 * 2304];
-    /* fp32: P·V with v_h at row stride 2304 into out_h at 768, vs every operand dense */
-    gemm_args g = {.m = 325, .n = 64, .k = 325, .a_type = BT_DTYPE_F32, .b_type = BT_DTYPE_F32,
-                   .a = a, .lda = 325, .b = a, .ldb = 64, .c = c, .ldc = 64, .alpha = 1.0f,
-                   .beta = 1.0f, .compute = GEMM_COMPUTE_F32, .batch = 1};
-    char dense[96];
-    snprintf(dense, sizeof dense, "%s", gemm_onednn_impl_name(&g));
-    g.ldb = 2304;
-    g.ldc = 768;
-    const char *impl = gemm_onednn_impl_name(&g);
-    tu_check(strncmp(dense, "brg", 3) != 0 || strncmp(impl, "brg", 3) == 0,
-             "f32 325x64x325 with ldb 2304, ldc 768 runs '%s' (dense: '%s')", impl, dense);
-    /* ... and its bytes do not depend on where A, B and C start (docs/determinism.md:
-     * same bytes at every buffer offset): offsets 0, 1, 3 floats */
-    {
-        enum { M = 325, N = 64, K = 325, LDB = 2304, LDC = 768, OFFS = 3 };
-        static float ab[M * K + 3], bb[K * LDB + 3], cb[M * LDC + 3], out[OFFS][M * N];
-        static const size_t offs[OFFS] = {0, 1, 3};
-        float *av = malloc(M * K * sizeof *av), *bv = malloc(K * LDB * sizeof *bv);
-        tu_fill_uniform_f32(&rng, av, M * K, -1.0f, 1.0f);
-        tu_fill_uniform_f32(&rng, bv, K * LDB, -1.0f, 1.0f);
-        for (int o = 0; o < OFFS; o++) {
-            memcpy(ab + offs[o], av, M * K * sizeof *av);
-            memcpy(bb + offs[o], bv, K * LDB * sizeof *bv);
-            gemm_args go = {.m = M, .n = N, .k = K, .a_type = BT_DTYPE_F32,
-                            .b_type = BT_DTYPE_F32, .a = ab + offs[o], .lda = K,
-                            .b = bb + offs[o], .ldb = LDB, .c = cb + offs[o], .ldc = LDC,
-                            .alpha = 1.0f, .compute = GEMM_COMPUTE_F32, .batch = 1};
-            gemm_with(GEMM_BACKEND_ONEDNN, &go);
-            for (size_t i = 0; i < M; i++)
-                memcpy(out[o] + i * N, cb + offs[o] + i * LDC, N * sizeof(float));
-        }
-        tu_check(memcmp(out[0], out[1], sizeof out[0]) == 0 &&
-                     memcmp(out[0], out[2], sizeof out[0]) == 0,
-                 "f32 325x64x325, ldb 2304, ldc 768 ('%s'): same bytes at buffer offsets 0, 1, "
-                 "3 floats", impl);
-        free(av);
-        free(bv);
-    }
-    if (gemm_bf16_route_active() != GEMM_BF16_NATIVE) return;
+    if (!gemm_backend_available(GEMM_BACKEND_ONEDNN) ||
+        gemm_bf16_route_active() != GEMM_BF16_NATIVE)
+        return;
     /* the strided C runs the kernel the dense C gets (brgemm where the CPU has AMX or
      * avx512_core_bf16 brgemm), not a slower one */
-    g.ldb = 64;
-    g.ldc = 64;
-    g.compute = GEMM_COMPUTE_BF16;
+    static float a[325 * 325], c[325 * 768];
+    gemm_args g = {.m = 325, .n = 64, .k = 325, .a_type = BT_DTYPE_F32, .b_type = BT_DTYPE_F32,
+                   .a = a, .lda = 325, .b = a, .ldb = 64, .c = c, .ldc = 64, .alpha = 1.0f,
+                   .beta = 1.0f, .compute = GEMM_COMPUTE_BF16, .batch = 1};
+    char dense[96];
     snprintf(dense, sizeof dense, "%s", gemm_onednn_impl_name(&g));
     g.ldc = 768;
-    impl = gemm_onednn_impl_name(&g);
+    const char *impl = gemm_onednn_impl_name(&g);
     tu_check(strcmp(impl, dense) == 0,
              "bf16 325x64x325 into C with ldc 768 runs '%s', as with a dense C ('%s')", impl,
              dense);
@@ -798,7 +753,7 @@ int main(void) {
     test_named_cases();
     test_sweep_f32();
     test_bf16();
-    test_strided_c();
+    test_bf16_strided_c();
     test_batched();
     test_cache();
     test_threads();

@@ -5,9 +5,7 @@
  *     dimensions and batch strides need no copies: op(A) is (ba, m, k) with strides
  *     (stride_a, lda, 1) or, transposed, (stride_a, 1, lda); likewise B; C is (batch, m, n)
  *     with (stride_c, ldc, 1). A stride of 0 becomes a batch dimension of 1, which the
- *     matmul broadcasts. One exception: a strided plain fp32 B that oneDNN would run on
- *     gemm:jit is copied dense when that gets brgemm (dn_prefer_brgemm: attention's
- *     per-head products).
+ *     matmul broadcasts.
  *   - alpha is the output scale, beta a sum post-op (none when beta == 0, so C is not read),
  *     the bias the matmul bias argument, shape (1, 1, n). oneDNN 2.6 applies the output
  *     scale to the bias too (dst = alpha*(AB + bias) + beta*C, measured by tests/test_gemm.c),
@@ -90,9 +88,8 @@ typedef struct dn_key {
 enum { DN_SRC, DN_WEI, DN_DST, DN_BIAS, DN_SCRATCH, DN_MEMS };
 
 /* How an operand reaches the primitive: as given (strided), or packed dense into per-thread
- * scratch as bf16 (rounded) or fp32 (widened/rounded), or (fp32 compute) copied dense as it
- * is (DN_COPY_F32: the same values, a layout oneDNN runs on brgemm, dn_prefer_brgemm). */
-typedef enum { DN_PASS, DN_PACK_BF16, DN_PACK_F32, DN_COPY_F32 } dn_pack;
+ * scratch as bf16 (rounded) or fp32 (widened/rounded). */
+typedef enum { DN_PASS, DN_PACK_BF16, DN_PACK_F32 } dn_pack;
 
 typedef struct dn_entry {
     dn_key key;
@@ -362,14 +359,12 @@ static dnnl_primitive_desc_t dn_skip_brgemm(dnnl_primitive_desc_t pd, const dnnl
 static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dense_c) {
     const dn_key *k = &e->key;
     dn_operand oa = dn_operand_a(k), ob = dn_operand_b(k);
-    dnnl_data_type_t ta =
-        (pa == DN_PACK_F32 || pa == DN_COPY_F32 || (pa == DN_PASS && k->a_type == BT_DTYPE_F32))
-            ? dnnl_f32
-            : dnnl_bf16;
-    dnnl_data_type_t tb =
-        (pb == DN_PACK_F32 || pb == DN_COPY_F32 || (pb == DN_PASS && k->b_type == BT_DTYPE_F32))
-            ? dnnl_f32
-            : dnnl_bf16;
+    dnnl_data_type_t ta = (pa == DN_PACK_F32 || (pa == DN_PASS && k->a_type == BT_DTYPE_F32))
+                              ? dnnl_f32
+                              : dnnl_bf16;
+    dnnl_data_type_t tb = (pb == DN_PACK_F32 || (pb == DN_PASS && k->b_type == BT_DTYPE_F32))
+                              ? dnnl_f32
+                              : dnnl_bf16;
     dn_operand_md(&e->md[DN_SRC], oa, (int)k->trans_a, pa, ta);
     dn_operand_md(&e->md[DN_WEI], ob, (int)k->trans_b, pb, tb);
     {
@@ -442,69 +437,28 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
  * dense C is, the entry writes a per-thread dense scratch and copies it into C: m*n extra
  * loads and stores against 2*m*n*k flops. With beta 1 (the attention backward accumulates)
  * the scratch gets alpha*AB (+ bias) and the copy adds it to C (fp32 addition, one rounding,
- * as the sum post-op); with another non-zero beta C is copied in first and the post-op runs.
- *
- * fp32 products (every CPU class without native bf16, and fp32 mode) run brgemm with a
- * strided C, but not with a strided plain B (ldb > n: v_h in P·V, k_h in dQ, row slices of
- * the (T, 2304) qkv buffer): gemm:jit again. A dense fp32 copy of B (k*n floats, per-thread
- * scratch, values unchanged) gets brgemm. Measured with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16
- * (AVX512_CORE and no cap alike), 1 thread as attention's blocks run, best of 7 x 2000 calls
- * on hot buffers (docs/benchmarks.md "Session 7"): P·V 325x64x325 (ldb 2304, ldc 768) 83.8
- * -> 64.4 us, dQ (ldc 2304, beta 1) 87.3 -> 64.6; on cold base-sized (B 8) buffers 88-99 ->
- * 70 and 89-108 -> 70-73. Not copied, because it did not pay: a transposed A (dV = Pᵀ dout_h
- * 82.2 -> 76.9 hot but 81-87 either way cold, and slower with 2 threads running blocks), a
- * transposed B (S = q kᵀ, 325x325x64, 71.7 -> 78.3), small products (40x64x325 10.8 ->
- * 10.9, 40x64x40 2.0 -> 2.4): so dn_copy_b_pays asks for plain A and B and m*k >= 2^16.
- * Under AVX2 oneDNN 2.6 has no brgemm matmul and nothing changes. Summation order is
- * brgemm's instead of gemm:jit's (the same error bound); beta 1 (the sum post-op) and beta
- * 0 sum in the same order there, so attention's BT_DX_SET still gives the bits of BT_DX_ADD
- * onto zeros (tests/test_ops_fast.c checks it bitwise at T 257, where dQ takes this path). */
+ * as the sum post-op); with another non-zero beta C is copied in first and the post-op runs. */
 static int dn_c_strided(const dn_key *k) {
     return k->ldc != k->n || (k->batch > 1 && k->stride_c != k->m * k->n);
 }
 
-static int dn_operand_strided(dn_operand o) {
-    return o.ld != o.cols || (o.items > 1 && o.stride != o.rows * o.cols);
-}
-
-/* fp32: whether a strided plain B is worth copying dense (see above) */
-static int dn_copy_b_pays(const dn_key *k) {
-    return !k->trans_a && !k->trans_b && dn_operand_strided(dn_operand_b(k)) &&
-           k->m * k->k >= (1 << 16);
-}
-
-/* Swaps e's primitive for a brgemm one over a denser layout when oneDNN has one: first the
- * strided fp32 operands passed as given copied dense (DN_COPY_F32, fp32 compute only), then
- * also C dense. Nothing changes when e already runs brgemm or no layout gets it (e.g.
- * oneDNN's ISA below avx512_core, which has no brgemm matmul). */
-static void dn_prefer_brgemm(dn_entry *e) {
-    if (strncmp(e->impl, "brg", 3) == 0) return;
-    const dn_key *k = &e->key;
-    dn_pack pa = e->pack_a, pb = e->pack_b;
-    if (k->compute == GEMM_COMPUTE_F32) {
-        if (!dn_copy_b_pays(k)) return;
-        pb = DN_COPY_F32;
-        if (dn_operand_strided(dn_operand_a(k))) pa = DN_COPY_F32;
-    }
-    for (int dense_c = 0; dense_c <= dn_c_strided(k); dense_c++) {
-        if (!dense_c && pa == e->pack_a && pb == e->pack_b) continue; /* e itself */
-        dn_entry alt = *e;
-        alt.prim = NULL;
-        if (dn_try_create(&alt, pa, pb, dense_c) != dnnl_success) continue;
-        if (strncmp(alt.impl, "brg", 3) == 0) {
-            DN_CHECK(dnnl_primitive_destroy(e->prim));
-            *e = alt;
-            return;
-        }
+static void dn_prefer_dense_c(dn_entry *e) {
+    if (!dn_c_strided(&e->key) || strncmp(e->impl, "brg", 3) == 0) return;
+    dn_entry alt = *e;
+    alt.prim = NULL;
+    if (dn_try_create(&alt, e->pack_a, e->pack_b, 1) != dnnl_success) return;
+    if (strncmp(alt.impl, "brg", 3) != 0) {
         DN_CHECK(dnnl_primitive_destroy(alt.prim));
+        return;
     }
+    DN_CHECK(dnnl_primitive_destroy(e->prim));
+    *e = alt;
 }
 
 static void dn_create(dn_entry *e) {
     const dn_key *k = &e->key;
     if (k->compute == GEMM_COMPUTE_F32) {
         DN_CHECK(dn_try_create(e, DN_PASS, DN_PASS, 0));
-        dn_prefer_brgemm(e);
         return;
     }
     if (k->bf16_widen) {
@@ -516,7 +470,7 @@ static void dn_create(dn_entry *e) {
     dn_pack pb = k->b_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
     dnnl_status_t st = dn_try_create(e, pa, pb, 0);
     if (st == dnnl_success) {
-        dn_prefer_brgemm(e);
+        dn_prefer_dense_c(e);
         return;
     }
     if (st == dnnl_unimplemented) st = dn_try_create(e, DN_PACK_F32, DN_PACK_F32, 0);
@@ -594,8 +548,8 @@ static dn_slot *dn_thread_slot(dn_thread *t, const dn_entry *e) {
 /* --- packing ------------------------------------------------------------------------ */
 
 /* Copies operand o (strided, of type t) dense into dst as bf16 (pack == DN_PACK_BF16) or
- * fp32 (DN_PACK_F32), rounding fp32 values to bf16 on the way in both cases (those packs
- * only happen under GEMM_COMPUTE_BF16), or (DN_COPY_F32, fp32 compute) as they are. */
+ * fp32 (DN_PACK_F32), rounding fp32 values to bf16 on the way in both cases (the pack only
+ * happens under GEMM_COMPUTE_BF16). */
 static void dn_pack_operand(void *dst, const void *src, bt_dtype t, dn_operand o, dn_pack pack) {
     long long nrows = (long long)(o.items * o.rows);
     int par = o.items * o.rows * o.cols >= (1 << 16);
@@ -610,9 +564,7 @@ static void dn_pack_operand(void *dst, const void *src, bt_dtype t, dn_operand o
         size_t cols = (size_t)o.cols;
         /* the conversions of ops.h on this thread (rows are already spread over threads):
          * vectorized per ISA level, the bytes of bt_bf16_from_f32 / bt_f32_from_bf16 */
-        if (pack == DN_COPY_F32) {
-            memcpy((float *)dst + dst_off, (const float *)src + src_off, cols * sizeof(float));
-        } else if (pack == DN_PACK_BF16) {
+        if (pack == DN_PACK_BF16) {
             /* only fp32 operands are packed to bf16 */
             bf16_from_f32_serial((bt_bf16 *)dst + dst_off, (const float *)src + src_off, cols);
         } else {
