@@ -30,6 +30,7 @@
 #include "gemm.h"
 #include "ops.h"
 #include "ops_ref.h"
+#include "test_attention_case.h"
 #include "test_util.h"
 
 static tu_rng rng;
@@ -170,41 +171,6 @@ static void test_products(void) {
 
 /* --- 2. attention on AMX products vs the reference ---------------------------------------- */
 
-typedef struct {
-    float *qbuf, *kvbuf, *q, *k, *v, *key_bias;
-    size_t qn, kvn, on, pn;
-    attention_dims d;
-} attn_case;
-
-/* self: q, k, v of one packed (B*T, 3C) buffer; cross: q (B*Tq, C), k/v of (B*Tk, 2C). Batch
- * item b masks its last min(b, Tk - 1) keys (test_ops_fast's cases). */
-static void attn_case_init(attn_case *a, size_t B, size_t NH, size_t Tq, size_t Tk, size_t D,
-                           int self) {
-    const size_t C = NH * D;
-    memset(a, 0, sizeof *a);
-    attention_dims *d = &a->d;
-    d->B = B, d->Tq = Tq, d->Tk = Tk, d->NH = NH, d->D = D, d->ldo = C;
-    if (self) {
-        d->ldq = d->ldk = d->ldv = 3 * C;
-        a->qn = B * Tq * 3 * C;
-        a->qbuf = rand_f(a->qn, -2, 2);
-        a->q = a->qbuf, a->k = a->qbuf + C, a->v = a->qbuf + 2 * C;
-    } else {
-        d->ldq = C, d->ldk = d->ldv = 2 * C;
-        a->qn = B * Tq * C, a->kvn = B * Tk * 2 * C;
-        a->qbuf = rand_f(a->qn, -2, 2), a->kvbuf = rand_f(a->kvn, -2, 2);
-        a->q = a->qbuf, a->k = a->kvbuf, a->v = a->kvbuf + C;
-    }
-    int32_t *mask = xmalloc(B * Tk * sizeof(int32_t));
-    for (size_t b = 0; b < B; b++)
-        for (size_t j = 0; j < Tk; j++) mask[b * Tk + j] = j + (b < Tk ? b : Tk - 1) < Tk;
-    a->key_bias = xmalloc(B * Tk * sizeof(float));
-    attention_key_bias_from_mask(a->key_bias, mask, B * Tk);
-    free(mask);
-    a->on = B * Tq * C, a->pn = B * NH * Tq * Tk;
-}
-
-static void attn_case_free(attn_case *a) { free(a->qbuf), free(a->kvbuf), free(a->key_bias); }
 
 /* the outputs of one forward and backward (gradients by assignment, BT_DX_SET, then a second
  * backward adding onto them, BT_DX_ADD) */
@@ -250,7 +216,7 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
                            size_t D, int self, const bt_dropout *drop) {
     char name[200];
     attn_case a;
-    attn_case_init(&a, B, NH, Tq, Tk, D, self);
+    attn_case_init(&a, &rng, B, NH, Tq, Tk, D, self, 1);
     float *dout = rand_f(a.on, -1, 1);
     attn_result f, r, g;
     tu_check(ops_attention_products_select("amx"), "products 'amx' selected");

@@ -36,6 +36,7 @@
 
 #include "ops.h"
 #include "ops_ref.h"
+#include "test_attention_case.h"
 #include "test_util.h"
 
 #define RTOL_F32 2e-5
@@ -577,44 +578,6 @@ static void test_linear(size_t n, size_t c, size_t oc, gemm_compute compute, int
 
 /* --- attention ------------------------------------------------------------------------------ */
 
-typedef struct {
-    float *qbuf, *kvbuf, *q, *k, *v, *key_bias;
-    size_t qn, kvn;
-    attention_dims d;
-} attn_case;
-
-/* self: q, k, v slices of one packed (B*T, 3C) buffer; cross: q (B*Tq, C), k/v of (B*Tk, 2C).
- * Batch item b masks its last min(b, Tk-1) keys. */
-static void attn_case_init(attn_case *a, size_t B, size_t NH, size_t Tq, size_t Tk, size_t D,
-                           int self, int masked) {
-    const size_t C = NH * D;
-    memset(a, 0, sizeof *a);
-    attention_dims *d = &a->d;
-    d->B = B, d->Tq = Tq, d->Tk = Tk, d->NH = NH, d->D = D, d->ldo = C;
-    if (self) {
-        d->ldq = d->ldk = d->ldv = 3 * C;
-        a->qn = B * Tq * 3 * C;
-        a->qbuf = rand_f(a->qn, -2, 2);
-        a->q = a->qbuf, a->k = a->qbuf + C, a->v = a->qbuf + 2 * C;
-    } else {
-        d->ldq = C, d->ldk = d->ldv = 2 * C;
-        a->qn = B * Tq * C, a->kvn = B * Tk * 2 * C;
-        a->qbuf = rand_f(a->qn, -2, 2), a->kvbuf = rand_f(a->kvn, -2, 2);
-        a->q = a->qbuf, a->k = a->kvbuf, a->v = a->kvbuf + C;
-    }
-    if (masked) {
-        int32_t *mask = malloc(B * Tk * sizeof(int32_t));
-        for (size_t b = 0; b < B; b++)
-            for (size_t j = 0; j < Tk; j++) mask[b * Tk + j] = j + (b < Tk ? b : Tk - 1) < Tk;
-        a->key_bias = fvec(B * Tk);
-        attention_key_bias_from_mask(a->key_bias, mask, B * Tk);
-        free(mask);
-    }
-}
-
-static void attn_case_free(attn_case *a) {
-    free(a->qbuf), free(a->kvbuf), free(a->key_bias);
-}
 
 /* Gradient buffers laid out like the inputs (packed where the inputs are). */
 static void attn_grads(const attn_case *a, float *gq, float *gkv, float **dq, float **dk,
@@ -628,7 +591,7 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
                            int self, int masked, const bt_dropout *drop, gemm_compute compute) {
     char name[200];
     attn_case a;
-    attn_case_init(&a, B, NH, Tq, Tk, D, self, masked);
+    attn_case_init(&a, &rng, B, NH, Tq, Tk, D, self, masked);
     const attention_dims *d = &a.d;
     const size_t C = NH * D, on = B * Tq * C, pn = B * NH * Tq * Tk;
     float *o1 = sentinel_f(on), *p1 = sentinel_f(pn), *o2 = sentinel_f(on), *p2 = sentinel_f(pn);
@@ -714,7 +677,7 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
 static void test_attention_fully_masked(void) {
     char name[128];
     attn_case a;
-    attn_case_init(&a, 2, 3, 7, 9, 8, 0, 0);
+    attn_case_init(&a, &rng, 2, 3, 7, 9, 8, 0, 0);
     const size_t C = 24, on = 2 * 7 * C, pn = 2 * 3 * 7 * 9;
     int32_t mask[18];
     for (int i = 0; i < 18; i++) mask[i] = i < 9; /* item 1: every key masked */
@@ -739,7 +702,7 @@ static void test_attention_fully_masked(void) {
 /* NULL gradient pointers are skipped: dv only must equal the dv of a full backward. */
 static void test_attention_partial_grads(void) {
     attn_case a;
-    attn_case_init(&a, 2, 3, 9, 13, 8, 0, 1);
+    attn_case_init(&a, &rng, 2, 3, 9, 13, 8, 0, 1);
     const bt_dropout drop = {.p = 0.2f, .seed = 5};
     const size_t C = 24, on = 2 * 9 * C, pn = 2 * 3 * 9 * 13;
     float *o = sentinel_f(on), *p = sentinel_f(pn), *dout = rand_f(on, -1, 1);
