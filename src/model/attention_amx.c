@@ -189,17 +189,9 @@ AMX_TARGET void attention_amx_gemm(float *c, size_t ldc, int c_trans, const bt_b
                                    size_t lda, const bt_bf16 *b, size_t ldb, size_t m,
                                    size_t n, size_t kp, float alpha, float beta) {
     BT_ASSERT(amx_ok);
-    BT_ASSERT(kp % 32 == 0 && lda >= kp && ldb >= 2 * attention_amx_r16(n));
+    BT_ASSERT(kp > 0 && kp % 32 == 0 && lda >= kp && ldb >= 2 * attention_amx_r16(n));
     BT_ASSERT(beta == 0.0f || beta == 1.0f);
     if (m == 0 || n == 0) return;
-    if (kp == 0) { /* C = beta C */
-        for (size_t i = 0; i < m; i++)
-            for (size_t j = 0; j < n; j++) {
-                float *e = c_trans ? c + j * ldc + i : c + i * ldc + j;
-                *e = beta != 0.0f ? *e : 0.0f;
-            }
-        return;
-    }
     amx_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;

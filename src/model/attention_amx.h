@@ -42,7 +42,7 @@ static inline size_t attention_amx_vnni_t_tmp(size_t n, size_t kp) {
     return 2 * attention_amx_r16(n) * attention_amx_r16(kp / 2);
 }
 
-/* C = alpha A·B + beta C, beta 0 or 1 (layouts above). Loads its tile configuration on
+/* C = alpha A·B + beta C, beta 0 or 1, kp > 0 (layouts above). Loads its tile configuration on
  * entry and releases the tiles on return (the caller's thread may run oneDNN's own AMX
  * kernels in between). Requires attention_amx_available(). */
 void attention_amx_gemm(float *c, size_t ldc, int c_trans, const bt_bf16 *a, size_t lda,

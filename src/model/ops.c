@@ -1414,6 +1414,15 @@ static size_t attention_amx_fwd_n(const attention_dims *d) {
            attention_amx_tmp_n(&z);
 }
 
+/* Bytes of one thread's scratch for the AMX blocks: `floats` fp32, then `bf16` bf16 from
+ * *tile_b on. Both parts start on a cache line, so every tile row is whole lines (the row
+ * strides are multiples of 32 bf16); misaligned, each row of a tile load spans two lines,
+ * and the products took 2.5x as long (325 x 64 x 325: 24 -> 9.3 us). */
+static size_t attention_amx_thread_bytes(size_t floats, size_t bf16, size_t *tile_b) {
+    *tile_b = (floats * sizeof(float) + 63) / 64 * 64;
+    return (*tile_b + bf16 * sizeof(bt_bf16) + 63) / 64 * 64;
+}
+
 /* attention_block_forward with AMX products. tile: Tq x Tk fp32 (S, then P), + Tk (one row
  * of dropout(P)); w: attention_amx_fwd_n bf16, 64-byte aligned. */
 static void attention_block_forward_amx(float *out, float *probs, const float *q,
@@ -1626,11 +1635,9 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
     if (attention_amx_use(compute)) { /* per thread: Tq x Tk + Tk floats, then the bf16 */
-        /* the bf16 operands start on a cache line: every tile row is then whole lines (the
-         * row strides are multiples of 32 bf16); misaligned, each row of a tile load spans
-         * two lines, and the products took 2.5x as long (325 x 64 x 325: 24 -> 9.3 us) */
-        const size_t tile_b = ((d->Tq * d->Tk + d->Tk) * sizeof(float) + 63) / 64 * 64;
-        const size_t stride = (tile_b + attention_amx_fwd_n(d) * sizeof(bt_bf16) + 63) / 64 * 64;
+        size_t tile_b;
+        const size_t stride =
+            attention_amx_thread_bytes(d->Tq * d->Tk + d->Tk, attention_amx_fwd_n(d), &tile_b);
         char *tiles = bt_alloc((size_t)nthr * stride);
         OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
         for (size_t blk = 0; blk < nblk; blk++) {
@@ -1677,12 +1684,9 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
     if (attention_amx_use(compute)) { /* per thread: Tq x Tk16 + Tk floats, then the bf16 */
-        /* the bf16 operands start on a cache line: every tile row is then whole lines (the
-         * row strides are multiples of 32 bf16); misaligned, each row of a tile load spans
-         * two lines, and the products took 2.5x as long (325 x 64 x 325: 24 -> 9.3 us) */
-        const size_t tile_b =
-            ((d->Tq * attention_amx_r16(d->Tk) + d->Tk) * sizeof(float) + 63) / 64 * 64;
-        const size_t stride = (tile_b + attention_amx_bwd_n(d) * sizeof(bt_bf16) + 63) / 64 * 64;
+        size_t tile_b;
+        const size_t stride = attention_amx_thread_bytes(d->Tq * attention_amx_r16(d->Tk) + d->Tk,
+                                                         attention_amx_bwd_n(d), &tile_b);
         char *tiles = bt_alloc((size_t)nthr * stride);
         OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
         for (size_t blk = 0; blk < nblk; blk++) {
