@@ -381,6 +381,14 @@ def main():
                 if bt.get("optimizer_share") is not None:
                     print("%s %s: bt optimizer + clip %.1f%% of the step [<= 2%%]"
                           % (name, mode, 100 * bt["optimizer_share"]))
+            if bt and bt.get("gemm_s") and peak["best"]:
+                # What the same products allow at most: the step cut down to its GEMM seconds
+                # (no attention, memory-bound or optimizer second left) bounds both ratios.
+                g = bt["gemm_s"]
+                print("%s %s: upper bound: bt's GEMMs alone take %.3f s of its %.3f s step; a step "
+                      "of nothing else would reach %.0f%% of the best GEMM peak%s"
+                      % (name, mode, g, bt["median_step_s"], 100 * bt["flops_per_step"] * 1e-9 / g / peak["best"],
+                         ", %.2fx the twin best" % (tw["median_step_s"] / g) if tw else ""))
             for prec_bt, prec_tw in (("fp32", "fp32"), ("bf16", "bf16-autocast")):
                 b = next((r for r in rs if r["impl"] == "bt" and r["precision"] == prec_bt), None)
                 t = next((r for r in rs if r["impl"] == "twin" and r["precision"] == prec_tw), None)
