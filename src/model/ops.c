@@ -197,6 +197,33 @@ OPS_INLINE float ops_max(const float *x, size_t n) {
     return m;
 }
 
+/* x[j] += b[j] for j < n (n >= 1), and returns ops_max of the sums, in the same pass: the
+ * same lanes, order and initial value as ops_max, so the same bits as the add then ops_max. */
+OPS_INLINE float ops_max_add(float *x, const float *b, size_t n) {
+    ops_vf acc[OPS_NV], v, vb;
+    const float x0 = x[0] + b[0];
+    OPS_EACH_VEC(k, { acc[k] = (ops_vf){0} + x0; });
+    size_t i = 0;
+    for (; i + OPS_LANES <= n; i += OPS_LANES)
+        OPS_EACH_VEC(k, {
+            OPS_LOAD(v, x + i + k * OPS_VN);
+            OPS_LOAD(vb, b + i + k * OPS_VN);
+            v += vb;
+            memcpy(x + i + k * OPS_VN, &v, sizeof v);
+            const ops_vi gt = v > acc[k];
+            acc[k] = (ops_vf)(((ops_vi)v & gt) | ((ops_vi)acc[k] & ~gt));
+        });
+    float m = x0;
+    OPS_EACH_VEC(k, {
+        for (int l = 0; l < OPS_VN; l++) m = acc[k][l] > m ? acc[k][l] : m;
+    });
+    for (; i < n; i++) {
+        x[i] += b[i];
+        m = x[i] > m ? x[i] : m;
+    }
+    return m;
+}
+
 OPS_INLINE float ops_bits_to_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
@@ -1089,6 +1116,7 @@ static ops_attn_mode ops_attention_resolve(void) {
 
 /* streaming stores ("streaming stores" below) */
 static void ops_stream(void *dst, const void *src, size_t bytes);
+static void ops_stream_rows(float *dst, const float *src, size_t rows, size_t cols, size_t lds);
 static void ops_stream_fence(void);
 /* Operand slices the forward's value product reads and writes (rows x D floats at row
  * stride ld: v_h and out_h), fetched into cache while the row pass computes: the product's
@@ -1120,31 +1148,43 @@ OPS_INLINE void attention_ahead_row(const attention_ahead *a, size_t i) {
     }
 }
 
-/* The block's Tq score rows s in place: S += key_bias (if any), P = softmax(S); then P·V's
- * operand: with dropout, pd = dropout(P) (fp32, row i at pd + i*pd_step: a Tq x Tk tile, or
- * with pd_step 0 one row of scratch); with tile16 (the native bf16 route), tile16 (Tq x Tk)
- * = bf16(dropout(P)) or bf16(P), the bytes gemm's own rounding of that operand gives. Row by
- * row, while the row is in L1.
+/* The block's Tq score rows s in place (row i at s + i lds, lds >= tk; columns [tk, lds) are
+ * scratch: the exp loop, and without dropout the scaling, run over them too, so that with
+ * lds a multiple of OPS_LANES they have no scalar remainder; their values are never read,
+ * and must be finite on entry for speed only): S += key_bias (if
+ * any), P = softmax(S); then P·V's operand: with dropout, pd = dropout(P) (fp32, row i at
+ * pd + i*pd_step: a Tq x Tk tile, or with pd_step 0 one row of scratch); with tile16 (the
+ * native bf16 route), tile16 (Tq x Tk) = bf16(dropout(P)) or bf16(P), the bytes gemm's own
+ * rounding of that operand gives. Row by row, while the row is in L1.
+ * The passes of softmax_row_inline with the key-bias add folded into the max pass
+ * (ops_max_add) and the scaling by 1/Σ into the dropout pass: the same expressions, sums
+ * and max in the same order, so the same bits.
  * The key bias is added here rather than as the GEMM's bias:
  * with alpha = 1/√D a GEMM may scale the bias by 1/alpha internally (oneDNN does), which
  * turns HF's -FLT_MAX mask into -Inf and a row whose keys are all masked into NaN instead
  * of the uniform distribution torch gives. */
-OPS_VEC static void attention_rows_forward(float *s, float *pd, size_t pd_step, bt_bf16 *tile16,
-                                           size_t ld16, const float *key_bias, size_t tq,
-                                           size_t tk,
-                                           const ops_drop *dr, uint64_t base,
-                                           const attention_ahead *ahead) {
+OPS_VEC static void attention_rows_forward(float *s, size_t lds, float *pd, size_t pd_step,
+                                           bt_bf16 *tile16, size_t ld16, const float *key_bias,
+                                           size_t tq, size_t tk, const ops_drop *dr,
+                                           uint64_t base, const attention_ahead *ahead) {
     const ops_drop r = *dr;
     for (size_t i = 0; i < tq; i++) {
         attention_ahead_row(ahead, i);
-        float *si = s + i * tk;
-        if (key_bias)
-            for (size_t j = 0; j < tk; j++) si[j] += key_bias[j];
-        softmax_row_inline(si, si, tk, NULL);
+        float *si = s + i * lds;
+        const float mx = key_bias ? ops_max_add(si, key_bias, tk) : ops_max(si, tk);
+        for (size_t j = 0; j < lds; j++) si[j] = ops_exp(si[j] - mx);
+        const float inv = 1.0f / ops_sum(si, tk);
         const float *op = si; /* row i of P·V's operand */
         if (r.on) {
-            dropout_span(pd + i * pd_step, si, tk, &r, base + i * tk);
-            op = pd + i * pd_step;
+            float *pdi = pd + i * pd_step;
+            OPS_DROP_EACH(r, base + i * tk, tk, j, keep, {
+                const float y = si[j] * inv;
+                si[j] = y;
+                pdi[j] = ops_drop_apply(&r, y, keep);
+            });
+            op = pdi;
+        } else {
+            for (size_t j = 0; j < lds; j++) si[j] *= inv;
         }
         if (tile16) { /* columns [tk, ld16): the zero K padding of the AMX products */
             bf16_from_f32_serial(tile16 + i * ld16, op, tk);
@@ -1251,8 +1291,20 @@ static void attention_product(int trans_a, int trans_b, size_t m, size_t n, size
     gemm(&g);
 }
 
-/* tile (per thread): Tq x Tk fp32 S, then P, then with dropout room for dropout(P) (Tq x Tk
- * fp32, P·V's operand; one row on the native route, where tile16 is the operand).
+/* Row stride of the forward's per-thread fp32 tile on the gemm() routes: Tk rounded up to
+ * OPS_LANES floats, so that every row starts on a 64-byte line (rows of Tk = 325 floats
+ * straddle lines: the S product's C stores and P·V's A loads) and the row pass's exp and
+ * scaling loops have no scalar remainder; P goes to probs by ops_stream_rows. Measured
+ * (tests/bench_ops --only attention --rounds 3, 1 thread, "self image T=325 blocks", B 2,
+ * dropout 0.1, key mask; with the row pass's fused passes, attention_rows_forward): forward
+ * at the AVX512-BF16 caps 7.30-7.38 -> 6.81-6.84 ms per call fp32, 7.71-7.74 -> 6.95-7.02
+ * bf16; AVX2 within noise. The backward's dPd/dS tile at this stride measured no faster
+ * (10.55 ms per call either way at the AVX512-BF16 caps), so it keeps stride Tk. */
+static size_t attention_ldt(size_t Tk) { return (Tk + OPS_LANES - 1) / OPS_LANES * OPS_LANES; }
+
+/* tile (per thread): Tq x Tk fp32 S, then P, at row stride ldt (attention_ldt; columns
+ * [Tk, ldt) hold finite scratch), then with dropout room for dropout(P) (Tq x ldt fp32, P·V's
+ * operand; one row on the native route, where tile16 is the operand).
  * The scores go to this per-thread tile, which stays in cache from one block to the next,
  * rather than straight into the probs slice: that slice is cold (B*NH*Tq*Tk floats per call,
  * not read again until the backward), and the product stalled on its stores' line reads.
@@ -1269,8 +1321,8 @@ static void attention_product(int trans_a, int trans_b, size_t m, size_t n, size
 static void attention_block_forward(float *out, float *probs, const float *q, const float *k,
                                     const float *v, const float *key_bias,
                                     const attention_dims *d, const ops_drop *dr,
-                                    gemm_compute compute, float *tile, bt_bf16 *tile16,
-                                    size_t b, size_t h) {
+                                    gemm_compute compute, float *tile, size_t ldt,
+                                    bt_bf16 *tile16, size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     bt_bf16 *q16 = tile16 ? tile16 + Tq * Tk : NULL, *k16 = tile16 ? q16 + Tq * D : NULL;
@@ -1279,22 +1331,22 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
     attention_product(0, 1, Tq, Tk, D,
                       attention_operand_of(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D),
                       attention_operand_of(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D),
-                      tile, Tk, (float)(1.0 / sqrt((double)D)), 0.0f, compute);
+                      tile, ldt, (float)(1.0 / sqrt((double)D)), 0.0f, compute);
     /* fetched during the row pass: v_h (P·V's operand, or on the native route the rows
      * rounded into v16 after the pass) and the product's cold output rows */
     attention_ahead ahead = {.x = {v + b * Tk * d->ldv + h * D, out + b * Tq * d->ldo + h * D},
                              .ld = {d->ldv, d->ldo}, .rows = {Tk, Tq}, .D = D};
     attention_ahead_begin(&ahead, Tq);
-    float *pd = dr->on ? tile + Tq * Tk : NULL;
-    attention_rows_forward(tile, pd, tile16 ? 0 : Tk, tile16, Tk,
+    float *pd = dr->on ? tile + Tq * ldt : NULL;
+    attention_rows_forward(tile, ldt, pd, tile16 ? 0 : ldt, tile16, Tk,
                            key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, pbase, &ahead);
     if (probs) { /* P to the block's probs slice (contiguous), for the backward */
-        ops_stream(probs + pbase, tile, Tq * Tk * sizeof(float));
+        ops_stream_rows(probs + pbase, tile, Tq, Tk, ldt);
         ops_stream_fence();
     }
     /* out_h = dropout(P) v_h */
     const attention_operand pv = tile16 ? (attention_operand){BT_DTYPE_BF16, tile16, Tk}
-                                        : (attention_operand){BT_DTYPE_F32, pd ? pd : tile, Tk};
+                                        : (attention_operand){BT_DTYPE_F32, pd ? pd : tile, ldt};
     attention_product(0, 0, Tq, D, Tk, pv,
                       attention_operand_of(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D),
                       out + b * Tq * d->ldo + h * D, d->ldo, 1.0f, 0.0f, compute);
@@ -1444,7 +1496,7 @@ static void attention_block_forward_amx(float *out, float *probs, const float *q
                        (float)(1.0 / sqrt((double)D)), 0.0f);
     attention_ahead ahead = {.x = {v_h, out_h}, .ld = {d->ldv, d->ldo}, .rows = {Tk, Tq}, .D = D};
     attention_ahead_begin(&ahead, Tq);
-    attention_rows_forward(tile, dr->on ? tile + Tq * Tk : NULL, 0, p16, z.Tkp,
+    attention_rows_forward(tile, Tk, dr->on ? tile + Tq * Tk : NULL, 0, p16, z.Tkp,
                            key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, pbase, &ahead);
     if (probs) {
         ops_stream(probs + pbase, tile, Tq * Tk * sizeof(float));
@@ -1535,7 +1587,7 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
         gemm(&s);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
-            attention_rows_forward(pb + h * blk, tile ? tile + h * blk : NULL, Tk, NULL, 0,
+            attention_rows_forward(pb + h * blk, Tk, tile ? tile + h * blk : NULL, Tk, NULL, 0,
                                    key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr,
                                    (b * NH + h) * blk, NULL);
         gemm_args o = {
@@ -1648,20 +1700,24 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
         bt_free(tiles);
         return;
     }
-    /* per thread: the fp32 tile (Tq x Tk), dropout(P) (Tq x Tk, or one row on the native
+    /* per thread: the fp32 tile (Tq x ldt), dropout(P) (Tq x ldt, or one row on the native
      * route) and tile16 */
     const int native = ops_bf16_native(compute);
-    const size_t tile_n = d->Tq * d->Tk + (dr.on ? (native ? d->Tk : d->Tq * d->Tk) : 0);
+    const size_t ldt = attention_ldt(d->Tk);
+    const size_t tile_n = d->Tq * ldt + (dr.on ? (native ? ldt : d->Tq * ldt) : 0);
     const size_t tile16_n = native ? d->Tq * d->Tk + (d->Tq + 2 * d->Tk) * d->D : 0;
     const size_t stride = (tile_n * sizeof(float) + tile16_n * sizeof(bt_bf16) + 63) / 64 * 64;
-    char *tiles = stride ? bt_alloc((size_t)nthr * stride) : NULL;
+    char *tiles = bt_alloc((size_t)nthr * stride);
+    for (int t = 0; t < nthr; t++) /* the padding columns: finite values for the exp */
+        for (size_t i = 0; i < d->Tq; i++)
+            memset((float *)(tiles + (size_t)t * stride) + i * ldt + d->Tk, 0,
+                   (ldt - d->Tk) * sizeof(float));
     OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
     for (size_t blk = 0; blk < nblk; blk++) {
-        char *mine = tiles ? tiles + (size_t)ops_thread_num() * stride : NULL;
-        float *tile = tile_n ? (float *)mine : NULL;
+        char *mine = tiles + (size_t)ops_thread_num() * stride;
         bt_bf16 *tile16 = tile16_n ? (bt_bf16 *)(mine + tile_n * sizeof(float)) : NULL;
-        attention_block_forward(out, probs, q, k, v, key_bias, d, &dr, compute, tile, tile16,
-                                blk / d->NH, blk % d->NH);
+        attention_block_forward(out, probs, q, k, v, key_bias, d, &dr, compute, (float *)mine,
+                                ldt, tile16, blk / d->NH, blk % d->NH);
     }
     bt_free(tiles);
 }
@@ -1850,6 +1906,21 @@ static double sum_squares_fast(const float *x, size_t n) {
  * first OPS_STREAM_ALIGN boundary and after the last whole vector, streaming stores of the
  * level's widest vector between. They are weakly ordered: ops_stream_fence() before another
  * thread may read dst. */
+/* one streaming store of the level's widest vector at d (aligned) from s (any alignment;
+ * NULL: zeros) */
+OPS_INLINE void ops_stream_vec(unsigned char *d, const unsigned char *s) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512((void *)d, s ? _mm512_loadu_si512((const void *)s) : _mm512_setzero_si512());
+#elif defined(__AVX__)
+    _mm256_stream_si256((__m256i *)(void *)d,
+                        s ? _mm256_loadu_si256((const __m256i *)(const void *)s)
+                          : _mm256_setzero_si256());
+#else
+    _mm_stream_si128((__m128i *)(void *)d, s ? _mm_loadu_si128((const __m128i *)(const void *)s)
+                                             : _mm_setzero_si128());
+#endif
+}
+
 static void ops_stream(void *dst, const void *src, size_t bytes) {
     unsigned char *d = dst;
     const unsigned char *s = src;
@@ -1862,21 +1933,43 @@ static void ops_stream(void *dst, const void *src, size_t bytes) {
     }
     d += head, bytes -= head;
     for (; bytes >= OPS_STREAM_ALIGN; d += OPS_STREAM_ALIGN, bytes -= OPS_STREAM_ALIGN) {
-#if defined(__AVX512F__)
-        _mm512_stream_si512((void *)d, s ? _mm512_loadu_si512((const void *)s)
-                                         : _mm512_setzero_si512());
-#elif defined(__AVX__)
-        _mm256_stream_si256((__m256i *)(void *)d,
-                            s ? _mm256_loadu_si256((const __m256i *)(const void *)s)
-                              : _mm256_setzero_si256());
-#else
-        _mm_stream_si128((__m128i *)(void *)d, s ? _mm_loadu_si128((const __m128i *)(const void *)s)
-                                                 : _mm_setzero_si128());
-#endif
+        ops_stream_vec(d, s);
         if (s) s += OPS_STREAM_ALIGN;
     }
     if (s) memcpy(d, s, bytes);
     else memset(d, 0, bytes);
+}
+
+/* dst (rows x cols, contiguous) = src (rows x cols at row stride lds >= cols): ops_stream
+ * of the packed rows. dst's aligned vectors are gathered from src (one load where the vector
+ * lies within a row of src, element by element where it straddles two), so every line of dst
+ * is written by streaming stores only (streaming row by row instead left each row's partial
+ * lines to plain stores: measured slower, see attention_block_forward). */
+static void ops_stream_rows(float *dst, const float *src, size_t rows, size_t cols, size_t lds) {
+    if (lds == cols) {
+        ops_stream(dst, src, rows * cols * sizeof(float));
+        return;
+    }
+    enum { L = OPS_STREAM_ALIGN / sizeof(float) };
+    const size_t n = rows * cols;
+    size_t e = ops_min((size_t)(-(uintptr_t)dst & (OPS_STREAM_ALIGN - 1)) / sizeof(float), n);
+    for (size_t t = 0; t < e; t++) dst[t] = src[t / cols * lds + t % cols];
+    size_t r = e / cols, c = e % cols; /* dst[e] = src[r lds + c] */
+    for (; e + L <= n; e += L) {
+        if (c + L <= cols) {
+            ops_stream_vec((unsigned char *)(dst + e), (const unsigned char *)(src + r * lds + c));
+            c += L;
+        } else {
+            float line[L];
+            for (size_t t = 0; t < L; t++) {
+                if (c == cols) c = 0, r++;
+                line[t] = src[r * lds + c++];
+            }
+            ops_stream_vec((unsigned char *)(dst + e), (const unsigned char *)line);
+        }
+        if (c == cols) c = 0, r++;
+    }
+    for (; e < n; e++) dst[e] = src[e / cols * lds + e % cols];
 }
 
 static void ops_stream_fence(void) { _mm_sfence(); }
@@ -1885,6 +1978,9 @@ static void ops_stream_fence(void) { _mm_sfence(); }
 static void ops_stream(void *dst, const void *src, size_t bytes) {
     if (src) memcpy(dst, src, bytes);
     else memset(dst, 0, bytes);
+}
+static void ops_stream_rows(float *dst, const float *src, size_t rows, size_t cols, size_t lds) {
+    for (size_t i = 0; i < rows; i++) memcpy(dst + i * cols, src + i * lds, cols * sizeof(float));
 }
 static void ops_stream_fence(void) {}
 #endif
