@@ -1168,8 +1168,8 @@ OPS_INLINE void attention_ahead_row(const attention_ahead *a, size_t i) {
 
 /* The block's Tq score rows s in place (row i at s + i lds, lds >= tk; columns [tk, lds) are
  * scratch: the exp loop, and without dropout the scaling, run over them too, so that with
- * lds a multiple of OPS_LANES they have no scalar remainder; their values are never read,
- * and must be finite on entry for speed only): S += key_bias (if
+ * lds a multiple of OPS_LANES they have no scalar remainder; their values are never read;
+ * the caller zeroes them once, as subnormal garbage would slow the exp): S += key_bias (if
  * any), P = softmax(S); then P·V's operand: with dropout, pd = dropout(P) (fp32, row i at
  * pd + i*pd_step: a Tq x Tk tile, or with pd_step 0 one row of scratch); with tile16 (the
  * native bf16 route), tile16 (Tq x Tk) = bf16(dropout(P)) or bf16(P), the bytes gemm's own
@@ -1322,13 +1322,13 @@ static void attention_product(int trans_a, int trans_b, size_t m, size_t n, size
 static size_t attention_ldt(size_t Tk) { return (Tk + OPS_LANES - 1) / OPS_LANES * OPS_LANES; }
 
 /* tile (per thread): Tq x Tk fp32 S, then P, at row stride ldt (attention_ldt; columns
- * [Tk, ldt) hold finite scratch), then with dropout room for dropout(P) (Tq x ldt fp32, P·V's
+ * [Tk, ldt) are the row pass's scratch, zeroed when the tile is allocated), then with dropout room for dropout(P) (Tq x ldt fp32, P·V's
  * operand; one row on the native route, where tile16 is the operand).
  * The scores go to this per-thread tile, which stays in cache from one block to the next,
  * rather than straight into the probs slice: that slice is cold (B*NH*Tq*Tk floats per call,
  * not read again until the backward), and the product stalled on its stores' line reads.
  * After the row pass P goes to probs in one streaming copy (the slice is contiguous: whole
- * lines, no line read). Measured (1 thread, B 8, T 325, no dropout or mask, min of 3-4):
+ * lines, no line read; ops_stream_rows packs the padded rows on the way). Measured (1 thread, B 8, T 325, no dropout or mask, min of 3-4):
  * scores into probs 28.4 ms per call native bf16, 41.5 AVX2 fp32; into the tile with each P
  * row copied by the row pass 22.9 / 41.2 (streaming that row copy: 48 ms under AVX2, its
  * rows' partial lines); with the block's streaming copy after the pass, 20.1 -> 19.1 /
