@@ -177,34 +177,14 @@ OPS_INLINE float ops_sum_sq_dev(const float *x, float m, size_t n) {
     return ops_fold(acc, tail);
 }
 
-/* Largest element (n >= 1). NaN elements lose every comparison, so they are skipped; the
- * kernels that use it still propagate NaN through the elements themselves. */
-OPS_INLINE float ops_max(const float *x, size_t n) {
-    ops_vf acc[OPS_NV], v;
-    OPS_EACH_VEC(k, { acc[k] = (ops_vf){0} + x[0]; });
-    size_t i = 0;
-    for (; i + OPS_LANES <= n; i += OPS_LANES)
-        OPS_EACH_VEC(k, {
-            OPS_LOAD(v, x + i + k * OPS_VN);
-            const ops_vi gt = v > acc[k];
-            acc[k] = (ops_vf)(((ops_vi)v & gt) | ((ops_vi)acc[k] & ~gt));
-        });
-    float m = x[0];
-    OPS_EACH_VEC(k, {
-        for (int l = 0; l < OPS_VN; l++) m = acc[k][l] > m ? acc[k][l] : m;
-    });
-    for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
-}
-
 /* x[j] += b[j] for j < n (n >= 1; b NULL: x unchanged), and returns the largest x[j], in the
- * same pass. The max is ops_max's (NaN elements skipped unless x[0] is NaN, then NaN), in
- * two sets of OPS_LANES partial maxima (even and odd blocks of OPS_LANES) so that two
- * compare-and-select chains run at once (measured: attention forward 1 thread, T 325, 1-1.5%
- * faster per call at the AVX512-BF16 and AVX2 caps). The grouping can change only the sign of
- * a zero maximum, and the one caller, attention_rows_forward, uses it as exp(x - max),
- * which is the same for max = +0 and -0 (x - (±0) is x for every x but ±0, and ops_exp
- * gives 1 for both zeros). */
+ * same pass (NaN elements skipped unless x[0] is NaN, then NaN), in two sets of OPS_LANES
+ * partial maxima (even and odd blocks of OPS_LANES) so that two compare-and-select chains
+ * run at once (measured: attention forward 1 thread, T 325, 1-1.5% faster per call at the
+ * AVX512-BF16 and AVX2 caps). The grouping can change only the sign of a zero maximum, which
+ * no caller sees: attention_rows_forward and softmax_row_inline (through ops_max) use it as
+ * exp(x - max), the same for max = +0 and -0 (x - (±0) is x for every x but ±0, and ops_exp
+ * gives 1 for both zeros), and cross_entropy_row as max + log Σ with log Σ >= +0. */
 OPS_INLINE float ops_max_add(float *x, const float *b, size_t n) {
     ops_vf acc[OPS_NV], acc2[OPS_NV], v, vb;
     const float x0 = b ? x[0] + b[0] : x[0];
@@ -241,6 +221,11 @@ OPS_INLINE float ops_max_add(float *x, const float *b, size_t n) {
     }
     return m;
 }
+
+/* Largest element (n >= 1): ops_max_add without a bias, which leaves x as it is. NaN
+ * elements lose every comparison, so they are skipped; the kernels that use it still
+ * propagate NaN through the elements themselves. */
+OPS_INLINE float ops_max(const float *x, size_t n) { return ops_max_add((float *)x, NULL, n); }
 
 OPS_INLINE float ops_bits_to_f32(uint32_t u) {
     float f;
