@@ -305,6 +305,45 @@ static void test_named_cases(void) {
     }
 }
 
+/* Long sums without transposes, which the oneDNN backend runs as k chunks of
+ * GEMM_SPLIT_K_CHUNK where its fp32 brgemm kernels run (gemm.h gemm_split_k_request; under
+ * the AVX2 cap and on the native bf16 route the same cases run whole): a k of whole chunks
+ * and one with a short last chunk, beta 0 on NaN, beta 1 and 0.75, bias with alpha != 1,
+ * padded rows, fp32 and bf16 compute; with the split on and off, each against the ref
+ * within the bound of the whole product. */
+static void test_split_k(void) {
+    static const size_t ks[] = {3 * GEMM_SPLIT_K_CHUNK, 2 * GEMM_SPLIT_K_CHUNK + 301};
+    static const float betas[] = {0.0f, 1.0f, 0.75f};
+    for (int on = 1; on >= 0; on--) {
+        gemm_split_k_request(on);
+        for (size_t s = 0; s < 2; s++)
+            for (int c = 0; c < 2; c++) {
+                tcase tc = {.m = 37, .n = 96, .k = ks[s], .pad_a = 3, .pad_b = 16 * s,
+                            .pad_c = 5, .batch = 1, .sa = DENSE, .sb = DENSE, .sc = DENSE,
+                            .at = BT_DTYPE_F32, .bt = c ? BT_DTYPE_BF16 : BT_DTYPE_F32,
+                            .compute = (gemm_compute)c, .alpha = s ? 0.5f : 1.0f,
+                            .beta = betas[(s + (size_t)c) % 3], .bias = 1};
+                for (int f = 0; f < n_fast; f++)
+                    run_case(fast_backends[f], &tc, MODE_SAME, on ? "split-k on" : "split-k off");
+            }
+    }
+    gemm_split_k_request(1);
+    /* the environment switch: a bad value is an error naming variable and value */
+    setenv("BT_GEMM_SPLIT_K", "maybe", 1);
+    bt_status st = gemm_init_from_env();
+    tu_check(st == BT_ERR_ARG && strstr(bt_error_message(), "BT_GEMM_SPLIT_K") != NULL &&
+                 strstr(bt_error_message(), "maybe") != NULL,
+             "BT_GEMM_SPLIT_K=maybe is an error naming variable and value: %s",
+             bt_error_message());
+    setenv("BT_GEMM_SPLIT_K", "off", 1);
+    tu_check(gemm_init_from_env() == BT_OK && !gemm_split_k_requested(),
+             "BT_GEMM_SPLIT_K=off turns the split off");
+    setenv("BT_GEMM_SPLIT_K", "on", 1);
+    tu_check(gemm_init_from_env() == BT_OK && gemm_split_k_requested(),
+             "BT_GEMM_SPLIT_K=on turns it on");
+    unsetenv("BT_GEMM_SPLIT_K");
+}
+
 /* bf16: rounding of fp32 operands, bf16 operands, mixed operands; vs the ref in the same
  * compute precision and vs the fp32 ref. */
 static void test_bf16(void) {
@@ -751,6 +790,7 @@ int main(void) {
     test_ref_by_hand();
     test_degenerate();
     test_named_cases();
+    test_split_k();
     test_sweep_f32();
     test_bf16();
     test_bf16_strided_c();

@@ -22,6 +22,12 @@ static _Atomic int gemm_current = -1;
 static pthread_once_t gemm_lazy_once = PTHREAD_ONCE_INIT;
 /* The route BT_GEMM_BF16 (or gemm_bf16_route_request) asks for; AUTO by default. */
 static _Atomic int gemm_route_requested = GEMM_BF16_AUTO;
+/* BT_GEMM_SPLIT_K (or gemm_split_k_request): 1 on, 0 off */
+static _Atomic int gemm_split_k = 1;
+
+void gemm_split_k_request(int on) { atomic_store(&gemm_split_k, on ? 1 : 0); }
+
+int gemm_split_k_requested(void) { return atomic_load(&gemm_split_k); }
 
 static const char *const gemm_names[GEMM_BACKEND_COUNT] = {"ref", "openblas", "onednn"};
 
@@ -82,6 +88,12 @@ bt_status gemm_init_from_env(void) {
                        "environment variable BT_GEMM_BF16: '%s' is unknown; expected auto, "
                        "native, fp32 or widened",
                        w);
+    const char *sk = getenv("BT_GEMM_SPLIT_K");
+    if (sk && *sk && strcmp(sk, "on") != 0 && strcmp(sk, "off") != 0)
+        return bt_fail(BT_ERR_ARG,
+                       "environment variable BT_GEMM_SPLIT_K: '%s' is unknown; expected on or off",
+                       sk);
+    if (sk && *sk) gemm_split_k_request(strcmp(sk, "on") == 0);
     const char *v = getenv("BT_GEMM");
     if (!v || !*v) {
         atomic_store(&gemm_route_requested, (int)route);

@@ -92,8 +92,8 @@ typedef struct gemm_args {
 } gemm_args;
 
 /* Reads BT_GEMM (ref | openblas | onednn) if set, else picks the fastest available backend
- * (oneDNN when built, else OpenBLAS), and BT_GEMM_BF16 (auto | native | fp32, default auto;
- * see above). Returns an error naming the variable and value if either is not one of its names or
+ * (oneDNN when built, else OpenBLAS), BT_GEMM_BF16 (auto | native | fp32, default auto;
+ * see above) and BT_GEMM_SPLIT_K (on | off, default on; below). Returns an error naming the variable and value if either is not one of its names or
  * BT_GEMM names a backend not built (the settings are then left unchanged). Safe to call
  * more than once. main() should call it so a bad BT_GEMM is reported as an error; a
  * gemm() call before any selection runs this once and, on a bad value, prints the message to
@@ -151,6 +151,15 @@ gemm_bf16_route gemm_bf16_route_pick(double native_s, double fp32_s);
  * plain fp32 call; sets the AUTO result. 0 when oneDNN is not built or the CPU has no
  * native bf16 (nothing measured, *native_s = *fp32_s = 0). */
 int gemm_bf16_route_measure(double *native_s, double *fp32_s);
+
+/* K split on the oneDNN backend (gemm_onednn.c, "K split"): a product without transposes
+ * whose sum is long (k >= 2 GEMM_SPLIT_K_CHUNK, n <= 2048) runs as consecutive products over
+ * k chunks of GEMM_SPLIT_K_CHUNK, each accumulating into C, when it runs on oneDNN's fp32
+ * brgemm kernels (fp32 or widened bf16 compute, oneDNN's ISA avx512_core or better). On by default; BT_GEMM_SPLIT_K=off (or gemm_split_k_request(0))
+ * turns it off, for measurements. Applies to the next call. */
+enum { GEMM_SPLIT_K_CHUNK = 768 };
+void gemm_split_k_request(int on);
+int gemm_split_k_requested(void);
 
 /* 1 if the CPU executes bf16 dot products natively (oneDNN's detected ISA is
  * avx512_core_bf16 or better), 0 otherwise. */

@@ -651,12 +651,56 @@ static void dn_execute(const dn_entry *e, dnnl_memory_t *mem, dnnl_stream_t stre
             }
 }
 
-void gemm_onednn_run(const gemm_args *g) {
-    BT_ASSERT(g->batch >= 1 && g->m > 0 && g->n > 0 && g->k > 0);
+static void dn_run_one(const gemm_args *g) {
     const dn_entry *e = dn_lookup(g);
     dn_thread *t = dn_thread_state();
     dn_slot *s = dn_thread_slot(t, e);
     dn_execute(e, s->mem, t->stream, g);
+}
+
+/* K split (gemm.h gemm_split_k_request). oneDNN 2.6's fp32 brgemm matmul runs products
+ * without transposes slowly when k is long: the model's input gradients of c_fc (k 3072)
+ * and of the fused qkv (k 2304), n 768. Measured (a driver calling gemm(), 2 threads, best
+ * of 5, one product whole vs as k chunks of 768 accumulating into C; AVX512-BF16 caps and
+ * uncapped alike): 2600x768x3072 34.1 -> 29.4 ms (359 -> 417 GFLOP/s), 2600x768x2304
+ * 366 -> 420, 320x768x3072 341 -> 419, 320x768x50265 (an MLM decoder's input gradient)
+ * 308 -> 400, 2600x1536x3072 194 -> 428, but 2600x3072x3072 438 -> 430 (so only n <= 2048);
+ * chunks of 512 / 1024 / 1536: 406 / 396 / 399; the transposed forms (forwards, weight
+ * gradients) within +-2%: not split. In the base step (B 8, fp32, AVX512-BF16 caps,
+ * `bench_step --kernels`, BT_GEMM_SPLIT_K=off / on) those four shapes took 1.023 -> 0.919
+ * s, the GEMMs 6.806 -> 6.702 s. Not split: under the AVX2 caps (gemm:jit, no brgemm matmul;
+ * 233 -> 227 GFLOP/s) and native bf16 products (AMX; in the step 0.268 -> 0.280 s for the
+ * same shapes, bf16 operands).
+ * Numerics: the chunks' sums are added into C in k order, each within its own bound, so the
+ * product stays within the classical bound of the whole (tests/test_gemm.c "split-k"); bias
+ * and beta apply in the first chunk, the later ones add with beta 1. */
+static int dn_split_k(const gemm_args *g) {
+    enum { ISA_AVX512_CORE = 0x27u }; /* dnnl_cpu_isa_avx512_core's bits */
+    if (!gemm_split_k_requested() || g->batch != 1 || g->trans_a || g->trans_b ||
+        g->k < 2 * (size_t)GEMM_SPLIT_K_CHUNK || g->n > 2048)
+        return 0;
+    if (g->compute == GEMM_COMPUTE_BF16 && !dn_bf16_widen()) return 0; /* native bf16 */
+    return (gemm_onednn_cpu_isa() & ISA_AVX512_CORE) == ISA_AVX512_CORE;
+}
+
+void gemm_onednn_run(const gemm_args *g) {
+    BT_ASSERT(g->batch >= 1 && g->m > 0 && g->n > 0 && g->k > 0);
+    if (!dn_split_k(g)) {
+        dn_run_one(g);
+        return;
+    }
+    const size_t ea = bt_dtype_size(g->a_type), eb = bt_dtype_size(g->b_type);
+    gemm_args part = *g;
+    for (size_t k0 = 0; k0 < g->k; k0 += GEMM_SPLIT_K_CHUNK) {
+        part.k = g->k - k0 < GEMM_SPLIT_K_CHUNK ? g->k - k0 : GEMM_SPLIT_K_CHUNK;
+        part.a = (const char *)g->a + k0 * ea;          /* columns k0.. of A (m x k) */
+        part.b = (const char *)g->b + k0 * g->ldb * eb; /* rows k0.. of B (k x n) */
+        if (k0 > 0) {
+            part.beta = 1.0f;
+            part.bias = NULL;
+        }
+        dn_run_one(&part);
+    }
 }
 
 /* --- AUTO bf16 route ------------------------------------------------------------------ */
