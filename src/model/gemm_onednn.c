@@ -14,6 +14,8 @@
  *     the exact alternative, but oneDNN 2.6 reads the wrong bias element with it when the
  *     batch items of C have gaps (stride_c > m*ldc): tried, and the test caught it.
  *     gemm.c never passes alpha == 0 here.
+ *   - a long sum without transposes on the fp32 brgemm kernels runs as several primitives,
+ *     one per k chunk, each accumulating into C ("K split" below, gemm.h).
  *   - bf16 "native": src and weights bf16, dst and bias fp32. fp32 operands under
  *     GEMM_COMPUTE_BF16 are rounded into per-thread bf16 scratch (bt_bf16_from_f32, round to
  *     nearest even). oneDNN's fpmath_mode=bf16 is not used: it only PERMITS down-conversion,
