@@ -40,7 +40,8 @@
  *                weights; one process accepts dist.zero_stage 1 as a no-op, saying so; a NaN
  *                loss under on_nan stop ends the job with the message;
  *                SIGTERM to rank 1 of a ZeRO-1 job: rank 0 saves the gathered moments, exit
- *                143. Same tolerances as the plain runs: only the summation order differs (the
+ *                143; a SIGTERM landing on rank 1 during the stop check's own all-reduce
+ *                (a test hook places it there) still stops both ranks after the same step. Same tolerances as the plain runs: only the summation order differs (the
  *                reduce-scatter's sums instead of the all-reduce's, the grad norm summed per
  *                shard then over the ranks).
  *
@@ -472,6 +473,23 @@ static int is_rank(pid_t pid, int rank) {
  * the same step, rank 0 writes that step's checkpoint, the job exits 143; with zero (ZeRO-1)
  * the ranks first gather the moments, and the checkpoint's optimizer.safetensors has the
  * tensors of ref_opt (a plain run's). */
+/* Waits up to `limit` seconds from t0 for the process; if it has not ended, kills it
+ * (SIGKILL) and reaps it. Returns 1 when it ended by itself (*status set), 0 otherwise;
+ * *took: seconds from t0. */
+static int wait_bounded(pid_t pid, double t0, double limit, int *status, double *took) {
+    int ended = 0;
+    while (now_s() - t0 < limit && !ended) {
+        ended = waitpid(pid, status, WNOHANG) == pid;
+        if (!ended) usleep(20000);
+    }
+    *took = now_s() - t0;
+    if (!ended) {
+        kill(pid, SIGKILL);
+        waitpid(pid, status, 0);
+    }
+    return ended;
+}
+
 static void test_signal_rank(int sig, int zero, const char *ref_opt) {
     const char *out = tu_tmp_path(sig == SIGKILL ? "killed" : zero ? "sigterm-zero" : "sigterm");
     const char *what = sig == SIGKILL ? "killed rank"
@@ -514,16 +532,9 @@ static void test_signal_rank(int sig, int zero, const char *ref_opt) {
     }
     const double t_kill = now_s();
     kill(ranks[1], sig);
-    int status = 0, ended = 0;
-    while (now_s() - t_kill < 60 && !ended) {
-        ended = waitpid(mpirun, &status, WNOHANG) == mpirun;
-        if (!ended) usleep(20000);
-    }
-    const double took = now_s() - t_kill;
-    if (!ended) {
-        kill(mpirun, SIGKILL);
-        waitpid(mpirun, &status, 0);
-    }
+    int status = 0;
+    double took;
+    const int ended = wait_bounded(mpirun, t_kill, 60, &status, &took);
     if (sig == SIGTERM) {
         char p[1300];
         snprintf(p, sizeof p, "%s/metrics.jsonl", out);
@@ -555,6 +566,36 @@ static void test_signal_rank(int sig, int zero, const char *ref_opt) {
     tu_check(named, "killed rank: the message names the signal");
     if (!named) fprintf(stderr, "%s\n", e);
     free(e);
+}
+
+/* A SIGTERM that lands on rank 1 while its stop flag is in the all-reduce of the stop check
+ * (BT_TEST_SIGTERM_IN_STOP_CHECK=2: rank 1 raises it right after that all-reduce at step 2):
+ * every rank must still agree, stopping together after step 3 with rank 0's checkpoint-3
+ * and exit 143. When rank 1 alone acted on it, it left the loop while rank 0 waited in the
+ * next step's gradient all-reduce: a hang, which "SIGTERM to rank 1" above hit now and then. */
+static void test_signal_in_stop_check(void) {
+    const char *out = tu_tmp_path("sigterm-in-check");
+    char line[6000];
+    snprintf(line, sizeof line, "BT_TEST_SIGTERM_IN_STOP_CHECK=2 exec " MPIRUN " -np 2 '%s' "
+             "--config '%s' --quiet-config --set output.dir='%s' --set train.batch_size=4 --set "
+             "train.max_steps=100000 --set save.strategy=no > '%s.log' 2> '%s.err'", exe,
+             base_cfg, out, out, out);
+    const pid_t mpirun = fork();
+    if (mpirun == 0) {
+        execl("/bin/sh", "sh", "-c", line, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    double took;
+    const int ended = wait_bounded(mpirun, now_s(), 120, &status, &took);
+    char p[1300];
+    snprintf(p, sizeof p, "%s/checkpoint-3/trainer_state.json", out);
+    struct stat st;
+    tu_check(ended && WIFEXITED(status) && WEXITSTATUS(status) == 143 && stat(p, &st) == 0,
+             "SIGTERM on rank 1 during the stop check's all-reduce: both ranks stop after step "
+             "3, exit 143 (ended %d, status %d, %.1f s, bound 120 s) with checkpoint-3", ended,
+             ended && WIFEXITED(status) ? WEXITSTATUS(status) : -1, took);
+    if (!ended || !WIFEXITED(status) || WEXITSTATUS(status) != 143) show_err(out);
 }
 
 /* ZeRO-1 layout on the synthetic model's table (no MPI): for N ranks and a bucket size,
@@ -1059,5 +1100,6 @@ int main(int argc, char **argv) {
     test_signal_rank(SIGTERM, 0, ref_opt);
     test_signal_rank(SIGTERM, 1, ref_opt);
     test_signal_rank(SIGKILL, 0, ref_opt);
+    test_signal_in_stop_check();
     return tu_finish();
 }

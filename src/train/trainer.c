@@ -92,6 +92,8 @@ typedef struct job {
     int64_t best_step;
     char best_checkpoint[4096];
     bt_dist dist;            /* the world (docs/distributed.md); rank 0 logs and saves */
+    int stop;                /* the stop signal every rank agreed on (stop_requested), or 0 */
+    long long test_raise_at; /* BT_TEST_SIGTERM_IN_STOP_CHECK (stop_requested), or 0 */
     bt_adamw optim_full;     /* ZeRO-1: the moments gathered on rank 0 for a checkpoint */
     int have_full;           /* optim_full is gathered (rank 0) / sent (other ranks) */
     FILE *devnull;           /* j->out of ranks > 0 */
@@ -738,13 +740,27 @@ static void warn_bad_record(const char *msg, void *ctx) {
     warn(ctx, "bad record replaced (data.on_bad_record \"skip\"): %s", msg);
 }
 
-/* A stop signal seen by any rank stops every rank after the same step (one all-reduce). */
+/* A stop signal seen by any rank stops every rank after the same step: one all-reduce of
+ * the flag as each rank read it before the call, so every rank gets the same answer. (Each
+ * rank's own flag after the all-reduce would not do: a signal landing during it counted on
+ * that rank only, which then left the loop while the others entered the next step's
+ * gradient all-reduce and waited for it forever, which test_dist's "SIGTERM to rank 1" caught
+ * as a 60 s hang.) A signal that lands during the call counts at the next one. Sets j->stop,
+ * which every later decision reads. */
 static int stop_requested(job *j) {
-    if (!bt_dist_active(&j->dist)) return g_stop_signal != 0;
-    double v[2] = {g_stop_signal == SIGINT, g_stop_signal == SIGTERM};
+    const int mine = g_stop_signal;
+    if (!bt_dist_active(&j->dist)) {
+        j->stop = mine;
+        return mine != 0;
+    }
+    double v[2] = {mine == SIGINT, mine == SIGTERM};
     bt_dist_sum_f64(&j->dist, v, 2);
-    if (!g_stop_signal && (v[0] > 0 || v[1] > 0)) g_stop_signal = v[1] > 0 ? SIGTERM : SIGINT;
-    return g_stop_signal != 0;
+    /* test hook (tests/test_dist.c): BT_TEST_SIGTERM_IN_STOP_CHECK=N makes rank 1 get a
+     * SIGTERM right here, after its flag went into the all-reduce, at step N: the window */
+    if (j->test_raise_at > 0 && j->dist.rank == 1 && j->tr.step == j->test_raise_at)
+        raise(SIGTERM);
+    j->stop = v[1] > 0 ? SIGTERM : v[0] > 0 ? SIGINT : 0;
+    return j->stop != 0;
 }
 
 /* --- the loop --------------------------------------------------------------------------------- */
@@ -835,6 +851,8 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     j->out = o->out ? o->out : stdout;
     j->last_saved_step = -1;
     g_stop_signal = 0;
+    const char *raise_at = getenv("BT_TEST_SIGTERM_IN_STOP_CHECK");
+    j->test_raise_at = raise_at ? atoll(raise_at) : 0;
     bt_status st = bt_dist_init(&j->dist, NULL, NULL);
     if (st != BT_OK) goto done;
     if (j->dist.rank > 0) { /* rank 0 speaks; the others' warnings and errors use stderr */
@@ -916,37 +934,37 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
 
     st = train_loop(j, out);
     if (st != BT_OK) goto done;
+    stop_requested(j); /* the ranks agree on a signal that landed during the last step */
     if (j->tr.zero) { /* rank 0 saves below, after the others have left: gather the moments now
-                       * (the ranks first agree on a late stop signal, which decides the save) */
-        stop_requested(j);
+                       * (the agreed stop decides the save) */
         if (j->last_saved_step != j->tr.step &&
-            (g_stop_signal || rc->save.strategy != BT_INTERVAL_NO))
+            (j->stop || rc->save.strategy != BT_INTERVAL_NO))
             st = gather_optim(j);
         if (st != BT_OK) goto done;
     }
     if (j->dist.rank > 0) { /* rank 0 saves, evaluates and reports */
-        out->interrupted_by = g_stop_signal;
-        if (g_stop_signal)
+        out->interrupted_by = j->stop;
+        if (j->stop)
             st = bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld (rank 0 saves the "
-                         "checkpoint)", g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                         "checkpoint)", j->stop == SIGINT ? "SIGINT" : "SIGTERM",
                          (long long)j->tr.step);
         goto done;
     }
-    if (g_stop_signal) {
+    if (j->stop) {
         if (j->last_saved_step != j->tr.step) st = save_checkpoint(j);
         if (st != BT_OK) goto done;
-        out->interrupted_by = g_stop_signal;
+        out->interrupted_by = j->stop;
         bt_log_message(&j->log, BT_LOG_WARN, "stopped by %s at step %lld; checkpoint %s; run "
                        "bt-train again with the same config to resume",
-                       g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
+                       j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
                        j->last_saved);
         char status[128];
         snprintf(status, sizeof status, "interrupted by %s at step %lld",
-                 g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step);
+                 j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step);
         bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = status};
         bt_log_summary(&j->log, &si, NULL);
         st = bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld after saving %s",
-                     g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
+                     j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
                      j->last_saved);
         goto done;
     }
