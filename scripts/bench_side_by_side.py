@@ -371,11 +371,11 @@ def main():
             bt = max((r for r in rs if r["impl"] == "bt"), key=lambda r: r["samples_per_s"], default=None)
             tw = max((r for r in rs if r["impl"] == "twin"), key=lambda r: r["samples_per_s"], default=None)
             if bt and tw:
-                print("%s %s: bt best (%s) / twin best (%s) samples/s = %.2f [>= %.1f]"
+                print("%s %s: bt best (%s) / twin best (%s) samples/s = %.3f [>= %.1f]"
                       % (name, mode, bt["precision"], tw["precision"], bt["samples_per_s"] / tw["samples_per_s"],
                          target))
             if bt:
-                print("%s %s: bt best achieved %.0f%% of the best GEMM peak [>= 75%% for train]; first step "
+                print("%s %s: bt best achieved %.1f%% of the best GEMM peak [>= 75%% for train]; first step "
                       "%.2fx a steady one [<= 1.5]" % (name, mode, 100 * bt["share_best_peak"],
                                                        bt["first_over_steady"]))
                 if bt.get("optimizer_share") is not None:
