@@ -181,12 +181,15 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     fprintf(out, "gemm bf16 route: %s (BT_GEMM_BF16=%s)\n", route_bf16,
             env_or("BT_GEMM_BF16", "auto"));
     fprintf(out, "gemm bf16 choice: %s\n", gemm_bf16_route_describe());
-    const int brgemm = b == GEMM_BACKEND_ONEDNN && strncmp(gemm_cpu_isa_name(), "avx512_core", 11) == 0;
-    fprintf(out, "gemm k split: %s (BT_GEMM_SPLIT_K=%s)\n",
-            !gemm_split_k_requested() ? "off"
-            : brgemm ? "on: fp32 products without transposes, k >= 1536, n <= 2048, in k chunks of 768"
-                     : "on, unused here (only where oneDNN runs fp32 brgemm: isa avx512_core or better)",
-            env_or("BT_GEMM_SPLIT_K", "unset"));
+    if (!gemm_split_k_requested())
+        fprintf(out, "gemm k split: off");
+    else if (b == GEMM_BACKEND_ONEDNN && gemm_split_k_isa())
+        fprintf(out, "gemm k split: on: fp32 products without transposes, k >= %d, n <= %d, in k "
+                "chunks of %d", 2 * GEMM_SPLIT_K_CHUNK, GEMM_SPLIT_K_MAX_N, GEMM_SPLIT_K_CHUNK);
+    else
+        fprintf(out, "gemm k split: on, unused here (only where oneDNN runs fp32 brgemm: isa "
+                "avx512_core or better)");
+    fprintf(out, " (BT_GEMM_SPLIT_K=%s)\n", env_or("BT_GEMM_SPLIT_K", "unset"));
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();

@@ -209,6 +209,12 @@ static const struct {
     {0x3u, "avx"},               {0x1u, "sse41"},
 };
 #define GEMM_ISA_AVX512_CORE_BF16 0xe7u
+#define GEMM_ISA_AVX512_CORE 0x27u
+
+int gemm_split_k_isa(void) {
+    return gemm_onednn_built() &&
+           (gemm_onednn_cpu_isa() & GEMM_ISA_AVX512_CORE) == GEMM_ISA_AVX512_CORE;
+}
 
 int gemm_cpu_has_bf16(void) {
     if (gemm_onednn_built()) {

@@ -153,13 +153,17 @@ gemm_bf16_route gemm_bf16_route_pick(double native_s, double fp32_s);
 int gemm_bf16_route_measure(double *native_s, double *fp32_s);
 
 /* K split on the oneDNN backend (gemm_onednn.c, "K split"): a product without transposes
- * whose sum is long (k >= 2 GEMM_SPLIT_K_CHUNK, n <= 2048) runs as consecutive products over
- * k chunks of GEMM_SPLIT_K_CHUNK, each accumulating into C, when it runs on oneDNN's fp32
- * brgemm kernels (fp32 or widened bf16 compute, oneDNN's ISA avx512_core or better). On by default; BT_GEMM_SPLIT_K=off (or gemm_split_k_request(0))
+ * whose sum is long (k >= 2 GEMM_SPLIT_K_CHUNK, n <= GEMM_SPLIT_K_MAX_N) runs as consecutive
+ * products over k chunks of GEMM_SPLIT_K_CHUNK, each accumulating into C, when it runs on
+ * oneDNN's fp32 brgemm kernels (fp32 or widened bf16 compute, oneDNN's ISA avx512_core or
+ * better: gemm_split_k_isa). On by default; BT_GEMM_SPLIT_K=off (or gemm_split_k_request(0))
  * turns it off, for measurements. Applies to the next call. */
-enum { GEMM_SPLIT_K_CHUNK = 768 };
+enum { GEMM_SPLIT_K_CHUNK = 768, GEMM_SPLIT_K_MAX_N = 2048 };
 void gemm_split_k_request(int on);
 int gemm_split_k_requested(void);
+/* 1 when oneDNN's ISA has the fp32 brgemm kernels the split is for (avx512_core or better;
+ * 0 when oneDNN is not built) */
+int gemm_split_k_isa(void);
 
 /* 1 if the CPU executes bf16 dot products natively (oneDNN's detected ISA is
  * avx512_core_bf16 or better), 0 otherwise. */

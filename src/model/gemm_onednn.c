@@ -677,12 +677,11 @@ static void dn_run_one(const gemm_args *g) {
  * product stays within the classical bound of the whole (tests/test_gemm.c "split-k"); bias
  * and beta apply in the first chunk, the later ones add with beta 1. */
 static int dn_split_k(const gemm_args *g) {
-    enum { ISA_AVX512_CORE = 0x27u }; /* dnnl_cpu_isa_avx512_core's bits */
     if (!gemm_split_k_requested() || g->batch != 1 || g->trans_a || g->trans_b ||
-        g->k < 2 * (size_t)GEMM_SPLIT_K_CHUNK || g->n > 2048)
+        g->k < 2 * (size_t)GEMM_SPLIT_K_CHUNK || g->n > GEMM_SPLIT_K_MAX_N)
         return 0;
     if (g->compute == GEMM_COMPUTE_BF16 && !dn_bf16_widen()) return 0; /* native bf16 */
-    return (gemm_onednn_cpu_isa() & ISA_AVX512_CORE) == ISA_AVX512_CORE;
+    return gemm_split_k_isa();
 }
 
 void gemm_onednn_run(const gemm_args *g) {
