@@ -16,6 +16,7 @@
 
 #include "mem.h"
 #include "rng.h"
+#include "layout.h"
 #include "towers.h"
 
 /* --- parameter views -------------------------------------------------------------------- */
@@ -325,49 +326,23 @@ int model_layer_recompute(bt_model *m, int group) {
 }
 
 /* --- activation layout -------------------------------------------------------------------
- * One walk per arena assigns every slot; slot() is a slot with a gradient, slot_ng() one
- * without (statistics, probabilities, gathered rows, copied inputs, and the activations whose
- * gradient equals another slot's and is read there: a residual sum's or an output
- * projection's, towers.h post_ln_backward, vit.c): in the gradient walk it is NULL and takes
- * no space. A walk with base NULL only counts; bt_model_activation_bytes,
- * the memory check and the allocation all use these walks. Slots are 64-byte aligned.
- * `approx` follows `off` in double so absurd shapes are reported instead of wrapping.
- *
- * Gradient arenas: [d_* outputs | accumulated | assigned]. The d_* output slots come first
- * (bt_arena.head; zeroed by the forward, a loss accumulates into them). slot() gradients are
- * ACCUMULATED by their writers (BT_DX_ADD, ops.h): the streams that merge (hidden states
- * that a layer and a bridge both feed, the bridges' tower rows ut / ui, X'_k / Y'_k, the
- * cross layers' outputs, heads' rows); the backward zeroes [head, acc_end) before it starts.
- * slot_set() gradients have one writer, or a first writer in backward order, that ASSIGNS
- * (BT_DX_SET) before anything reads them: every internal of a ViT block, text layer and cross
- * layer (e.g. d f_pre = gelu_backward_bias on the fp32 routes, d x_mid = dout + ln_2's
- * backward in one layernorm_backward_residual(SET)), the GEMM-only inputs (gemm_input_slot:
- * their Linear's dx), the embeddings' LayerNorm slots, the link towers' sums and the MLM
- * transform. They go to the assigned region, after acc_end, which nothing zeroes: at base
- * B 8 T 40, 2.91 of the 3.20 GB of internal gradient slots (91%; 3.22 of 3.51 GB before the
- * 0.31 GB of gradients read in place lost their slots, see slot_ng), which a threaded memset
- * cleared and the first writer read back each step (none is zeroed now, linear_backward's
- * dx on the native bf16 route included: ops.c linear_backward_fast). A writer that
- * accumulated into an assigned slot would add to the previous step's value (or garbage):
- * tests/test_model_memory.c fills the assigned region with NaN before a backward and
- * requires the same gradient bits.
+ * The slot walk (layout.h) places every activation of a phase: bt_model_activation_bytes, the
+ * memory check and the allocation all use the same walks. Gradient arenas: [d_* outputs |
+ * accumulated | assigned]. The d_* output slots come first (bt_arena.head; zeroed by the
+ * forward, a loss accumulates into them); the accumulated slots are the streams that merge
+ * (hidden states that a layer and a bridge both feed, the bridges' tower rows ut / ui,
+ * X'_k / Y'_k, the cross layers' outputs, heads' rows), zeroed by the backward before it
+ * starts ([head, acc_end)); the assigned ones (every internal of a ViT block, text layer and
+ * cross layer, the GEMM-only inputs, the embeddings' LayerNorm slots, the link towers' sums,
+ * the MLM transform) are written by their first writer and never zeroed: at base B 8 T 40,
+ * 2.91 of the 3.20 GB of internal gradient slots, which a threaded memset once cleared each
+ * step.
  *
  * Memory modes (model.h): in BT_ACTS_FULL everything goes to the phase arena's walk. In the
- * other modes a second walk lays out the shared scratch as a union of groups: each group
- * starts at offset 0 (group_open), the scratch's size is the largest group (top). A group's
- * slots are used by one stage of the forward (and, checkpointing, of the backward) only. */
-
-typedef struct arena_walk {
-    unsigned char *base;
-    size_t off, top;            /* top: the largest off reached (groups restart at 0); after
-                                   phase_walk, of a gradient walk: accumulated + assigned */
-    double approx, top_approx;
-    int grad;
-    int bf16;                   /* bf16 activation storage (model.h); set by phase_walk */
-    struct arena_walk *set;     /* gradient walks inside phase_walk: the assigned region */
-    size_t acc;                 /* gradient walks, after phase_walk: bytes of [outputs |
-                                   accumulated], where the assigned region starts */
-} arena_walk;
+ * other modes a second walk lays out the shared scratch as a union of groups (BT_GROUP_*):
+ * each group starts at offset 0, the scratch's size is the largest group. A group's slots are
+ * used by one stage of the forward (and, checkpointing, of the backward) only. */
+_Static_assert((int)BT_GROUP_COUNT <= (int)LAYOUT_MAX_GROUPS, "layout.h: too few groups");
 
 typedef struct phase_dims {
     size_t Bt, Bi, T, P, Pm;
@@ -380,150 +355,46 @@ typedef struct input_slots {
     bt_pair *pairs;
 } input_slots;
 
-/* One phase's layout: the phase arena's walk w, the shared scratch's walk s (= w in
- * BT_ACTS_FULL), the mode, and the group being laid out in s with each group's bytes. */
-typedef struct layout {
-    arena_walk *w, *s;
-    bt_act_mode mode;
-    int group;                  /* open group of s, -1 none */
-    size_t groups[BT_GROUP_COUNT];
-} layout;
-
-static void *take(arena_walk *w, size_t n, size_t elem) {
-    w->off = (w->off + 63) / 64 * 64;
-    w->approx = ceil(w->approx / 64.0) * 64.0 + (double)n * (double)elem;
-    void *p = w->base ? w->base + w->off : NULL;
-    w->off += n * elem;
-    return p;
-}
-
-static float *slot(arena_walk *w, size_t n) {
-    return take(w, n, sizeof(float));
-}
-
-static float *slot_ng(arena_walk *w, size_t n) {
-    return w->grad ? NULL : slot(w, n);
-}
-
-/* A slot whose gradient is assigned (BT_DX_SET) by its only or first writer: in a gradient
- * walk it goes to the assigned region (see above), else as slot(). */
-static float *slot_set(arena_walk *w, size_t n) {
-    return w->grad && w->set ? slot(w->set, n) : slot(w, n);
-}
-
-/* A slot that only GEMMs read (model.h "bf16 activation storage"): with bf16 storage the
- * activation walk gives it a bf16 slot *h (*f NULL) and returns 1; otherwise an fp32 slot *f
- * (in the gradient walk: its gradient, assigned: each such slot is read by one Linear, whose
- * backward's dx writes it with BT_DX_SET), *h NULL, 0. */
-static int gemm_input_slot(arena_walk *w, size_t n, float **f, bt_bf16 **h) {
-    const int b16 = w->bf16 && !w->grad;
-    *h = b16 ? take(w, n, sizeof(bt_bf16)) : NULL;
-    *f = b16 ? NULL : slot_set(w, n);
-    return b16;
-}
-
-/* Where attention writes its fp32 output before the out-projection rounds it (bf16 storage):
- * shared = 1 (BT_ACTS_FULL): one buffer per phase, p, shared by its layers (NULL in a counting
- * walk); shared = 0: a slot of each layer's own walk (a layer-scratch group: one layer's worth
- * anyway). */
-typedef struct attn_stage {
-    int shared;
-    float *p;
-} attn_stage;
-
-/* An attention output read only by its out-projection: as gemm_input_slot, and with bf16
- * storage *f = its fp32 staging (attn_stage). */
-static void attn_out_slot(arena_walk *w, size_t n, const attn_stage *st, float **f,
-                          bt_bf16 **h) {
-    if (gemm_input_slot(w, n, f, h)) *f = st->shared ? st->p : slot_ng(w, n);
-}
-
-/* Aligns the end and records the high-water mark. */
-static void walk_end(arena_walk *w) {
-    w->off = (w->off + 63) / 64 * 64;
-    w->approx = ceil(w->approx / 64.0) * 64.0;
-    if (w->off > w->top) w->top = w->off;
-    if (w->approx > w->top_approx) w->top_approx = w->approx;
-}
-
-/* Closes the open group: groups[] gets its accumulated bytes (gradient walks: what
- * checkpointing zeroes before a layer's backward; the assigned slots follow at set). */
-static void group_close(layout *L) {
-    if (L->group < 0) return;
-    walk_end(L->s);
-    if (L->s->set) walk_end(L->s->set);
-    if (L->s->off > L->groups[L->group]) L->groups[L->group] = L->s->off;
-    L->group = -1;
-}
-
-/* The walk for the slots of one group: the scratch from offset 0 (shared modes), else the
- * phase arena. */
-static arena_walk *group_open(layout *L, int group) {
-    if (L->mode == BT_ACTS_FULL) return L->w;
-    group_close(L);
-    L->s->off = 0;
-    L->s->approx = 0.0;
-    if (L->s->set) {
-        L->s->set->off = 0;
-        L->s->set->approx = 0.0;
-    }
-    L->group = group;
-    return L->s;
-}
-
-/* Forward-only intermediates: their own group in BT_ACTS_FORWARD_ONLY, else the arena. */
-static arena_walk *forward_group(layout *L) {
-    return L->mode == BT_ACTS_FORWARD_ONLY ? group_open(L, BT_GROUP_FORWARD) : L->w;
-}
-
-/* Hidden states h[0..layers] of a tower, each (n): one slot per state, except in
- * BT_ACTS_FORWARD_ONLY where the states below `split` (read by the next layer only, no
- * bridge) alternate between two buffers. */
-static void hidden_layout(float **h, layout *L, int layers, int split, size_t n) {
-    for (int l = 0; l <= layers; l++)
-        h[l] = L->mode == BT_ACTS_FORWARD_ONLY && l >= 2 && l < split ? h[l - 2] : slot(L->w, n);
-}
-
 static void text_layer_layout(bt_text_layer_acts *x, arena_walk *w, const bt_model_config *c,
                               size_t Bt, size_t T, const attn_stage *stage) {
     const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
     const size_t NH = (size_t)c->text_heads, Nt = Bt * T;
-    x->q = slot_set(w, Nt * Ht);
-    x->k = slot_set(w, Nt * Ht);
-    x->v = slot_set(w, Nt * Ht);
-    x->probs = slot_ng(w, Bt * NH * T * T);
-    attn_out_slot(w, Nt * Ht, stage, &x->ctx, &x->ctx_16);
-    x->attn_lin = slot_set(w, Nt * Ht);
-    x->res1 = slot_set(w, Nt * Ht);
-    x->mean1 = slot_ng(w, Nt);
-    x->rstd1 = slot_ng(w, Nt);
-    x->a = slot_set(w, Nt * Ht);
-    x->f_pre = slot_set(w, Nt * It);
-    gemm_input_slot(w, Nt * It, &x->f, &x->f_16);
-    x->ffn_lin = slot_set(w, Nt * Ht);
-    x->res2 = slot_ng(w, Nt * Ht); /* d res2 is written into d a (post_ln_backward) */
-    x->mean2 = slot_ng(w, Nt);
-    x->rstd2 = slot_ng(w, Nt);
+    x->q = layout_slot_set(w, Nt * Ht);
+    x->k = layout_slot_set(w, Nt * Ht);
+    x->v = layout_slot_set(w, Nt * Ht);
+    x->probs = layout_slot_ng(w, Bt * NH * T * T);
+    layout_attn_out_slot(w, Nt * Ht, stage, &x->ctx, &x->ctx_16);
+    x->attn_lin = layout_slot_set(w, Nt * Ht);
+    x->res1 = layout_slot_set(w, Nt * Ht);
+    x->mean1 = layout_slot_ng(w, Nt);
+    x->rstd1 = layout_slot_ng(w, Nt);
+    x->a = layout_slot_set(w, Nt * Ht);
+    x->f_pre = layout_slot_set(w, Nt * It);
+    layout_gemm_input_slot(w, Nt * It, &x->f, &x->f_16);
+    x->ffn_lin = layout_slot_set(w, Nt * Ht);
+    x->res2 = layout_slot_ng(w, Nt * Ht); /* d res2 is written into d a (post_ln_backward) */
+    x->mean2 = layout_slot_ng(w, Nt);
+    x->rstd2 = layout_slot_ng(w, Nt);
 }
 
 static void vit_layer_layout(bt_vit_layer_acts *x, arena_walk *w, const bt_model_config *c,
                              size_t Bi, const attn_stage *stage) {
     const size_t Hv = (size_t)c->vision_hidden, Np = (size_t)c->np, Nv = Bi * Np;
     const size_t NH = (size_t)c->vision_heads;
-    gemm_input_slot(w, Nv * Hv, &x->y1, &x->y1_16);
-    x->mean1 = slot_ng(w, Nv);
-    x->rstd1 = slot_ng(w, Nv);
-    x->qkv = slot_set(w, Nv * 3 * Hv);
-    x->probs = slot_ng(w, Bi * NH * Np * Np);
-    attn_out_slot(w, Nv * Hv, stage, &x->ctx, &x->ctx_16);
-    x->attn_out = slot_ng(w, Nv * Hv); /* d attn_out = d x_mid, read in place (vit.c) */
-    x->x_mid = slot_set(w, Nv * Hv);
-    gemm_input_slot(w, Nv * Hv, &x->y2, &x->y2_16);
-    x->mean2 = slot_ng(w, Nv);
-    x->rstd2 = slot_ng(w, Nv);
-    x->f_pre = slot_set(w, Nv * 4 * Hv);
-    gemm_input_slot(w, Nv * 4 * Hv, &x->f, &x->f_16);
-    x->mlp_out = slot_ng(w, Nv * Hv); /* d mlp_out = the block's dout, read in place */
+    layout_gemm_input_slot(w, Nv * Hv, &x->y1, &x->y1_16);
+    x->mean1 = layout_slot_ng(w, Nv);
+    x->rstd1 = layout_slot_ng(w, Nv);
+    x->qkv = layout_slot_set(w, Nv * 3 * Hv);
+    x->probs = layout_slot_ng(w, Bi * NH * Np * Np);
+    layout_attn_out_slot(w, Nv * Hv, stage, &x->ctx, &x->ctx_16);
+    x->attn_out = layout_slot_ng(w, Nv * Hv); /* d attn_out = d x_mid, read in place (vit.c) */
+    x->x_mid = layout_slot_set(w, Nv * Hv);
+    layout_gemm_input_slot(w, Nv * Hv, &x->y2, &x->y2_16);
+    x->mean2 = layout_slot_ng(w, Nv);
+    x->rstd2 = layout_slot_ng(w, Nv);
+    x->f_pre = layout_slot_set(w, Nv * 4 * Hv);
+    layout_gemm_input_slot(w, Nv * 4 * Hv, &x->f, &x->f_16);
+    x->mlp_out = layout_slot_ng(w, Nv * Hv); /* d mlp_out = the block's dout, read in place */
 }
 
 /* A cross layer's internals (everything but `out`, which the caller places). */
@@ -531,32 +402,32 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
                                size_t B, size_t T1, size_t T2, const attn_stage *stage) {
     const size_t H = (size_t)c->hidden, I = (size_t)c->text_intermediate;
     const size_t NH = (size_t)c->text_heads, N1 = B * T1, N2 = B * T2;
-    x->q = slot_set(w, N1 * H);
-    x->k = slot_set(w, N1 * H);
-    x->v = slot_set(w, N1 * H);
-    x->probs = slot_ng(w, B * NH * T1 * T1);
-    attn_out_slot(w, N1 * H, stage, &x->ctx, &x->ctx_16);
-    x->attn_lin = slot_set(w, N1 * H);
-    x->res1 = slot_set(w, N1 * H);
-    x->mean1 = slot_ng(w, N1);
-    x->rstd1 = slot_ng(w, N1);
-    x->a = slot_set(w, N1 * H);
-    x->cq = slot_set(w, N1 * H);
-    x->ck = slot_set(w, N2 * H);
-    x->cv = slot_set(w, N2 * H);
-    x->cprobs = slot_ng(w, B * NH * T1 * T2);
-    attn_out_slot(w, N1 * H, stage, &x->cctx, &x->cctx_16);
-    x->cattn_lin = slot_set(w, N1 * H);
-    x->res2 = slot_ng(w, N1 * H); /* d res2 is written into d a (post_ln_backward) */
-    x->mean2 = slot_ng(w, N1);
-    x->rstd2 = slot_ng(w, N1);
-    x->c = slot_set(w, N1 * H);
-    x->f_pre = slot_set(w, N1 * I);
-    gemm_input_slot(w, N1 * I, &x->f, &x->f_16);
-    x->ffn_lin = slot_set(w, N1 * H);
-    x->res3 = slot_ng(w, N1 * H); /* d res3 is written into d c */
-    x->mean3 = slot_ng(w, N1);
-    x->rstd3 = slot_ng(w, N1);
+    x->q = layout_slot_set(w, N1 * H);
+    x->k = layout_slot_set(w, N1 * H);
+    x->v = layout_slot_set(w, N1 * H);
+    x->probs = layout_slot_ng(w, B * NH * T1 * T1);
+    layout_attn_out_slot(w, N1 * H, stage, &x->ctx, &x->ctx_16);
+    x->attn_lin = layout_slot_set(w, N1 * H);
+    x->res1 = layout_slot_set(w, N1 * H);
+    x->mean1 = layout_slot_ng(w, N1);
+    x->rstd1 = layout_slot_ng(w, N1);
+    x->a = layout_slot_set(w, N1 * H);
+    x->cq = layout_slot_set(w, N1 * H);
+    x->ck = layout_slot_set(w, N2 * H);
+    x->cv = layout_slot_set(w, N2 * H);
+    x->cprobs = layout_slot_ng(w, B * NH * T1 * T2);
+    layout_attn_out_slot(w, N1 * H, stage, &x->cctx, &x->cctx_16);
+    x->cattn_lin = layout_slot_set(w, N1 * H);
+    x->res2 = layout_slot_ng(w, N1 * H); /* d res2 is written into d a (post_ln_backward) */
+    x->mean2 = layout_slot_ng(w, N1);
+    x->rstd2 = layout_slot_ng(w, N1);
+    x->c = layout_slot_set(w, N1 * H);
+    x->f_pre = layout_slot_set(w, N1 * I);
+    layout_gemm_input_slot(w, N1 * I, &x->f, &x->f_16);
+    x->ffn_lin = layout_slot_set(w, N1 * H);
+    x->res3 = layout_slot_ng(w, N1 * H); /* d res3 is written into d c */
+    x->mean3 = layout_slot_ng(w, N1);
+    x->rstd3 = layout_slot_ng(w, N1);
 }
 
 /* The towers arena: (Bt, Bi, T). *head = end of the d_* output slots. */
@@ -570,82 +441,82 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
     const size_t Nt = Bt * T, Nv = Bi * Np, Gp = Bi * (size_t)c->num_patches;
     const size_t C = (size_t)c->contrastive_hidden;
     const size_t PP = (size_t)c->patch_size, CH = (size_t)c->num_channels;
-    const int itc = (m->heads & BT_HEADS_ITC) != 0, full = L->mode == BT_ACTS_FULL;
+    const int itc = (m->heads & BT_HEADS_ITC) != 0, full = !L->shared;
     /* outputs whose gradient a loss writes */
-    a->itc_t = itc ? slot(w, Bt * C) : NULL;
-    a->itc_i = itc ? slot(w, Bi * C) : NULL;
-    walk_end(w);
+    a->itc_t = itc ? layout_slot(w, Bt * C) : NULL;
+    a->itc_i = itc ? layout_slot(w, Bi * C) : NULL;
+    layout_walk_end(w);
     *head = w->off;
     /* copied inputs */
     if (!w->grad) {
-        in->ids = take(w, Nt, sizeof(int32_t));
-        in->mask = take(w, Nt, sizeof(int32_t));
-        in->pos_ids = take(w, Nt, sizeof(int32_t));
-        in->text_keys = take(w, Bt, sizeof(uint64_t));
-        in->image_keys = take(w, Bi, sizeof(uint64_t));
+        in->ids = layout_take(w, Nt, sizeof(int32_t));
+        in->mask = layout_take(w, Nt, sizeof(int32_t));
+        in->pos_ids = layout_take(w, Nt, sizeof(int32_t));
+        in->text_keys = layout_take(w, Bt, sizeof(uint64_t));
+        in->image_keys = layout_take(w, Bi, sizeof(uint64_t));
     }
-    a->key_bias = slot_ng(w, Nt);
+    a->key_bias = layout_slot_ng(w, Nt);
     /* bf16 storage, BT_ACTS_FULL: the fp32 attention output of the layer running now, before
-     * its out-projection rounds it (attn_out_slot) */
+     * its out-projection rounds it (layout_attn_out_slot) */
     attn_stage stage = {full, NULL};
-    if (full && w->bf16) stage.p = slot_ng(w, Nt * Ht > Nv * Hv ? Nt * Ht : Nv * Hv);
+    if (full && w->bf16) stage.p = layout_slot_ng(w, Nt * Ht > Nv * Hv ? Nt * Ht : Nv * Hv);
     /* text: embeddings (LN input / output), hidden states, layers */
-    arena_walk *e = forward_group(L);
-    a->text_emb = slot_set(e, Nt * Ht);
-    a->text_pos_rows = slot_ng(e, Nt * Ht);
-    a->text_emb_mean = slot_ng(e, Nt);
-    a->text_emb_rstd = slot_ng(e, Nt);
-    a->text_emb_ln = slot_set(e, Nt * Ht);
-    hidden_layout(a->text_h, L, c->text_layers, c->split, Nt * Ht);
+    arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
+    a->text_emb = layout_slot_set(e, Nt * Ht);
+    a->text_pos_rows = layout_slot_ng(e, Nt * Ht);
+    a->text_emb_mean = layout_slot_ng(e, Nt);
+    a->text_emb_rstd = layout_slot_ng(e, Nt);
+    a->text_emb_ln = layout_slot_set(e, Nt * Ht);
+    layout_hidden(a->text_h, L, c->text_layers, c->split, Nt * Ht);
     for (int l = 0; l < c->text_layers; l++) {
         if (l == 0 || full)
-            text_layer_layout(&a->text_layers[l], group_open(L, BT_GROUP_TEXT), c, Bt, T,
+            text_layer_layout(&a->text_layers[l], layout_group_open(L, BT_GROUP_TEXT), c, Bt, T,
                               &stage);
         else
             a->text_layers[l] = a->text_layers[0];
     }
     /* vision */
-    e = forward_group(L);
-    a->patches = slot_ng(e, Gp * CH * PP * PP);
-    a->patch_emb = slot(e, Gp * Hv);
-    a->vis_emb = slot_set(e, Nv * Hv);
-    a->vis_emb_mean = slot_ng(e, Nv);
-    a->vis_emb_rstd = slot_ng(e, Nv);
-    hidden_layout(a->vis_h, L, c->vision_layers, c->split, Nv * Hv);
+    e = layout_forward_group(L, BT_GROUP_FORWARD);
+    a->patches = layout_slot_ng(e, Gp * CH * PP * PP);
+    a->patch_emb = layout_slot(e, Gp * Hv);
+    a->vis_emb = layout_slot_set(e, Nv * Hv);
+    a->vis_emb_mean = layout_slot_ng(e, Nv);
+    a->vis_emb_rstd = layout_slot_ng(e, Nv);
+    layout_hidden(a->vis_h, L, c->vision_layers, c->split, Nv * Hv);
     for (int l = 0; l < c->vision_layers; l++) {
         if (l == 0 || full)
-            vit_layer_layout(&a->vis_layers[l], group_open(L, BT_GROUP_VIT), c, Bi, &stage);
+            vit_layer_layout(&a->vis_layers[l], layout_group_open(L, BT_GROUP_VIT), c, Bi, &stage);
         else
             a->vis_layers[l] = a->vis_layers[0];
     }
     /* the uni-modal halves of the bridges (forward-only: one ln_post output for all k) */
-    e = forward_group(L);
+    e = layout_forward_group(L, BT_GROUP_FORWARD);
     for (int k = 0; k < c->cross_layers; k++) {
         bt_bridge_acts *br = &a->bridges[k];
-        br->ut = slot(w, Nt * H);
-        if (k == 0 || L->mode != BT_ACTS_FORWARD_ONLY) {
-            gemm_input_slot(e, Nv * Hv, &br->lnp, &br->lnp_16);
-            br->lnp_mean = slot_ng(e, Nv);
-            br->lnp_rstd = slot_ng(e, Nv);
+        br->ut = layout_slot(w, Nt * H);
+        if (k == 0 || !L->forward_only) {
+            layout_gemm_input_slot(e, Nv * Hv, &br->lnp, &br->lnp_16);
+            br->lnp_mean = layout_slot_ng(e, Nv);
+            br->lnp_rstd = layout_slot_ng(e, Nv);
         } else {
             br->lnp = a->bridges[0].lnp;
             br->lnp_16 = a->bridges[0].lnp_16;
             br->lnp_mean = a->bridges[0].lnp_mean;
             br->lnp_rstd = a->bridges[0].lnp_rstd;
         }
-        br->ui = slot(w, Nv * H);
+        br->ui = layout_slot(w, Nv * H);
     }
     /* ITC uni-modal head */
     if (itc) {
-        a->itc_t_cls = slot(w, Bt * H);
-        a->itc_i_cls = slot(w, Bi * H);
-        a->itc_t_proj = slot(w, Bt * C);
-        a->itc_i_proj = slot(w, Bi * C);
-        a->itc_t_norm = slot_ng(w, Bt);
-        a->itc_i_norm = slot_ng(w, Bi);
+        a->itc_t_cls = layout_slot(w, Bt * H);
+        a->itc_i_cls = layout_slot(w, Bi * H);
+        a->itc_t_proj = layout_slot(w, Bt * C);
+        a->itc_i_proj = layout_slot(w, Bi * C);
+        a->itc_t_norm = layout_slot_ng(w, Bt);
+        a->itc_i_norm = layout_slot_ng(w, Bi);
     }
-    if (!full) group_close(L);
-    walk_end(w);
+    if (!full) layout_group_close(L);
+    layout_walk_end(w);
 }
 
 /* The pairs arena: (P, Pm, T). *head = end of the d_* output slots. */
@@ -658,27 +529,27 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
     const size_t Nt = P * T, Nv = P * Np, Nm = Pm * T, C = (size_t)c->contrastive_hidden;
     const int itc = (m->heads & BT_HEADS_ITC) != 0, itm = (m->heads & BT_HEADS_ITM) != 0;
     const int mlm = (m->heads & BT_HEADS_MLM) != 0;
-    const int full = L->mode == BT_ACTS_FULL, fo = L->mode == BT_ACTS_FORWARD_ONLY;
+    const int full = !L->shared, fo = L->forward_only;
     /* outputs whose gradient a loss writes */
-    a->itc_c = itc ? slot(w, P * C) : NULL;
-    a->itm_logits = itm ? slot(w, P * 2) : NULL;
-    a->mlm_logits = mlm ? slot(w, Nm * V) : NULL;
-    walk_end(w);
+    a->itc_c = itc ? layout_slot(w, P * C) : NULL;
+    a->itm_logits = itm ? layout_slot(w, P * 2) : NULL;
+    a->mlm_logits = mlm ? layout_slot(w, Nm * V) : NULL;
+    layout_walk_end(w);
     *head = w->off;
     /* copied inputs */
     if (!w->grad) {
-        in->pairs = take(w, P, sizeof(bt_pair));
-        in->mlm_rows = take(w, Pm, sizeof(int32_t));
-        in->pair_keys = take(w, P, sizeof(uint64_t));
+        in->pairs = layout_take(w, P, sizeof(bt_pair));
+        in->mlm_rows = layout_take(w, Pm, sizeof(int32_t));
+        in->pair_keys = layout_take(w, P, sizeof(uint64_t));
     }
-    a->pair_key_bias = slot_ng(w, Nt);
+    a->pair_key_bias = layout_slot_ng(w, Nt);
     /* bf16 storage, BT_ACTS_FULL: the fp32 attention output of the cross layer side running
      * now (towers_layout) */
     attn_stage stage = {full, NULL};
-    if (full && w->bf16) stage.p = slot_ng(w, (Nt > Nv ? Nt : Nv) * H);
+    if (full && w->bf16) stage.p = layout_slot_ng(w, (Nt > Nv ? Nt : Nv) * H);
     /* the per-pair halves of the bridges: per k, or (forward-only) the link sums and
      * statistics in the scratch and one X'/Y' for all k */
-    arena_walk *e = forward_group(L);
+    arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
     for (int k = 0; k < c->cross_layers; k++) {
         bt_bridge_acts *br = &a->bridges[k];
         if (fo && k > 1) {
@@ -690,59 +561,59 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
             br->i_mean = b1->i_mean;
             br->i_rstd = b1->i_rstd;
         } else {
-            br->t_sum = k > 0 ? slot_set(e, Nt * H) : NULL;
-            br->i_sum = k > 0 ? slot_set(e, Nv * H) : NULL;
+            br->t_sum = k > 0 ? layout_slot_set(e, Nt * H) : NULL;
+            br->i_sum = k > 0 ? layout_slot_set(e, Nv * H) : NULL;
             if (fo && k == 1) {
                 br->t_mean = a->bridges[0].t_mean;
                 br->t_rstd = a->bridges[0].t_rstd;
                 br->i_mean = a->bridges[0].i_mean;
                 br->i_rstd = a->bridges[0].i_rstd;
             } else {
-                br->t_mean = slot_ng(e, Nt);
-                br->t_rstd = slot_ng(e, Nt);
-                br->i_mean = slot_ng(e, Nv);
-                br->i_rstd = slot_ng(e, Nv);
+                br->t_mean = layout_slot_ng(e, Nt);
+                br->t_rstd = layout_slot_ng(e, Nt);
+                br->i_mean = layout_slot_ng(e, Nv);
+                br->i_rstd = layout_slot_ng(e, Nv);
             }
         }
-        br->xin = fo && k > 0 ? a->bridges[0].xin : slot(w, Nt * H);
-        br->yin = fo && k > 0 ? a->bridges[0].yin : slot(w, Nv * H);
+        br->xin = fo && k > 0 ? a->bridges[0].xin : layout_slot(w, Nt * H);
+        br->yin = fo && k > 0 ? a->bridges[0].yin : layout_slot(w, Nv * H);
     }
     /* cross layers: internals (shared scratch unless full), outputs X_k, Y_k */
     for (int k = 0; k < c->cross_layers; k++) {
         if (k == 0 || full) {
-            cross_layer_layout(&a->xt[k], group_open(L, BT_GROUP_CROSS_TEXT), c, P, T, Np,
+            cross_layer_layout(&a->xt[k], layout_group_open(L, BT_GROUP_CROSS_TEXT), c, P, T, Np,
                                &stage);
-            cross_layer_layout(&a->xi[k], group_open(L, BT_GROUP_CROSS_IMAGE), c, P, Np, T,
+            cross_layer_layout(&a->xi[k], layout_group_open(L, BT_GROUP_CROSS_IMAGE), c, P, Np, T,
                                &stage);
         } else {
             a->xt[k] = a->xt[0];
             a->xi[k] = a->xi[0];
         }
-        a->xt[k].out = fo && k > 0 ? a->xt[0].out : slot(w, Nt * H);
-        a->xi[k].out = fo && k > 0 ? a->xi[0].out : slot(w, Nv * H);
+        a->xt[k].out = fo && k > 0 ? a->xt[0].out : layout_slot(w, Nt * H);
+        a->xi[k].out = fo && k > 0 ? a->xi[0].out : layout_slot(w, Nv * H);
     }
     /* poolers */
-    a->cls_t = slot(w, P * H);
-    a->cls_i = slot(w, P * H);
-    a->pool_t_pre = slot(w, P * H);
-    a->pool_i_pre = slot(w, P * H);
-    a->pool_t = slot(w, P * H);
-    a->pool_i = slot(w, P * H);
-    a->pooler = slot(w, P * 2 * H);
+    a->cls_t = layout_slot(w, P * H);
+    a->cls_i = layout_slot(w, P * H);
+    a->pool_t_pre = layout_slot(w, P * H);
+    a->pool_i_pre = layout_slot(w, P * H);
+    a->pool_t = layout_slot(w, P * H);
+    a->pool_i = layout_slot(w, P * H);
+    a->pooler = layout_slot(w, P * 2 * H);
     if (mlm) {
-        a->mlm_x = slot_set(w, Nm * H);
-        a->mlm_tr = slot_set(w, Nm * H);
-        a->mlm_act = slot_set(w, Nm * H);
-        a->mlm_ln = slot_set(w, Nm * H);
-        a->mlm_mean = slot_ng(w, Nm);
-        a->mlm_rstd = slot_ng(w, Nm);
+        a->mlm_x = layout_slot_set(w, Nm * H);
+        a->mlm_tr = layout_slot_set(w, Nm * H);
+        a->mlm_act = layout_slot_set(w, Nm * H);
+        a->mlm_ln = layout_slot_set(w, Nm * H);
+        a->mlm_mean = layout_slot_ng(w, Nm);
+        a->mlm_rstd = layout_slot_ng(w, Nm);
     }
     if (itc) {
-        a->itc_c_proj = slot(w, P * C);
-        a->itc_c_norm = slot_ng(w, P);
+        a->itc_c_proj = layout_slot(w, P * C);
+        a->itc_c_norm = layout_slot_ng(w, P);
     }
-    if (!full) group_close(L);
-    walk_end(w);
+    if (!full) layout_group_close(L);
+    layout_walk_end(w);
 }
 
 /* bt_forward's HF loss scratch for B x T (one arena, no gradient twin). */
@@ -751,21 +622,21 @@ static void hf_layout(bt_model *m, arena_walk *w, size_t B, size_t T) {
     bt_hf_loss *h = &m->hf;
     const int itc = (m->heads & BT_HEADS_ITC) != 0, itm = (m->heads & BT_HEADS_ITM) != 0;
     const int mlm = (m->heads & BT_HEADS_MLM) != 0;
-    h->itc_scores = itc ? slot(w, 3 * B * B) : NULL;
-    h->d_itc_scores = itc ? slot(w, 3 * B * B) : NULL;
-    h->itc_probs = itc ? slot(w, 3 * B * B) : NULL;
-    h->itm_probs = itm ? slot(w, B * 2) : NULL;
-    h->mlm_probs = mlm ? slot(w, B * T * (size_t)c->vocab_size) : NULL;
-    h->itc_targets = take(w, B, sizeof(int32_t));
-    h->itm_labels = take(w, B, sizeof(int32_t));
-    h->mlm_labels = take(w, B * T, sizeof(int32_t));
-    h->pairs = take(w, B, sizeof(bt_pair));
-    walk_end(w);
+    h->itc_scores = itc ? layout_slot(w, 3 * B * B) : NULL;
+    h->d_itc_scores = itc ? layout_slot(w, 3 * B * B) : NULL;
+    h->itc_probs = itc ? layout_slot(w, 3 * B * B) : NULL;
+    h->itm_probs = itm ? layout_slot(w, B * 2) : NULL;
+    h->mlm_probs = mlm ? layout_slot(w, B * T * (size_t)c->vocab_size) : NULL;
+    h->itc_targets = layout_take(w, B, sizeof(int32_t));
+    h->itm_labels = layout_take(w, B, sizeof(int32_t));
+    h->mlm_labels = layout_take(w, B * T, sizeof(int32_t));
+    h->pairs = layout_take(w, B, sizeof(bt_pair));
+    layout_walk_end(w);
 }
 
 enum { PHASE_TOWERS, PHASE_PAIRS };
 
-/* One pass of the layout: slot_set slots of a gradient walk go to wa->set / ws->set. */
+/* One pass of the layout: layout_slot_set slots of a gradient walk go to wa->set / ws->set. */
 static void phase_walk_pass(const bt_model *m, bt_act_mode mode, bt_acts *a, input_slots *in,
                             int phase, arena_walk *wa, arena_walk *ws, const phase_dims *d,
                             size_t *head, size_t *groups) {
@@ -774,11 +645,12 @@ static void phase_walk_pass(const bt_model *m, bt_act_mode mode, bt_acts *a, inp
     wa->bf16 = ws->bf16 = bt_model_act_bf16(m);
     L.w = wa;
     L.s = mode == BT_ACTS_FULL ? wa : ws;
-    L.mode = mode;
+    L.shared = mode != BT_ACTS_FULL;
+    L.forward_only = mode == BT_ACTS_FORWARD_ONLY;
     L.group = -1;
     if (phase == PHASE_TOWERS) towers_layout(m, a, in, &L, d, head);
     else pairs_layout(m, a, in, &L, d, head);
-    walk_end(L.s);
+    layout_walk_end(L.s);
     for (int g = 0; groups && g < BT_GROUP_COUNT; g++)
         if (L.groups[g]) groups[g] = L.groups[g];
 }
@@ -809,8 +681,8 @@ static void phase_walk(const bt_model *m, bt_act_mode mode, bt_acts *a, input_sl
     wa->set = &set_a;
     ws->set = &set_s;
     phase_walk_pass(m, mode, a, in, phase, wa, ws, d, head, groups);
-    walk_end(&set_a);
-    walk_end(&set_s);
+    layout_walk_end(&set_a);
+    layout_walk_end(&set_s);
     arena_walk *const both[2] = {wa, ws};
     const arena_walk *const sets[2] = {&set_a, &set_s};
     for (int i = 0; i < 2; i++) {

@@ -8,7 +8,7 @@
  * Every tower is a forward/backward pair over the model's named activation slots; the
  * backward restates the forward lines it differentiates, accumulates into the parameter
  * gradients and writes each activation gradient as its slot's layout says (model.c
- * "activation layout"): BT_DX_SET for slot_set slots (their only or first writer), BT_DX_ADD
+ * "activation layout", layout.h): BT_DX_SET for layout_slot_set slots (their only or first writer), BT_DX_ADD
  * for the streams that merge; a gradient equal to another one is read where that one lies
  * and has no slot (post_ln_backward, vit.c). Dropout is keyed per row (rows_dropout_*,
  * rows_attention_*), see model.h "Dropout keys".
