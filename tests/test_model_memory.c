@@ -52,12 +52,15 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "cross.h"
 #include "gemm.h"
 #include "model.h"
 #include "params.h"
 #include "step.h"
 #include "test_model_fd.h"
 #include "test_util.h"
+#include "text.h"
+#include "vit.h"
 
 enum { T = 8, MAXB = 8, MAXP = 16 };
 

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "cross.h"
 #include "model.h"
 #include "params.h"
 #include "safetensors.h"

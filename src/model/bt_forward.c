@@ -38,6 +38,7 @@
 
 #include "args.h"
 #include "checkpoint.h"
+#include "cross.h"
 #include "clock.h"
 #include "cpu.h"
 #include "fileio.h"

@@ -21,6 +21,125 @@
 
 #include "towers.h"
 
+/* --- activation layout (layout.h: each slot with its gradient kind) ---------------------- */
+
+/* A cross layer's internals (everything but `out`, which the caller places). */
+static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_model_config *c,
+                               size_t B, size_t T1, size_t T2, const attn_stage *stage) {
+    const size_t H = (size_t)c->hidden, I = (size_t)c->text_intermediate;
+    const size_t NH = (size_t)c->text_heads, N1 = B * T1, N2 = B * T2;
+    x->q = layout_slot_set(w, N1 * H);
+    x->k = layout_slot_set(w, N1 * H);
+    x->v = layout_slot_set(w, N1 * H);
+    x->probs = layout_slot_ng(w, B * NH * T1 * T1);
+    layout_attn_out_slot(w, N1 * H, stage, &x->ctx, &x->ctx_16);
+    x->attn_lin = layout_slot_set(w, N1 * H);
+    x->res1 = layout_slot_set(w, N1 * H);
+    x->mean1 = layout_slot_ng(w, N1);
+    x->rstd1 = layout_slot_ng(w, N1);
+    x->a = layout_slot_set(w, N1 * H);
+    x->cq = layout_slot_set(w, N1 * H);
+    x->ck = layout_slot_set(w, N2 * H);
+    x->cv = layout_slot_set(w, N2 * H);
+    x->cprobs = layout_slot_ng(w, B * NH * T1 * T2);
+    layout_attn_out_slot(w, N1 * H, stage, &x->cctx, &x->cctx_16);
+    x->cattn_lin = layout_slot_set(w, N1 * H);
+    x->res2 = layout_slot_ng(w, N1 * H); /* d res2 is written into d a (post_ln_backward) */
+    x->mean2 = layout_slot_ng(w, N1);
+    x->rstd2 = layout_slot_ng(w, N1);
+    x->c = layout_slot_set(w, N1 * H);
+    x->f_pre = layout_slot_set(w, N1 * I);
+    layout_gemm_input_slot(w, N1 * I, &x->f, &x->f_16);
+    x->ffn_lin = layout_slot_set(w, N1 * H);
+    x->res3 = layout_slot_ng(w, N1 * H); /* d res3 is written into d c */
+    x->mean3 = layout_slot_ng(w, N1);
+    x->rstd3 = layout_slot_ng(w, N1);
+}
+
+void cross_towers_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t Bt, size_t T,
+                         size_t Bi) {
+    arena_walk *w = L->w;
+    const size_t Hv = (size_t)c->vision_hidden, H = (size_t)c->hidden;
+    const size_t Nt = Bt * T, Nv = Bi * (size_t)c->np;
+    /* the uni-modal halves of the bridges (forward-only: one ln_post output for all k) */
+    arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
+    for (int k = 0; k < c->cross_layers; k++) {
+        bt_bridge_acts *br = &a->bridges[k];
+        br->ut = layout_slot(w, Nt * H);
+        if (k == 0 || !L->forward_only) {
+            layout_gemm_input_slot(e, Nv * Hv, &br->lnp, &br->lnp_16);
+            br->lnp_mean = layout_slot_ng(e, Nv);
+            br->lnp_rstd = layout_slot_ng(e, Nv);
+        } else {
+            br->lnp = a->bridges[0].lnp;
+            br->lnp_16 = a->bridges[0].lnp_16;
+            br->lnp_mean = a->bridges[0].lnp_mean;
+            br->lnp_rstd = a->bridges[0].lnp_rstd;
+        }
+        br->ui = layout_slot(w, Nv * H);
+    }
+}
+
+void cross_pairs_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t P, size_t T,
+                        const attn_stage *stage) {
+    arena_walk *w = L->w;
+    const size_t Np = (size_t)c->np, H = (size_t)c->hidden, Nt = P * T, Nv = P * Np;
+    const int full = !L->shared, fo = L->forward_only;
+    /* the per-pair halves of the bridges: per k, or (forward-only) the link sums and
+     * statistics in the scratch and one X'/Y' for all k */
+    arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
+    for (int k = 0; k < c->cross_layers; k++) {
+        bt_bridge_acts *br = &a->bridges[k];
+        if (fo && k > 1) {
+            const bt_bridge_acts *b1 = &a->bridges[1];
+            br->t_sum = b1->t_sum;
+            br->t_mean = b1->t_mean;
+            br->t_rstd = b1->t_rstd;
+            br->i_sum = b1->i_sum;
+            br->i_mean = b1->i_mean;
+            br->i_rstd = b1->i_rstd;
+        } else {
+            br->t_sum = k > 0 ? layout_slot_set(e, Nt * H) : NULL;
+            br->i_sum = k > 0 ? layout_slot_set(e, Nv * H) : NULL;
+            if (fo && k == 1) {
+                br->t_mean = a->bridges[0].t_mean;
+                br->t_rstd = a->bridges[0].t_rstd;
+                br->i_mean = a->bridges[0].i_mean;
+                br->i_rstd = a->bridges[0].i_rstd;
+            } else {
+                br->t_mean = layout_slot_ng(e, Nt);
+                br->t_rstd = layout_slot_ng(e, Nt);
+                br->i_mean = layout_slot_ng(e, Nv);
+                br->i_rstd = layout_slot_ng(e, Nv);
+            }
+        }
+        br->xin = fo && k > 0 ? a->bridges[0].xin : layout_slot(w, Nt * H);
+        br->yin = fo && k > 0 ? a->bridges[0].yin : layout_slot(w, Nv * H);
+    }
+    /* cross layers: internals (shared scratch unless full), outputs X_k, Y_k */
+    for (int k = 0; k < c->cross_layers; k++) {
+        if (k == 0 || full) {
+            cross_layer_layout(&a->xt[k], layout_group_open(L, BT_GROUP_CROSS_TEXT), c, P, T, Np,
+                               stage);
+            cross_layer_layout(&a->xi[k], layout_group_open(L, BT_GROUP_CROSS_IMAGE), c, P, Np, T,
+                               stage);
+        } else {
+            a->xt[k] = a->xt[0];
+            a->xi[k] = a->xi[0];
+        }
+        a->xt[k].out = fo && k > 0 ? a->xt[0].out : layout_slot(w, Nt * H);
+        a->xi[k].out = fo && k > 0 ? a->xi[0].out : layout_slot(w, Nv * H);
+    }
+    /* poolers */
+    a->cls_t = layout_slot(w, P * H);
+    a->cls_i = layout_slot(w, P * H);
+    a->pool_t_pre = layout_slot(w, P * H);
+    a->pool_i_pre = layout_slot(w, P * H);
+    a->pool_t = layout_slot(w, P * H);
+    a->pool_i = layout_slot(w, P * H);
+    a->pooler = layout_slot(w, P * 2 * H);
+}
+
 /* The image-side ids follow the text-side ids in the same order (one macro builds both). */
 _Static_assert(BT_P_XIL_LN3_B - BT_P_XIL_Q_W == BT_P_XTL_LN3_B - BT_P_XTL_Q_W,
                "cross layer field lists differ");

@@ -24,6 +24,38 @@
 
 #include "towers.h"
 
+/* --- activation layout (layout.h: each slot with its gradient kind) ---------------------- */
+
+void heads_towers_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t Bt,
+                         size_t Bi) {
+    arena_walk *w = L->w;
+    const size_t H = (size_t)c->hidden, C = (size_t)c->contrastive_hidden;
+    a->itc_t_cls = layout_slot(w, Bt * H);
+    a->itc_i_cls = layout_slot(w, Bi * H);
+    a->itc_t_proj = layout_slot(w, Bt * C);
+    a->itc_i_proj = layout_slot(w, Bi * C);
+    a->itc_t_norm = layout_slot_ng(w, Bt);
+    a->itc_i_norm = layout_slot_ng(w, Bi);
+}
+
+void heads_pairs_layout(bt_acts *a, layout *L, const bt_model_config *c, unsigned heads,
+                        size_t P, size_t Pm, size_t T) {
+    arena_walk *w = L->w;
+    const size_t H = (size_t)c->hidden, C = (size_t)c->contrastive_hidden, Nm = Pm * T;
+    if (heads & BT_HEADS_MLM) {
+        a->mlm_x = layout_slot_set(w, Nm * H);
+        a->mlm_tr = layout_slot_set(w, Nm * H);
+        a->mlm_act = layout_slot_set(w, Nm * H);
+        a->mlm_ln = layout_slot_set(w, Nm * H);
+        a->mlm_mean = layout_slot_ng(w, Nm);
+        a->mlm_rstd = layout_slot_ng(w, Nm);
+    }
+    if (heads & BT_HEADS_ITC) {
+        a->itc_c_proj = layout_slot(w, P * C);
+        a->itc_c_norm = layout_slot_ng(w, P);
+    }
+}
+
 /* out (B, B) = alpha · x (B, C) · yᵀ (B, C), fp32 */
 static void scores_forward(float *out, const float *x, const float *y, size_t B, size_t C,
                            float alpha) {

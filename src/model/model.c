@@ -355,92 +355,14 @@ typedef struct input_slots {
     bt_pair *pairs;
 } input_slots;
 
-static void text_layer_layout(bt_text_layer_acts *x, arena_walk *w, const bt_model_config *c,
-                              size_t Bt, size_t T, const attn_stage *stage) {
-    const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
-    const size_t NH = (size_t)c->text_heads, Nt = Bt * T;
-    x->q = layout_slot_set(w, Nt * Ht);
-    x->k = layout_slot_set(w, Nt * Ht);
-    x->v = layout_slot_set(w, Nt * Ht);
-    x->probs = layout_slot_ng(w, Bt * NH * T * T);
-    layout_attn_out_slot(w, Nt * Ht, stage, &x->ctx, &x->ctx_16);
-    x->attn_lin = layout_slot_set(w, Nt * Ht);
-    x->res1 = layout_slot_set(w, Nt * Ht);
-    x->mean1 = layout_slot_ng(w, Nt);
-    x->rstd1 = layout_slot_ng(w, Nt);
-    x->a = layout_slot_set(w, Nt * Ht);
-    x->f_pre = layout_slot_set(w, Nt * It);
-    layout_gemm_input_slot(w, Nt * It, &x->f, &x->f_16);
-    x->ffn_lin = layout_slot_set(w, Nt * Ht);
-    x->res2 = layout_slot_ng(w, Nt * Ht); /* d res2 is written into d a (post_ln_backward) */
-    x->mean2 = layout_slot_ng(w, Nt);
-    x->rstd2 = layout_slot_ng(w, Nt);
-}
-
-static void vit_layer_layout(bt_vit_layer_acts *x, arena_walk *w, const bt_model_config *c,
-                             size_t Bi, const attn_stage *stage) {
-    const size_t Hv = (size_t)c->vision_hidden, Np = (size_t)c->np, Nv = Bi * Np;
-    const size_t NH = (size_t)c->vision_heads;
-    layout_gemm_input_slot(w, Nv * Hv, &x->y1, &x->y1_16);
-    x->mean1 = layout_slot_ng(w, Nv);
-    x->rstd1 = layout_slot_ng(w, Nv);
-    x->qkv = layout_slot_set(w, Nv * 3 * Hv);
-    x->probs = layout_slot_ng(w, Bi * NH * Np * Np);
-    layout_attn_out_slot(w, Nv * Hv, stage, &x->ctx, &x->ctx_16);
-    x->attn_out = layout_slot_ng(w, Nv * Hv); /* d attn_out = d x_mid, read in place (vit.c) */
-    x->x_mid = layout_slot_set(w, Nv * Hv);
-    layout_gemm_input_slot(w, Nv * Hv, &x->y2, &x->y2_16);
-    x->mean2 = layout_slot_ng(w, Nv);
-    x->rstd2 = layout_slot_ng(w, Nv);
-    x->f_pre = layout_slot_set(w, Nv * 4 * Hv);
-    layout_gemm_input_slot(w, Nv * 4 * Hv, &x->f, &x->f_16);
-    x->mlp_out = layout_slot_ng(w, Nv * Hv); /* d mlp_out = the block's dout, read in place */
-}
-
-/* A cross layer's internals (everything but `out`, which the caller places). */
-static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_model_config *c,
-                               size_t B, size_t T1, size_t T2, const attn_stage *stage) {
-    const size_t H = (size_t)c->hidden, I = (size_t)c->text_intermediate;
-    const size_t NH = (size_t)c->text_heads, N1 = B * T1, N2 = B * T2;
-    x->q = layout_slot_set(w, N1 * H);
-    x->k = layout_slot_set(w, N1 * H);
-    x->v = layout_slot_set(w, N1 * H);
-    x->probs = layout_slot_ng(w, B * NH * T1 * T1);
-    layout_attn_out_slot(w, N1 * H, stage, &x->ctx, &x->ctx_16);
-    x->attn_lin = layout_slot_set(w, N1 * H);
-    x->res1 = layout_slot_set(w, N1 * H);
-    x->mean1 = layout_slot_ng(w, N1);
-    x->rstd1 = layout_slot_ng(w, N1);
-    x->a = layout_slot_set(w, N1 * H);
-    x->cq = layout_slot_set(w, N1 * H);
-    x->ck = layout_slot_set(w, N2 * H);
-    x->cv = layout_slot_set(w, N2 * H);
-    x->cprobs = layout_slot_ng(w, B * NH * T1 * T2);
-    layout_attn_out_slot(w, N1 * H, stage, &x->cctx, &x->cctx_16);
-    x->cattn_lin = layout_slot_set(w, N1 * H);
-    x->res2 = layout_slot_ng(w, N1 * H); /* d res2 is written into d a (post_ln_backward) */
-    x->mean2 = layout_slot_ng(w, N1);
-    x->rstd2 = layout_slot_ng(w, N1);
-    x->c = layout_slot_set(w, N1 * H);
-    x->f_pre = layout_slot_set(w, N1 * I);
-    layout_gemm_input_slot(w, N1 * I, &x->f, &x->f_16);
-    x->ffn_lin = layout_slot_set(w, N1 * H);
-    x->res3 = layout_slot_ng(w, N1 * H); /* d res3 is written into d c */
-    x->mean3 = layout_slot_ng(w, N1);
-    x->rstd3 = layout_slot_ng(w, N1);
-}
-
 /* The towers arena: (Bt, Bi, T). *head = end of the d_* output slots. */
 static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout *L,
                           const phase_dims *d, size_t *head) {
     const bt_model_config *c = &m->cfg;
     arena_walk *w = L->w;
     const size_t Bt = d->Bt, Bi = d->Bi, T = d->T;
-    const size_t Ht = (size_t)c->text_hidden;
-    const size_t Hv = (size_t)c->vision_hidden, Np = (size_t)c->np, H = (size_t)c->hidden;
-    const size_t Nt = Bt * T, Nv = Bi * Np, Gp = Bi * (size_t)c->num_patches;
-    const size_t C = (size_t)c->contrastive_hidden;
-    const size_t PP = (size_t)c->patch_size, CH = (size_t)c->num_channels;
+    const size_t Ht = (size_t)c->text_hidden, Hv = (size_t)c->vision_hidden;
+    const size_t Nt = Bt * T, Nv = Bi * (size_t)c->np, C = (size_t)c->contrastive_hidden;
     const int itc = (m->heads & BT_HEADS_ITC) != 0, full = !L->shared;
     /* outputs whose gradient a loss writes */
     a->itc_t = itc ? layout_slot(w, Bt * C) : NULL;
@@ -460,61 +382,10 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
      * its out-projection rounds it (layout_attn_out_slot) */
     attn_stage stage = {full, NULL};
     if (full && w->bf16) stage.p = layout_slot_ng(w, Nt * Ht > Nv * Hv ? Nt * Ht : Nv * Hv);
-    /* text: embeddings (LN input / output), hidden states, layers */
-    arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
-    a->text_emb = layout_slot_set(e, Nt * Ht);
-    a->text_pos_rows = layout_slot_ng(e, Nt * Ht);
-    a->text_emb_mean = layout_slot_ng(e, Nt);
-    a->text_emb_rstd = layout_slot_ng(e, Nt);
-    a->text_emb_ln = layout_slot_set(e, Nt * Ht);
-    layout_hidden(a->text_h, L, c->text_layers, c->split, Nt * Ht);
-    for (int l = 0; l < c->text_layers; l++) {
-        if (l == 0 || full)
-            text_layer_layout(&a->text_layers[l], layout_group_open(L, BT_GROUP_TEXT), c, Bt, T,
-                              &stage);
-        else
-            a->text_layers[l] = a->text_layers[0];
-    }
-    /* vision */
-    e = layout_forward_group(L, BT_GROUP_FORWARD);
-    a->patches = layout_slot_ng(e, Gp * CH * PP * PP);
-    a->patch_emb = layout_slot(e, Gp * Hv);
-    a->vis_emb = layout_slot_set(e, Nv * Hv);
-    a->vis_emb_mean = layout_slot_ng(e, Nv);
-    a->vis_emb_rstd = layout_slot_ng(e, Nv);
-    layout_hidden(a->vis_h, L, c->vision_layers, c->split, Nv * Hv);
-    for (int l = 0; l < c->vision_layers; l++) {
-        if (l == 0 || full)
-            vit_layer_layout(&a->vis_layers[l], layout_group_open(L, BT_GROUP_VIT), c, Bi, &stage);
-        else
-            a->vis_layers[l] = a->vis_layers[0];
-    }
-    /* the uni-modal halves of the bridges (forward-only: one ln_post output for all k) */
-    e = layout_forward_group(L, BT_GROUP_FORWARD);
-    for (int k = 0; k < c->cross_layers; k++) {
-        bt_bridge_acts *br = &a->bridges[k];
-        br->ut = layout_slot(w, Nt * H);
-        if (k == 0 || !L->forward_only) {
-            layout_gemm_input_slot(e, Nv * Hv, &br->lnp, &br->lnp_16);
-            br->lnp_mean = layout_slot_ng(e, Nv);
-            br->lnp_rstd = layout_slot_ng(e, Nv);
-        } else {
-            br->lnp = a->bridges[0].lnp;
-            br->lnp_16 = a->bridges[0].lnp_16;
-            br->lnp_mean = a->bridges[0].lnp_mean;
-            br->lnp_rstd = a->bridges[0].lnp_rstd;
-        }
-        br->ui = layout_slot(w, Nv * H);
-    }
-    /* ITC uni-modal head */
-    if (itc) {
-        a->itc_t_cls = layout_slot(w, Bt * H);
-        a->itc_i_cls = layout_slot(w, Bi * H);
-        a->itc_t_proj = layout_slot(w, Bt * C);
-        a->itc_i_proj = layout_slot(w, Bi * C);
-        a->itc_t_norm = layout_slot_ng(w, Bt);
-        a->itc_i_norm = layout_slot_ng(w, Bi);
-    }
+    text_layout(a, L, c, Bt, T, &stage);
+    vit_layout(a, L, c, Bi, &stage);
+    cross_towers_layout(a, L, c, Bt, T, Bi);
+    if (itc) heads_towers_layout(a, L, c, Bt, Bi);
     if (!full) layout_group_close(L);
     layout_walk_end(w);
 }
@@ -529,7 +400,7 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
     const size_t Nt = P * T, Nv = P * Np, Nm = Pm * T, C = (size_t)c->contrastive_hidden;
     const int itc = (m->heads & BT_HEADS_ITC) != 0, itm = (m->heads & BT_HEADS_ITM) != 0;
     const int mlm = (m->heads & BT_HEADS_MLM) != 0;
-    const int full = !L->shared, fo = L->forward_only;
+    const int full = !L->shared;
     /* outputs whose gradient a loss writes */
     a->itc_c = itc ? layout_slot(w, P * C) : NULL;
     a->itm_logits = itm ? layout_slot(w, P * 2) : NULL;
@@ -547,71 +418,8 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
      * now (towers_layout) */
     attn_stage stage = {full, NULL};
     if (full && w->bf16) stage.p = layout_slot_ng(w, (Nt > Nv ? Nt : Nv) * H);
-    /* the per-pair halves of the bridges: per k, or (forward-only) the link sums and
-     * statistics in the scratch and one X'/Y' for all k */
-    arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
-    for (int k = 0; k < c->cross_layers; k++) {
-        bt_bridge_acts *br = &a->bridges[k];
-        if (fo && k > 1) {
-            const bt_bridge_acts *b1 = &a->bridges[1];
-            br->t_sum = b1->t_sum;
-            br->t_mean = b1->t_mean;
-            br->t_rstd = b1->t_rstd;
-            br->i_sum = b1->i_sum;
-            br->i_mean = b1->i_mean;
-            br->i_rstd = b1->i_rstd;
-        } else {
-            br->t_sum = k > 0 ? layout_slot_set(e, Nt * H) : NULL;
-            br->i_sum = k > 0 ? layout_slot_set(e, Nv * H) : NULL;
-            if (fo && k == 1) {
-                br->t_mean = a->bridges[0].t_mean;
-                br->t_rstd = a->bridges[0].t_rstd;
-                br->i_mean = a->bridges[0].i_mean;
-                br->i_rstd = a->bridges[0].i_rstd;
-            } else {
-                br->t_mean = layout_slot_ng(e, Nt);
-                br->t_rstd = layout_slot_ng(e, Nt);
-                br->i_mean = layout_slot_ng(e, Nv);
-                br->i_rstd = layout_slot_ng(e, Nv);
-            }
-        }
-        br->xin = fo && k > 0 ? a->bridges[0].xin : layout_slot(w, Nt * H);
-        br->yin = fo && k > 0 ? a->bridges[0].yin : layout_slot(w, Nv * H);
-    }
-    /* cross layers: internals (shared scratch unless full), outputs X_k, Y_k */
-    for (int k = 0; k < c->cross_layers; k++) {
-        if (k == 0 || full) {
-            cross_layer_layout(&a->xt[k], layout_group_open(L, BT_GROUP_CROSS_TEXT), c, P, T, Np,
-                               &stage);
-            cross_layer_layout(&a->xi[k], layout_group_open(L, BT_GROUP_CROSS_IMAGE), c, P, Np, T,
-                               &stage);
-        } else {
-            a->xt[k] = a->xt[0];
-            a->xi[k] = a->xi[0];
-        }
-        a->xt[k].out = fo && k > 0 ? a->xt[0].out : layout_slot(w, Nt * H);
-        a->xi[k].out = fo && k > 0 ? a->xi[0].out : layout_slot(w, Nv * H);
-    }
-    /* poolers */
-    a->cls_t = layout_slot(w, P * H);
-    a->cls_i = layout_slot(w, P * H);
-    a->pool_t_pre = layout_slot(w, P * H);
-    a->pool_i_pre = layout_slot(w, P * H);
-    a->pool_t = layout_slot(w, P * H);
-    a->pool_i = layout_slot(w, P * H);
-    a->pooler = layout_slot(w, P * 2 * H);
-    if (mlm) {
-        a->mlm_x = layout_slot_set(w, Nm * H);
-        a->mlm_tr = layout_slot_set(w, Nm * H);
-        a->mlm_act = layout_slot_set(w, Nm * H);
-        a->mlm_ln = layout_slot_set(w, Nm * H);
-        a->mlm_mean = layout_slot_ng(w, Nm);
-        a->mlm_rstd = layout_slot_ng(w, Nm);
-    }
-    if (itc) {
-        a->itc_c_proj = layout_slot(w, P * C);
-        a->itc_c_norm = layout_slot_ng(w, P);
-    }
+    cross_pairs_layout(a, L, c, P, T, &stage);
+    heads_pairs_layout(a, L, c, m->heads, P, Pm, T);
     if (!full) layout_group_close(L);
     layout_walk_end(w);
 }

@@ -98,79 +98,11 @@ typedef struct bt_pair {
  *                 (P rows), MLM (Pm*T rows of the Pm flagged pairs), ITC cross (P rows).
  * In the slot comments below B is the row count of the owning phase (Bt, Bi or P). */
 
-typedef struct bt_text_layer_acts {
-    float *q, *k, *v;       /* (Nt, Ht) */
-    float *probs;           /* (Bt, NHt, T, T) softmax before dropout (no grad) */
-    float *ctx;             /* (Nt, Ht) attention output (heads concatenated) */
-    bt_bf16 *ctx_16;        /* (Nt, Ht) bf16 storage: bf16(ctx), ctx the phase's staging */
-    float *attn_lin;        /* (Nt, Ht) attention.output.dense (dropout applied in place) */
-    float *res1;            /* (Nt, Ht) LN1 input = attn_lin + x */
-    float *mean1, *rstd1;   /* (Nt) (no grad) */
-    float *a;               /* (Nt, Ht) LN1 output */
-    float *f_pre, *f;       /* (Nt, It) intermediate.dense, GELU */
-    bt_bf16 *f_16;          /* (Nt, It) bf16 storage: GELU output (f NULL) */
-    float *ffn_lin;         /* (Nt, Ht) output.dense (dropout in place) */
-    float *res2;            /* (Nt, Ht) LN2 input (no grad: d res2 is d a's first value) */
-    float *mean2, *rstd2;   /* (Nt) (no grad) */
-} bt_text_layer_acts;
-
-typedef struct bt_vit_layer_acts {
-    float *y1;              /* (Nv, Hv) ln_1(x) */
-    bt_bf16 *y1_16;         /* (Nv, Hv) bf16 storage: ln_1(x) (y1 NULL) */
-    float *mean1, *rstd1;   /* (Nv) */
-    float *qkv;             /* (Nv, 3Hv) [Q | K | V] */
-    float *probs;           /* (Bi, NHv, Np, Np) */
-    float *ctx;             /* (Nv, Hv) */
-    bt_bf16 *ctx_16;        /* (Nv, Hv) bf16 storage: bf16(ctx), ctx the phase's staging */
-    float *attn_out;        /* (Nv, Hv) out_proj(ctx) (no grad: d attn_out = d x_mid) */
-    float *x_mid;           /* (Nv, Hv) x + attn_out */
-    float *y2;              /* (Nv, Hv) ln_2(x_mid) */
-    bt_bf16 *y2_16;         /* (Nv, Hv) bf16 storage: ln_2(x_mid) (y2 NULL) */
-    float *mean2, *rstd2;   /* (Nv) */
-    float *f_pre, *f;       /* (Nv, 4Hv) c_fc, QuickGELU */
-    bt_bf16 *f_16;          /* (Nv, 4Hv) bf16 storage: QuickGELU output (f NULL) */
-    float *mlp_out;         /* (Nv, Hv) c_proj(f) (no grad: = the block output's) */
-} bt_vit_layer_acts;
-
-/* One cross-modal layer of one side (pair arena): rows N1 = P*T1 (this modality),
- * N2 = P*T2 (other). */
-typedef struct bt_cross_layer_acts {
-    float *q, *k, *v;       /* (N1, H) self-attention */
-    float *probs;           /* (P, NHt, T1, T1) */
-    float *ctx, *attn_lin, *res1;  /* (N1, H) */
-    bt_bf16 *ctx_16;        /* (N1, H) bf16 storage: bf16(ctx), ctx the phase's staging */
-    float *mean1, *rstd1;   /* (N1) */
-    float *a;               /* (N1, H) LN1 output */
-    float *cq;              /* (N1, H) cross-attention query (from a) */
-    float *ck, *cv;         /* (N2, H) keys/values from the other modality's input */
-    float *cprobs;          /* (P, NHt, T1, T2) */
-    float *cctx, *cattn_lin, *res2; /* (N1, H); res2 no grad: d res2 is d a's first value */
-    bt_bf16 *cctx_16;       /* (N1, H) bf16 storage: bf16(cctx), cctx the phase's staging */
-    float *mean2, *rstd2;   /* (N1) */
-    float *c;               /* (N1, H) LN2 output */
-    float *f_pre, *f;       /* (N1, It) */
-    bt_bf16 *f_16;          /* (N1, It) bf16 storage: GELU output (f NULL) */
-    float *ffn_lin, *res3;  /* (N1, H); res3 no grad: d res3 is d c's first value */
-    float *mean3, *rstd3;   /* (N1) */
-    float *out;             /* (N1, H) X_k or Y_k */
-} bt_cross_layer_acts;
-
-/* Bridge k (design model.md §3.6): inputs of cross layer k. The uni-modal halves (ut, lnp,
- * ui) are per tower row (tower arena); the rest per pair (pair arena), reading the ut / ui
- * rows of the pair's text and image row. */
-typedef struct bt_bridge_acts {
-    float *ut;              /* (Bt*T, H) Tt(T_k) + tt0                          [tower] */
-    float *lnp;             /* (Bi*Np, Hv) ln_post(I_k)                         [tower] */
-    bt_bf16 *lnp_16;        /* (Bi*Np, Hv) bf16 storage: ln_post(I_k) (lnp NULL) [tower] */
-    float *lnp_mean, *lnp_rstd; /* (Bi*Np)                                      [tower] */
-    float *ui;              /* (Bi*Np, H) Ti(ln_post(I_k)) + tt1                [tower] */
-    float *t_sum;           /* (P*T, H) link-tower mix (k >= 1; LN input)        [pair] */
-    float *t_mean, *t_rstd; /* (P*T)                                              [pair] */
-    float *xin;             /* (P*T, H) X'_k                                      [pair] */
-    float *i_sum;           /* (P*Np, H) (k >= 1)                                 [pair] */
-    float *i_mean, *i_rstd; /* (P*Np)                                             [pair] */
-    float *yin;             /* (P*Np, H) Y'_k                                     [pair] */
-} bt_bridge_acts;
+/* Per-block activation structs, defined by their blocks (vit.h, text.h, cross.h). */
+typedef struct bt_text_layer_acts bt_text_layer_acts;
+typedef struct bt_vit_layer_acts bt_vit_layer_acts;
+typedef struct bt_cross_layer_acts bt_cross_layer_acts;
+typedef struct bt_bridge_acts bt_bridge_acts;
 
 typedef struct bt_acts {
     /* --- tower arena --- */

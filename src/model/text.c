@@ -12,6 +12,52 @@
 
 #include "towers.h"
 
+/* --- activation layout (layout.h: each slot with its gradient kind) ---------------------- */
+
+/* One layer's internals: written by text_layer_forward, read by text_layer_backward, whose
+ * every activation gradient here is assigned (BT_DX_SET) by its first writer. */
+static void text_layer_layout(bt_text_layer_acts *x, arena_walk *w, const bt_model_config *c,
+                              size_t Bt, size_t T, const attn_stage *stage) {
+    const size_t Ht = (size_t)c->text_hidden, It = (size_t)c->text_intermediate;
+    const size_t NH = (size_t)c->text_heads, Nt = Bt * T;
+    x->q = layout_slot_set(w, Nt * Ht);
+    x->k = layout_slot_set(w, Nt * Ht);
+    x->v = layout_slot_set(w, Nt * Ht);
+    x->probs = layout_slot_ng(w, Bt * NH * T * T);
+    layout_attn_out_slot(w, Nt * Ht, stage, &x->ctx, &x->ctx_16);
+    x->attn_lin = layout_slot_set(w, Nt * Ht);
+    x->res1 = layout_slot_set(w, Nt * Ht);
+    x->mean1 = layout_slot_ng(w, Nt);
+    x->rstd1 = layout_slot_ng(w, Nt);
+    x->a = layout_slot_set(w, Nt * Ht);
+    x->f_pre = layout_slot_set(w, Nt * It);
+    layout_gemm_input_slot(w, Nt * It, &x->f, &x->f_16);
+    x->ffn_lin = layout_slot_set(w, Nt * Ht);
+    x->res2 = layout_slot_ng(w, Nt * Ht); /* d res2 is written into d a (post_ln_backward) */
+    x->mean2 = layout_slot_ng(w, Nt);
+    x->rstd2 = layout_slot_ng(w, Nt);
+}
+
+void text_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t Bt, size_t T,
+                 const attn_stage *stage) {
+    const size_t Ht = (size_t)c->text_hidden, Nt = Bt * T;
+    /* embeddings (LN input / output), hidden states, layers */
+    arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
+    a->text_emb = layout_slot_set(e, Nt * Ht);
+    a->text_pos_rows = layout_slot_ng(e, Nt * Ht);
+    a->text_emb_mean = layout_slot_ng(e, Nt);
+    a->text_emb_rstd = layout_slot_ng(e, Nt);
+    a->text_emb_ln = layout_slot_set(e, Nt * Ht);
+    layout_hidden(a->text_h, L, c->text_layers, c->split, Nt * Ht);
+    for (int l = 0; l < c->text_layers; l++) {
+        if (l == 0 || !L->shared)
+            text_layer_layout(&a->text_layers[l], layout_group_open(L, BT_GROUP_TEXT), c, Bt, T,
+                              stage);
+        else
+            a->text_layers[l] = a->text_layers[0];
+    }
+}
+
 typedef struct text_layer_params {
     bt_linear q, k, v, o, fc1, fc2;
     bt_norm ln1, ln2;

@@ -20,8 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cross.h"
+#include "heads.h"
+#include "layout.h"
 #include "model.h"
 #include "ops.h"
+#include "text.h"
+#include "vit.h"
 
 /* One Linear y = x·wᵀ + b as the ops see it. */
 typedef struct bt_linear {
@@ -280,20 +285,8 @@ void cls_scatter_add(float *dx, const float *dout, size_t B, size_t T, size_t C)
  *   pairs:  cross_pairs (link towers, cross layers, poolers on P pairs), heads_pairs (ITM
  *           logits, MLM logits of the flagged pairs, ITC cross embeddings);
  *   bt_forward only: hf_losses (the HF head losses from the phase outputs into the d_*
- *           slots, m->hf scratch). */
-void vit_forward(bt_model *m, const float *pixel_values);
-void vit_backward(bt_model *m);
-void text_forward(bt_model *m);
-void text_backward(bt_model *m);
-void cross_towers_forward(bt_model *m);
-void cross_towers_backward(bt_model *m);
-void cross_pairs_forward(bt_model *m);
-void cross_pairs_backward(bt_model *m);
-void heads_towers_forward(bt_model *m);
-void heads_towers_backward(bt_model *m);
-void heads_pairs_forward(bt_model *m);
-void heads_pairs_backward(bt_model *m);
-void hf_losses_forward(bt_model *m);
-void hf_losses_backward(bt_model *m, const bt_loss_weights *w);
+ *           slots, m->hf scratch).
+ * Each is declared, with its block's activation struct and slot layout, in the block's header
+ * (vit.h, text.h, cross.h, heads.h). */
 
 #endif

@@ -13,6 +13,50 @@
 
 #include "towers.h"
 
+/* --- activation layout (layout.h: each slot with its gradient kind) ---------------------- */
+
+/* One block's internals: written by vit_layer_forward, read by vit_layer_backward. */
+static void vit_layer_layout(bt_vit_layer_acts *x, arena_walk *w, const bt_model_config *c,
+                             size_t Bi, const attn_stage *stage) {
+    const size_t Hv = (size_t)c->vision_hidden, Np = (size_t)c->np, Nv = Bi * Np;
+    const size_t NH = (size_t)c->vision_heads;
+    layout_gemm_input_slot(w, Nv * Hv, &x->y1, &x->y1_16);
+    x->mean1 = layout_slot_ng(w, Nv);
+    x->rstd1 = layout_slot_ng(w, Nv);
+    x->qkv = layout_slot_set(w, Nv * 3 * Hv);
+    x->probs = layout_slot_ng(w, Bi * NH * Np * Np);
+    layout_attn_out_slot(w, Nv * Hv, stage, &x->ctx, &x->ctx_16);
+    x->attn_out = layout_slot_ng(w, Nv * Hv); /* d attn_out = d x_mid, read in place (vit.c) */
+    x->x_mid = layout_slot_set(w, Nv * Hv);
+    layout_gemm_input_slot(w, Nv * Hv, &x->y2, &x->y2_16);
+    x->mean2 = layout_slot_ng(w, Nv);
+    x->rstd2 = layout_slot_ng(w, Nv);
+    x->f_pre = layout_slot_set(w, Nv * 4 * Hv);
+    layout_gemm_input_slot(w, Nv * 4 * Hv, &x->f, &x->f_16);
+    x->mlp_out = layout_slot_ng(w, Nv * Hv); /* d mlp_out = the block's dout, read in place */
+}
+
+void vit_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t Bi,
+                const attn_stage *stage) {
+    const size_t Hv = (size_t)c->vision_hidden, Nv = Bi * (size_t)c->np;
+    const size_t Gp = Bi * (size_t)c->num_patches;
+    const size_t PP = (size_t)c->patch_size, CH = (size_t)c->num_channels;
+    arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
+    a->patches = layout_slot_ng(e, Gp * CH * PP * PP);
+    a->patch_emb = layout_slot(e, Gp * Hv);
+    a->vis_emb = layout_slot_set(e, Nv * Hv);
+    a->vis_emb_mean = layout_slot_ng(e, Nv);
+    a->vis_emb_rstd = layout_slot_ng(e, Nv);
+    layout_hidden(a->vis_h, L, c->vision_layers, c->split, Nv * Hv);
+    for (int l = 0; l < c->vision_layers; l++) {
+        if (l == 0 || !L->shared)
+            vit_layer_layout(&a->vis_layers[l], layout_group_open(L, BT_GROUP_VIT), c, Bi,
+                             stage);
+        else
+            a->vis_layers[l] = a->vis_layers[0];
+    }
+}
+
 typedef struct vit_layer_params {
     bt_linear in, out, fc, proj;
     bt_norm ln1, ln2;
