@@ -930,34 +930,6 @@ void bt_towers_backward(bt_model *m) {
     m->tower_grad_dirty = 1;
 }
 
-bt_grad_event bt_param_grad_event(const bt_model_config *c, bt_param_id id, int rep,
-                                  int *layer) {
-    /* ranges of the parameter list (params.h), in list order */
-    *layer = 0;
-    if (id < BT_P_TL_Q_W) return BT_GRAD_EV_TEXT_EMB;
-    *layer = rep;
-    if (id <= BT_P_TL_LN2_B) return BT_GRAD_EV_TEXT_LAYER;
-    *layer = 0;
-    if (id <= BT_P_TEXT_POOL_B) return BT_GRAD_EV_NONE; /* unused by BridgeTowerModel */
-    if (id <= BT_P_VIS_LN_PRE_B) return BT_GRAD_EV_VIT_EMB;
-    *layer = rep;
-    if (id <= BT_P_VL_LN2_B) return BT_GRAD_EV_VIT_LAYER;
-    *layer = 0;
-    if (id <= BT_P_TYPE_EMB) return BT_GRAD_EV_BRIDGES; /* ln_post, transforms, type rows */
-    if (id <= BT_P_XI_LN_B) return BT_GRAD_EV_CROSS_LAYER; /* first LNs: with layer 0 */
-    *layer = rep + 1;
-    if (id <= BT_P_XI_LINK_BETA) return BT_GRAD_EV_CROSS_LAYER; /* link k feeds layer k+1 */
-    *layer = rep;
-    if (id <= BT_P_XIL_LN3_B) return BT_GRAD_EV_CROSS_LAYER;
-    *layer = c->cross_layers - 1;
-    if (id <= BT_P_XI_POOL_B) return BT_GRAD_EV_CROSS_LAYER; /* before the last layer's */
-    *layer = 0;
-    if (id <= BT_P_MLM_BIAS) return BT_GRAD_EV_PAIR_HEADS;
-    if (id <= BT_P_ITC_IMAGE_B) return BT_GRAD_EV_ITC_HEADS;
-    if (id <= BT_P_ITC_CROSS_B) return BT_GRAD_EV_PAIR_HEADS;
-    return BT_GRAD_EV_NONE; /* logit_scale: the ITC loss writes it */
-}
-
 int bt_grad_event_order(const bt_model_config *c, bt_grad_event ev, int layer) {
     const int X = c->cross_layers, Lt = c->text_layers, Lv = c->vision_layers;
     switch (ev) {

@@ -179,19 +179,6 @@ typedef struct bt_arena {
                                "activation layout") */
 } bt_arena;
 
-/* Points of the backward after which a set of parameter gradients is final (see
- * "Gradients-final events" below), in firing order. */
-typedef enum {
-    BT_GRAD_EV_NONE = -1, /* no backward writes the field */
-    BT_GRAD_EV_PAIR_HEADS,  /* bt_cross_backward_pairs: ITM / MLM / ITC-cross heads done */
-    BT_GRAD_EV_CROSS_LAYER, /* cross layer `layer` (X-1 .. 0) and what feeds it done */
-    BT_GRAD_EV_ITC_HEADS, /* bt_towers_backward: ITC uni-modal heads done */
-    BT_GRAD_EV_BRIDGES,   /* the bridges' uni-modal halves done */
-    BT_GRAD_EV_TEXT_LAYER,/* text layer `layer` done (Lt-1 .. 0) */
-    BT_GRAD_EV_TEXT_EMB,  /* text embeddings done */
-    BT_GRAD_EV_VIT_LAYER, /* vision block `layer` done (Lv-1 .. 0) */
-    BT_GRAD_EV_VIT_EMB,   /* vision embeddings and ln_pre done */
-} bt_grad_event;
 typedef void (*bt_grads_final_fn)(void *ctx, bt_grad_event ev, int layer);
 
 /* Activation memory mode (see "Memory modes" below). */
@@ -406,15 +393,11 @@ void bt_towers_backward(bt_model *m);
  * fired in this order (bt_grad_event_order: strictly increasing along a pass). The model
  * knows nothing of what the callback does (no MPI here). tests/test_grad_events.c checks
  * the contract: nothing is written after its event and the events cover every gradient
- * element a backward writes. */
+ * element a backward writes. Which event finalizes a field is the ev / evl column of the
+ * parameter list (params.h bt_param_grad_event). */
 static inline void bt_grads_final(bt_model *m, bt_grad_event ev, int layer) {
     if (m->grads_final) m->grads_final(m->grads_final_ctx, ev, layer);
 }
-/* The event (and in *layer its layer) after which repetition `rep` of field id's gradient
- * is final; BT_GRAD_EV_NONE for fields no model backward writes (the unused text pooler,
- * and logit_scale, which the ITC loss writes before any backward). */
-bt_grad_event bt_param_grad_event(const bt_model_config *c, bt_param_id id, int rep,
-                                  int *layer);
 /* Position of (ev, layer) in the firing order of one cross + towers backward for config c
  * (X cross layers): PAIR_HEADS 0, cross layers 1 .. X (layer X-1 first), ITC_HEADS X+1,
  * BRIDGES X+2, text layers X+3 .. X+Lt+2 (layer Lt-1 first), TEXT_EMB X+Lt+3, vision blocks

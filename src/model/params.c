@@ -27,11 +27,13 @@ typedef struct bt_param_desc {
     int decay;
     bt_head head;
     bt_when when;
+    bt_grad_event ev;
+    bt_grad_layer evl;
 } bt_param_desc;
 
-#define BT_P_DESC_(ID, f, key, rep, d0, d1, d2, d3, init, decay, head, when)                  \
+#define BT_P_DESC_(ID, f, key, rep, d0, d1, d2, d3, init, decay, head, when, ev, evl)         \
     {#f, key, BT_REP_##rep, {BT_D_##d0, BT_D_##d1, BT_D_##d2, BT_D_##d3}, BT_INIT_##init,   \
-     decay, BT_HEAD_##head, BT_WHEN_##when},
+     decay, BT_HEAD_##head, BT_WHEN_##when, BT_GRAD_EV_##ev, BT_GRAD_LAYER_##evl},
 static const bt_param_desc bt_param_descs[BT_P_COUNT] = {BT_PARAM_LIST(BT_P_DESC_)};
 #undef BT_P_DESC_
 
@@ -347,4 +349,18 @@ bt_status bt_param_table_check_memory(const bt_param_table *t, unsigned copies,
     return bt_mem_check(bytes, what,
                         "the model's sizes in config.json (hidden_size, intermediate_size, "
                         "num_hidden_layers, vocab_size, max_position_embeddings, image_size)");
+}
+
+bt_grad_event bt_param_grad_event(const bt_model_config *c, bt_param_id id, int rep,
+                                  int *layer) {
+    BT_ASSERT(id >= 0 && id < BT_P_COUNT);
+    const bt_param_desc *d = &bt_param_descs[id];
+    switch (d->evl) {
+    case BT_GRAD_LAYER_0: *layer = 0; break;
+    case BT_GRAD_LAYER_REP: *layer = rep; break;
+    case BT_GRAD_LAYER_NEXT: *layer = rep + 1; break;
+    case BT_GRAD_LAYER_LAST: *layer = c->cross_layers - 1; break;
+    }
+    if (d->ev == BT_GRAD_EV_NONE) *layer = 0;
+    return d->ev;
 }

@@ -97,6 +97,28 @@ enum {
     BT_HEADS_ALL = BT_HEADS_ITC | BT_HEADS_ITM | BT_HEADS_MLM,
 };
 
+/* Points of the backward after which a set of parameter gradients is final (model.h
+ * "Gradients-final events"), in firing order: the ev column of the list. */
+typedef enum {
+    BT_GRAD_EV_NONE = -1, /* no backward writes the field */
+    BT_GRAD_EV_PAIR_HEADS,  /* bt_cross_backward_pairs: ITM / MLM / ITC-cross heads done */
+    BT_GRAD_EV_CROSS_LAYER, /* cross layer `layer` (X-1 .. 0) and what feeds it done */
+    BT_GRAD_EV_ITC_HEADS, /* bt_towers_backward: ITC uni-modal heads done */
+    BT_GRAD_EV_BRIDGES,   /* the bridges' uni-modal halves done */
+    BT_GRAD_EV_TEXT_LAYER,/* text layer `layer` done (Lt-1 .. 0) */
+    BT_GRAD_EV_TEXT_EMB,  /* text embeddings done */
+    BT_GRAD_EV_VIT_LAYER, /* vision block `layer` done (Lv-1 .. 0) */
+    BT_GRAD_EV_VIT_EMB,   /* vision embeddings and ln_pre done */
+} bt_grad_event;
+
+/* Which layer of its event a repetition r of a field belongs to: the evl column. */
+typedef enum {
+    BT_GRAD_LAYER_0,    /* layer 0 (single tensors; the first cross layer's input LNs) */
+    BT_GRAD_LAYER_REP,  /* layer r (the field's own layer) */
+    BT_GRAD_LAYER_NEXT, /* layer r + 1 (link tower r feeds cross layer r + 1) */
+    BT_GRAD_LAYER_LAST, /* the last cross layer, X - 1 (the poolers: before that layer's) */
+} bt_grad_layer;
+
 /* Fields present only for one link_tower_type. */
 typedef enum {
     BT_WHEN_ALWAYS,
@@ -105,120 +127,148 @@ typedef enum {
 } bt_when;
 
 /* ------------------------------------------------------------------------------------------
- * The list. X(ID, field, key, rep, d0, d1, d2, d3, init, decay, head, when):
+ * The list. X(ID, field, key, rep, d0, d1, d2, d3, init, decay, head, when, ev, evl):
  *   key without the `bridgetower.` prefix ("{i}" = repetition index), dims as BT_D_<d>,
- *   rep as BT_REP_<rep>, init as BT_INIT_<init>, head as BT_HEAD_<head>, when as BT_WHEN_<>.
+ *   rep as BT_REP_<rep>, init as BT_INIT_<init>, head as BT_HEAD_<head>, when as BT_WHEN_<>,
+ *   ev as BT_GRAD_EV_<ev> and evl as BT_GRAD_LAYER_<evl>: the backward event after which
+ *   the field's gradient is final, and which layer of that event (model.h "Gradients-final
+ *   events"; a column, so reordering the list changes no schedule).
  * BT_LIN_ adds a Linear's weight (out, in) and bias (out); BT_LN_ a LayerNorm's weight and
  * bias (both undecayed). */
-#define BT_LIN_(X, ID, f, key, rep, o, i, init, head)                                         \
-    X(ID##_W, f##_w, key ".weight", rep, o, i, NONE, NONE, init, 1, head, ALWAYS)           \
-    X(ID##_B, f##_b, key ".bias", rep, o, NONE, NONE, NONE, ZEROS, 0, head, ALWAYS)
-#define BT_LN_(X, ID, f, key, rep, d, head)                                                   \
-    X(ID##_W, f##_w, key ".weight", rep, d, NONE, NONE, NONE, ONES, 0, head, ALWAYS)        \
-    X(ID##_B, f##_b, key ".bias", rep, d, NONE, NONE, NONE, ZEROS, 0, head, ALWAYS)
+#define BT_LIN_(X, ID, f, key, rep, o, i, init, head, ev, evl)                                \
+    X(ID##_W, f##_w, key ".weight", rep, o, i, NONE, NONE, init, 1, head, ALWAYS, ev, evl)    \
+    X(ID##_B, f##_b, key ".bias", rep, o, NONE, NONE, NONE, ZEROS, 0, head, ALWAYS, ev, evl)
+#define BT_LN_(X, ID, f, key, rep, d, head, ev, evl)                                          \
+    X(ID##_W, f##_w, key ".weight", rep, d, NONE, NONE, NONE, ONES, 0, head, ALWAYS, ev, evl) \
+    X(ID##_B, f##_b, key ".bias", rep, d, NONE, NONE, NONE, ZEROS, 0, head, ALWAYS, ev, evl)
 
 /* One BridgeTowerBertCrossLayer (built from text_config: width Ht = H, FFN It). */
 #define BT_CROSS_LAYER_(X, ID, f, key)                                                        \
-    BT_LIN_(X, ID##_Q, f##_q, key ".attention.self.query", CROSS, H, H, NORMAL, BACKBONE)    \
-    BT_LIN_(X, ID##_K, f##_k, key ".attention.self.key", CROSS, H, H, NORMAL, BACKBONE)      \
-    BT_LIN_(X, ID##_V, f##_v, key ".attention.self.value", CROSS, H, H, NORMAL, BACKBONE)    \
-    BT_LIN_(X, ID##_AO, f##_ao, key ".attention.output.dense", CROSS, H, H, NORMAL, BACKBONE) \
-    BT_LN_(X, ID##_LN1, f##_ln1, key ".attention.output.LayerNorm", CROSS, H, BACKBONE)     \
-    BT_LIN_(X, ID##_CQ, f##_cq, key ".crossattention.self.query", CROSS, H, H, NORMAL,       \
-            BACKBONE)                                                                         \
-    BT_LIN_(X, ID##_CK, f##_ck, key ".crossattention.self.key", CROSS, H, H, NORMAL,         \
-            BACKBONE)                                                                         \
-    BT_LIN_(X, ID##_CV, f##_cv, key ".crossattention.self.value", CROSS, H, H, NORMAL,       \
-            BACKBONE)                                                                         \
-    BT_LIN_(X, ID##_CO, f##_co, key ".crossattention.output.dense", CROSS, H, H, NORMAL,     \
-            BACKBONE)                                                                         \
-    BT_LN_(X, ID##_LN2, f##_ln2, key ".crossattention.output.LayerNorm", CROSS, H, BACKBONE) \
-    BT_LIN_(X, ID##_FC1, f##_fc1, key ".intermediate.dense", CROSS, IT, H, NORMAL, BACKBONE) \
-    BT_LIN_(X, ID##_FC2, f##_fc2, key ".output.dense", CROSS, H, IT, NORMAL, BACKBONE)       \
-    BT_LN_(X, ID##_LN3, f##_ln3, key ".output.LayerNorm", CROSS, H, BACKBONE)
+    BT_LIN_(X, ID##_Q, f##_q, key ".attention.self.query", CROSS, H, H, NORMAL, BACKBONE,     \
+            CROSS_LAYER, REP)                                                                 \
+    BT_LIN_(X, ID##_K, f##_k, key ".attention.self.key", CROSS, H, H, NORMAL, BACKBONE,       \
+            CROSS_LAYER, REP)                                                                 \
+    BT_LIN_(X, ID##_V, f##_v, key ".attention.self.value", CROSS, H, H, NORMAL, BACKBONE,     \
+            CROSS_LAYER, REP)                                                                 \
+    BT_LIN_(X, ID##_AO, f##_ao, key ".attention.output.dense", CROSS, H, H, NORMAL,           \
+            BACKBONE, CROSS_LAYER, REP)                                                       \
+    BT_LN_(X, ID##_LN1, f##_ln1, key ".attention.output.LayerNorm", CROSS, H, BACKBONE,       \
+           CROSS_LAYER, REP)                                                                  \
+    BT_LIN_(X, ID##_CQ, f##_cq, key ".crossattention.self.query", CROSS, H, H, NORMAL,        \
+            BACKBONE, CROSS_LAYER, REP)                                                       \
+    BT_LIN_(X, ID##_CK, f##_ck, key ".crossattention.self.key", CROSS, H, H, NORMAL,          \
+            BACKBONE, CROSS_LAYER, REP)                                                       \
+    BT_LIN_(X, ID##_CV, f##_cv, key ".crossattention.self.value", CROSS, H, H, NORMAL,        \
+            BACKBONE, CROSS_LAYER, REP)                                                       \
+    BT_LIN_(X, ID##_CO, f##_co, key ".crossattention.output.dense", CROSS, H, H, NORMAL,      \
+            BACKBONE, CROSS_LAYER, REP)                                                       \
+    BT_LN_(X, ID##_LN2, f##_ln2, key ".crossattention.output.LayerNorm", CROSS, H, BACKBONE,  \
+           CROSS_LAYER, REP)                                                                  \
+    BT_LIN_(X, ID##_FC1, f##_fc1, key ".intermediate.dense", CROSS, IT, H, NORMAL, BACKBONE,  \
+            CROSS_LAYER, REP)                                                                 \
+    BT_LIN_(X, ID##_FC2, f##_fc2, key ".output.dense", CROSS, H, IT, NORMAL, BACKBONE,        \
+            CROSS_LAYER, REP)                                                                 \
+    BT_LN_(X, ID##_LN3, f##_ln3, key ".output.LayerNorm", CROSS, H, BACKBONE, CROSS_LAYER, REP)
 
 #define BT_TL_ "text_model.encoder.layer.{i}"
 #define BT_VL_ "vision_model.visual.transformer.resblocks.{i}"
 
 #define BT_PARAM_LIST(X)                                                                      \
-    /* --- text tower (RoBERTa) --- */                                                       \
-    X(TEXT_WORD_EMB, text_word_emb, "text_model.embeddings.word_embeddings.weight", ONE, V,  \
-      HT, NONE, NONE, NORMAL, 1, BACKBONE, ALWAYS)                                            \
-    X(TEXT_POS_EMB, text_pos_emb, "text_model.embeddings.position_embeddings.weight", ONE,   \
-      PMAX, HT, NONE, NONE, NORMAL, 1, BACKBONE, ALWAYS)                                      \
-    X(TEXT_TYPE_EMB, text_type_emb, "text_model.embeddings.token_type_embeddings.weight",    \
-      ONE, TYPES, HT, NONE, NONE, NORMAL, 1, BACKBONE, ALWAYS)                                \
-    BT_LN_(X, TEXT_EMB_LN, text_emb_ln, "text_model.embeddings.LayerNorm", ONE, HT, BACKBONE) \
-    BT_LIN_(X, TL_Q, tl_q, BT_TL_ ".attention.self.query", TEXT, HT, HT, NORMAL, BACKBONE)   \
-    BT_LIN_(X, TL_K, tl_k, BT_TL_ ".attention.self.key", TEXT, HT, HT, NORMAL, BACKBONE)     \
-    BT_LIN_(X, TL_V, tl_v, BT_TL_ ".attention.self.value", TEXT, HT, HT, NORMAL, BACKBONE)   \
-    BT_LIN_(X, TL_AO, tl_ao, BT_TL_ ".attention.output.dense", TEXT, HT, HT, NORMAL,         \
-            BACKBONE)                                                                         \
-    BT_LN_(X, TL_LN1, tl_ln1, BT_TL_ ".attention.output.LayerNorm", TEXT, HT, BACKBONE)      \
-    BT_LIN_(X, TL_FC1, tl_fc1, BT_TL_ ".intermediate.dense", TEXT, IT, HT, NORMAL, BACKBONE) \
-    BT_LIN_(X, TL_FC2, tl_fc2, BT_TL_ ".output.dense", TEXT, HT, IT, NORMAL, BACKBONE)       \
-    BT_LN_(X, TL_LN2, tl_ln2, BT_TL_ ".output.LayerNorm", TEXT, HT, BACKBONE)                \
-    /* in the weights, never used by BridgeTowerModel (gets no gradient) */                  \
-    BT_LIN_(X, TEXT_POOL, text_pool, "text_model.pooler.dense", ONE, HT, HT, NORMAL,         \
-            BACKBONE)                                                                         \
-    /* --- vision tower (CLIP ViT) --- */                                                    \
-    X(VIS_CLS, vis_cls, "vision_model.visual.embeddings.class_embedding", ONE, HV, NONE,     \
-      NONE, NONE, CLIP_ATTN, 1, BACKBONE, ALWAYS)                                             \
-    X(VIS_PATCH_W, vis_patch_w, "vision_model.visual.embeddings.patch_embedding.weight",     \
-      ONE, HV, CH, P, P, NORMAL, 1, BACKBONE, ALWAYS)                                         \
-    X(VIS_POS, vis_pos, "vision_model.visual.embeddings.position_embedding.weight", ONE, NP, \
-      HV, NONE, NONE, CLIP_ATTN, 1, BACKBONE, ALWAYS)                                         \
-    BT_LN_(X, VIS_LN_PRE, vis_ln_pre, "vision_model.visual.ln_pre", ONE, HV, BACKBONE)       \
-    X(VL_IN_W, vl_in_w, BT_VL_ ".attn.in_proj_weight", VISION, HV3, HV, NONE, NONE,          \
-      CLIP_ATTN, 1, BACKBONE, ALWAYS)                                                         \
-    X(VL_IN_B, vl_in_b, BT_VL_ ".attn.in_proj_bias", VISION, HV3, NONE, NONE, NONE, ZEROS,   \
-      0, BACKBONE, ALWAYS)                                                                    \
-    BT_LIN_(X, VL_OUT, vl_out, BT_VL_ ".attn.out_proj", VISION, HV, HV, CLIP_PROJ, BACKBONE) \
-    BT_LN_(X, VL_LN1, vl_ln1, BT_VL_ ".ln_1", VISION, HV, BACKBONE)                          \
-    BT_LIN_(X, VL_FC, vl_fc, BT_VL_ ".mlp.c_fc", VISION, HV4, HV, CLIP_FC, BACKBONE)         \
-    BT_LIN_(X, VL_PROJ, vl_proj, BT_VL_ ".mlp.c_proj", VISION, HV, HV4, CLIP_PROJ, BACKBONE) \
-    BT_LN_(X, VL_LN2, vl_ln2, BT_VL_ ".ln_2", VISION, HV, BACKBONE)                          \
-    BT_LN_(X, VIS_LN_POST, vis_ln_post, "vision_model.visual.ln_post", ONE, HV, BACKBONE)    \
-    /* --- bridges: transforms, modality types, first-layer LNs, link towers --- */          \
-    BT_LIN_(X, XT_TRANSFORM, xt_transform, "cross_modal_text_transform", ONE, H, HT, NORMAL, \
-            BACKBONE)                                                                         \
-    BT_LIN_(X, XI_TRANSFORM, xi_transform, "cross_modal_image_transform", ONE, H, HV,        \
-            NORMAL, BACKBONE)                                                                 \
-    X(TYPE_EMB, type_emb, "token_type_embeddings.weight", ONE, TWO, H, NONE, NONE, NORMAL,   \
-      1, BACKBONE, ALWAYS)                                                                    \
-    BT_LN_(X, XT_LN, xt_ln, "cross_modal_text_layernorm", ONE, H, BACKBONE)                  \
-    BT_LN_(X, XI_LN, xi_ln, "cross_modal_image_layernorm", ONE, H, BACKBONE)                 \
-    BT_LN_(X, XT_LINK_LN, xt_link_ln, "cross_modal_text_link_tower.{i}.LayerNorm", LINK, H,  \
-           BACKBONE)                                                                          \
-    BT_LN_(X, XI_LINK_LN, xi_link_ln, "cross_modal_image_link_tower.{i}.LayerNorm", LINK, H, \
-           BACKBONE)                                                                          \
-    X(XT_LINK_SCALE, xt_link_scale, "cross_modal_text_link_tower.{i}.scaled_factor", LINK,   \
-      NONE, NONE, NONE, NONE, ONES, 1, BACKBONE, SCALED_ADD)                                  \
-    X(XI_LINK_SCALE, xi_link_scale, "cross_modal_image_link_tower.{i}.scaled_factor", LINK,  \
-      NONE, NONE, NONE, NONE, ONES, 1, BACKBONE, SCALED_ADD)                                  \
-    X(XT_LINK_BETA, xt_link_beta, "cross_modal_text_link_tower.{i}.beta", LINK, NONE, NONE,  \
-      NONE, NONE, HALF, 1, BACKBONE, INTERPOLATE)                                             \
-    X(XI_LINK_BETA, xi_link_beta, "cross_modal_image_link_tower.{i}.beta", LINK, NONE, NONE, \
-      NONE, NONE, HALF, 1, BACKBONE, INTERPOLATE)                                             \
-    /* --- cross-modal layers and poolers --- */                                             \
+    /* --- text tower (RoBERTa) --- */                                                        \
+    X(TEXT_WORD_EMB, text_word_emb, "text_model.embeddings.word_embeddings.weight", ONE, V,   \
+      HT, NONE, NONE, NORMAL, 1, BACKBONE, ALWAYS, TEXT_EMB, 0)                               \
+    X(TEXT_POS_EMB, text_pos_emb, "text_model.embeddings.position_embeddings.weight", ONE,    \
+      PMAX, HT, NONE, NONE, NORMAL, 1, BACKBONE, ALWAYS, TEXT_EMB, 0)                         \
+    X(TEXT_TYPE_EMB, text_type_emb, "text_model.embeddings.token_type_embeddings.weight",     \
+      ONE, TYPES, HT, NONE, NONE, NORMAL, 1, BACKBONE, ALWAYS, TEXT_EMB, 0)                   \
+    BT_LN_(X, TEXT_EMB_LN, text_emb_ln, "text_model.embeddings.LayerNorm", ONE, HT,           \
+           BACKBONE, TEXT_EMB, 0)                                                             \
+    BT_LIN_(X, TL_Q, tl_q, BT_TL_ ".attention.self.query", TEXT, HT, HT, NORMAL, BACKBONE,    \
+            TEXT_LAYER, REP)                                                                  \
+    BT_LIN_(X, TL_K, tl_k, BT_TL_ ".attention.self.key", TEXT, HT, HT, NORMAL, BACKBONE,      \
+            TEXT_LAYER, REP)                                                                  \
+    BT_LIN_(X, TL_V, tl_v, BT_TL_ ".attention.self.value", TEXT, HT, HT, NORMAL, BACKBONE,    \
+            TEXT_LAYER, REP)                                                                  \
+    BT_LIN_(X, TL_AO, tl_ao, BT_TL_ ".attention.output.dense", TEXT, HT, HT, NORMAL,          \
+            BACKBONE, TEXT_LAYER, REP)                                                        \
+    BT_LN_(X, TL_LN1, tl_ln1, BT_TL_ ".attention.output.LayerNorm", TEXT, HT, BACKBONE,       \
+           TEXT_LAYER, REP)                                                                   \
+    BT_LIN_(X, TL_FC1, tl_fc1, BT_TL_ ".intermediate.dense", TEXT, IT, HT, NORMAL, BACKBONE,  \
+            TEXT_LAYER, REP)                                                                  \
+    BT_LIN_(X, TL_FC2, tl_fc2, BT_TL_ ".output.dense", TEXT, HT, IT, NORMAL, BACKBONE,        \
+            TEXT_LAYER, REP)                                                                  \
+    BT_LN_(X, TL_LN2, tl_ln2, BT_TL_ ".output.LayerNorm", TEXT, HT, BACKBONE, TEXT_LAYER,     \
+           REP)                                                                               \
+    /* in the weights, never used by BridgeTowerModel (gets no gradient) */                   \
+    BT_LIN_(X, TEXT_POOL, text_pool, "text_model.pooler.dense", ONE, HT, HT, NORMAL,          \
+            BACKBONE, NONE, 0)                                                                \
+    /* --- vision tower (CLIP ViT) --- */                                                     \
+    X(VIS_CLS, vis_cls, "vision_model.visual.embeddings.class_embedding", ONE, HV, NONE,      \
+      NONE, NONE, CLIP_ATTN, 1, BACKBONE, ALWAYS, VIT_EMB, 0)                                 \
+    X(VIS_PATCH_W, vis_patch_w, "vision_model.visual.embeddings.patch_embedding.weight",      \
+      ONE, HV, CH, P, P, NORMAL, 1, BACKBONE, ALWAYS, VIT_EMB, 0)                             \
+    X(VIS_POS, vis_pos, "vision_model.visual.embeddings.position_embedding.weight", ONE, NP,  \
+      HV, NONE, NONE, CLIP_ATTN, 1, BACKBONE, ALWAYS, VIT_EMB, 0)                             \
+    BT_LN_(X, VIS_LN_PRE, vis_ln_pre, "vision_model.visual.ln_pre", ONE, HV, BACKBONE,        \
+           VIT_EMB, 0)                                                                        \
+    X(VL_IN_W, vl_in_w, BT_VL_ ".attn.in_proj_weight", VISION, HV3, HV, NONE, NONE,           \
+      CLIP_ATTN, 1, BACKBONE, ALWAYS, VIT_LAYER, REP)                                         \
+    X(VL_IN_B, vl_in_b, BT_VL_ ".attn.in_proj_bias", VISION, HV3, NONE, NONE, NONE, ZEROS,    \
+      0, BACKBONE, ALWAYS, VIT_LAYER, REP)                                                    \
+    BT_LIN_(X, VL_OUT, vl_out, BT_VL_ ".attn.out_proj", VISION, HV, HV, CLIP_PROJ, BACKBONE,  \
+            VIT_LAYER, REP)                                                                   \
+    BT_LN_(X, VL_LN1, vl_ln1, BT_VL_ ".ln_1", VISION, HV, BACKBONE, VIT_LAYER, REP)           \
+    BT_LIN_(X, VL_FC, vl_fc, BT_VL_ ".mlp.c_fc", VISION, HV4, HV, CLIP_FC, BACKBONE,          \
+            VIT_LAYER, REP)                                                                   \
+    BT_LIN_(X, VL_PROJ, vl_proj, BT_VL_ ".mlp.c_proj", VISION, HV, HV4, CLIP_PROJ, BACKBONE,  \
+            VIT_LAYER, REP)                                                                   \
+    BT_LN_(X, VL_LN2, vl_ln2, BT_VL_ ".ln_2", VISION, HV, BACKBONE, VIT_LAYER, REP)           \
+    BT_LN_(X, VIS_LN_POST, vis_ln_post, "vision_model.visual.ln_post", ONE, HV, BACKBONE,     \
+           BRIDGES, 0)                                                                        \
+    /* --- bridges: transforms, modality types, first-layer LNs, link towers --- */           \
+    BT_LIN_(X, XT_TRANSFORM, xt_transform, "cross_modal_text_transform", ONE, H, HT, NORMAL,  \
+            BACKBONE, BRIDGES, 0)                                                             \
+    BT_LIN_(X, XI_TRANSFORM, xi_transform, "cross_modal_image_transform", ONE, H, HV,         \
+            NORMAL, BACKBONE, BRIDGES, 0)                                                     \
+    X(TYPE_EMB, type_emb, "token_type_embeddings.weight", ONE, TWO, H, NONE, NONE, NORMAL,    \
+      1, BACKBONE, ALWAYS, BRIDGES, 0)                                                        \
+    BT_LN_(X, XT_LN, xt_ln, "cross_modal_text_layernorm", ONE, H, BACKBONE, CROSS_LAYER, 0)   \
+    BT_LN_(X, XI_LN, xi_ln, "cross_modal_image_layernorm", ONE, H, BACKBONE, CROSS_LAYER, 0)  \
+    BT_LN_(X, XT_LINK_LN, xt_link_ln, "cross_modal_text_link_tower.{i}.LayerNorm", LINK, H,   \
+           BACKBONE, CROSS_LAYER, NEXT)                                                       \
+    BT_LN_(X, XI_LINK_LN, xi_link_ln, "cross_modal_image_link_tower.{i}.LayerNorm", LINK, H,  \
+           BACKBONE, CROSS_LAYER, NEXT)                                                       \
+    X(XT_LINK_SCALE, xt_link_scale, "cross_modal_text_link_tower.{i}.scaled_factor", LINK,    \
+      NONE, NONE, NONE, NONE, ONES, 1, BACKBONE, SCALED_ADD, CROSS_LAYER, NEXT)               \
+    X(XI_LINK_SCALE, xi_link_scale, "cross_modal_image_link_tower.{i}.scaled_factor", LINK,   \
+      NONE, NONE, NONE, NONE, ONES, 1, BACKBONE, SCALED_ADD, CROSS_LAYER, NEXT)               \
+    X(XT_LINK_BETA, xt_link_beta, "cross_modal_text_link_tower.{i}.beta", LINK, NONE, NONE,   \
+      NONE, NONE, HALF, 1, BACKBONE, INTERPOLATE, CROSS_LAYER, NEXT)                          \
+    X(XI_LINK_BETA, xi_link_beta, "cross_modal_image_link_tower.{i}.beta", LINK, NONE, NONE,  \
+      NONE, NONE, HALF, 1, BACKBONE, INTERPOLATE, CROSS_LAYER, NEXT)                          \
+    /* --- cross-modal layers and poolers --- */                                              \
     BT_CROSS_LAYER_(X, XTL, xtl, "cross_modal_text_layers.{i}")                               \
     BT_CROSS_LAYER_(X, XIL, xil, "cross_modal_image_layers.{i}")                              \
-    BT_LIN_(X, XT_POOL, xt_pool, "cross_modal_text_pooler.dense", ONE, H, H, NORMAL,         \
-            BACKBONE)                                                                         \
-    BT_LIN_(X, XI_POOL, xi_pool, "cross_modal_image_pooler.dense", ONE, H, H, NORMAL,        \
-            BACKBONE)                                                                         \
-    /* --- heads --- */                                                                      \
-    BT_LIN_(X, ITM, itm, "itm_score.fc", ONE, TWO, H2, NORMAL, ITM)                          \
-    BT_LIN_(X, MLM_TR, mlm_tr, "mlm_score.transform.dense", ONE, H, H, NORMAL, MLM)          \
-    BT_LN_(X, MLM_LN, mlm_ln, "mlm_score.transform.LayerNorm", ONE, H, MLM)                  \
-    X(MLM_DEC_W, mlm_dec_w, "mlm_score.decoder.weight", ONE, V, H, NONE, NONE, NORMAL, 1,    \
-      MLM, ALWAYS)                                                                            \
-    X(MLM_BIAS, mlm_bias, "mlm_score.bias", ONE, V, NONE, NONE, NONE, ZEROS, 0, MLM, ALWAYS) \
-    BT_LIN_(X, ITC_TEXT, itc_text, "itc_text_head.fc", ONE, C, H, NORMAL, ITC)               \
-    BT_LIN_(X, ITC_IMAGE, itc_image, "itc_image_head.fc", ONE, C, H, NORMAL, ITC)            \
-    BT_LIN_(X, ITC_CROSS, itc_cross, "itc_cross_modal_head.fc", ONE, C, H2, NORMAL, ITC)     \
-    X(LOGIT_SCALE, logit_scale, "logit_scale", ONE, NONE, NONE, NONE, NONE, LOGIT_SCALE, 1,  \
-      ITC, ALWAYS)
+    BT_LIN_(X, XT_POOL, xt_pool, "cross_modal_text_pooler.dense", ONE, H, H, NORMAL,          \
+            BACKBONE, CROSS_LAYER, LAST)                                                      \
+    BT_LIN_(X, XI_POOL, xi_pool, "cross_modal_image_pooler.dense", ONE, H, H, NORMAL,         \
+            BACKBONE, CROSS_LAYER, LAST)                                                      \
+    /* --- heads --- */                                                                       \
+    BT_LIN_(X, ITM, itm, "itm_score.fc", ONE, TWO, H2, NORMAL, ITM, PAIR_HEADS, 0)            \
+    BT_LIN_(X, MLM_TR, mlm_tr, "mlm_score.transform.dense", ONE, H, H, NORMAL, MLM,           \
+            PAIR_HEADS, 0)                                                                    \
+    BT_LN_(X, MLM_LN, mlm_ln, "mlm_score.transform.LayerNorm", ONE, H, MLM, PAIR_HEADS, 0)    \
+    X(MLM_DEC_W, mlm_dec_w, "mlm_score.decoder.weight", ONE, V, H, NONE, NONE, NORMAL, 1,     \
+      MLM, ALWAYS, PAIR_HEADS, 0)                                                             \
+    X(MLM_BIAS, mlm_bias, "mlm_score.bias", ONE, V, NONE, NONE, NONE, ZEROS, 0, MLM, ALWAYS,  \
+      PAIR_HEADS, 0)                                                                          \
+    BT_LIN_(X, ITC_TEXT, itc_text, "itc_text_head.fc", ONE, C, H, NORMAL, ITC, ITC_HEADS, 0)  \
+    BT_LIN_(X, ITC_IMAGE, itc_image, "itc_image_head.fc", ONE, C, H, NORMAL, ITC, ITC_HEADS,  \
+            0)                                                                                \
+    BT_LIN_(X, ITC_CROSS, itc_cross, "itc_cross_modal_head.fc", ONE, C, H2, NORMAL, ITC,      \
+            PAIR_HEADS, 0)                                                                    \
+    X(LOGIT_SCALE, logit_scale, "logit_scale", ONE, NONE, NONE, NONE, NONE, LOGIT_SCALE, 1,   \
+      ITC, ALWAYS, NONE, 0)
 
 #define BT_P_ENUM_(ID, ...) BT_P_##ID,
 typedef enum { BT_PARAM_LIST(BT_P_ENUM_) BT_P_COUNT } bt_param_id;
@@ -295,6 +345,13 @@ bt_status bt_param_table_check_memory(const bt_param_table *t, unsigned copies,
 const bt_param_tensor *bt_param_table_find(const bt_param_table *t, const char *key);
 /* Σ numel of the present tensors of one head. */
 size_t bt_param_table_count_head(const bt_param_table *t, bt_head h);
+
+/* The event (and in *layer its layer) after which repetition `rep` of field id's gradient
+ * is final, from the list's ev / evl columns; BT_GRAD_EV_NONE for fields no model backward
+ * writes (the unused text pooler, and logit_scale, which the ITC loss writes before any
+ * backward). */
+bt_grad_event bt_param_grad_event(const bt_model_config *c, bt_param_id id, int rep,
+                                  int *layer);
 
 /* Resolves a symbolic dimension; names for docs and messages. */
 int64_t bt_dim_value(const bt_model_config *c, bt_dim d);
