@@ -2,7 +2,7 @@
 
 What it is: plain torch (1.13) nn.Modules that compute what HF's BridgeTowerModel and its three
 head classes (ForContrastiveLearning, ForImageAndTextRetrieval, ForMaskedLM) compute, written
-from the specification in shared/design/model.md, with module names chosen so that
+from the specification in docs/spec.md, with module names chosen so that
 state_dict() keys are exactly HF's keys: backbone under `bridgetower.`, heads bare
 (itm_score.*, mlm_score.*, itc_*_head.*, logit_scale). It is the reference the C engine is
 tested against (scripts/gen_model_fixtures.py writes the fixtures with it), and it was checked
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 # ----------------------------------------------------------------------------------------------
-# Configuration (HF config.json field names; defaults are HF's class defaults, model.md §1.1)
+# Configuration (HF config.json field names; defaults are HF's class defaults, docs/spec.md §1.1)
 
 TEXT_DEFAULTS = dict(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                      intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
@@ -564,7 +564,7 @@ class BridgeTowerTwin(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# HF's initialization (model.md §6, transformers 4.27 `_init_weights`)
+# HF's initialization (docs/spec.md §6, transformers 4.27 `_init_weights`)
 
 @torch.no_grad()
 def hf_init_(model, generator):

@@ -20,8 +20,8 @@ Writes (tests/fixtures/train/):
                        clip_grad_norm_, HF's linear schedule with warmup (test_step_parity.c)
 
 Everything is computed in float64 (inputs are F32 values upcast exactly) and rounded to F32 once
-when stored. The loss functions below are written from the HF / torch definitions (design
-model.md §4), independently of the C code; itc_hf is checked here against the twin's own ITC loss
+when stored. The loss functions below are written from the HF / torch definitions (docs/spec.md
+§4), independently of the C code; itc_hf is checked here against the twin's own ITC loss
 on the model fixture (tests/fixtures/tiny_io.safetensors), so the two definitions cannot drift.
 
 Deliberately not here: the C engine's random streams (the sampler and masker are tested for their

@@ -29,7 +29,7 @@ for lv in $levels; do
         --print-errorlogs --num-processes 2 || status=1
     logs+=("build/meson-logs/testlog-isa_$lv.json")
 done
-# The malformed-input tests again under AddressSanitizer + UBSan (style.md 9).
+# The malformed-input tests again under AddressSanitizer + UBSan (docs/style.md 9).
 if [ "${BT_SKIP_SANITIZE:-0}" != 1 ]; then
     meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debug \
         >/dev/null 2>&1 || meson setup --reconfigure build-asan >/dev/null

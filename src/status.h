@@ -1,4 +1,4 @@
-/* status.h: the two tiers of errors (style.md 11).
+/* status.h: the two tiers of errors (docs/style.md 11).
  *
  * Tier 1, invariants: BT_ASSERT is always on (also in release builds) and aborts with
  * file:line. Use it for programming errors: shape preconditions, impossible states.

@@ -1,4 +1,4 @@
-/* test_checkpoint_bad.c: bad model directories and failing saves (style.md 9).
+/* test_checkpoint_bad.c: bad model directories and failing saves (docs/style.md 9).
  *
  * Every bad input is made here from the valid tiny fixture (tests/fixtures/tiny): a missing
  * directory or file, config.json broken (bad JSON, wrong types, settings bt or HF cannot

@@ -8,7 +8,7 @@
  * field, which is what is under test), and checked:
  *   - biases (keys ending in "bias") exactly 0; LayerNorm weights exactly 1;
  *     logit_scale exactly logit_scale_init_value (1.5);
- *   - normal tensors: sample mean and std against HF's _init_weights (design model.md §6):
+ *   - normal tensors: sample mean and std against HF's _init_weights (docs/spec.md §6):
  *     0.05·f for Linear / Conv / Embedding weights; the CLIP stds with the vision tower's
  *     own width W = 128 and depth Lv = 2: in_proj / class / position W^-1/2·f, out_proj and
  *     c_proj W^-1/2·(2Lv)^-1/2·f, c_fc (2W)^-1/2·f; f = 2.

@@ -154,7 +154,7 @@ int main(void) {
     }
     case_free(&fc);
 
-    /* training mode (dropout p = 0.1 at every site of design model.md §3.10) */
+    /* training mode (dropout p = 0.1 at every site of docs/spec.md §3.10) */
     memset(&fc, 0, sizeof fc);
     if (case_init(&fc, BT_LINK_ADD, 13, 1)) {
         float *v = malloc(fc.m.table.numel * sizeof *v);

@@ -1,6 +1,6 @@
 /* test_model_sizes.c: the parameter table and the model config, without fixtures from torch.
  *   - configs/bridgetower-base and configs/bridgetower-large-itm-mlm-itc: backbone counts
- *     326,347,008 / 864,514,048 and the head counts of design model.md §6.2, the tensor
+ *     326,347,008 / 864,514,048 and the head counts of docs/spec.md §6.2, the tensor
  *     counts 695 / 1031, and every key of tests/fixtures/model_keys_{base,large}.tsv (copied
  *     from the design folder, derived independently from the HF module tree and checked
  *     against transformers 4.27.1) with the same shape, and no key beyond them;

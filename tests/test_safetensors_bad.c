@@ -1,4 +1,4 @@
-/* test_safetensors_bad.c: malformed safetensors input and failing writes (style.md 9).
+/* test_safetensors_bad.c: malformed safetensors input and failing writes (docs/style.md 9).
  *
  * Every malformed file is made here from a valid one written by safetensors_write: its
  * bytes truncated or overwritten, or its JSON header edited (one substring replaced, the

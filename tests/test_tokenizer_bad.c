@@ -1,4 +1,4 @@
-/* test_tokenizer_bad.c: the tokenizer loader and encoder on bad input (style.md 9).
+/* test_tokenizer_bad.c: the tokenizer loader and encoder on bad input (docs/style.md 9).
  *
  * Loader: missing directory/files, empty and malformed JSON, trailing garbage, vocab entries
  * of the wrong type or range, duplicate ids, merges lines that are malformed or name

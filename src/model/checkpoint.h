@@ -3,7 +3,7 @@
  * A model directory holds config.json (HF field names, text_config / vision_config blocks)
  * and model.safetensors (HF state-dict key names), plus tokenizer and preprocessor files.
  *
- * Loading (design model.md §2, §7 item 19) is lenient where HF's from_pretrained is, and
+ * Loading (docs/spec.md §2, §7 item 19) is lenient where HF's from_pretrained is, and
  * reports everything by name (bt_checkpoint_report):
  *   - backbone keys are accepted with or without the `bridgetower.` prefix, head keys bare;
  *   - int64 legacy buffers (keys ending in `position_ids` / `token_type_ids`) are skipped

@@ -1,6 +1,6 @@
 /* config.c: HF BridgeTower config.json -> bt_model_config (see config.h).
  *
- * Absent keys take HF's class defaults (design model.md §1.1); a JSON null counts as absent
+ * Absent keys take HF's class defaults (docs/spec.md §1.1); a JSON null counts as absent
  * (HF writes nulls for unset optional fields). Present keys must have the right JSON type.
  * Settings the HF code cannot run (share_link_tower_layers true, share_cross_modal_
  * transformer_layers false) and settings bt does not implement (tied MLM decoder, other

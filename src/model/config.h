@@ -1,6 +1,6 @@
 /* config.h: the BridgeTower model configuration (bt_model_config), read from a Hugging Face
  * config.json (top level + "text_config" + "vision_config" blocks, HF field names), with
- * HF's class defaults for absent keys (docs/model.md, design model.md §1.1) and the
+ * HF's class defaults for absent keys (docs/model.md, docs/spec.md §1.1) and the
  * dimensions the model code derives from it.
  *
  * Dimension letters used in shape comments across src/model (defined here once):

@@ -1,4 +1,4 @@
-/* cross.c: the bridges and the cross-modal stack of BridgeTower (design model.md §3.5-§3.9):
+/* cross.c: the bridges and the cross-modal stack of BridgeTower (docs/spec.md §3.5-§3.9):
  *   for k = 0..X-1, with T_k = text_h[S+k] and I_k = vis_h[S+k]:
  *     ut = Tt(T_k) + tt0,  ui = Ti(ln_post(I_k)) + tt1           (shared Tt, Ti, ln_post)
  *     k = 0:  X'_0 = LN_text(ut),             Y'_0 = LN_image(ui)

@@ -33,7 +33,7 @@ struct bt_cross_layer_acts {
     float *out;             /* (N1, H) X_k or Y_k */
 };
 
-/* Bridge k (design model.md §3.6): inputs of cross layer k. The uni-modal halves (ut, lnp,
+/* Bridge k (docs/spec.md §3.6): inputs of cross layer k. The uni-modal halves (ut, lnp,
  * ui) are per tower row (tower arena); the rest per pair (pair arena), reading the ut / ui
  * rows of the pair's text and image row. */
 struct bt_bridge_acts {

@@ -1,4 +1,4 @@
-/* heads.c: the ITM, MLM and ITC heads (design model.md §4.1-§4.3), forward and backward, split
+/* heads.c: the ITM, MLM and ITC heads (docs/spec.md §4.1-§4.3), forward and backward, split
  * by phase (model.h "Phases"), and the HF-style losses that bt_forward reports.
  *   towers phase, ITC uni-modal: t = norm(itc_text(T_{Lt}[:,0])) per text row (Bt, C),
  *        i = norm(itc_image(ui_{X-1}[:,0])) per image row (Bi, C), where ui is the last

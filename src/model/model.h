@@ -12,7 +12,7 @@
  * that nothing zeroes (model.c "activation layout"). Parameter gradients accumulate: call
  * bt_zero_grad before a step (or keep them for accumulation).
  *
- * Order (design model.md §3): towers phase = vit_forward, text_forward, the uni-modal bridge
+ * Order (docs/spec.md §3): towers phase = vit_forward, text_forward, the uni-modal bridge
  * halves (cross_towers_forward), the ITC uni-modal head; pairs phase = link towers, cross
  * layers, poolers (cross_pairs_forward), ITM / MLM / ITC-cross heads; the backwards are the
  * reverse. bt_forward = towers on the batch, pairs (i, i), the HF losses.
@@ -26,7 +26,7 @@
  * the contrastive score matrices, residual streams and master weights stay fp32. Activations
  * that only bf16 GEMMs read are stored in bf16 (see "bf16 activation storage": the same bits).
  *
- * Dropout (training only, design model.md §3.10): p = hidden_dropout_prob after the text
+ * Dropout (training only, docs/spec.md §3.10): p = hidden_dropout_prob after the text
  * embedding LN and on the attention-output and FFN-output denses of text and cross layers,
  * p = attention_probs_dropout_prob on every text and cross attention-probability matrix.
  * Each call site draws its mask per row from seed = hash(run seed, step, site id, row key)
@@ -475,8 +475,9 @@ size_t bt_model_activation_bytes_mode(const bt_model_config *c, unsigned heads,
  *     output (f_16);  text and cross layers: attention outputs (ctx_16, cctx_16), GELU output
  *     (f_16);  bridges: the ln_post output (lnp_16).
  * The stored bits are the operand the GEMMs used before (gemm.h: round to nearest even), so
- * losses, gradients and weights are bit for bit those of fp32 storage (tests/test_act_bf16.c)
- * and those slots take half the bytes; their gradients stay fp32 (gradient arenas unchanged).
+ * losses, gradients and weights are bit for bit those of fp32 storage
+ * (tests/test_model_memory.c 5) and those slots take half the bytes; their gradients stay
+ * fp32 (gradient arenas unchanged).
  * Not converted: q / k / v (attention reads them), LayerNorm outputs that also feed a residual
  * (text and cross layers), anything in fp32 mode or on the FP32 route. Each placement of a
  * phase decides: on when requested (the default; BT_ACT_BF16=0 in the environment at

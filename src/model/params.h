@@ -11,7 +11,7 @@
  * sits at fields[F].offset + l * fields[F].numel, so a layer's view is an offset, and the
  * checkpoint tensor "...layer.{l}..." maps to that slice.
  *
- * Init (bt_params_init, HF _init_weights as design model.md §6 recommends): Linear, Conv and
+ * Init (bt_params_init, HF _init_weights as docs/spec.md §6 recommends): Linear, Conv and
  * Embedding weights N(0, (0.05·f)²); in the vision tower the CLIP stds with the vision
  * tower's own width W and depth Lv: in_proj/class/position N(0, W^-1/2·f), out_proj and
  * c_proj N(0, W^-1/2·(2Lv)^-1/2·f), c_fc N(0, (2W)^-1/2·f); biases 0; LayerNorm 1/0;

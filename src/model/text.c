@@ -1,4 +1,4 @@
-/* text.c: the RoBERTa text tower of BridgeTower (design model.md §3.1-§3.3): embeddings
+/* text.c: the RoBERTa text tower of BridgeTower (docs/spec.md §3.1-§3.3): embeddings
  * (word + RoBERTa positions + type 0, LayerNorm, dropout) and Lt post-LN BERT layers.
  *
  * Runs on the Bt texts of the towers phase; dropout masks are keyed by each row's sample key

@@ -1,4 +1,4 @@
-/* vit.c: the CLIP ViT vision tower of BridgeTower (design model.md §3.4): patch embedding as
+/* vit.c: the CLIP ViT vision tower of BridgeTower (docs/spec.md §3.4): patch embedding as
  * a GEMM over unfolded patches, CLS token, positions, ln_pre, and Lv pre-LN residual blocks
  * with fused [Q;K;V] in_proj and QuickGELU. No masks, no dropout in this tower.
  *

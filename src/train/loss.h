@@ -1,4 +1,4 @@
-/* loss.h: the training losses of bt (design model.md §4), computed on the outputs of the
+/* loss.h: the training losses of bt (docs/spec.md §4), computed on the outputs of the
  * model's phases (normalized ITC embeddings, ITM and MLM logits). Every loss function is a
  * FUSED forward + backward: it returns the loss and ACCUMULATES weight · dloss/dinput into
  * the gradient slots it is given (the model's d_* slots), so no probability buffer of the
@@ -23,10 +23,10 @@
  *   image_rows = image_cols and d_image_rows = d_image_cols (accumulation makes aliasing
  *   safe).
  * ITM: CE(logits (P, 2), labels 0/1) averaged over the P pairs (HF's CrossEntropyLoss; the
- *   label-0 pairs are not skipped, design model.md §4.1).
+ *   label-0 pairs are not skipped, docs/spec.md §4.1).
  * MLM: CE(logits (N, V), labels) averaged over positions whose label is not -100 (HF); 0,
  *   with no gradient, when every label is -100 (HF would give NaN).
- * Hard negatives (design model.md §4.5, ALBEF / METER / original BridgeTower): for text b, one
+ * Hard negatives (docs/spec.md §4.5, ALBEF / METER / original BridgeTower): for text b, one
  *   negative image j with probability ∝ exp(A_bj) over the columns j that are not positives
  *   of b (not b, not a duplicate of its image or caption); for image b, one negative text j
  *   with probability ∝ exp(A_jb) likewise. No gradient flows through the sampling. When every

@@ -15,7 +15,7 @@
  * global L2 norm over the gradients of the trained (not frozen) parameters, coefficient
  * max_norm / (norm + 1e-6), applied only when < 1.
  *
- * Groups (the original BridgeTower / METER recipe, design model.md §4.5): a head tensor
+ * Groups (the original BridgeTower / METER recipe, docs/spec.md §4.5): a head tensor
  * (itm_score, mlm_score, itc_*_head, logit_scale) gets lr_mult_heads; any other tensor whose
  * HF key contains "cross_modal" (transforms, first-layer and link-tower LayerNorms, cross
  * layers, poolers) gets lr_mult_cross; everything else 1 (the towers, and the top-level
