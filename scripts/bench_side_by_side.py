@@ -354,7 +354,7 @@ def main():
                       r["losses_s"], r["backward_s"], r["optimizer_s"], r.get("reserve_s", 0.0)))
     for r in results:
         if r["impl"] == "bt" and "gemm_s" in r:
-            # forward (+ backward) split by kind of kernel (src/model/kernel_clock.h)
+            # forward (+ backward) split by kind of kernel (src/kernels/kernel_clock.h)
             passes = r["median_step_s"] - r.get("optimizer_s", 0.0) if r["mode"] == "train" \
                 else r["median_step_s"]
             kinds = (("gemm", r["gemm_s"]), ("attention", r["attention_s"]),

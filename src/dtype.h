@@ -1,7 +1,7 @@
 /* dtype.h: element types shared by checkpoints (safetensors), GEMM operands and inputs.
  *
  * bf16 is stored as its raw 16 bits (uint16_t). Scalar conversions live here; the
- * vectorized bulk conversions are kernels (src/model/ops.h: bf16_from_f32 / f32_from_bf16). */
+ * vectorized bulk conversions are kernels (src/kernels/ops.h: bf16_from_f32 / f32_from_bf16). */
 #ifndef BT_DTYPE_H
 #define BT_DTYPE_H
 

@@ -24,7 +24,7 @@
  * forward, x3 for a training step), achieved GFLOP/s, and for train the step's own phase
  * times (towers/cross forward, losses, backward, optimizer + clip; medians), and for both
  * modes the forward and backward split by kind of kernel (GEMM, attention, memory-bound:
- * src/model/kernel_clock.h; medians).
+ * src/kernels/kernel_clock.h; medians).
  * --kernels adds a profile anyone can rerun: each dispatched kernel's own seconds per step
  * (mean over the steps after the first, ops.h ops_kernel_seconds) and GEMM's, largest first,
  * then the products by shape (gemm.h gemm_profile_read) with the GFLOP/s each ran at.

@@ -1,4 +1,4 @@
-/* test_attention_amx.c: attention's AMX block products (src/model/attention_amx.h) and the
+/* test_attention_amx.c: attention's AMX block products (src/kernels/attention_amx.h) and the
  * attention kernels running on them (ops.c, BT_ATTENTION_PRODUCTS=amx).
  *
  *   1. Each operand layout the attention uses (A rows from fp32, A = xᵀ, B VNNI from fp32 and

@@ -73,7 +73,7 @@
 #include "dist/dist.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "model/safetensors.h"
+#include "safetensors.h"
 #include "rng.h"
 #include "test_train_setup.h"
 #include "test_util.h"

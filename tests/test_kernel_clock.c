@@ -1,4 +1,4 @@
-/* test_kernel_clock.c: the per-class kernel time counters (src/model/kernel_clock.h) on calls
+/* test_kernel_clock.c: the per-class kernel time counters (src/kernels/kernel_clock.h) on calls
  * whose class is known by construction.
  *
  * - A memory-bound kernel (GELU) adds to memory-bound only; gemm() to GEMM only; the

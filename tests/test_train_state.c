@@ -28,7 +28,7 @@
 
 #include "data/sampler.h"
 #include "model/checkpoint.h"
-#include "model/safetensors.h"
+#include "safetensors.h"
 #include "test_util.h"
 #include "train/state.h"
 

@@ -41,7 +41,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "config.h"
+#include "model/config.h"
 #include "cpu.h"
 #include "data/image.h"
 #include "data/loader.h"

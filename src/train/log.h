@@ -101,7 +101,7 @@ typedef struct bt_log_step_rec {
     double step_s;                       /* wall seconds of the step, data wait included */
     double data_wait_s;                  /* seconds of it spent waiting for the loader */
     double forward_s, backward_s, comm_s, optim_s; /* per-phase seconds; NaN: not measured */
-    /* forward + backward split by kind of kernel (src/model/kernel_clock.h): GEMMs,
+    /* forward + backward split by kind of kernel (src/kernels/kernel_clock.h): GEMMs,
      * attention, memory-bound kernels; NaN: not measured */
     double gemm_s, attention_s, memory_s;
     int skipped; /* the update was skipped (non-finite loss/grad) */

@@ -19,7 +19,7 @@
 
 #include "fileio.h"
 #include "json_util.h"
-#include "model/safetensors.h"
+#include "safetensors.h"
 
 #ifndef BT_VERSION
 #error "BT_VERSION must be defined by the build (src/train/meson.build)"

@@ -165,7 +165,7 @@ typedef struct bt_step_result {
     double t_towers_fwd, t_cross_fwd, t_losses, t_backward, t_optimizer, t_total;
     double t_comm;                 /* seconds in collectives (0 on one process) */
     /* the forwards and backwards (t_towers_fwd + t_cross_fwd + t_losses + t_backward) split
-     * by kind of kernel (src/model/kernel_clock.h): GEMMs, attention, memory-bound kernels;
+     * by kind of kernel (src/kernels/kernel_clock.h): GEMMs, attention, memory-bound kernels;
      * the rest of that time is the code between kernels (and, under MPI, waits) */
     double t_gemm, t_attention, t_memory;
 } bt_step_result;

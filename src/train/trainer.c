@@ -28,7 +28,7 @@
 #include "fileio.h"
 #include "mem.h"
 #include "model/checkpoint.h"
-#include "model/cpu.h"
+#include "kernels/cpu.h"
 #include "model/flops.h"
 #include "model/model.h"
 #include "train/eval.h"

@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c: libFuzzer target for the safetensors reader (src/model/safetensors.h):
+/* fuzz_safetensors.c: libFuzzer target for the safetensors reader (src/safetensors.h):
  * any bytes as a file. Property: open either fails with a message, or every tensor it hands
  * out lies inside the mapping and can be copied out as its dtype allows. */
 #include <stdint.h>

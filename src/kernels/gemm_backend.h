@@ -1,5 +1,5 @@
 /* gemm_backend.h: what gemm.c and its backends (gemm_ref.c, gemm_openblas.c,
- * gemm_onednn.c) share; not for use outside src/model/gemm*.c. The public interface is
+ * gemm_onednn.c) share; not for use outside src/kernels/gemm*.c. The public interface is
  * gemm.h. */
 #ifndef BT_GEMM_BACKEND_H
 #define BT_GEMM_BACKEND_H

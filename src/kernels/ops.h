@@ -5,7 +5,7 @@
  *   OC output channels of a Linear     V   classes (vocabulary) of a cross entropy
  *   B  batch   Tq/Tk query/key length  NH  heads   D  head size (C = NH*D)
  *
- * Conventions (style.md 3):
+ * Conventions (docs/style.md 3):
  *   - outputs first, then inputs, then sizes; `const` on inputs; shapes asserted on entry.
  *   - forward ASSIGNS its outputs (out may alias x only where the comment says so).
  *   - backward ACCUMULATES (+=) into the parameter gradients it writes. An activation
