@@ -499,7 +499,8 @@ static bt_status decode_impl(image_u8 *out, const uint8_t *bytes, size_t n, cons
     const char *fmt = NULL;
     if (image_sniff_format(bytes, n, &fmt) != IMAGE_FORMAT_JPEG) {
         if (fmt)
-            return bt_fail(BT_ERR_UNSUPPORTED, "%s: this is a %s image, not JPEG", name, fmt);
+            return bt_fail(BT_ERR_UNSUPPORTED, "%s: this is %s %s image, not JPEG", name,
+                           strchr("AEIOU", fmt[0]) ? "an" : "a", fmt);
         return bt_fail(BT_ERR_FORMAT,
                        "%s: not a JPEG file (starts with %s; a JPEG starts with FF D8 FF)", name,
                        hex_head(bytes, n).s);
@@ -574,8 +575,8 @@ bt_status image_decode_for(image_u8 *out, const uint8_t *bytes, size_t n,
     case IMAGE_FORMAT_WEBP: return image_decode_webp(out, bytes, n, name);
     case IMAGE_FORMAT_OTHER:
         return bt_fail(BT_ERR_UNSUPPORTED,
-                       "%s: this is a %s image; bt reads JPEG, PNG and WebP images (convert it "
-                       "to one of those first)", name, fmt);
+                       "%s: this is %s %s image; bt reads JPEG, PNG and WebP images (convert it "
+                       "to one of those first)", name, strchr("AEIOU", fmt[0]) ? "an" : "a", fmt);
     case IMAGE_FORMAT_UNKNOWN: break;
     }
     return bt_fail(BT_ERR_FORMAT,
