@@ -101,6 +101,31 @@ static void expect_same(const char *label, const uint8_t *b, size_t n, const ima
     if (st == BT_OK) image_u8_free(&img);
 }
 
+/* Outcome counts of decoding damaged copies of a file whose format has no checksum over the
+ * damaged bytes: each must be reported (naming the file, no pixels) or change the pixels. */
+typedef struct flip_counts {
+    int flips, reported, changed, neither;
+} flip_counts;
+
+static void count_flip(flip_counts *c, const uint8_t *b, size_t n, const char *nm,
+                       const image_u8 *intact) {
+    image_u8 img;
+    bt_error_clear();
+    bt_status st = image_decode_for(&img, b, n, nm, NULL);
+    c->flips++;
+    if (st != BT_OK) {
+        if (contains(bt_error_message(), nm) && img.data == NULL) c->reported++;
+        else c->neither++;
+    } else {
+        if (img.w != intact->w || img.h != intact->h ||
+            memcmp(img.data, intact->data, (size_t)img.w * img.h * 3))
+            c->changed++;
+        else
+            c->neither++;
+        image_u8_free(&img);
+    }
+}
+
 static void test_png(void) {
     size_t n;
     uint8_t *orig = fixture("rgb8.png", &n);
@@ -155,26 +180,16 @@ static void test_png(void) {
      * before the last row) and otherwise inflates to other bytes, as it would in Pillow. So
      * each flip must be reported (naming the file) or change the pixels. */
     const size_t dlen = png_chunk_len(orig, idat);
-    int flips = 0, reported = 0, changed = 0, neither = 0;
-    for (size_t at = 2; at + 4 < dlen; at += dlen / 13, flips++) {
+    flip_counts fc = {0};
+    for (size_t at = 2; at + 4 < dlen; at += dlen / 13) {
         memcpy(b, orig, n);
         for (size_t i = 0; i < 4; i++) b[idat + 8 + at + i] ^= 0xA5;
         png_fix_crc(b, idat);
-        image_u8 img;
-        bt_error_clear();
-        bt_status st = image_decode_for(&img, b, n, nm, NULL);
-        if (st != BT_OK) {
-            if (contains(bt_error_message(), nm) && img.data == NULL) reported++;
-            else neither++;
-        } else {
-            if (memcmp(img.data, intact.data, (size_t)img.w * img.h * 3)) changed++;
-            else neither++;
-            image_u8_free(&img);
-        }
+        count_flip(&fc, b, n, nm, &intact);
     }
-    tu_check(neither == 0 && flips >= 10,
+    tu_check(fc.neither == 0 && fc.flips >= 10,
              "4 bytes flipped (CRC fixed) at %d offsets of the deflate stream: %d reported, %d "
-             "changed the pixels, %d neither", flips, reported, changed, neither);
+             "changed the pixels, %d neither", fc.flips, fc.reported, fc.changed, fc.neither);
 
     /* Header lies. */
     const struct { size_t off; uint8_t v; const char *label; } ihdr_bad[] = {
@@ -233,27 +248,15 @@ static void webp_flips(const char *file, const char *nm) {
     uint8_t *orig = fixture(file, &n);
     uint8_t *b = malloc(n);
     image_u8 intact = decode_ok(orig, n, nm);
-    int flips = 0, reported = 0, changed = 0, neither = 0;
-    for (size_t at = 40; at + 4 < n; at += (n - 40) / 13, flips++) {
+    flip_counts fc = {0};
+    for (size_t at = 40; at + 4 < n; at += (n - 40) / 13) {
         memcpy(b, orig, n);
         for (size_t i = 0; i < 4; i++) b[at + i] ^= 0x5A;
-        image_u8 img;
-        bt_error_clear();
-        bt_status st = image_decode_for(&img, b, n, nm, NULL);
-        if (st != BT_OK) {
-            if (contains(bt_error_message(), nm) && img.data == NULL) reported++;
-            else neither++;
-        } else {
-            if (img.w != intact.w || img.h != intact.h ||
-                memcmp(img.data, intact.data, (size_t)img.w * img.h * 3))
-                changed++;
-            else
-                neither++;
-            image_u8_free(&img);
-        }
+        count_flip(&fc, b, n, nm, &intact);
     }
-    tu_check(neither == 0 && flips >= 10, "%s: 4 bytes flipped at %d offsets: %d reported, %d "
-             "changed the pixels, %d neither", file, flips, reported, changed, neither);
+    tu_check(fc.neither == 0 && fc.flips >= 10, "%s: 4 bytes flipped at %d offsets: %d reported, "
+             "%d changed the pixels, %d neither", file, fc.flips, fc.reported, fc.changed,
+             fc.neither);
     image_u8_free(&intact);
     free(b);
     free(orig);
