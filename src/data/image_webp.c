@@ -6,9 +6,11 @@
  * premultiplied, fancy upsampling, no threads) and takes the first frame: the canvas after
  * frame 1 (a key frame: the canvas is cleared to transparent black (0, 0, 0, 0), then the frame
  * is decoded into its rectangle). convert("RGB") drops the alpha byte without compositing.
- * This file makes the same calls, so lossy (VP8, YUV 4:2:0 upsampled the same way), lossless
- * (VP8L), with alpha (ALPH), extended (VP8X) and animated (ANIM/ANMF) files give the same
- * bytes; a pixel outside frame 1's rectangle is (0, 0, 0), as in Pillow.
+ * Here an animation goes through the same calls (a pixel outside frame 1's rectangle is
+ * (0, 0, 0), as in Pillow); a still image (lossy VP8, lossless VP8L, with alpha (ALPH),
+ * extended VP8X) is decoded by WebPDecode straight to RGB, which gives the same bytes (see
+ * webp_still) without the animation decoder's two RGBA canvases (8 bytes per pixel) and the
+ * copy. Both paths first pass the demuxer, as Pillow's does, so the same files are accepted.
  *
  * The canvas size (VP8X, or the bitstream's for a simple file) is read by WebPGetFeatures and
  * checked against IMAGE_MAX_PIXELS before the demuxer or decoder allocates anything of that
@@ -40,6 +42,60 @@ static const char *webp_status_text(VP8StatusCode s) {
     }
 }
 
+/* A still image (VP8, VP8L, or VP8X without ANIM): decoded straight to RGB. The animation
+ * decoder would decode the one frame into an RGBA canvas of the same size with the same
+ * options (fancy upsampling, no dithering, not premultiplied), whose RGB bytes are these:
+ * libwebp's RGB and RGBA output paths share the YUV->RGB upsampler and the ARGB unpacking and
+ * differ only in writing the alpha byte. */
+static bt_status webp_still(uint8_t *px, const uint8_t *bytes, size_t n,
+                            const WebPBitstreamFeatures *f, const char *name) {
+    WebPDecoderConfig cfg;
+    if (!WebPInitDecoderConfig(&cfg))
+        return bt_fail(BT_ERR_UNSUPPORTED, "%s: libwebp decoder ABI mismatch", name);
+    cfg.output.colorspace = MODE_RGB;
+    cfg.output.is_external_memory = 1;
+    cfg.output.u.RGBA.rgba = px;
+    cfg.output.u.RGBA.stride = f->width * 3;
+    cfg.output.u.RGBA.size = (size_t)f->width * (size_t)f->height * 3;
+    VP8StatusCode vs = WebPDecode(bytes, n, &cfg);
+    WebPFreeDecBuffer(&cfg.output);
+    if (vs != VP8_STATUS_OK)
+        return bt_fail(vs == VP8_STATUS_OUT_OF_MEMORY ? BT_ERR_NOMEM : BT_ERR_FORMAT,
+                       "%s: corrupt or truncated WebP: cannot decode the %s image data (%d x "
+                       "%d): %s", name, f->format == 2 ? "lossless" : "lossy", f->width,
+                       f->height, webp_status_text(vs));
+    return BT_OK;
+}
+
+/* An animation: frame 1 through WebPAnimDecoder (default options, MODE_RGBA), as Pillow. */
+static bt_status webp_first_frame(uint8_t *px, const WebPData *data,
+                                  const WebPBitstreamFeatures *f, const char *name) {
+    WebPAnimDecoderOptions opt;
+    if (!WebPAnimDecoderOptionsInit(&opt))
+        return bt_fail(BT_ERR_UNSUPPORTED, "%s: libwebp demux ABI mismatch", name);
+    WebPAnimDecoder *dec = WebPAnimDecoderNew(data, &opt);
+    if (!dec)
+        return bt_fail(BT_ERR_FORMAT, "%s: corrupt WebP animation: cannot start decoding it",
+                       name);
+    WebPAnimInfo ai;
+    uint8_t *rgba = NULL;
+    int ts = 0;
+    bt_status st = BT_OK;
+    if (!WebPAnimDecoderGetInfo(dec, &ai) || ai.canvas_width != (uint32_t)f->width ||
+        ai.canvas_height != (uint32_t)f->height)
+        st = bt_fail(BT_ERR_FORMAT, "%s: corrupt WebP animation: inconsistent canvas size",
+                     name);
+    else if (!WebPAnimDecoderGetNext(dec, &rgba, &ts))
+        st = bt_fail(BT_ERR_FORMAT,
+                     "%s: corrupt or truncated WebP animation: cannot decode its first frame "
+                     "(canvas %d x %d)", name, f->width, f->height);
+    else
+        for (size_t i = 0, np = (size_t)f->width * (size_t)f->height; i < np; i++)
+            memcpy(px + 3 * i, rgba + 4 * i, 3);
+    WebPAnimDecoderDelete(dec);
+    return st;
+}
+
 bt_status image_decode_webp(image_u8 *out, const uint8_t *bytes, size_t n, const char *name) {
     memset(out, 0, sizeof *out);
     WebPBitstreamFeatures f;
@@ -55,42 +111,34 @@ bt_status image_decode_webp(image_u8 *out, const uint8_t *bytes, size_t n, const
                        "%s: WebP is %d x %d pixels, above the limit of %lld pixels", name,
                        f.width, f.height, (long long)IMAGE_MAX_PIXELS);
 
+    /* Pillow's WebPAnimDecoderNew first runs the demuxer over the whole RIFF container: the
+     * same check here, so bt accepts exactly the containers Pillow accepts. */
     WebPData data = {bytes, n};
-    WebPAnimDecoderOptions opt;
-    if (!WebPAnimDecoderOptionsInit(&opt))
-        return bt_fail(BT_ERR_UNSUPPORTED, "%s: libwebp demux ABI mismatch", name);
-    WebPAnimDecoder *dec = WebPAnimDecoderNew(&data, &opt); /* MODE_RGBA, no threads */
-    if (!dec)
+    WebPDemuxer *dmx = WebPDemux(&data);
+    if (!dmx)
         return bt_fail(BT_ERR_FORMAT,
                        "%s: corrupt or truncated WebP: its chunks cannot be parsed (RIFF "
                        "container, %zu bytes)", name, n);
-    WebPAnimInfo ai;
-    uint8_t *rgba = NULL;
-    int ts = 0;
-    bt_status st = BT_OK;
-    if (!WebPAnimDecoderGetInfo(dec, &ai) || ai.frame_count < 1 ||
-        ai.canvas_width != (uint32_t)f.width || ai.canvas_height != (uint32_t)f.height)
-        st = bt_fail(BT_ERR_FORMAT, "%s: corrupt WebP: inconsistent canvas or no frames", name);
-    else if (!WebPAnimDecoderGetNext(dec, &rgba, &ts))
-        st = bt_fail(BT_ERR_FORMAT,
-                     "%s: corrupt or truncated WebP: cannot decode the image data%s (%d x %d, %s)",
-                     name, ai.frame_count > 1 ? " of the first frame" : "", f.width, f.height,
-                     f.format == 1 ? "lossy" : f.format == 2 ? "lossless" : "mixed");
-    if (st == BT_OK) {
-        const size_t np = (size_t)f.width * (size_t)f.height;
-        /* malloc, not bt_alloc: the size comes from the file (bt_free is free). */
-        uint8_t *px = malloc(np * 3);
-        if (!px) {
-            st = bt_fail(BT_ERR_NOMEM, "%s: out of memory decoding a %d x %d WebP", name,
-                         f.width, f.height);
-        } else {
-            for (size_t i = 0; i < np; i++) memcpy(px + 3 * i, rgba + 4 * i, 3);
-            out->w = out->orig_w = f.width;
-            out->h = out->orig_h = f.height;
-            out->scale_num = 8;
-            out->data = px;
-        }
+    const uint32_t frames = WebPDemuxGetI(dmx, WEBP_FF_FRAME_COUNT);
+    WebPDemuxDelete(dmx);
+    if (frames < 1)
+        return bt_fail(BT_ERR_FORMAT, "%s: corrupt WebP: no image frame", name);
+
+    const size_t np = (size_t)f.width * (size_t)f.height;
+    /* malloc, not bt_alloc: the size comes from the file (bt_free is free). */
+    uint8_t *px = malloc(np * 3);
+    if (!px)
+        return bt_fail(BT_ERR_NOMEM, "%s: out of memory decoding a %d x %d WebP", name, f.width,
+                       f.height);
+    bt_status st = f.has_animation ? webp_first_frame(px, &data, &f, name)
+                                   : webp_still(px, bytes, n, &f, name);
+    if (st != BT_OK) {
+        free(px);
+        return st;
     }
-    WebPAnimDecoderDelete(dec);
-    return st;
+    out->w = out->orig_w = f.width;
+    out->h = out->orig_h = f.height;
+    out->scale_num = 8;
+    out->data = px;
+    return BT_OK;
 }
