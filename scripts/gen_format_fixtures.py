@@ -14,8 +14,9 @@ What it does
              iCCP, tEXt, zTXt, an unknown private chunk), APNG with the default image as frame
              0 and APNG whose default image is not part of the animation.
        WebP  lossy RGB, lossy with alpha, lossless RGB, lossless RGBA with exact=True
-             (colour kept under alpha 0), animated (3 frames, first smaller than the canvas
-             at an offset), and one with ICC + EXIF (VP8X).
+             (colour kept under alpha 0), animated (Pillow's encoder; and one written here
+             whose frame 1 is a rectangle at an offset inside the canvas), and one with
+             ICC + EXIF (VP8X).
      Pillow writes what it can; the PNG kinds Pillow cannot write (2/4-bit grey, 16-bit
      colour, Adam7, short PLTE, forced filters) come from the small PNG writer below.
   2. Decodes every file with Pillow, Image.open(f).convert("RGB"), checks the mode Pillow
@@ -152,6 +153,31 @@ def pil_webp(im, **opts):
     return buf.getvalue()
 
 
+def riff_chunk(fourcc, data):
+    return fourcc + struct.pack("<I", len(data)) + data + (b"\0" if len(data) % 2 else b"")
+
+
+def webp_offset_animation(rng):
+    """An animation on a 29x21 canvas whose frame 1 is a 16x12 lossless rectangle at (6, 4):
+    Pillow's (libwebp's WebPAnimDecoder) frame 1 is black outside it, whatever the ANIM
+    background colour (white here, a hint that the decoder does not apply)."""
+    small = pil_webp(Image.fromarray(draw_content(16, 12, rng), "RGB"), lossless=True)
+    assert small[12:16] == b"VP8L", small[:16]
+    frame = small[12:]  # the whole VP8L chunk (header + data + padding)
+
+    def u24(v):
+        return v.to_bytes(3, "little")
+
+    def anmf(x, y, w, h):
+        return riff_chunk(b"ANMF", u24(x // 2) + u24(y // 2) + u24(w - 1) + u24(h - 1)
+                          + u24(100) + b"\0" + frame)
+
+    body = b"WEBP" + riff_chunk(b"VP8X", bytes([0x02, 0, 0, 0]) + u24(28) + u24(20))
+    body += riff_chunk(b"ANIM", bytes([255, 255, 255, 255]) + struct.pack("<H", 0))
+    body += anmf(6, 4, 16, 12) + anmf(12, 8, 16, 12)
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
 def make_fixtures(rng):
     """[(name, file bytes, extension, Pillow mode expected, store pixel_values)]."""
     W, H = 29, 21
@@ -242,8 +268,8 @@ def make_fixtures(rng):
     exif[0x0112] = 6
     add("webp_icc_exif", pil_webp(Image.fromarray(rgb, "RGB"), quality=85, icc_profile=b"x" * 64,
                                   exif=exif.tobytes()), "webp", "RGB")
-    # Animated: frame 1 is smaller than the canvas? Pillow's encoder (WebPAnimEncoder) chooses
-    # the sub-rectangles itself; frames 2-3 differ only in part, so they get offsets.
+    # Animated (Pillow's encoder makes frame 1 the whole canvas; frames 2-3 differ only in
+    # part, so they are stored as smaller rectangles that frame 1's decode must not see).
     base = Image.fromarray(rgb, "RGB")
     f2 = base.copy()
     f2.paste((255, 0, 0), (5, 5, 15, 12))
@@ -251,6 +277,7 @@ def make_fixtures(rng):
     f3.paste((0, 0, 255), (20, 10, 30, 20))
     add("webp_animated", pil_webp(base, save_all=True, append_images=[f2, f3], duration=50,
                                   quality=75), "webp", "RGB")
+    add("webp_animated_offset", webp_offset_animation(rng), "webp", "RGB")
     add("webp_animated_lossless", pil_webp(Image.fromarray(rgba, "RGBA"), save_all=True,
                                            append_images=[f2.convert("RGBA")], lossless=True,
                                            duration=50), "webp", "RGBA")

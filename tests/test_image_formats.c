@@ -1,10 +1,11 @@
 /* test_image_formats.c: PNG and WebP decoding against Pillow (tests/fixtures/images/formats,
  * made by scripts/gen_format_fixtures.py, which says what each file is).
  *
- * Per fixture (43 files: PNG greyscale 1/2/4/8/16-bit, grey+alpha 8/16, RGB 8/16, RGBA 8/16,
+ * Per fixture (44 files: PNG greyscale 1/2/4/8/16-bit, grey+alpha 8/16, RGB 8/16, RGBA 8/16,
  * palette 1/2/4/8-bit with and without tRNS and with a PLTE shorter than the indices, tRNS
  * colours, Adam7, every filter type, split IDAT, ancillary and unknown chunks, two APNGs;
- * WebP lossy, lossy+alpha, lossless, lossless+alpha, VP8X with ICC/EXIF, two animations):
+ * WebP lossy, lossy+alpha, lossless, lossless+alpha, VP8X with ICC/EXIF, three animations,
+ * one whose frame 1 is a rectangle inside the canvas, black around it as in Pillow):
  *   - image_decode_for, given only the bytes (the format comes from the content; the name
  *     passed for messages is deliberately wrong-extension "image.bin"), decodes to the size
  *     Pillow reports and to exactly Pillow's Image.open(f).convert("RGB") bytes: tolerance 0.
