@@ -7,7 +7,8 @@
  *     chunk (Pillow also rejects the last); flipped bytes inside the compressed data (CRC
  *     fixed: reported or changed pixels); an
  *     IHDR with an impossible bit depth / colour type / zero width; a palette image without
- *     its PLTE; a 100000 x 100000 header (refused from the header, before any inflate).
+ *     its PLTE; 100000 x 100000 and 100000 x 1 headers (refused from the header, before
+ *     any inflate).
  *     Two files Pillow reads are read here too (and equal the intact decode): one whose IEND
  *     is missing, and bombs that cannot cost more than the image size: 16 MiB of extra zeros
  *     after the last row, a 16 MiB iCCP chunk (skipped unread).
@@ -224,6 +225,13 @@ static void test_png(void) {
     expect("PNG header claiming 100000 x 100000", bomb, bn, "bomb.png", 0, BT_ERR_UNSUPPORTED,
            "100000 x 100000 pixels, above the limit");
     free(bomb);
+    /* Within the pixel limit but 100000 x 1: refused per side (libpng's row buffers). */
+    memcpy(b, orig, n);
+    const uint8_t wide[8] = {0, 1, 0x86, 0xA0, 0, 0, 0, 1}; /* 100000 x 1 */
+    memcpy(b + 16, wide, 8);
+    png_fix_crc(b, ihdr);
+    expect("PNG header claiming 100000 x 1", b, n, nm, 0, BT_ERR_UNSUPPORTED,
+           "100000 x 1 pixels, above the limit of 67108864 pixels and 65535 per side");
     bomb = fixture("bad/bomb_extra_idat.png", &bn);
     expect("16x16 PNG with 16 MiB of extra zeros in its image data", bomb, bn, "extra.png", 1, 0,
            NULL);

@@ -27,7 +27,8 @@
  * stops after the last image row, so chunks after the image data (and a missing IEND) are
  * never read, as in Pillow.
  *
- * Bombs. The IHDR size is checked against IMAGE_MAX_PIXELS before any image data is inflated.
+ * Bombs. The IHDR size is checked against IMAGE_MAX_PIXELS (and 65535 per side, see
+ * PNG_MAX_SIDE) before any image data is inflated.
  * Ancillary chunks are skipped unread except for their CRC (Pillow's convert("RGB") uses none
  * of them), so compressed text or ICC chunks are never inflated. libpng inflates the image
  * data row by row into rows bt allocated for the checked size, so the stream cannot inflate
@@ -79,6 +80,11 @@ static void png_on_read(png_structp png, png_bytep out, size_t len) {
     memcpy(out, j->bytes + j->pos, len);
     j->pos += len;
 }
+
+/* Longest side bt reads. libpng allocates a few rows at the widest pixel format of the
+ * decode (8 bytes per pixel): within IMAGE_MAX_PIXELS a 2^26 x 1 image would ask for ~1 GB of
+ * row buffers. 65535 is JPEG's own limit per side; real PNGs stay far below it. */
+#define PNG_MAX_SIDE 65535
 
 /* Ancillary chunks libpng knows: skipped like unknown ones (CRC still checked). */
 static const png_byte png_skipped_chunks[] = "bKGD\0cHRM\0eXIf\0gAMA\0hIST\0iCCP\0iTXt\0"
@@ -136,7 +142,8 @@ static int png_run(png_job *j) {
     png_get_IHDR(png, info, &w, &h, &j->depth, &j->color, &j->interlace, NULL, NULL);
     j->w = (int)w; /* libpng checked 1..2^31-1 */
     j->h = (int)h;
-    if ((int64_t)w * (int64_t)h > IMAGE_MAX_PIXELS) return 2;
+    if ((int64_t)w * (int64_t)h > IMAGE_MAX_PIXELS || w > PNG_MAX_SIDE || h > PNG_MAX_SIDE)
+        return 2;
     if (j->color == PNG_COLOR_TYPE_PALETTE) {
         for (int i = 0; i < 256; i++) j->lut[i][0] = j->lut[i][1] = j->lut[i][2] = (uint8_t)i;
         png_colorp pal = NULL;
@@ -194,8 +201,8 @@ bt_status image_decode_png(image_u8 *out, const uint8_t *bytes, size_t n, const 
                      name, j.stage == 0 ? "header" : "image data", j.pos, n, j.msg);
     else if (rc == 2)
         st = bt_fail(BT_ERR_UNSUPPORTED,
-                     "%s: PNG is %d x %d pixels, above the limit of %lld pixels", name, j.w, j.h,
-                     (long long)IMAGE_MAX_PIXELS);
+                     "%s: PNG is %d x %d pixels, above the limit of %lld pixels and %d per side",
+                     name, j.w, j.h, (long long)IMAGE_MAX_PIXELS, PNG_MAX_SIDE);
     else if (rc == 4)
         st = bt_fail(BT_ERR_NOMEM, "%s: out of memory decoding a %d x %d PNG", name, j.w, j.h);
     png_destroy_read_struct(&j.png, &j.info, NULL);
