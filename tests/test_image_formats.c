@@ -15,7 +15,8 @@
  *   - For the files with <name>.pixel_values.32 (two PNGs, a WebP, an Adam7 PNG, 97x61 PNG
  *     and WebP): the whole processor path (resize to 32 on the short side, crop 32, rescale,
  *     normalize) equals the PIL/numpy reference bit for bit, fp32 (tolerance 0, as
- *     test_image.c argues for JPEG: the same integer resize and IEEE operations).
+ *     test_image.c argues for JPEG: the same integer resize and IEEE operations), also with
+ *     the loader's use_dct_scaling config, which must not change PNG / WebP decoding.
  * Malformed PNG / WebP input is tested in test_image_formats_bad.c. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -96,6 +97,19 @@ static void test_one(const cJSON *entry) {
             snprintf(label, sizeof label, "%s: decode + preprocess at %d vs the PIL/numpy "
                      "processor", name, s);
             tu_check_close_f32(label, out, (const float *)pv->data, numel, 0.0, 0.0);
+            /* The loader's fast-path config (use_dct_scaling) changes nothing for PNG / WebP:
+             * they decode at full size, so the output stays HF-exact. */
+            cfg.use_dct_scaling = 1;
+            image_u8 fast;
+            st = image_decode_for(&fast, bytes, n, "image.bin", &cfg);
+            if (tu_check(st == BT_OK && fast.w == w && fast.h == h && fast.scale_num == 8,
+                         "%s: decode with use_dct_scaling is full size", name)) {
+                tu_fill_sentinel_f32(out, numel);
+                image_preprocess(out, &fast, &cfg);
+                snprintf(label, sizeof label, "%s: same with use_dct_scaling", name);
+                tu_check_close_f32(label, out, (const float *)pv->data, numel, 0.0, 0.0);
+                image_u8_free(&fast);
+            }
             free(out);
         }
         image_u8_free(&img);
