@@ -34,7 +34,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <png.h>
 #include <webp/encode.h>
 
 #include "data/image.h"
@@ -97,26 +96,6 @@ static void time_op(const bench_ctx *c, bench_op op, double *wall, double *cpu) 
     }
 }
 
-/* PNG bytes of an 8-bit RGB (channels 3) or grey (1) image, libpng's simplified writer
- * (default zlib level, adaptive filters). malloc'd. */
-static uint8_t *encode_png(const uint8_t *pix, int w, int h, int channels, size_t *n) {
-    png_image im;
-    memset(&im, 0, sizeof im);
-    im.version = PNG_IMAGE_VERSION;
-    im.width = (png_uint_32)w;
-    im.height = (png_uint_32)h;
-    im.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
-    png_alloc_size_t size = 0;
-    if (!png_image_write_to_memory(&im, NULL, &size, 0, pix, 0, NULL)) return NULL;
-    uint8_t *b = malloc(size);
-    if (!png_image_write_to_memory(&im, b, &size, 0, pix, 0, NULL)) {
-        free(b);
-        return NULL;
-    }
-    *n = size;
-    return b;
-}
-
 /* Decode / decode + preprocess of the same picture in each format, at 288; with write_dir,
  * writes the files there instead (bench-<n>.<ext>, for the PIL timing). */
 static void bench_formats(const uint8_t *rgb, int w, int h, bench_ctx *c, const char *write_dir) {
@@ -131,9 +110,9 @@ static void bench_formats(const uint8_t *rgb, int w, int h, bench_ctx *c, const 
     f[0].bytes = malloc(c->n);
     memcpy(f[0].bytes, c->jpg, c->n);
     f[1].name = "PNG RGB 8-bit";
-    f[1].bytes = encode_png(rgb, w, h, 3, &f[1].n);
+    f[1].bytes = tu_encode_png(rgb, w, h, 3, &f[1].n);
     f[2].name = "PNG greyscale 8-bit";
-    f[2].bytes = encode_png(grey, w, h, 1, &f[2].n);
+    f[2].bytes = tu_encode_png(grey, w, h, 1, &f[2].n);
     f[3].name = "WebP lossy q75";
     f[3].n = WebPEncodeRGB(rgb, w, h, w * 3, 75.0f, &f[3].bytes);
     f[4].name = "WebP lossless";
