@@ -15,8 +15,8 @@
  * (the bytes above), PNG (libpng's default zlib level and filters, RGB and the greyscale
  * version: New Yorker cartoons are greyscale scans), lossy WebP (quality 75, libwebp's
  * default method 4) and lossless WebP, each decoded with image_decode_for and preprocessed
- * at 288 (the HF-exact path; DCT scaling exists only for JPEG). Each number is the best of BENCH_ROUNDS timed rounds of
- * ~0.25 s (the machine is shared; best-of filters other people's load). images/s per core is
+ * at 288 (the HF-exact path; DCT scaling exists only for JPEG). Each number is the best of
+ * BENCH_ROUNDS timed rounds of ~0.25 s (the machine is shared; best-of filters other people's load). images/s per core is
  * computed from the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), which time-slicing by other
  * processes does not inflate; on an idle machine wall and CPU time agree.
  *

@@ -33,7 +33,8 @@ static void test_one(const cJSON *entry) {
     const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(entry, "name"));
     const char *file = cJSON_GetStringValue(cJSON_GetObjectItem(entry, "file"));
     const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(entry, "mode"));
-    const cJSON *jw = cJSON_GetObjectItem(entry, "width"), *jh = cJSON_GetObjectItem(entry, "height");
+    const cJSON *jw = cJSON_GetObjectItem(entry, "width");
+    const cJSON *jh = cJSON_GetObjectItem(entry, "height");
     if (!tu_check(name && file && mode && cJSON_IsNumber(jw) && cJSON_IsNumber(jh),
                   "index entry well-formed"))
         return;

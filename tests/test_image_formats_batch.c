@@ -6,10 +6,10 @@
  * RGB pixels are written losslessly as PNG (RGB, and greyscale for the gray one: bt replicates
  * grey to RGB as Pillow does), as lossless WebP, or kept as the original JPEG; one PNG is
  * named .jpg (the format comes from the bytes). Manifest a.jsonl lists the original JPEGs,
- * b.jsonl the mixed files, same ids and captions. `bt-data batch` (batch size 4, shuffle seed 3,
- * the base model's preprocessing at 288) must give bitwise equal input_ids and pixel_values for batches 0 and 1 of both, since
- * lossless files hold exactly the JPEG-decoded pixels and everything after the decode is
- * shared. A training run on the mixed manifest therefore sees the reference's pixels too
+ * b.jsonl the mixed files, same ids and captions. `bt-data batch` (batch size 4, shuffle seed
+ * 3, the base model's preprocessing at 288) must give bitwise equal input_ids and pixel_values
+ * for batches 0 and 1 of both, since lossless files hold exactly the JPEG-decoded pixels and
+ * everything after the decode is shared. A training run on the mixed manifest therefore sees the reference's pixels too
  * (bt-train reads through the same loader). */
 #include <stdarg.h>
 #include <stdio.h>
@@ -129,7 +129,8 @@ int main(int argc, char **argv) {
         if (i < 3)
             snprintf(src, sizeof src, "%s/synthetic/%s", configs ? configs : "configs", files[i]);
         else
-            snprintf(src, sizeof src, "%s", tu_fixture_path("images/preprocessor_config_base.json"));
+            snprintf(src, sizeof src, "%s",
+                     tu_fixture_path("images/preprocessor_config_base.json"));
         snprintf(dst, sizeof dst, "%s/%s", model, i < 3 ? files[i] : "preprocessor_config.json");
         size_t n = 0;
         uint8_t *b = tu_read_file(src, &n);
@@ -144,7 +145,8 @@ int main(int argc, char **argv) {
         for (int d = 0; d < 2; d++) {
             const char *m = d ? "b" : "a";
             int rc = run("batch --data '%s/%s.jsonl' --model '%s' --batch-size 4 --index %d "
-                         "--seed 3 --max-length 16 --output '%s/%s%d.safetensors'", dir, m, model, k, dir, m, k);
+                         "--seed 3 --max-length 16 --output '%s/%s%d.safetensors'",
+                         dir, m, model, k, dir, m, k);
             if (!tu_check(rc == 0, "bt-data batch --data %s.jsonl --index %d: exit 0 (%d) %s", m,
                           k, rc, err_text))
                 continue;

@@ -1,13 +1,14 @@
-/* image.h: JPEG, PNG or WebP bytes -> normalized pixel tensors, the way Hugging Face's BridgeTowerProcessor
- * (transformers v4, slow PIL path; shared/design/model.md 5.1) produces `pixel_values`.
+/* image.h: JPEG, PNG or WebP bytes -> normalized pixel tensors, the way Hugging Face's
+ * BridgeTowerProcessor (transformers v4, slow PIL path; shared/design/model.md 5.1) produces
+ * `pixel_values`.
  *
  * Pipeline (image_preprocess), per image:
  *   detect      the format from the file's first bytes, never its name (image_decode_for):
  *               JPEG, PNG (libpng, image_png.c) or WebP (libwebp, image_webp.c), each decoded
  *               to exactly Pillow's Image.open(f).convert("RGB") (the PNG and WebP rules are
  *               in those files' top comments); GIF, BMP, TIFF, AVIF, ... are refused by name.
- *   decode      (JPEG) libjpeg-turbo (islow IDCT, fancy upsampling: Pillow's defaults, same library)
- *               to 8-bit RGB. Grayscale is replicated to RGB; 4-component (CMYK/YCCK) files
+ *   decode      (JPEG) libjpeg-turbo (islow IDCT, fancy upsampling: Pillow's defaults, same
+ *               library) to 8-bit RGB. Grayscale is replicated to RGB; 4-component (CMYK/YCCK) files
  *               are treated as Adobe-inverted CMYK and converted with Pillow's CMYK->RGB
  *               formula, i.e. exactly Image.open(f).convert("RGB").
  *   resize      shortest edge -> s, long side capped at int(1333/800*s), each side rounded
@@ -44,8 +45,8 @@
  *
  * Deliberately not here: EXIF orientation (the HF processor applies none, so neither do we:
  * pixels are used as stored), ICC colour management (Pillow ignores it in convert("RGB")
- * too), image formats other than JPEG, PNG and WebP, batching / pixel_mask (the crop makes every image the same
- * square, so HF's batch padding is a no-op), random augmentation. */
+ * too), image formats other than JPEG, PNG and WebP, batching / pixel_mask (the crop makes
+ * every image the same square, so HF's batch padding is a no-op), random augmentation. */
 #ifndef BT_DATA_IMAGE_H
 #define BT_DATA_IMAGE_H
 
@@ -55,8 +56,8 @@
 #include "dtype.h"
 #include "status.h"
 
-/* Upper bound on width*height of an image we decode (header dimensions, any format). Protects the loader
- * from a corrupt or hostile header asking for gigabytes (progressive files need a
+/* Upper bound on width*height of an image we decode (header dimensions, any format). Protects
+ * the loader from a corrupt or hostile header asking for gigabytes (progressive JPEGs need a
  * whole-image coefficient buffer of ~6 bytes per pixel). 8192 x 8192. */
 #define IMAGE_MAX_PIXELS ((int64_t)1 << 26)
 
