@@ -37,9 +37,11 @@ What it deliberately does not do
   - It does not apply EXIF orientation: neither does the HF processor (nor Image.open).
 
 Run:  /usr/bin/python3 scripts/gen_image_fixtures.py         (writes tests/fixtures/images)
-      /usr/bin/python3 scripts/gen_image_fixtures.py --bench [JPEG]
+      /usr/bin/python3 scripts/gen_image_fixtures.py --bench [IMAGE]
             (times the PIL reference on a 1000x800 JPEG, e.g. the one
-             `build/tests/bench_image --write-jpeg JPEG` writes; for docs/benchmarks.md)
+             `build/tests/bench_image --write-jpeg JPEG` writes, or on any image PIL reads,
+             e.g. the PNG / WebP files of `bench_image --write-formats DIR`; for
+             docs/benchmarks.md)
 Requires Debian's python3-pil and python3-numpy. Output is deterministic for a given
 Pillow + libjpeg-turbo; the versions are recorded in the safetensors metadata.
 """
@@ -315,8 +317,9 @@ def bench(path=None, rounds=5):
             best_wall = min(best_wall, (time.perf_counter() - t0) / n)
             best_cpu = min(best_cpu, (time.thread_time() - c0) / n)
         rows.append((label, best_wall, best_cpu))
-    print(f"PIL {Image.__version__}, numpy {np.__version__}, 1000x800 JPEG ({len(data)} bytes)"
-          f" -> 288, one thread, best of {rounds}")
+    im = Image.open(io.BytesIO(data))
+    print(f"PIL {Image.__version__}, numpy {np.__version__}, {im.width}x{im.height} {im.format} "
+          f"{im.mode} ({len(data)} bytes) -> 288, one thread, best of {rounds}")
     print("| step | wall ms/image | CPU ms/image | images/s per core |")
     print("|---|---:|---:|---:|")
     for label, wall, cpu in rows:

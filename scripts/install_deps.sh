@@ -8,6 +8,7 @@ set -euo pipefail
 
 packages=(build-essential meson ninja-build pkg-config python3
           libopenblas-dev libdnnl-dev libjpeg62-turbo-dev libcjson-dev
+          libpng-dev libwebp-dev  # PNG and WebP images (src/data/image_png.c, image_webp.c)
           libopenmpi-dev openmpi-bin valgrind
           chromium zlib1g-dev  # test only: report.html rendered headless, PNG decoded
           clang libclang-rt-14-dev)  # test only: libFuzzer + sanitizers of clang 14 (tests/fuzz)

@@ -1,4 +1,5 @@
-/* bench_image.c: images/s (one thread) of JPEG decode + BridgeTower preprocessing.
+/* bench_image.c: images/s (one thread) of JPEG, PNG and WebP decode + BridgeTower
+ * preprocessing.
  *
  * Input: a 1000x800 photo-like picture (gradients, hard-edged blocks, Gaussian noise; made
  * here, deterministic) encoded in memory by libjpeg at quality 75, 4:2:0 (the common camera /
@@ -10,14 +11,21 @@
  *                                 normalize to fp32 (3, 288, 288): the HF-identical path
  *   decode (DCT) + preprocess     the loader's fast path (use_dct_scaling)
  *   preprocess only               resize + crop + normalize of an already decoded image
- * and the same at 294 (large model). Each number is the best of BENCH_ROUNDS timed rounds of
- * ~0.25 s (the machine is shared; best-of filters other people's load). images/s per core is
+ * and the same at 294 (large model). A second table decodes the same picture stored as JPEG
+ * (the bytes above), PNG (libpng's default zlib level and filters, RGB and the greyscale
+ * version: New Yorker cartoons are greyscale scans), lossy WebP (quality 75, libwebp's
+ * default method 4) and lossless WebP, each decoded with image_decode_for and preprocessed
+ * at 288 (the HF-exact path; DCT scaling exists only for JPEG). Each number is the best of
+ * BENCH_ROUNDS timed rounds of ~0.25 s (the machine is shared; best-of filters other people's load). images/s per core is
  * computed from the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), which time-slicing by other
  * processes does not inflate; on an idle machine wall and CPU time agree.
  *
  * The reference implementation (PIL + numpy, the HF processor's path) is timed on the same
  * bytes by: build/tests/bench_image --write-jpeg /tmp/b.jpg &&
  *           /usr/bin/python3 scripts/gen_image_fixtures.py --bench /tmp/b.jpg
+ * and on the second table's files by: build/tests/bench_image --write-formats /tmp &&
+ *           for f in /tmp/bench-?.*; do /usr/bin/python3 scripts/gen_image_fixtures.py \
+ *               --bench $f; done
  * Run: meson test -C build --benchmark --suite bench (or build/tests/bench_image).
  * Deliberately not here: correctness (test_image.c), multi-threaded loader throughput. */
 #include <math.h>
@@ -25,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <webp/encode.h>
 
 #include "data/image.h"
 #include "test_fixture.h"
@@ -35,7 +45,7 @@ enum { BENCH_ROUNDS = 5 };
 typedef enum { OP_DECODE, OP_DECODE_DCT, OP_PIPELINE, OP_PIPELINE_DCT, OP_PREPROCESS } bench_op;
 
 typedef struct bench_ctx {
-    const unsigned char *jpg;
+    const unsigned char *jpg; /* encoded image (JPEG in the first table, any format after) */
     unsigned long n;
     const image_u8 *decoded;
     image_preprocess_config cfg, cfg_dct;
@@ -48,7 +58,7 @@ static void run_once(const bench_ctx *c, bench_op op) {
     switch (op) {
     case OP_DECODE:
     case OP_PIPELINE:
-        st = image_decode_jpeg(&img, c->jpg, c->n, "bench", 0, 0);
+        st = image_decode_for(&img, c->jpg, c->n, "bench", NULL);
         break;
     case OP_DECODE_DCT:
     case OP_PIPELINE_DCT:
@@ -86,6 +96,64 @@ static void time_op(const bench_ctx *c, bench_op op, double *wall, double *cpu) 
     }
 }
 
+/* Decode / decode + preprocess of the same picture in each format, at 288; with write_dir,
+ * writes the files there instead (bench-<n>.<ext>, for the PIL timing). */
+static void bench_formats(const uint8_t *rgb, int w, int h, bench_ctx *c, const char *write_dir) {
+    uint8_t *grey = malloc((size_t)w * h);
+    for (size_t i = 0; i < (size_t)w * h; i++) /* Pillow's L: (R*299 + G*587 + B*114) / 1000 */
+        grey[i] = (uint8_t)((rgb[3 * i] * 19595 + rgb[3 * i + 1] * 38470 +
+                             rgb[3 * i + 2] * 7471 + 0x8000) >> 16);
+    struct { const char *name, *ext; uint8_t *bytes; size_t n; } f[5];
+    f[0].ext = "jpg", f[1].ext = f[2].ext = "png", f[3].ext = f[4].ext = "webp";
+    f[0].name = "JPEG q75 4:2:0";
+    f[0].n = c->n;
+    f[0].bytes = malloc(c->n);
+    memcpy(f[0].bytes, c->jpg, c->n);
+    f[1].name = "PNG RGB 8-bit";
+    f[1].bytes = tu_encode_png(rgb, w, h, 3, &f[1].n);
+    f[2].name = "PNG greyscale 8-bit";
+    f[2].bytes = tu_encode_png(grey, w, h, 1, &f[2].n);
+    f[3].name = "WebP lossy q75";
+    f[3].n = WebPEncodeRGB(rgb, w, h, w * 3, 75.0f, &f[3].bytes);
+    f[4].name = "WebP lossless";
+    f[4].n = WebPEncodeLosslessRGB(rgb, w, h, w * 3, &f[4].bytes);
+    for (int i = 0; write_dir && i < 5; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/bench-%d.%s", write_dir, i, f[i].ext);
+        if (!f[i].bytes || !tu_write_file(path, f[i].bytes, f[i].n)) exit(1);
+        printf("wrote %s (%s, %zu bytes)\n", path, f[i].name, f[i].n);
+    }
+    image_preprocess_config_default(&c->cfg, 288);
+    c->out = malloc(3 * (size_t)288 * 288 * sizeof(float));
+    if (write_dir) goto done;
+    printf("\nThe same %dx%d picture per format, decoded by image_decode_for, preprocessed at 288 "
+           "(HF-exact); one thread, best of %d rounds\n", w, h, BENCH_ROUNDS);
+    printf("| format | bytes | decode ms/image (CPU) | decode + preprocess ms/image (CPU) | "
+           "images/s per core (decode + preprocess) |\n|---|---:|---:|---:|---:|\n");
+    for (int i = 0; i < 5; i++) {
+        if (!f[i].bytes || !f[i].n) {
+            fprintf(stderr, "bench: encoding %s failed\n", f[i].name);
+            exit(1);
+        }
+        c->jpg = f[i].bytes;
+        c->n = (unsigned long)f[i].n;
+        double wall, cpu_dec, cpu_pipe;
+        time_op(c, OP_DECODE, &wall, &cpu_dec);
+        time_op(c, OP_PIPELINE, &wall, &cpu_pipe);
+        printf("| %s | %zu | %.2f | %.2f | %.1f |\n", f[i].name, f[i].n, cpu_dec * 1e3,
+               cpu_pipe * 1e3, 1.0 / cpu_pipe);
+        fflush(stdout);
+    }
+done:
+    free(c->out);
+    free(f[0].bytes);
+    free(f[1].bytes);
+    free(f[2].bytes);
+    WebPFree(f[3].bytes);
+    WebPFree(f[4].bytes);
+    free(grey);
+}
+
 int main(int argc, char **argv) {
     const int w = 1000, h = 800;
     uint8_t *rgb = malloc((size_t)w * h * 3);
@@ -97,6 +165,13 @@ int main(int argc, char **argv) {
         /* The same bytes for scripts/gen_image_fixtures.py --bench PATH. */
         if (!tu_write_file(argv[2], c.jpg, c.n)) return 1;
         printf("wrote %s (%lu bytes)\n", argv[2], c.n);
+        return 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "--write-formats")) {
+        /* The second table's files, for scripts/gen_image_fixtures.py --bench PATH each. */
+        bench_formats(rgb, w, h, &c, argv[2]);
+        free((void *)c.jpg);
+        free(rgb);
         return 0;
     }
     image_u8 decoded;
@@ -142,7 +217,9 @@ int main(int argc, char **argv) {
         free(c.out);
     }
     image_u8_free(&decoded);
-    free((void *)c.jpg);
+    const unsigned char *jpg = c.jpg;
+    bench_formats(rgb, w, h, &c, NULL);
+    free((void *)jpg);
     free(rgb);
     return 0;
 }

@@ -2,7 +2,11 @@
 #include "test_fixture.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include <png.h>
 
 #include "test_util.h"
 
@@ -88,4 +92,29 @@ unsigned char *tu_encode_jpeg(const uint8_t *pix, int w, int h, int comps, J_COL
     jpeg_finish_compress(&ci);
     jpeg_destroy_compress(&ci);
     return buf;
+}
+
+uint8_t *tu_encode_png(const uint8_t *pix, int w, int h, int channels, size_t *size) {
+    BT_ASSERT(channels == 1 || channels == 3);
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    im.width = (png_uint_32)w;
+    im.height = (png_uint_32)h;
+    im.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+    png_alloc_size_t n = 0;
+    uint8_t *b = NULL;
+    if (png_image_write_to_memory(&im, NULL, &n, 0, pix, 0, NULL)) {
+        b = malloc(n);
+        if (b && !png_image_write_to_memory(&im, b, &n, 0, pix, 0, NULL)) {
+            free(b);
+            b = NULL;
+        }
+    }
+    if (!b) {
+        fprintf(stderr, "tu_encode_png: %s\n", im.message);
+        exit(1);
+    }
+    *size = n;
+    return b;
 }

@@ -40,4 +40,9 @@ unsigned char *tu_encode_jpeg(const uint8_t *pix, int w, int h, int comps, J_COL
                               J_COLOR_SPACE jpeg_cs, int quality, int full_chroma,
                               unsigned long *size);
 
+/* Encodes pix (h, w, channels) as an 8-bit PNG, RGB (channels 3) or greyscale (1), with
+ * libpng's simplified writer (default zlib level, adaptive filters). Returns the malloc'd
+ * bytes (free()) and their count in *size; exits the process on a libpng error. */
+uint8_t *tu_encode_png(const uint8_t *pix, int w, int h, int channels, size_t *size);
+
 #endif

@@ -4,7 +4,8 @@
  * a message that names the file and the problem:
  *   - JPEG: corrupt scan data (bytes flipped, a stray EOI inside the scan), truncation at
  *     several points (inside the header, inside the scan, only the EOI missing), empty file,
- *     PNG / GIF / WebP bytes (named as such), random bytes, a header claiming 65000x65000
+ *     PNG / GIF / WebP bytes (named as such; image_load_file decodes PNG and WebP, so there
+ *     a PNG without image data is a truncated PNG and a GIF is named), random bytes, a header claiming 65000x65000
  *     pixels, 12-bit precision, missing file, a directory.
  *   - preprocessor_config.json: malformed JSON, a non-object, wrong types, size without
  *     shortest_edge, size_divisor 0 or fractional, resample != 3, 2-element mean, zero std,
@@ -185,10 +186,15 @@ static void test_jpeg_bad(void) {
     tu_setup_file(path, orig, n / 3);
     expect_error("truncated file", image_load_file(&img, path, NULL), BT_ERR_FORMAT, path,
                  "JPEG");
+    /* image_load_file reads PNG too (test_image_formats*.c): this one stops after IHDR. */
     snprintf(path, sizeof path, "%s/really_a.png", dir);
     tu_setup_file(path, png, sizeof png);
-    expect_error("PNG file named .png", image_load_file(&img, path, NULL), BT_ERR_UNSUPPORTED,
-                 path, "PNG");
+    expect_error("PNG file with no image data", image_load_file(&img, path, NULL), BT_ERR_FORMAT,
+                 path, "truncated PNG");
+    snprintf(path, sizeof path, "%s/anim.gif", dir);
+    tu_setup_file(path, gif, sizeof gif - 1);
+    expect_error("GIF file", image_load_file(&img, path, NULL), BT_ERR_UNSUPPORTED, path,
+                 "this is a GIF image; bt reads JPEG, PNG and WebP");
     snprintf(path, sizeof path, "%s/does_not_exist.jpg", dir);
     expect_error("missing file", image_load_file(&img, path, NULL), BT_ERR_IO, path,
                  "No such file");

@@ -1,6 +1,8 @@
-/* image.c: JPEG decoding (libjpeg-turbo), the BridgeTower preprocessing config, and the
- * processor pipeline (resize -> centre crop -> rescale -> normalize -> CHW). See image.h for
- * the contract and the reference (HF BridgeTowerProcessor, v4 slow PIL path).
+/* image.c: format detection (magic bytes) and dispatch to the decoders (JPEG here, PNG in
+ * image_png.c, WebP in image_webp.c), JPEG decoding (libjpeg-turbo), the BridgeTower
+ * preprocessing config, and the processor pipeline (resize -> centre crop -> rescale ->
+ * normalize -> CHW). See image.h for the contract and the reference (HF BridgeTowerProcessor,
+ * v4 slow PIL path).
  *
  * Decoding mirrors what Pillow does for Image.open(f).convert("RGB"), so pixels are
  * bit-identical with the same libjpeg-turbo: default decompression parameters (islow IDCT,
@@ -21,6 +23,7 @@
 #define _POSIX_C_SOURCE 200809L /* fileno */
 #endif
 #include "data/image.h"
+#include "data/image_codec.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -329,24 +332,57 @@ bt_status image_read_file(uint8_t **bytes, size_t *n, const char *path) {
     return BT_OK;
 }
 
-/* --- JPEG decoding ------------------------------------------------------------------------ */
+/* --- format detection --------------------------------------------------------------------- */
 
-/* Names the format of non-JPEG bytes, or NULL. */
-static const char *sniff_format(const uint8_t *b, size_t n) {
-    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "PNG";
-    if (n >= 6 && (!memcmp(b, "GIF87a", 6) || !memcmp(b, "GIF89a", 6))) return "GIF";
-    if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) return "WebP";
-    if (n >= 4 && (!memcmp(b, "II*\0", 4) || !memcmp(b, "MM\0*", 4))) return "TIFF";
-    if (n >= 2 && b[0] == 'B' && b[1] == 'M') return "BMP";
-    if (n >= 12 && !memcmp(b, "\0\0\0\x0cjP  \r\n\x87\n", 12)) return "JPEG 2000";
-    if (n >= 12 && !memcmp(b + 4, "ftyp", 4)) {
-        if (!memcmp(b + 8, "avif", 4)) return "AVIF";
-        if (!memcmp(b + 8, "heic", 4) || !memcmp(b + 8, "heix", 4) || !memcmp(b + 8, "mif1", 4))
-            return "HEIF";
+image_format image_sniff_format(const uint8_t *b, size_t n, const char **name) {
+    static const struct {
+        image_format fmt;
+        const char *name;
+        size_t off, len;
+        const char *magic;
+    } tab[] = {
+        {IMAGE_FORMAT_JPEG, "JPEG", 0, 3, "\xFF\xD8\xFF"},
+        {IMAGE_FORMAT_PNG, "PNG", 0, 8, "\x89PNG\r\n\x1a\n"},
+        {IMAGE_FORMAT_WEBP, "WebP", 8, 4, "WEBP"}, /* after "RIFF" + size, checked below */
+        {IMAGE_FORMAT_OTHER, "GIF", 0, 6, "GIF87a"},
+        {IMAGE_FORMAT_OTHER, "GIF", 0, 6, "GIF89a"},
+        {IMAGE_FORMAT_OTHER, "TIFF", 0, 4, "II*\0"},
+        {IMAGE_FORMAT_OTHER, "TIFF", 0, 4, "MM\0*"},
+        {IMAGE_FORMAT_OTHER, "BMP", 0, 2, "BM"},
+        {IMAGE_FORMAT_OTHER, "JPEG 2000", 0, 12, "\0\0\0\x0cjP  \r\n\x87\n"},
+        {IMAGE_FORMAT_OTHER, "AVIF", 4, 8, "ftypavif"},
+        {IMAGE_FORMAT_OTHER, "HEIF", 4, 8, "ftypheic"},
+        {IMAGE_FORMAT_OTHER, "HEIF", 4, 8, "ftypheix"},
+        {IMAGE_FORMAT_OTHER, "HEIF", 4, 8, "ftypmif1"},
+        {IMAGE_FORMAT_OTHER, "JPEG XL", 0, 2, "\xFF\x0A"},
+        {IMAGE_FORMAT_OTHER, "JPEG XL", 0, 12, "\0\0\0\x0cJXL \r\n\x87\n"},
+        {IMAGE_FORMAT_OTHER, "ICO", 0, 4, "\0\0\1\0"},
+        {IMAGE_FORMAT_OTHER, "Photoshop (PSD)", 0, 4, "8BPS"},
+    };
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
+        if (n < tab[i].off + tab[i].len || memcmp(b + tab[i].off, tab[i].magic, tab[i].len))
+            continue;
+        if (tab[i].fmt == IMAGE_FORMAT_WEBP && memcmp(b, "RIFF", 4)) continue;
+        if (name) *name = tab[i].name;
+        return tab[i].fmt;
     }
-    if (n >= 2 && b[0] == 0xFF && b[1] == 0x0A) return "JPEG XL";
-    return NULL;
+    if (name) *name = NULL;
+    return IMAGE_FORMAT_UNKNOWN;
 }
+
+/* The first (up to) 4 bytes in hex, for messages: "12 AB 00 FF". */
+typedef struct hex4 {
+    char s[3 * 4 + 1];
+} hex4;
+
+static hex4 hex_head(const uint8_t *b, size_t n) {
+    hex4 h = {{0}};
+    for (size_t i = 0; i < n && i < 4; i++) snprintf(h.s + 3 * i, 4, "%02X ", b[i]);
+    if (n) h.s[strlen(h.s) - 1] = '\0'; /* the trailing space */
+    return h;
+}
+
+/* --- JPEG decoding ------------------------------------------------------------------------ */
 
 typedef struct jpeg_err_ctx {
     struct jpeg_error_mgr pub;
@@ -460,18 +496,14 @@ static bt_status decode_impl(image_u8 *out, const uint8_t *bytes, size_t n, cons
     if (!name) name = "<memory>";
     if (n == 0 || !bytes)
         return bt_fail(BT_ERR_FORMAT, "%s: empty file (0 bytes), expected a JPEG image", name);
-    if (n < 3 || bytes[0] != 0xFF || bytes[1] != 0xD8 || bytes[2] != 0xFF) {
-        const char *fmt = sniff_format(bytes, n);
+    const char *fmt = NULL;
+    if (image_sniff_format(bytes, n, &fmt) != IMAGE_FORMAT_JPEG) {
         if (fmt)
-            return bt_fail(BT_ERR_UNSUPPORTED,
-                           "%s: this is a %s image; bt reads only JPEG images (convert it to "
-                           "JPEG first)", name, fmt);
-        char head[3 * 4 + 1] = {0};
-        for (size_t i = 0; i < n && i < 4; i++) snprintf(head + 3 * i, 4, "%02X ", bytes[i]);
-        head[strlen(head) - 1] = '\0'; /* the trailing space */
+            return bt_fail(BT_ERR_UNSUPPORTED, "%s: this is %s %s image, not JPEG", name,
+                           strchr("AEIOU", fmt[0]) ? "an" : "a", fmt);
         return bt_fail(BT_ERR_FORMAT,
                        "%s: not a JPEG file (starts with %s; a JPEG starts with FF D8 FF)", name,
-                       head);
+                       hex_head(bytes, n).s);
     }
 
     jpeg_job job;
@@ -529,13 +561,37 @@ bt_status image_decode_jpeg_for(image_u8 *out, const uint8_t *bytes, size_t n,
     return decode_impl(out, bytes, n, name_for_errors, 0, 0, cfg);
 }
 
+bt_status image_decode_for(image_u8 *out, const uint8_t *bytes, size_t n,
+                           const char *name_for_errors, const image_preprocess_config *cfg) {
+    const char *name = name_for_errors ? name_for_errors : "<memory>";
+    memset(out, 0, sizeof *out);
+    if (n == 0 || !bytes)
+        return bt_fail(BT_ERR_FORMAT,
+                       "%s: empty file (0 bytes), expected a JPEG, PNG or WebP image", name);
+    const char *fmt = NULL;
+    switch (image_sniff_format(bytes, n, &fmt)) {
+    case IMAGE_FORMAT_JPEG: return decode_impl(out, bytes, n, name, 0, 0, cfg);
+    case IMAGE_FORMAT_PNG: return image_decode_png(out, bytes, n, name);
+    case IMAGE_FORMAT_WEBP: return image_decode_webp(out, bytes, n, name);
+    case IMAGE_FORMAT_OTHER:
+        return bt_fail(BT_ERR_UNSUPPORTED,
+                       "%s: this is %s %s image; bt reads JPEG, PNG and WebP images (convert it "
+                       "to one of those first)", name, strchr("AEIOU", fmt[0]) ? "an" : "a", fmt);
+    case IMAGE_FORMAT_UNKNOWN: break;
+    }
+    return bt_fail(BT_ERR_FORMAT,
+                   "%s: not an image bt reads (starts with %s; JPEG starts with FF D8 FF, PNG "
+                   "with 89 50 4E 47, WebP with \"RIFF\" and \"WEBP\" at byte 8)", name,
+                   hex_head(bytes, n).s);
+}
+
 bt_status image_load_file(image_u8 *out, const char *path, const image_preprocess_config *cfg) {
     uint8_t *bytes = NULL;
     size_t n = 0;
     memset(out, 0, sizeof *out);
     bt_status st = image_read_file(&bytes, &n, path);
     if (st) return st;
-    st = decode_impl(out, bytes, n, path, 0, 0, cfg);
+    st = image_decode_for(out, bytes, n, path, cfg);
     bt_free(bytes);
     return st;
 }

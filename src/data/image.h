@@ -1,9 +1,14 @@
-/* image.h: JPEG bytes -> normalized pixel tensors, the way Hugging Face's BridgeTowerProcessor
- * (transformers v4, slow PIL path; shared/design/model.md 5.1) produces `pixel_values`.
+/* image.h: JPEG, PNG or WebP bytes -> normalized pixel tensors, the way Hugging Face's
+ * BridgeTowerProcessor (transformers v4, slow PIL path; shared/design/model.md 5.1) produces
+ * `pixel_values`.
  *
  * Pipeline (image_preprocess), per image:
- *   decode      libjpeg-turbo (islow IDCT, fancy upsampling: Pillow's defaults, same library)
- *               to 8-bit RGB. Grayscale is replicated to RGB; 4-component (CMYK/YCCK) files
+ *   detect      the format from the file's first bytes, never its name (image_decode_for):
+ *               JPEG, PNG (libpng, image_png.c) or WebP (libwebp, image_webp.c), each decoded
+ *               to exactly Pillow's Image.open(f).convert("RGB") (the PNG and WebP rules are
+ *               in those files' top comments); GIF, BMP, TIFF, AVIF, ... are refused by name.
+ *   decode      (JPEG) libjpeg-turbo (islow IDCT, fancy upsampling: Pillow's defaults, same
+ *               library) to 8-bit RGB. Grayscale is replicated to RGB; 4-component (CMYK/YCCK) files
  *               are treated as Adobe-inverted CMYK and converted with Pillow's CMYK->RGB
  *               formula, i.e. exactly Image.open(f).convert("RGB").
  *   resize      shortest edge -> s, long side capped at int(1333/800*s), each side rounded
@@ -29,8 +34,8 @@
  * (libjpeg rounds the scaled size up, padding the last pixel), onto the target. The pixels
  * differ from the reference by a small low-pass difference (bounded in tests/test_image.c).
  *
- * Errors (bt_status + message naming the file): empty, not a JPEG (PNG, GIF, WebP, BMP, TIFF
- * are named), corrupt or truncated data, unsupported component count or precision, images
+ * Errors (bt_status + message naming the file): empty, not JPEG / PNG / WebP (GIF, BMP, TIFF,
+ * ... are named), corrupt or truncated data, unsupported component count or precision, images
  * above IMAGE_MAX_PIXELS. Every libjpeg warning (except an unknown JFIF version number, which
  * is metadata only) is an error: libjpeg "recovers" from damaged
  * entropy data or a premature end of file by inventing pixels, and training on invented
@@ -40,8 +45,8 @@
  *
  * Deliberately not here: EXIF orientation (the HF processor applies none, so neither do we:
  * pixels are used as stored), ICC colour management (Pillow ignores it in convert("RGB")
- * too), other image formats, batching / pixel_mask (the crop makes every image the same
- * square, so HF's batch padding is a no-op), random augmentation. */
+ * too), image formats other than JPEG, PNG and WebP, batching / pixel_mask (the crop makes
+ * every image the same square, so HF's batch padding is a no-op), random augmentation. */
 #ifndef BT_DATA_IMAGE_H
 #define BT_DATA_IMAGE_H
 
@@ -51,8 +56,8 @@
 #include "dtype.h"
 #include "status.h"
 
-/* Upper bound on width*height of a JPEG we decode (header dimensions). Protects the loader
- * from a corrupt or hostile header asking for gigabytes (progressive files need a
+/* Upper bound on width*height of an image we decode (header dimensions, any format). Protects
+ * the loader from a corrupt or hostile header asking for gigabytes (progressive JPEGs need a
  * whole-image coefficient buffer of ~6 bytes per pixel). 8192 x 8192. */
 #define IMAGE_MAX_PIXELS ((int64_t)1 << 26)
 
@@ -116,7 +121,8 @@ void image_resize_target(int *out_w, int *out_h, int w, int h, const image_prepr
  * missing, a directory, unreadable, empty is allowed here (the decoder reports it). */
 bt_status image_read_file(uint8_t **bytes, size_t *n, const char *path);
 
-/* Decodes JPEG bytes to RGB. name_for_errors names the source in messages (a path).
+/* Decodes JPEG bytes to RGB (other formats fail: image_decode_for reads PNG and WebP too).
+ * name_for_errors names the source in messages (a path).
  * min_w, min_h > 0 ask for DCT-domain downscaling: the smallest M in 1..8 with
  * ceil(W*M/8) >= min_w and ceil(H*M/8) >= min_h (W, H from the header); <= 0 decodes at full
  * size. On error *out is left empty (data NULL). */
@@ -129,7 +135,14 @@ bt_status image_decode_jpeg(image_u8 *out, const uint8_t *bytes, size_t n,
 bt_status image_decode_jpeg_for(image_u8 *out, const uint8_t *bytes, size_t n,
                                 const char *name_for_errors, const image_preprocess_config *cfg);
 
-/* image_read_file + image_decode_jpeg_for (cfg may be NULL: full-size decode). */
+/* Decodes JPEG, PNG or WebP bytes (detected from their first bytes) to RGB; JPEG as
+ * image_decode_jpeg_for (cfg may be NULL: full-size decode), PNG and WebP at full size. Other
+ * formats (GIF, BMP, TIFF, ...) fail with BT_ERR_UNSUPPORTED naming the detected format;
+ * unrecognized bytes with BT_ERR_FORMAT. On error *out is left empty. */
+bt_status image_decode_for(image_u8 *out, const uint8_t *bytes, size_t n,
+                           const char *name_for_errors, const image_preprocess_config *cfg);
+
+/* image_read_file + image_decode_for (cfg may be NULL: full-size decode). */
 bt_status image_load_file(image_u8 *out, const char *path, const image_preprocess_config *cfg);
 
 /* --- resampling (resample.c) ---------------------------------------------------------------- */
