@@ -10,11 +10,13 @@
 #include "data/manifest.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "fileio.h"
@@ -218,28 +220,21 @@ static int is_blank(const char *s, size_t n) {
     return 1;
 }
 
-bt_status manifest_load(manifest *m, const char *path, const manifest_options *opt) {
-    memset(m, 0, sizeof *m);
-    manifest_options o = manifest_options_default();
-    if (opt) {
-        o.on_error = opt->on_error;
-        if (opt->image_key) o.image_key = opt->image_key;
-        if (opt->caption_key) o.caption_key = opt->caption_key;
-        if (opt->id_key) o.id_key = opt->id_key;
-        if (opt->choices_key) o.choices_key = opt->choices_key;
-        if (opt->label_key) o.label_key = opt->label_key;
-    }
-    m->path = strdup(path);
-    if (!m->path) return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
+/* Validates one record (lst: the error found while parsing it, or BT_OK with obj the parsed
+ * object), stores it, or files its error under the policy. Returns BT_OK to go on, the error
+ * that ends the read otherwise. */
+static bt_status take_record(manifest *m, const line_ctx *c, bt_status lst, const cJSON *obj,
+                             const manifest_options *o, size_t dir_len, size_t *rec_cap) {
+    parsed_line p;
+    if (lst == BT_OK) lst = parse_record(c, obj, o, &p);
+    if (lst == BT_OK) lst = store_record(m, c, &p, m->path, dir_len, rec_cap);
+    if (lst == BT_OK) return BT_OK;
+    if (o->on_error == MANIFEST_ON_ERROR_STOP || lst == BT_ERR_UNSUPPORTED) return lst;
+    return add_problem(m, bt_error_message());
+}
 
-    FILE *f;
-    bt_status ost = bt_fopen_regular(path, "manifest", &f);
-    if (ost != BT_OK) return ost;
-
-    /* The directory part including its trailing '/', or "" for a bare file name. */
-    const char *slash = strrchr(path, '/');
-    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
-
+static bt_status load_jsonl(manifest *m, FILE *f, const manifest_options *o, size_t dir_len) {
+    const char *path = m->path;
     char *line = NULL;
     size_t line_cap = 0, rec_cap = 0;
     ssize_t len;
@@ -253,9 +248,8 @@ bt_status manifest_load(manifest *m, const char *path, const manifest_options *o
         if (c.line == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, n -= 3;
         if (is_blank(s, n)) continue;
 
-        bt_status lst;
+        bt_status lst = BT_OK;
         cJSON *obj = NULL;
-        parsed_line p;
         if (strlen(s) != n) {
             lst = bt_fail(BT_ERR_FORMAT, "%s:%zu: line contains a NUL byte", path, c.line);
         } else {
@@ -263,35 +257,338 @@ bt_status manifest_load(manifest *m, const char *path, const manifest_options *o
             obj = cJSON_ParseWithOpts(s, &end, 1);
             if (!obj) {
                 size_t col = end && end >= s ? (size_t)(end - s) + 1 : 1;
-                lst = bt_fail(BT_ERR_FORMAT, "%s:%zu: malformed JSON at column %zu", path, c.line,
-                              col);
+                /* A CSV file under another name is the likely mistake on line 1. */
+                const char *hint = c.line == 1 && s[strspn(s, " \t")] != '{'
+                                       ? " (a CSV/TSV manifest must be named *.csv / *.tsv)"
+                                       : "";
+                lst = bt_fail(BT_ERR_FORMAT, "%s:%zu: malformed JSON at column %zu%s", path,
+                              c.line, col, hint);
             } else {
                 char source[4200];
                 snprintf(source, sizeof source, "%s:%zu", path, c.line);
                 lst = bt_json_check(obj, s, n, source);
-                if (lst == BT_OK) lst = parse_record(&c, obj, &o, &p);
             }
         }
-        if (lst == BT_OK) lst = store_record(m, &c, &p, path, dir_len, &rec_cap);
+        st = take_record(m, &c, lst, obj, o, dir_len, &rec_cap);
         cJSON_Delete(obj);
-        if (lst != BT_OK) {
-            if (o.on_error == MANIFEST_ON_ERROR_STOP || lst == BT_ERR_UNSUPPORTED) {
-                st = lst;
-                break;
-            }
-            if ((st = add_problem(m, bt_error_message())) != BT_OK) break;
-        }
+        if (st != BT_OK) break;
     }
     int read_error = ferror(f);
     free(line);
+    if (st == BT_OK && read_error)
+        st = bt_fail(BT_ERR_IO, "%s: read error after line %zu", path, m->n_lines);
+    return st;
+}
+
+/* ---- CSV / TSV (RFC 4180) ---------------------------------------------------------------- */
+
+typedef struct csv_reader {
+    const char *p, *end;
+    size_t line; /* 1-based physical line of *p */
+    char delim;
+    /* the current row: fields NUL-terminated one after another in buf */
+    char *buf;
+    size_t len, cap;
+    size_t *start; /* (n) offsets of the fields in buf */
+    size_t n, start_cap;
+    int quoted;  /* some field of the row was quoted */
+    int has_nul; /* some field holds a NUL byte */
+} csv_reader;
+
+static void csv_put(csv_reader *r, char ch) {
+    if (r->len == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 256;
+        char *grown = realloc(r->buf, r->cap);
+        BT_ASSERTF(grown, "out of memory reading a CSV row of %zu bytes", r->len);
+        r->buf = grown;
+    }
+    r->buf[r->len++] = ch;
+}
+
+static void csv_begin_field(csv_reader *r) {
+    if (r->n == r->start_cap) {
+        r->start_cap = r->start_cap ? 2 * r->start_cap : 16;
+        size_t *grown = realloc(r->start, r->start_cap * sizeof *grown);
+        BT_ASSERTF(grown, "out of memory reading a CSV row of %zu fields", r->n);
+        r->start = grown;
+    }
+    r->start[r->n++] = r->len;
+}
+
+/* Reads the next row. Returns 1 (row in r), 0 at the end of the data, or an error status
+ * (message "path:line: ...") for an unterminated quote or text after a closing quote.
+ * Quoting is RFC 4180: a field that starts with '"' runs to the next lone '"', "" inside it is
+ * one quote, and it may hold the delimiter, CR and LF. A quote inside an unquoted field is
+ * kept as a character (Python's csv module does the same). Rows end at LF or CRLF. */
+static int csv_read_row(csv_reader *r, const char *path, size_t *first_line, bt_status *err) {
+    r->len = r->n = 0;
+    r->quoted = r->has_nul = 0;
+    *first_line = r->line;
+    if (r->p >= r->end) return 0;
+    for (;;) {
+        csv_begin_field(r);
+        if (*r->p == '"') {
+            size_t opened = r->line;
+            r->quoted = 1;
+            r->p++;
+            for (;;) {
+                if (r->p >= r->end) {
+                    *err = bt_fail(BT_ERR_FORMAT, "%s:%zu: quoted field never closed (the "
+                                   "file ends inside it)", path, opened);
+                    return -1;
+                }
+                char ch = *r->p++;
+                if (ch == '"') {
+                    if (r->p < r->end && *r->p == '"') {
+                        r->p++;
+                        csv_put(r, '"');
+                        continue;
+                    }
+                    break;
+                }
+                if (ch == '\n') r->line++;
+                if (ch == '\0') r->has_nul = 1;
+                csv_put(r, ch);
+            }
+            int ok = r->p >= r->end || *r->p == r->delim || *r->p == '\n' ||
+                     (*r->p == '\r' && (r->p + 1 == r->end || r->p[1] == '\n'));
+            if (!ok) {
+                *err = bt_fail(BT_ERR_FORMAT, "%s:%zu: field %zu: '%c' after a closing quote; "
+                               "expected the delimiter or the end of the row (a quote inside "
+                               "a quoted field is written \"\")", path, r->line, r->n,
+                               isprint((unsigned char)*r->p) ? *r->p : '?');
+                return -1;
+            }
+            if (r->p < r->end && *r->p == '\r') r->p++;
+        } else {
+            while (r->p < r->end && *r->p != r->delim && *r->p != '\n') {
+                if (*r->p == '\0') r->has_nul = 1;
+                csv_put(r, *r->p++);
+            }
+            /* CR of a CRLF row end */
+            if (r->len > r->start[r->n - 1] && r->buf[r->len - 1] == '\r' &&
+                (r->p >= r->end || *r->p == '\n'))
+                r->len--;
+        }
+        csv_put(r, '\0');
+        if (r->p >= r->end) return 1;
+        if (*r->p == r->delim) {
+            r->p++;
+            continue;
+        }
+        r->p++; /* '\n' */
+        r->line++;
+        return 1;
+    }
+}
+
+static const char *csv_field(const csv_reader *r, size_t i) {
+    return r->buf + r->start[i];
+}
+
+/* The row as the JSON object a JSON Lines record would be, so parse_record checks both
+ * formats with the same messages. Empty cells of the optional columns are absent; the
+ * choices cell is JSON text (["a", "b", ...]) and the label cell a number, each kept as a
+ * string when it does not parse (parse_record then names the expected type). */
+static cJSON *csv_row_object(const csv_reader *r, char **header, const manifest_options *o) {
+    cJSON *obj = cJSON_CreateObject();
+    BT_ASSERT(obj);
+    for (size_t i = 0; i < r->n; i++) {
+        const char *h = header[i], *v = csv_field(r, i);
+        cJSON *item = NULL;
+        if (!strcmp(h, o->image_key) || !strcmp(h, o->caption_key)) {
+            item = cJSON_CreateString(v);
+        } else if (!v[0]) {
+            continue;
+        } else if (!strcmp(h, o->id_key)) {
+            item = cJSON_CreateString(v);
+        } else if (!strcmp(h, o->choices_key)) {
+            item = cJSON_Parse(v);
+            if (!item) item = cJSON_CreateString(v);
+        } else if (!strcmp(h, o->label_key)) {
+            char *end;
+            errno = 0;
+            double d = strtod(v, &end);
+            item = *end == '\0' && errno == 0 && isfinite(d) ? cJSON_CreateNumber(d)
+                                                             : cJSON_CreateString(v);
+        } else {
+            continue; /* a column bt does not use */
+        }
+        BT_ASSERT(item);
+        cJSON_AddItemToObject(obj, h, item);
+    }
+    return obj;
+}
+
+static bt_status load_csv(manifest *m, FILE *f, const manifest_options *o, size_t dir_len,
+                          char delim) {
+    const char *path = m->path;
+    char *data = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (cap - n < 65536) {
+            cap = cap ? 2 * cap : 65536;
+            char *grown = realloc(data, cap);
+            if (!grown) {
+                free(data);
+                return bt_fail(BT_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
+            }
+            data = grown;
+        }
+        size_t got = fread(data + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        free(data);
+        return bt_fail(BT_ERR_IO, "%s: read error after %zu bytes", path, n);
+    }
+    csv_reader r = {.p = data, .end = data + n, .line = 1, .delim = delim};
+    if (n >= 3 && memcmp(data, "\xEF\xBB\xBF", 3) == 0) r.p += 3;
+
+    bt_status st = BT_OK;
+    char **header = NULL;
+    size_t n_cols = 0, first = 0, rec_cap = 0;
+    int got = csv_read_row(&r, path, &first, &st);
+    if (got == 0) st = bt_fail(BT_ERR_MISSING, "%s: empty; expected a header row", path);
+    if (got == 1 && r.has_nul)
+        st = bt_fail(BT_ERR_FORMAT, "%s:%zu: header contains a NUL byte", path, first);
+    if (got == 1 && st == BT_OK) {
+        n_cols = r.n;
+        header = calloc(n_cols, sizeof *header);
+        BT_ASSERT(header);
+        for (size_t i = 0; i < n_cols && st == BT_OK; i++) {
+            header[i] = strdup(csv_field(&r, i));
+            BT_ASSERT(header[i]);
+            if (!manifest_utf8_valid(header[i], strlen(header[i])))
+                st = bt_fail(BT_ERR_FORMAT, "%s:%zu: header column %zu is not valid UTF-8", path,
+                             first, i + 1);
+            for (size_t k = 0; k < i && st == BT_OK; k++)
+                if (!strcmp(header[k], header[i]))
+                    st = bt_fail(BT_ERR_FORMAT, "%s:%zu: column '%s' appears twice in the header",
+                                 path, first, header[i]);
+        }
+        const char *need[2] = {o->image_key, o->caption_key};
+        for (int q = 0; q < 2 && st == BT_OK; q++) {
+            size_t i = 0;
+            while (i < n_cols && strcmp(header[i], need[q]))
+                i++;
+            if (i == n_cols)
+                st = bt_fail(BT_ERR_MISSING, "%s:%zu: key '%s' missing: the header has no such "
+                             "column (%zu columns, the first '%s')", path, first, need[q], n_cols,
+                             header[0]);
+        }
+    }
+    while (st == BT_OK && (got = csv_read_row(&r, path, &first, &st)) == 1) {
+        line_ctx c = {path, first};
+        if (r.n == 1 && !r.quoted && csv_field(&r, 0)[0] == '\0') continue; /* blank line */
+        bt_status lst = BT_OK;
+        cJSON *obj = NULL;
+        if (r.has_nul)
+            lst = bt_fail(BT_ERR_FORMAT, "%s:%zu: row contains a NUL byte", path, c.line);
+        else if (r.n != n_cols)
+            lst = bt_fail(BT_ERR_FORMAT, "%s:%zu: %zu fields, the header has %zu", path, c.line,
+                          r.n, n_cols);
+        else
+            obj = csv_row_object(&r, header, o);
+        st = take_record(m, &c, lst, obj, o, dir_len, &rec_cap);
+        cJSON_Delete(obj);
+    }
+    m->n_lines = r.line - (r.p > data && r.p[-1] == '\n' ? 1 : 0);
+    for (size_t i = 0; i < n_cols; i++)
+        free(header ? header[i] : NULL);
+    free(header);
+    free(r.buf);
+    free(r.start);
+    free(data);
+    return st;
+}
+
+/* The delimiter from the file name's extension, case-insensitively: .csv comma, .tsv tab, anything
+ * else 0 (JSON Lines). */
+static char manifest_delimiter(const char *path) {
+    const char *dot = strrchr(path, '.');
+    if (!dot || strchr(dot, '/')) return 0;
+    if (!strcasecmp(dot, ".csv")) return ',';
+    if (!strcasecmp(dot, ".tsv")) return '\t';
+    return 0;
+}
+
+/* HF imagefolder: dir/metadata.jsonl or dir/metadata.csv (exactly one). *file is malloc'd. */
+static bt_status imagefolder_metadata(const char *dir, char **file) {
+    static const char *names[2] = {"metadata.jsonl", "metadata.csv"};
+    char *found[2] = {NULL, NULL};
+    size_t dl = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/')
+        dl--;
+    for (int i = 0; i < 2; i++) {
+        size_t need = dl + strlen(names[i]) + 2;
+        char *p = malloc(need);
+        BT_ASSERT(p);
+        snprintf(p, need, "%.*s/%s", (int)dl, dir, names[i]);
+        struct stat sb;
+        if (stat(p, &sb) == 0) found[i] = p;
+        else free(p);
+    }
+    *file = NULL;
+    if (found[0] && found[1]) {
+        free(found[0]);
+        free(found[1]);
+        return bt_fail(BT_ERR_FORMAT, "%s: holds both metadata.jsonl and metadata.csv; keep one "
+                       "(Hugging Face's imagefolder refuses this too)", dir);
+    }
+    *file = found[0] ? found[0] : found[1];
+    if (!*file)
+        return bt_fail(BT_ERR_MISSING, "%s: a directory as data source needs metadata.jsonl or "
+                       "metadata.csv (Hugging Face imagefolder layout) or WebDataset .tar shards",
+                       dir);
+    return BT_OK;
+}
+
+bt_status manifest_load(manifest *m, const char *path, const manifest_options *opt) {
+    memset(m, 0, sizeof *m);
+    manifest_options o = manifest_options_default();
+    if (opt) {
+        o.on_error = opt->on_error;
+        if (opt->image_key) o.image_key = opt->image_key;
+        if (opt->caption_key) o.caption_key = opt->caption_key;
+        if (opt->id_key) o.id_key = opt->id_key;
+        if (opt->choices_key) o.choices_key = opt->choices_key;
+        if (opt->label_key) o.label_key = opt->label_key;
+    }
+
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char *meta;
+        bt_status mst = imagefolder_metadata(path, &meta);
+        if (mst != BT_OK) {
+            m->path = strdup(path);
+            return mst;
+        }
+        m->path = meta;
+        /* imagefolder names its image column file_name; an explicitly renamed column wins. */
+        if (!strcmp(o.image_key, "image")) o.image_key = "file_name";
+    } else {
+        m->path = strdup(path);
+    }
+    if (!m->path) return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
+
+    FILE *f;
+    bt_status st = bt_fopen_regular(m->path, "manifest", &f);
+    if (st != BT_OK) return st;
+
+    /* The directory part including its trailing '/', or "" for a bare file name. */
+    const char *slash = strrchr(m->path, '/');
+    size_t dir_len = slash ? (size_t)(slash - m->path) + 1 : 0;
+    char delim = manifest_delimiter(m->path);
+    st = delim ? load_csv(m, f, &o, dir_len, delim) : load_jsonl(m, f, &o, dir_len);
     fclose(f);
     if (st != BT_OK) return st;
-    if (read_error) return bt_fail(BT_ERR_IO, "%s: read error after line %zu", path, m->n_lines);
     if (m->n == 0) {
         if (m->n_skipped)
             return bt_fail(BT_ERR_MISSING, "%s: no valid record (%zu lines skipped; first: %s)",
-                           path, m->n_skipped, m->problems[0]);
-        return bt_fail(BT_ERR_MISSING, "%s: no records", path);
+                           m->path, m->n_skipped, m->problems[0]);
+        return bt_fail(BT_ERR_MISSING, "%s: no records", m->path);
     }
     return BT_OK;
 }
