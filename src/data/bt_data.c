@@ -24,6 +24,13 @@
  *       ones (every pair is a matching pair: ITM's positive label), with the record ids and
  *       indices as metadata; B is the batch's valid rows. T: --max-length, else config.json's
  *       max_text_len, else max_position_embeddings - pad_token_id - 1. bt-forward reads it.
+ *   bt-data shards --data SOURCE --out DIR [--per-shard N] [--image-key K] [--caption-key K]
+ *       writes the records of any source manifest_load reads as WebDataset shards
+ *       DIR/00000.tar, 00001.tar, ... of N samples each (default 1000), in record order: per
+ *       sample "<index>.jpg|png|webp" (the image's bytes unchanged; the extension from its
+ *       content), "<index>.txt" (the caption) and, when the record has an id or caption
+ *       choices, "<index>.json" ({"id", "caption_choices", "label"}). Each shard is written
+ *       atomically; the brace pattern to give as data.train is printed.
  *
  * Exit status: 0 ok, 1 problems found or an error (the message names the file and line),
  * 2 usage error.
@@ -47,6 +54,7 @@
 #include "data/loader.h"
 #include "data/manifest.h"
 #include "data/sampler.h"
+#include "data/shards.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
 #include "args.h"
@@ -68,7 +76,9 @@ static const char usage_text[] =
     "  bt-data synth --captions N [--seed S]\n"
     "  bt-data batch --data MANIFEST --model DIR --batch-size N [--index K] [--seed S]\n"
     "                [--max-length T] [--dtype f32|bf16] [--dct-scaling]\n"
-    "                --output OUT.safetensors\n";
+    "                --output OUT.safetensors\n"
+    "  bt-data shards --data SOURCE --out DIR [--per-shard N] [--image-key K]\n"
+    "                 [--caption-key K]\n";
 
 static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "bt-data: ");
@@ -97,7 +107,7 @@ static bt_status check_model_dir(const char *dir) {
 
 typedef struct args {
     const char *data, *model, *image_key, *caption_key, *image, *output, *out, *dtype;
-    long long max_length, train, val, test, size, captions, batch_size, index;
+    long long max_length, train, val, test, size, captions, batch_size, index, per_shard;
     uint64_t seed;
     int pair, pad, mask, dct;
 } args;
@@ -129,6 +139,7 @@ static const struct opt_spec {
     {"--captions", OPT_NUM, offsetof(args, captions), 0, 100000000},
     {"--batch-size", OPT_NUM, offsetof(args, batch_size), 1, 65536},
     {"--index", OPT_NUM, offsetof(args, index), 0, INT64_MAX / 2},
+    {"--per-shard", OPT_NUM, offsetof(args, per_shard), 1, 100000000},
     {"--pair", OPT_FLAG, offsetof(args, pair), 0, 0},
     {"--pad", OPT_FLAG, offsetof(args, pad), 0, 0},
     {"--mask", OPT_FLAG, offsetof(args, mask), 0, 0},
@@ -245,6 +256,27 @@ static const char *key_caption(const manifest *m, size_t i) {
     return manifest_caption(m, i);
 }
 
+/* Record i's image bytes (bt_alloc'd): its file, or its member when the source is shards. */
+static bt_status read_record_image(const manifest *m, size_t i, uint8_t **bytes, size_t *n) {
+    if (!m->members) return image_read_file(bytes, n, manifest_image(m, i));
+    const manifest_member *mb = &m->members[i];
+    *n = (size_t)mb->size;
+    return shards_read_member(m->shards[mb->shard], manifest_image(m, i), mb->offset, mb->size,
+                              bytes);
+}
+
+/* Record i's image decoded at full size (bt-data check). */
+static bt_status decode_record_image(const manifest *m, size_t i, image_u8 *im) {
+    if (!m->members) return image_load_file(im, manifest_image(m, i), NULL);
+    uint8_t *bytes;
+    size_t n;
+    bt_status st = read_record_image(m, i, &bytes, &n);
+    if (st != BT_OK) return st;
+    st = image_decode_jpeg(im, bytes, n, manifest_image(m, i), 0, 0);
+    bt_free(bytes);
+    return st;
+}
+
 static int cmd_check(const args *a) {
     if (!a->data) return usage("check needs --data MANIFEST%s", "");
     manifest_options mo = manifest_options_default();
@@ -295,8 +327,10 @@ static int cmd_check(const args *a) {
             first = order[i] < first ? order[i] : first;
         image_u8 im;
         memset(&im, 0, sizeof im);
-        if (image_load_file(&im, manifest_image(&m, first), NULL) != BT_OK) {
-            printf("problem: %s:%d: %s", m.path, m.records[first].line, bt_error_message());
+        char where[4400];
+        manifest_where(&m, first, where, sizeof where);
+        if (decode_record_image(&m, first, &im) != BT_OK) {
+            printf("problem: %s: %s", where, bt_error_message());
             if (end - g > 1) printf(" (and %zu more records with this image)", end - g - 1);
             printf("\n");
             bad_images++;
@@ -324,7 +358,9 @@ static int cmd_check(const args *a) {
         size_t n = 0;
         st = tokenizer_encode(&tok, c, len, NULL, 0, &n);
         if (st != BT_OK && st != BT_ERR_ARG) { /* BT_ERR_ARG: cap 0 too small, n is set */
-            printf("problem: %s:%d: caption: %s\n", m.path, m.records[i].line, bt_error_message());
+            char where[4400];
+            manifest_where(&m, i, where, sizeof where);
+            printf("problem: %s: caption: %s\n", where, bt_error_message());
             problems++;
             n = 0;
         }
@@ -334,8 +370,9 @@ static int cmd_check(const args *a) {
             const char *ch = manifest_choice(&m, i, k);
             st = tokenizer_encode(&tok, ch, strlen(ch), NULL, 0, &n);
             if (st != BT_OK && st != BT_ERR_ARG) {
-                printf("problem: %s:%d: caption choice %d: %s\n", m.path, m.records[i].line, k,
-                       bt_error_message());
+                char where[4400];
+                manifest_where(&m, i, where, sizeof where);
+                printf("problem: %s: caption choice %d: %s\n", where, k, bt_error_message());
                 problems++;
             }
         }
@@ -539,6 +576,109 @@ static int cmd_synth(const args *a) {
     return EXIT_OK;
 }
 
+/* Compact JSON text of `item` (malloc'd, caller frees); deletes item. */
+static char *json_take(cJSON *item) {
+    char *t = cJSON_PrintUnformatted(item);
+    BT_ASSERT(t);
+    cJSON_Delete(item);
+    return t;
+}
+
+/* ---- shards ------------------------------------------------------------------------------ */
+
+/* The image extension a shard member gets, from the bytes (not the source's file name). */
+static const char *image_ext_of(const uint8_t *b, size_t n) {
+    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return "jpg";
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
+    if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) return "webp";
+    return NULL;
+}
+
+/* Writes records [first, first + count) as one shard, atomically. */
+static bt_status write_shard(const manifest *m, size_t first, size_t count, const char *path) {
+    bt_atomic_file af;
+    bt_status st = bt_atomic_open(&af, path, "shard");
+    if (st != BT_OK) return st;
+    for (size_t i = first; i < first + count && st == BT_OK; i++) {
+        char where[4400], name[64];
+        manifest_where(m, i, where, sizeof where);
+        uint8_t *bytes = NULL;
+        size_t n = 0;
+        st = read_record_image(m, i, &bytes, &n);
+        if (st != BT_OK) {
+            st = bt_fail_context(st, "%s", where);
+            break;
+        }
+        const char *ext = image_ext_of(bytes, n);
+        if (!ext) {
+            bt_free(bytes);
+            st = bt_fail(BT_ERR_FORMAT, "%s: image %s is neither JPEG, PNG nor WebP", where,
+                         manifest_image(m, i));
+            break;
+        }
+        /* key = the record's index (ids may hold dots, which end a webdataset key) */
+        snprintf(name, sizeof name, "%09zu.%s", i, ext);
+        st = tar_write_member(af.fp, path, name, bytes, n);
+        bt_free(bytes);
+        const char *cap = manifest_caption(m, i);
+        snprintf(name, sizeof name, "%09zu.txt", i);
+        if (st == BT_OK) st = tar_write_member(af.fp, path, name, cap, strlen(cap));
+        if (st == BT_OK && (manifest_has_choices(m, i) || manifest_id(m, i))) {
+            cJSON *j = cJSON_CreateObject();
+            if (manifest_id(m, i)) cJSON_AddStringToObject(j, "id", manifest_id(m, i));
+            if (manifest_has_choices(m, i)) {
+                cJSON *arr = cJSON_AddArrayToObject(j, "caption_choices");
+                for (int k = 0; k < MANIFEST_N_CHOICES; k++)
+                    cJSON_AddItemToArray(arr, cJSON_CreateString(manifest_choice(m, i, k)));
+                if (m->records[i].label >= 0)
+                    cJSON_AddNumberToObject(j, "label", m->records[i].label);
+            }
+            char *text = json_take(j);
+            snprintf(name, sizeof name, "%09zu.json", i);
+            st = tar_write_member(af.fp, path, name, text, strlen(text));
+            free(text);
+        }
+    }
+    if (st == BT_OK) st = tar_write_end(af.fp, path);
+    if (st != BT_OK) {
+        bt_atomic_abort(&af);
+        return st;
+    }
+    return bt_atomic_commit(&af);
+}
+
+static int cmd_shards(const args *a) {
+    if (!a->data || !a->out) return usage("shards needs --data SOURCE --out DIR%s", "");
+    long long per = a->per_shard > 0 ? a->per_shard : 1000;
+    manifest_options mo = manifest_options_default();
+    if (a->image_key) mo.image_key = a->image_key;
+    if (a->caption_key) mo.caption_key = a->caption_key;
+    manifest m;
+    bt_status st = manifest_load(&m, a->data, &mo);
+    if (st == BT_OK) st = bt_check_output_dir(a->out, "--out", 1);
+    size_t n_shards = st == BT_OK ? (m.n + (size_t)per - 1) / (size_t)per : 0;
+    if (st == BT_OK && n_shards > 99999)
+        st = bt_fail(BT_ERR_ARG, "--per-shard %lld makes %zu shards; at most 99999 (raise it)",
+                     per, n_shards);
+    for (size_t s = 0; s < n_shards && st == BT_OK; s++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%05zu.tar", a->out, s);
+        size_t first = s * (size_t)per, count = m.n - first < (size_t)per ? m.n - first : (size_t)per;
+        st = write_shard(&m, first, count, path);
+    }
+    if (st != BT_OK) {
+        manifest_free(&m);
+        return fail();
+    }
+    if (n_shards == 1)
+        printf("%s: %zu samples in 1 shard: %s/00000.tar\n", a->data, m.n, a->out);
+    else
+        printf("%s: %zu samples in %zu shards: %s/{00000..%05zu}.tar\n", a->data, m.n, n_shards,
+               a->out, n_shards - 1);
+    manifest_free(&m);
+    return EXIT_OK;
+}
+
 /* ---- batch ------------------------------------------------------------------------------- */
 
 /* The model directory's config.json, if it has one: the text length the model takes by
@@ -581,14 +721,6 @@ static bt_status read_model_info(model_text_info *mi, const char *model_dir) {
     }
     free(text);
     return st;
-}
-
-/* Compact JSON text of `item` (malloc'd, caller frees); deletes item. */
-static char *json_take(cJSON *item) {
-    char *t = cJSON_PrintUnformatted(item);
-    BT_ASSERT(t);
-    cJSON_Delete(item);
-    return t;
 }
 
 static int cmd_batch(const args *a) {
@@ -791,5 +923,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "preprocess")) return cmd_preprocess(&a);
     if (!strcmp(cmd, "synth")) return cmd_synth(&a);
     if (!strcmp(cmd, "batch")) return cmd_batch(&a);
+    if (!strcmp(cmd, "shards")) return cmd_shards(&a);
     return usage("unknown command '%s'", cmd);
 }
