@@ -256,21 +256,12 @@ static const char *key_caption(const manifest *m, size_t i) {
     return manifest_caption(m, i);
 }
 
-/* Record i's image bytes (bt_alloc'd): its file, or its member when the source is shards. */
-static bt_status read_record_image(const manifest *m, size_t i, uint8_t **bytes, size_t *n) {
-    if (!m->members) return image_read_file(bytes, n, manifest_image(m, i));
-    const manifest_member *mb = &m->members[i];
-    *n = (size_t)mb->size;
-    return shards_read_member(m->shards[mb->shard], manifest_image(m, i), mb->offset, mb->size,
-                              bytes);
-}
-
 /* Record i's image decoded at full size (bt-data check). */
 static bt_status decode_record_image(const manifest *m, size_t i, image_u8 *im) {
     if (!m->members) return image_load_file(im, manifest_image(m, i), NULL);
     uint8_t *bytes;
     size_t n;
-    bt_status st = read_record_image(m, i, &bytes, &n);
+    bt_status st = shards_read_record_image(m, i, &bytes, &n);
     if (st != BT_OK) return st;
     st = image_decode_jpeg(im, bytes, n, manifest_image(m, i), 0, 0);
     bt_free(bytes);
@@ -586,67 +577,6 @@ static char *json_take(cJSON *item) {
 
 /* ---- shards ------------------------------------------------------------------------------ */
 
-/* The image extension a shard member gets, from the bytes (not the source's file name). */
-static const char *image_ext_of(const uint8_t *b, size_t n) {
-    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return "jpg";
-    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
-    if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) return "webp";
-    return NULL;
-}
-
-/* Writes records [first, first + count) as one shard, atomically. */
-static bt_status write_shard(const manifest *m, size_t first, size_t count, const char *path) {
-    bt_atomic_file af;
-    bt_status st = bt_atomic_open(&af, path, "shard");
-    if (st != BT_OK) return st;
-    for (size_t i = first; i < first + count && st == BT_OK; i++) {
-        char where[4400], name[64];
-        manifest_where(m, i, where, sizeof where);
-        uint8_t *bytes = NULL;
-        size_t n = 0;
-        st = read_record_image(m, i, &bytes, &n);
-        if (st != BT_OK) {
-            st = bt_fail_context(st, "%s", where);
-            break;
-        }
-        const char *ext = image_ext_of(bytes, n);
-        if (!ext) {
-            bt_free(bytes);
-            st = bt_fail(BT_ERR_FORMAT, "%s: image %s is neither JPEG, PNG nor WebP", where,
-                         manifest_image(m, i));
-            break;
-        }
-        /* key = the record's index (ids may hold dots, which end a webdataset key) */
-        snprintf(name, sizeof name, "%09zu.%s", i, ext);
-        st = tar_write_member(af.fp, path, name, bytes, n);
-        bt_free(bytes);
-        const char *cap = manifest_caption(m, i);
-        snprintf(name, sizeof name, "%09zu.txt", i);
-        if (st == BT_OK) st = tar_write_member(af.fp, path, name, cap, strlen(cap));
-        if (st == BT_OK && (manifest_has_choices(m, i) || manifest_id(m, i))) {
-            cJSON *j = cJSON_CreateObject();
-            if (manifest_id(m, i)) cJSON_AddStringToObject(j, "id", manifest_id(m, i));
-            if (manifest_has_choices(m, i)) {
-                cJSON *arr = cJSON_AddArrayToObject(j, "caption_choices");
-                for (int k = 0; k < MANIFEST_N_CHOICES; k++)
-                    cJSON_AddItemToArray(arr, cJSON_CreateString(manifest_choice(m, i, k)));
-                if (m->records[i].label >= 0)
-                    cJSON_AddNumberToObject(j, "label", m->records[i].label);
-            }
-            char *text = json_take(j);
-            snprintf(name, sizeof name, "%09zu.json", i);
-            st = tar_write_member(af.fp, path, name, text, strlen(text));
-            free(text);
-        }
-    }
-    if (st == BT_OK) st = tar_write_end(af.fp, path);
-    if (st != BT_OK) {
-        bt_atomic_abort(&af);
-        return st;
-    }
-    return bt_atomic_commit(&af);
-}
-
 static int cmd_shards(const args *a) {
     if (!a->data || !a->out) return usage("shards needs --data SOURCE --out DIR%s", "");
     long long per = a->per_shard > 0 ? a->per_shard : 1000;
@@ -655,17 +585,8 @@ static int cmd_shards(const args *a) {
     if (a->caption_key) mo.caption_key = a->caption_key;
     manifest m;
     bt_status st = manifest_load(&m, a->data, &mo);
-    if (st == BT_OK) st = bt_check_output_dir(a->out, "--out", 1);
-    size_t n_shards = st == BT_OK ? (m.n + (size_t)per - 1) / (size_t)per : 0;
-    if (st == BT_OK && n_shards > 99999)
-        st = bt_fail(BT_ERR_ARG, "--per-shard %lld makes %zu shards; at most 99999 (raise it)",
-                     per, n_shards);
-    for (size_t s = 0; s < n_shards && st == BT_OK; s++) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%05zu.tar", a->out, s);
-        size_t first = s * (size_t)per, count = m.n - first < (size_t)per ? m.n - first : (size_t)per;
-        st = write_shard(&m, first, count, path);
-    }
+    size_t n_shards = 0;
+    if (st == BT_OK) st = shards_write(&m, a->out, (size_t)per, &n_shards);
     if (st != BT_OK) {
         manifest_free(&m);
         return fail();

@@ -18,6 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
+#include "data/image.h"
+#include "data/manifest.h"
 #include "fileio.h"
 #include "mem.h"
 
@@ -514,4 +518,97 @@ bt_status tar_write_end(FILE *f, const char *what) {
     if (fwrite(zeros, 1, sizeof zeros, f) != sizeof zeros)
         return bt_fail(BT_ERR_IO, "%s: write error: %s", what, strerror(errno));
     return BT_OK;
+}
+
+/* ---- writing a dataset as shards ---------------------------------------------------------- */
+
+/* The image extension a shard member gets, from the bytes (not the source's file name). */
+static const char *image_ext_of(const uint8_t *b, size_t n) {
+    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return "jpg";
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
+    if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) return "webp";
+    return NULL;
+}
+
+bt_status shards_read_record_image(const manifest *m, size_t i, uint8_t **bytes, size_t *n) {
+    if (!m->members) return image_read_file(bytes, n, manifest_image(m, i));
+    const manifest_member *mb = &m->members[i];
+    *n = (size_t)mb->size;
+    return shards_read_member(m->shards[mb->shard], manifest_image(m, i), mb->offset, mb->size,
+                              bytes);
+}
+
+/* Writes records [first, first + count) as one shard, atomically. */
+static bt_status write_shard(const manifest *m, size_t first, size_t count, const char *path) {
+    bt_atomic_file af;
+    bt_status st = bt_atomic_open(&af, path, "shard");
+    if (st != BT_OK) return st;
+    for (size_t i = first; i < first + count && st == BT_OK; i++) {
+        char where[4400], name[64];
+        manifest_where(m, i, where, sizeof where);
+        uint8_t *bytes = NULL;
+        size_t n = 0;
+        st = shards_read_record_image(m, i, &bytes, &n);
+        if (st != BT_OK) {
+            st = bt_fail_context(st, "%s", where);
+            break;
+        }
+        const char *ext = image_ext_of(bytes, n);
+        if (!ext) {
+            bt_free(bytes);
+            st = bt_fail(BT_ERR_FORMAT, "%s: image %s is neither JPEG, PNG nor WebP", where,
+                         manifest_image(m, i));
+            break;
+        }
+        /* key = the record's index (ids may hold dots, which end a webdataset key) */
+        snprintf(name, sizeof name, "%09zu.%s", i, ext);
+        st = tar_write_member(af.fp, path, name, bytes, n);
+        bt_free(bytes);
+        const char *cap = manifest_caption(m, i);
+        snprintf(name, sizeof name, "%09zu.txt", i);
+        if (st == BT_OK) st = tar_write_member(af.fp, path, name, cap, strlen(cap));
+        if (st == BT_OK && (manifest_has_choices(m, i) || manifest_id(m, i))) {
+            cJSON *j = cJSON_CreateObject();
+            if (manifest_id(m, i)) cJSON_AddStringToObject(j, "id", manifest_id(m, i));
+            if (manifest_has_choices(m, i)) {
+                cJSON *arr = cJSON_AddArrayToObject(j, "caption_choices");
+                for (int k = 0; k < MANIFEST_N_CHOICES; k++)
+                    cJSON_AddItemToArray(arr, cJSON_CreateString(manifest_choice(m, i, k)));
+                if (m->records[i].label >= 0)
+                    cJSON_AddNumberToObject(j, "label", m->records[i].label);
+            }
+            char *text = cJSON_PrintUnformatted(j);
+            cJSON_Delete(j);
+            BT_ASSERT(text);
+            snprintf(name, sizeof name, "%09zu.json", i);
+            st = tar_write_member(af.fp, path, name, text, strlen(text));
+            free(text);
+        }
+    }
+    if (st == BT_OK) st = tar_write_end(af.fp, path);
+    if (st != BT_OK) {
+        bt_atomic_abort(&af);
+        return st;
+    }
+    return bt_atomic_commit(&af);
+}
+
+bt_status shards_write(const manifest *m, const char *out_dir, size_t per_shard,
+                       size_t *n_shards) {
+    *n_shards = 0;
+    BT_ASSERT(per_shard >= 1);
+    size_t n = (m->n + per_shard - 1) / per_shard;
+    if (n > 99999)
+        return bt_fail(BT_ERR_ARG, "%zu samples per shard make %zu shards; at most 99999 (raise "
+                       "the samples per shard)", per_shard, n);
+    bt_status st = bt_check_output_dir(out_dir, "shard directory", 1);
+    for (size_t s = 0; s < n && st == BT_OK; s++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%05zu.tar", out_dir, s);
+        size_t first = s * per_shard;
+        size_t count = m->n - first < per_shard ? m->n - first : per_shard;
+        st = write_shard(m, first, count, path);
+        if (st == BT_OK) *n_shards = s + 1;
+    }
+    return st;
 }

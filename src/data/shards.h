@@ -86,4 +86,19 @@ bt_status tar_write_member(FILE *f, const char *what, const char *name, const vo
 /* Writes the two zero blocks that end an archive. */
 bt_status tar_write_end(FILE *f, const char *what);
 
+struct manifest;
+
+/* Record i's image bytes (bt_alloc'd, *n of them): its file, or its member for shards. */
+bt_status shards_read_record_image(const struct manifest *m, size_t i, uint8_t **bytes,
+                                   size_t *n);
+
+/* Writes every record of m as shards out_dir/00000.tar, 00001.tar, ... of per_shard samples
+ * each, in record order (out_dir is created). Per sample, key = the record index as 9 digits:
+ * "<key>.jpg|png|webp" (the image bytes unchanged, the extension from their content),
+ * "<key>.txt" (the caption) and, when the record has an id or caption choices, "<key>.json"
+ * ({"id", "caption_choices", "label"}). Each shard is written atomically; *n_shards counts
+ * those written. Errors name the record (manifest_where) or the shard. */
+bt_status shards_write(const struct manifest *m, const char *out_dir, size_t per_shard,
+                       size_t *n_shards);
+
 #endif
