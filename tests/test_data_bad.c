@@ -190,7 +190,8 @@ static void test_manifest_csv(void) {
         manifest_free(&m);
     }
     /* SKIP keeps the good rows of a file whose row 3 has a wrong field count. */
-    tu_setup_text(path, "image,caption\na.jpg,fine\nb.jpg,x,extra\nc.jpg,\"multi\nline\"\nd.jpg,ok\n");
+    tu_setup_text(path,
+                  "image,caption\na.jpg,fine\nb.jpg,x,extra\nc.jpg,\"multi\nline\"\nd.jpg,ok\n");
     manifest_options o = manifest_options_default();
     o.on_error = MANIFEST_ON_ERROR_SKIP;
     manifest m;

@@ -190,13 +190,13 @@ static void test_many(const char *dir) {
 static void test_csv(const char *dir) {
     char path[1024], want[1100];
     snprintf(path, sizeof path, "%s/train.csv", dir);
-    tu_setup_text(path,
-                  "\xEF\xBB\xBFid,image,caption,extra,caption_choices,label\r\n"
-                  "a1,img/a.jpg,\"a cat, sitting\",x,,\r\n"
-                  "\r\n"
-                  "a2,/abs/b.jpg,\"she said \"\"hi\"\"\nthen left\",,\"[\"\"p\"\",\"\"q\"\",\"\"r\"\","
-                  "\"\"s\"\",\"\"t\"\"]\",3\n"
-                  ",c.jpg,caf\xC3\xA9,y,,");
+    tu_setup_text(
+        path, "\xEF\xBB\xBFid,image,caption,extra,caption_choices,label\r\n"
+              "a1,img/a.jpg,\"a cat, sitting\",x,,\r\n"
+              "\r\n"
+              "a2,/abs/b.jpg,\"she said \"\"hi\"\"\nthen left\",,\"[\"\"p\"\",\"\"q\"\",\"\"r\"\","
+              "\"\"s\"\",\"\"t\"\"]\",3\n"
+              ",c.jpg,caf\xC3\xA9,y,,");
     manifest m;
     bt_status st = manifest_load(&m, path, NULL);
     tu_check(st == BT_OK && m.n == 3 && m.n_skipped == 0, "CSV loads 3 records: %s",

@@ -136,11 +136,12 @@ static bt_status parse_record(const line_ctx *c, const cJSON *obj, const manifes
     const cJSON *ch = cJSON_GetObjectItemCaseSensitive(obj, o->choices_key);
     if (ch && !cJSON_IsNull(ch)) {
         if (!cJSON_IsArray(ch))
-            return bt_fail(BT_ERR_FORMAT, "%s: key '%s' must be an array of %d strings",
-                           c->loc, o->choices_key, MANIFEST_N_CHOICES);
+            return bt_fail(BT_ERR_FORMAT, "%s: key '%s' must be an array of %d strings", c->loc,
+                           o->choices_key, MANIFEST_N_CHOICES);
         int count = cJSON_GetArraySize(ch);
         if (count != MANIFEST_N_CHOICES)
-            return bt_fail(BT_ERR_SHAPE, "%s: '%s' has %d entries, expected %d", c->loc, o->choices_key, count, MANIFEST_N_CHOICES);
+            return bt_fail(BT_ERR_SHAPE, "%s: '%s' has %d entries, expected %d", c->loc,
+                           o->choices_key, count, MANIFEST_N_CHOICES);
         for (int k = 0; k < MANIFEST_N_CHOICES; k++) {
             const cJSON *e = cJSON_GetArrayItem(ch, k);
             if (!cJSON_IsString(e))
@@ -156,13 +157,14 @@ static bt_status parse_record(const line_ctx *c, const cJSON *obj, const manifes
     const cJSON *lab = cJSON_GetObjectItemCaseSensitive(obj, o->label_key);
     if (lab && !cJSON_IsNull(lab)) {
         if (!p->choices[0])
-            return bt_fail(BT_ERR_FORMAT, "%s: key '%s' given without '%s'", c->loc,
-                           o->label_key, o->choices_key);
+            return bt_fail(BT_ERR_FORMAT, "%s: key '%s' given without '%s'", c->loc, o->label_key,
+                           o->choices_key);
         if (!cJSON_IsNumber(lab) || lab->valuedouble != floor(lab->valuedouble))
-            return bt_fail(BT_ERR_FORMAT, "%s: key '%s' must be an integer 0..%d", c->loc, o->label_key, MANIFEST_N_CHOICES - 1);
+            return bt_fail(BT_ERR_FORMAT, "%s: key '%s' must be an integer 0..%d", c->loc,
+                           o->label_key, MANIFEST_N_CHOICES - 1);
         if (lab->valuedouble < 0 || lab->valuedouble > MANIFEST_N_CHOICES - 1)
-            return bt_fail(BT_ERR_FORMAT, "%s: key '%s' is %s, expected 0..%d", c->loc, o->label_key,
-                           bt_json_number_str((char[40]){0}, 40, lab->valuedouble),
+            return bt_fail(BT_ERR_FORMAT, "%s: key '%s' is %s, expected 0..%d", c->loc,
+                           o->label_key, bt_json_number_str((char[40]){0}, 40, lab->valuedouble),
                            MANIFEST_N_CHOICES - 1);
         p->label = (int32_t)lab->valuedouble;
     }

@@ -143,7 +143,8 @@ static int ends_tar(const char *s) {
 /* The .tar files of a directory, sorted, appended to l. */
 static bt_status list_dir(const char *dir, const char *spec, path_list *l) {
     DIR *d = opendir(dir);
-    if (!d) return bt_fail(BT_ERR_IO, "%s: cannot list directory %s: %s", spec, dir, strerror(errno));
+    if (!d)
+        return bt_fail(BT_ERR_IO, "%s: cannot list directory %s: %s", spec, dir, strerror(errno));
     size_t first = l->n;
     bt_status st = BT_OK;
     struct dirent *e;
@@ -395,7 +396,8 @@ int tar_reader_next(tar_reader *r, tar_member *m, bt_status *err) {
         } else {
             char name[256 + 2];
             size_t nl = strnlen((const char *)h, 100);
-            size_t pl = memcmp(h + 257, "ustar\0", 6) == 0 ? strnlen((const char *)h + 345, 155) : 0;
+            size_t pl =
+                memcmp(h + 257, "ustar\0", 6) == 0 ? strnlen((const char *)h + 345, 155) : 0;
             snprintf(name, sizeof name, "%.*s%s%.*s", (int)pl, (const char *)h + 345, pl ? "/" : "",
                      (int)nl, (const char *)h);
             m->name = strdup(name);
