@@ -22,7 +22,8 @@
  * uninterrupted one would have.
  *
  * Bad records (image missing, unreadable or corrupt; caption that cannot be tokenized) are
- * reported as "manifest:line: <problem>" (the image path is inside the problem):
+ * reported as "manifest:line: <problem>", for shards "shard: sample 'key': <problem>" (the
+ * image path is inside the problem):
  *   on_error STOP: loader_next returns the error with that message, at the batch that holds
  *                  the record; the loader then only returns that error.
  *   on_error SKIP: the record is replaced by the next valid record in dataset order
