@@ -1,32 +1,38 @@
 #!/usr/bin/env python3
 """export_newyorker.py: exports the Hugging Face `jmhessel/newyorker_caption_contest` dataset
-(config `matching`) to JPEG files + JSON Lines manifests that bt reads (docs/newyorker.md).
+(config `matching`) to image files + JSON Lines manifests that bt reads (docs/newyorker.md).
 
 For users who have the `datasets` library and the dataset in their HF cache (or network
 access to the Hub); bt itself never needs Python. Usage:
 
     python3 scripts/export_newyorker.py --out data/newyorker [--config matching]
-            [--splits train validation test] [--quality 95]
+            [--splits train validation test]
 
 Writes, per split, OUT/<split>.jsonl with one record per example:
-    {"id": "<instance_id>", "image": "images/<contest_number>.jpg", "contest_number": N,
+    {"id": "<instance_id>", "image": "images/<contest_number>.<ext>", "contest_number": N,
      "image_description": "...", "caption_choices": [5 strings], "label": 0..4}
-and OUT/images/<contest_number>.jpg once per cartoon (the set repeats ~700 cartoons over
+and OUT/images/<contest_number>.<ext> once per cartoon (the set repeats ~700 cartoons over
 thousands of records, so images are deduplicated by contest number). `label` is the index
 of the correct choice (the dataset's letter "A".."E" mapped to 0..4). bt trains on
-`image_description` (--caption-key image_description / data.caption_key).
+`image_description` (--caption-key image_description / data.caption_column).
+
+Images keep the bytes the dataset stores: the image column is read with
+`Image(decode=False)`, so a PNG cartoon is written as <n>.png and a JPEG one as <n>.jpg,
+byte for byte (no decode, no re-encode, no Pillow). bt then decodes exactly the file that
+BridgeTowerProcessor's PIL would have opened, so the pixels are the reference run's. The
+extension comes from the bytes (JPEG, PNG or WebP; anything else is a bad row).
 
 The conversion (convert_rows / export_split) takes any iterable of rows shaped like the
 dataset's `matching` config, so it is tested without `datasets`
 (tests/test_export_newyorker.py). The `image` of a row may be
   - a dict {"bytes": b"...", "path": ...} (what `datasets` yields with decode=False and what
-    its parquet files hold), or the bytes themselves: JPEG bytes are written unchanged (no
-    re-encoding, no Pillow needed); other formats are converted with Pillow when present;
-  - a decoded PIL image (what `datasets` yields by default): converted to RGB and saved as
-    JPEG at --quality.
-Bad rows (missing column, a label outside A..E, not exactly 5 choices, an image that cannot
-be saved) are reported as "<split> record <i> (<instance_id>): <problem>" and skipped; the
-script exits 1 when any were. Manifests are written to a temporary name and renamed.
+    its parquet files hold), or the bytes themselves: written unchanged;
+  - a decoded PIL image (rows from a dataset loaded without decode=False): its original
+    bytes are gone, so it is converted to RGB (PIL's convert("RGB"), what the processor
+    does) and saved as PNG, which is lossless: bt reads back the same RGB pixels.
+Bad rows (missing column, a label outside A..E, not exactly 5 choices, an image that is not
+JPEG/PNG/WebP) are reported as "<split> record <i> (<instance_id>): <problem>" and skipped;
+the script exits 1 when any were. Files are written to a temporary name and renamed.
 """
 import argparse
 import io
@@ -36,6 +42,7 @@ import sys
 
 N_CHOICES = 5
 JPEG_MAGIC = b"\xff\xd8\xff"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def letter_to_index(label, n_choices=N_CHOICES):
@@ -61,24 +68,19 @@ def _write_atomic(path, data):
     os.replace(tmp, path)
 
 
-def _reencode_with_pillow(data, path, quality):
-    try:
-        from PIL import Image
-    except ImportError:
-        raise ValueError(
-            f"image is not a JPEG (starts with {data[:8]!r}) and Pillow is not installed to "
-            "convert it (pip install pillow)") from None
-    try:
-        img = Image.open(io.BytesIO(data))
-        buf = io.BytesIO()
-        img.convert("RGB").save(buf, "JPEG", quality=quality)
-    except Exception as e:  # Pillow raises several types for undecodable data
-        raise ValueError(f"image cannot be decoded: {e}") from None
-    _write_atomic(path, buf.getvalue())
+def image_extension(data):
+    """The file extension for image bytes, from their content: jpg, png or webp."""
+    if data[:3] == JPEG_MAGIC:
+        return "jpg"
+    if data[:8] == PNG_MAGIC:
+        return "png"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    raise ValueError(f"image is neither JPEG, PNG nor WebP (starts with {data[:8]!r})")
 
 
-def save_image(image, path, quality):
-    """Writes one row's image to path as JPEG (see the module docstring for the forms)."""
+def image_bytes(image):
+    """(bytes, extension) to write for one row's image (see the module docstring)."""
     if isinstance(image, dict):
         data = image.get("bytes")
         if data is None and image.get("path"):
@@ -90,23 +92,20 @@ def save_image(image, path, quality):
         data = bytes(image)
     elif hasattr(image, "convert") and hasattr(image, "save"):
         buf = io.BytesIO()
-        image.convert("RGB").save(buf, "JPEG", quality=quality)
-        _write_atomic(path, buf.getvalue())
-        return
+        image.convert("RGB").save(buf, "PNG")
+        return buf.getvalue(), "png"
     else:
         raise ValueError(f"image of type {type(image).__name__} is not bytes, a dict with "
                          "'bytes' or a PIL image")
     if not data:
         raise ValueError("image is empty (0 bytes)")
-    if data[:3] == JPEG_MAGIC:
-        _write_atomic(path, data)
-    else:
-        _reencode_with_pillow(data, path, quality)
+    return data, image_extension(data)
 
 
-def convert_row(row, index, split, out_dir, quality, saved):
-    """One dataset row -> one manifest record (a dict). `saved` is the set of contest numbers
-    whose image exists in out_dir/images. Raises ValueError / KeyError / OSError on a bad row."""
+def convert_row(row, index, split, out_dir, saved):
+    """One dataset row -> one manifest record (a dict). `saved` maps the contest numbers whose
+    image is in out_dir/images to its relative path. Raises ValueError / KeyError / OSError on
+    a bad row."""
     for key in ("image", "contest_number", "image_description"):
         if key not in row or row[key] is None:
             raise KeyError(f"column '{key}' is missing")
@@ -116,7 +115,11 @@ def convert_row(row, index, split, out_dir, quality, saved):
     description = row["image_description"]
     if not isinstance(description, str) or not description.strip():
         raise ValueError("image_description is not a non-empty string")
-    rel = f"images/{contest}.jpg"
+    if contest in saved:
+        rel = saved[contest]
+    else:
+        data, ext = image_bytes(row["image"])
+        rel = f"images/{contest}.{ext}"
     record = {
         "id": row.get("instance_id") or f"{split}-{index}",
         "image": rel,
@@ -136,22 +139,20 @@ def convert_row(row, index, split, out_dir, quality, saved):
     elif row.get("label") is not None:
         raise ValueError("label without caption_choices")
     if contest not in saved:
-        path = os.path.join(out_dir, rel)
-        if not os.path.exists(path):
-            save_image(row["image"], path, quality)
-        saved.add(contest)
+        _write_atomic(os.path.join(out_dir, rel), data)
+        saved[contest] = rel
     return record
 
 
-def convert_rows(rows, out_dir, split, quality=95, log=sys.stderr, saved=None):
+def convert_rows(rows, out_dir, split, log=sys.stderr, saved=None):
     """Converts an iterable of `matching`-config rows. Writes the images under
     out_dir/images and returns (records, n_failed); each bad row is reported on `log`."""
     os.makedirs(os.path.join(out_dir, "images"), exist_ok=True)
-    saved = set() if saved is None else saved
+    saved = {} if saved is None else saved
     records, failed = [], 0
     for i, row in enumerate(rows):
         try:
-            records.append(convert_row(row, i, split, out_dir, quality, saved))
+            records.append(convert_row(row, i, split, out_dir, saved))
         except (OSError, KeyError, ValueError) as e:
             name = row.get("instance_id") if isinstance(row, dict) else None
             msg = e.args[0] if isinstance(e, KeyError) and e.args else e
@@ -168,9 +169,9 @@ def write_manifest(path, records):
     os.replace(tmp, path)
 
 
-def export_split(rows, out_dir, split, quality=95, log=sys.stderr, saved=None):
+def export_split(rows, out_dir, split, log=sys.stderr, saved=None):
     """convert_rows + OUT/<split>.jsonl. Returns (records written, rows failed)."""
-    records, failed = convert_rows(rows, out_dir, split, quality, log, saved)
+    records, failed = convert_rows(rows, out_dir, split, log, saved)
     manifest = os.path.join(out_dir, f"{split}.jsonl")
     write_manifest(manifest, records)
     print(f"{manifest}: {len(records)} records"
@@ -183,20 +184,20 @@ def main():
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--config", default="matching", help="dataset config (default: matching)")
     ap.add_argument("--splits", nargs="+", default=["train", "validation", "test"])
-    ap.add_argument("--quality", type=int, default=95,
-                    help="JPEG quality of images that must be re-encoded")
     args = ap.parse_args()
 
     try:
-        from datasets import load_dataset
+        from datasets import Image, load_dataset
     except ImportError:
         sys.exit("export_newyorker.py needs the `datasets` library (pip install datasets)")
 
     failures = 0
-    saved = set()
+    saved = {}
     for split in args.splits:
         ds = load_dataset("jmhessel/newyorker_caption_contest", args.config, split=split)
-        _, failed = export_split(ds, args.out, split, args.quality, sys.stdout, saved)
+        # The stored bytes, not a decoded PIL image: PNG stays PNG, JPEG stays JPEG.
+        ds = ds.cast_column("image", Image(decode=False))
+        _, failed = export_split(ds, args.out, split, sys.stdout, saved)
         failures += failed
     sys.exit(1 if failures else 0)
 

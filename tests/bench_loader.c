@@ -9,7 +9,9 @@
  * Loader settings: configs/bridgetower-base/preprocessor_config.json (shortest_edge 288, crop
  * 288, fp32 pixels), the configs/synthetic tokenizer, max_length 40, batch 8, shuffle on.
  * Rows: 1 and 2 worker threads x {HF-exact decode, DCT-domain downscaling} x {no cache,
- * decoded-image cache warm (every image already cached)}. Each row runs one untimed epoch
+ * decoded-image cache warm (every image already cached)}; then, without cache, the same
+ * records read from the JSON Lines manifest and from WebDataset shards (shards_write, 4 tars
+ * of 16 samples, read in place). Each row runs one untimed epoch
  * (page cache, cache fill, thread start), then BENCH_EPOCHS timed epochs in which the main
  * thread only takes and releases batches (the loader's ceiling: a consumer that never makes
  * it wait). samples/s is wall time; samples per CPU-second uses the process CPU time
@@ -44,6 +46,7 @@
 #include "data/image.h"
 #include "data/loader.h"
 #include "data/manifest.h"
+#include "data/shards.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
 #include "gemm.h"
@@ -286,6 +289,42 @@ int main(int argc, char **argv) {
                        r.samples_per_s, r.samples_per_cpu_s, 100 * r.wait_share);
                 fflush(stdout);
             }
+
+    /* The same records as WebDataset shards (16 samples per shard, 4 shards, read in place):
+     * no cache, so every sample reads its member from the tar. */
+    char sdir[1100], spec[1200];
+    snprintf(sdir, sizeof sdir, "%s/shards", dir);
+    size_t n_shards = 0;
+    manifest sh;
+    snprintf(spec, sizeof spec, "%s/{00000..00003}.tar", sdir);
+    if (shards_write(&m, sdir, BENCH_IMAGES / 4, &n_shards) != BT_OK ||
+        manifest_load(&sh, spec, NULL) != BT_OK) {
+        fprintf(stderr, "bench_loader: %s\n", bt_error_message());
+        return 1;
+    }
+    printf("\nsource: the same %d records from the JSON Lines manifest (one file per image) and "
+           "from %zu WebDataset shards (shuffle buffer 1000), no image cache\n\n",
+           BENCH_IMAGES, n_shards);
+    printf("| source | workers | decode | samples/s (wall) | samples per CPU-s |\n"
+           "|---|---:|---|---:|---:|\n");
+    for (int workers = 1; workers <= 2; workers++)
+        for (int dct = 0; dct < 2; dct++)
+            for (int src = 0; src < 2; src++) {
+                image_preprocess_config cfg = img;
+                cfg.use_dct_scaling = dct;
+                loader_result r = run_loader(src ? &sh : &m, &tok, &cfg, workers, 0);
+                printf("| %s | %d | %s | %.1f | %.1f |\n", src ? "shards" : "JSON Lines",
+                       workers, dct ? "DCT-scaled" : "HF-exact", r.samples_per_s,
+                       r.samples_per_cpu_s);
+                fflush(stdout);
+            }
+    manifest_free(&sh);
+    for (size_t i = 0; i < n_shards; i++) {
+        snprintf(path, sizeof path, "%s/%05zu.tar", sdir, i);
+        remove(path);
+    }
+    rmdir(sdir);
+
     manifest_free(&m);
     tokenizer_free(&tok);
     remove_dataset(dir);

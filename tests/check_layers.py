@@ -79,7 +79,7 @@ def main():
                 bad += 1
     if len(sys.argv) > 1:
         tests = os.path.join(sys.argv[1], "tests")
-        data_tests = ["test_manifest", "test_sampler", "test_loader", "test_data_bad",
+        data_tests = ["test_manifest", "test_sampler", "test_loader", "test_data_bad", "test_shards",
                       "test_image", "test_image_bad", "test_image_formats",
                       "test_image_formats_bad", "test_tokenizer", "test_tokenizer_bad"]
         for t in data_tests:

@@ -10,7 +10,8 @@
  * stream up to batch K (the command seeks there with a cursor instead): tensors bitwise,
  * record ids and indices in the metadata; also the synthetic demo model's consistency
  * (configs/synthetic-model: vocab_size = the tokenizer's, image_size = the processor's
- * crop, T from max_text_len). */
+ * crop, T from max_text_len); `shards` against manifest_load of what it wrote, `check` on
+ * shards and on an imagefolder. */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,8 +22,10 @@
 #include "data/image.h"
 #include "data/loader.h"
 #include "data/manifest.h"
+#include "data/shards.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
+#include "mem.h"
 #include "safetensors.h"
 #include "test_util.h"
 
@@ -429,6 +432,51 @@ static void test_batch(void) {
              err_text);
 }
 
+/* shards: the command writes what the library reads back (manifest_load of the printed
+ * pattern: the source's captions, ids in the json members, image bytes unchanged); check reads
+ * shards and an imagefolder directory; usage and bad sources exit 2 / 1. */
+static void test_shards(void) {
+    int rc = run(NULL, "synth --out '%s/s' --train 10 --val 0 --test 0 --seed 3 --size 48", dir);
+    rc = rc ? rc : run(NULL, "shards --data '%s/s/train.jsonl' --out '%s/s/sh' --per-shard 4",
+                       dir, dir);
+    char want[1400];
+    snprintf(want, sizeof want, "10 samples in 3 shards: %s/s/sh/{00000..00002}.tar", dir);
+    tu_check(rc == 0 && strstr(out_text, want), "shards: exit 0, prints the pattern: %s",
+             out_text);
+    char src[1300], pat[1300];
+    snprintf(src, sizeof src, "%s/s/train.jsonl", dir);
+    snprintf(pat, sizeof pat, "%s/s/sh/{00000..00002}.tar", dir);
+    manifest a, b;
+    int ok = manifest_load(&a, src, NULL) == BT_OK && manifest_load(&b, pat, NULL) == BT_OK &&
+             a.n == 10 && b.n == 10;
+    for (size_t i = 0; ok && i < a.n; i++) {
+        uint8_t *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        ok = !strcmp(manifest_caption(&a, i), manifest_caption(&b, i)) &&
+             image_read_file(&x, &nx, manifest_image(&a, i)) == BT_OK &&
+             shards_read_record_image(&b, i, &y, &ny) == BT_OK && nx == ny && !memcmp(x, y, nx);
+        bt_free(x);
+        bt_free(y);
+    }
+    tu_check(ok, "shards: the shards read back as the source's records, image bytes unchanged");
+    manifest_free(&a);
+    manifest_free(&b);
+    rc = run(NULL, "check --data '%s'", pat);
+    tu_check(rc == 0 && strstr(out_text, "images: 10 decoded, 0 failed"),
+             "check reads the shards: exit %d", rc);
+    snprintf(src, sizeof src, "%s/s/metadata.csv", dir);
+    tu_setup_text(src, "file_name,text\nimages/train/000000.jpg,\"a caption, quoted\"\n"
+                       "images/train/000001.jpg,another\n");
+    rc = run(NULL, "check --data '%s/s' --caption-key text", dir);
+    tu_check(rc == 0 && strstr(out_text, "images: 2 decoded, 0 failed"),
+             "check reads an imagefolder (metadata.csv): exit %d: %s", rc, out_text);
+    tu_check(run(NULL, "shards --data x") == 2 && strstr(err_text, "--out"),
+             "shards without --out: exit 2");
+    rc = run(NULL, "shards --data '%s/s/{0..1}.tar' --out '%s/s/o'", dir, dir);
+    tu_check(rc == 1 && strstr(err_text, "s/0.tar"), "shards from missing shards: exit 1: %s",
+             err_text);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_bt_data PATH/TO/bt-data\n");
@@ -444,5 +492,6 @@ int main(int argc, char **argv) {
     test_tokenize();
     test_preprocess();
     test_batch();
+    test_shards();
     return tu_finish();
 }

@@ -4,6 +4,8 @@
  * (after a good line 1) gives an error naming "file:2:" and the key or the JSON column; under
  * SKIP the whole file loads, keeping the good records and reporting every bad line with its
  * number, in order. Also: missing file, a directory, an empty file, a file of only bad lines.
+ * CSV: unterminated quotes, text after a closing quote, wrong field counts, header problems,
+ * NUL bytes and the JSON Lines value checks, each naming file:line.
  *
  * Loader: records whose image is missing, random bytes, a truncated JPEG, a PNG and an empty
  * file. STOP delivers the batches before the first bad record, then returns the error naming
@@ -140,6 +142,75 @@ static void test_manifest_skip(void) {
     manifest_free(&m);
 }
 
+
+/* CSV/TSV: each bad row (after a good row 2) names "file:LINE:" and the problem, with the
+ * JSON Lines messages where the problem is the same; header problems name line 1. */
+typedef struct bad_csv {
+    const char *text; /* whole file */
+    size_t len;       /* 0: strlen(text) */
+    const char *msg;  /* expected message after "file:" */
+} bad_csv;
+
+static const bad_csv bad_csvs[] = {
+    {"image,caption\na.jpg,fine\nb.jpg,\"never closed\n", 0,
+     "3: quoted field never closed (the file ends inside it)"},
+    {"image,caption\na.jpg,fine\nb.jpg,\"x\"y\n", 0, "3: field 2: 'y' after a closing quote"},
+    {"image,caption\na.jpg,fine\nb.jpg,x,extra\n", 0, "3: 3 fields, the header has 2"},
+    {"image,caption\na.jpg,fine\nb.jpg\n", 0, "3: 1 fields, the header has 2"},
+    {"image,caption\na.jpg,fine\n,empty image\n", 0, "3: key 'image' is empty"},
+    {"image,caption\na.jpg,fine\nb.jpg,bad \xff byte\n", 0, "3: key 'caption' is not valid UTF-8"},
+    {"image,caption\na.jpg,fine\nb.jpg,nul\0here\n", 39, "3: row contains a NUL byte"},
+    {"image,caption,caption_choices,label\na.jpg,fine,,\nb.jpg,x,\"[\"\"a\"\"]\",0\n", 0,
+     "3: 'caption_choices' has 1 entries, expected 5"},
+    {"image,caption,caption_choices,label\na.jpg,fine,,\nb.jpg,x,\"[\"\"a\"\",\"\"b\"\",\"\"c\"\","
+     "\"\"d\"\",\"\"e\"\"]\",7\n", 0, "3: key 'label' is 7, expected 0..4"},
+    {"image,caption,caption_choices,label\na.jpg,fine,,\nb.jpg,x,,one\n", 0,
+     "3: key 'label' given without 'caption_choices'"},
+    {"image,text\na.jpg,fine\n", 0, "1: key 'caption' missing: the header has no such column"},
+    {"image,caption,image\na.jpg,fine,b\n", 0, "1: column 'image' appears twice in the header"},
+    {"", 0, " empty; expected a header row"},
+    {"image,caption\n", 0, " no records"},
+};
+enum { N_BAD_CSV = sizeof bad_csvs / sizeof bad_csvs[0] };
+
+static void test_manifest_csv(void) {
+    char path[1100], want[1400];
+    snprintf(path, sizeof path, "%s/bad.csv", dir);
+    for (int i = 0; i < N_BAD_CSV; i++) {
+        FILE *f = fopen(path, "wb");
+        BT_ASSERT(f);
+        const bad_csv *b = &bad_csvs[i];
+        fwrite(b->text, 1, b->len ? b->len : strlen(b->text), f);
+        fclose(f);
+        manifest m;
+        bt_status st = manifest_load(&m, path, NULL);
+        snprintf(want, sizeof want, "%s:%s", path, b->msg);
+        tu_check(st != BT_OK && strstr(bt_error_message(), want) != NULL,
+                 "csv stop: case %d -> \"%s\"", i, bt_error_message());
+        manifest_free(&m);
+    }
+    /* SKIP keeps the good rows of a file whose row 3 has a wrong field count. */
+    tu_setup_text(path,
+                  "image,caption\na.jpg,fine\nb.jpg,x,extra\nc.jpg,\"multi\nline\"\nd.jpg,ok\n");
+    manifest_options o = manifest_options_default();
+    o.on_error = MANIFEST_ON_ERROR_SKIP;
+    manifest m;
+    bt_status st = manifest_load(&m, path, &o);
+    snprintf(want, sizeof want, "%s:3: 3 fields, the header has 2", path);
+    tu_check(st == BT_OK && m.n == 3 && m.n_skipped == 1 && strstr(m.problems[0], want) &&
+                 m.records[2].line == 6,
+             "csv skip: 3 records kept, row 3 reported, line numbers past a quoted newline");
+    manifest_free(&m);
+
+    /* A CSV file named .jsonl: the JSON error says how to name it. */
+    snprintf(path, sizeof path, "%s/csv_named.jsonl", dir);
+    tu_setup_text(path, "image,caption\na.jpg,x\n");
+    st = manifest_load(&m, path, NULL);
+    tu_check(st == BT_ERR_FORMAT && strstr(bt_error_message(), "must be named *.csv"),
+             "CSV under a .jsonl name: %s", bt_error_message());
+    manifest_free(&m);
+}
+
 static void test_manifest_files(void) {
     char path[1100];
     manifest m;
@@ -158,8 +229,9 @@ static void test_manifest_files(void) {
     manifest_free(&m);
 
     st = manifest_load(&m, dir, NULL);
-    tu_check(st == BT_ERR_IO && strstr(bt_error_message(), "is a directory"),
-             "a directory as manifest: %s", bt_error_message());
+    tu_check(st == BT_ERR_MISSING && strstr(bt_error_message(), "needs metadata.jsonl or "
+                                            "metadata.csv"),
+             "a directory without metadata as manifest: %s", bt_error_message());
     manifest_free(&m);
 
     /* Deeply nested JSON (cJSON's nesting limit) is an error, not a stack overflow. */
@@ -416,6 +488,7 @@ int main(void) {
     test_manifest_stop();
     test_manifest_skip();
     test_manifest_files();
+    test_manifest_csv();
 
     char mpath[1300], model[1200];
     make_loader_data(mpath, sizeof mpath);

@@ -281,7 +281,7 @@ static void test_resume(void) {
     cJSON *back = cJSON_Parse(text);
     free(text);
     sampler_cursor cur;
-    bt_status st = loader_cursor_from_json(&o, N_TRAIN, back, "trainer_state.json", &cur);
+    bt_status st = loader_cursor_from_json(&o, &train, back, "trainer_state.json", &cur);
     cJSON_Delete(back);
     tu_check(st == BT_OK && cur.epoch == 1 && cur.position == 3 * B,
              "cursor after 13 batches is epoch 1, position 12: %s", st ? bt_error_message() : "ok");

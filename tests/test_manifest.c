@@ -6,10 +6,12 @@
  * integer and string ids; unknown keys ignored; configurable column names (the New Yorker
  * run's image_description); the matching-task fields; non-ASCII UTF-8 (and \u escapes) kept
  * byte for byte; a file made by the synthetic generator reads back with the captions it was
- * generated from; a large manifest keeps one arena. */
+ * generated from; a large manifest keeps one arena; CSV/TSV manifests (RFC 4180 quoting) and
+ * HF imagefolder directories. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/manifest.h"
@@ -180,11 +182,97 @@ static void test_many(const char *dir) {
     manifest_free(&m);
 }
 
+
+/* CSV and TSV: the same records as JSON Lines would give, RFC 4180 quoting (a quoted comma,
+ * a doubled quote, a newline inside quotes), a BOM, CRLF, a blank line, an unused column, an
+ * empty optional cell and the matching-task columns (choices as JSON text). The expected
+ * values are written out by hand from the file text. */
+static void test_csv(const char *dir) {
+    char path[1024], want[1100];
+    snprintf(path, sizeof path, "%s/train.csv", dir);
+    tu_setup_text(
+        path, "\xEF\xBB\xBFid,image,caption,extra,caption_choices,label\r\n"
+              "a1,img/a.jpg,\"a cat, sitting\",x,,\r\n"
+              "\r\n"
+              "a2,/abs/b.jpg,\"she said \"\"hi\"\"\nthen left\",,\"[\"\"p\"\",\"\"q\"\",\"\"r\"\","
+              "\"\"s\"\",\"\"t\"\"]\",3\n"
+              ",c.jpg,caf\xC3\xA9,y,,");
+    manifest m;
+    bt_status st = manifest_load(&m, path, NULL);
+    tu_check(st == BT_OK && m.n == 3 && m.n_skipped == 0, "CSV loads 3 records: %s",
+             st ? bt_error_message() : "ok");
+    if (st == BT_OK && m.n == 3) {
+        snprintf(want, sizeof want, "%s/img/a.jpg", dir);
+        tu_check(str_eq(manifest_image(&m, 0), want) && str_eq(manifest_id(&m, 0), "a1") &&
+                     str_eq(manifest_caption(&m, 0), "a cat, sitting"),
+                 "CSV row 1: BOM stripped, quoted comma kept, image joined to the directory");
+        tu_check(str_eq(manifest_caption(&m, 1), "she said \"hi\"\nthen left") &&
+                     str_eq(manifest_image(&m, 1), "/abs/b.jpg"),
+                 "CSV row 2: doubled quotes and a newline inside quotes: '%s'",
+                 manifest_caption(&m, 1));
+        tu_check(manifest_has_choices(&m, 1) && str_eq(manifest_choice(&m, 1, 4), "t") &&
+                     m.records[1].label == 3 && !manifest_has_choices(&m, 0) &&
+                     m.records[0].label == -1,
+                 "CSV choices cell (JSON text) and label cell read; empty cells absent");
+        tu_check(manifest_id(&m, 2) == NULL && str_eq(manifest_caption(&m, 2), "caf\xC3\xA9"),
+                 "CSV empty id cell is no id; UTF-8 kept");
+        tu_check(m.records[0].line == 2 && m.records[1].line == 4 && m.records[2].line == 6,
+                 "CSV record lines are where each row starts: 2, 4, 6 (got %d, %d, %d)",
+                 m.records[0].line, m.records[1].line, m.records[2].line);
+    }
+    manifest_free(&m);
+
+    snprintf(path, sizeof path, "%s/train.TSV", dir);
+    tu_setup_text(path, "file\ttext\n"
+                        "a.jpg\ta cat, with a comma\n"
+                        "b.jpg\t\"tab\tinside\"\n");
+    manifest_options o = manifest_options_default();
+    o.image_key = "file";
+    o.caption_key = "text";
+    st = manifest_load(&m, path, &o);
+    tu_check(st == BT_OK && m.n == 2 && str_eq(manifest_caption(&m, 0), "a cat, with a comma") &&
+                 str_eq(manifest_caption(&m, 1), "tab\tinside"),
+             "TSV (.TSV, renamed columns): commas are text, quoted tab kept: %s",
+             st ? bt_error_message() : "ok");
+    manifest_free(&m);
+}
+
+/* HF imagefolder: a directory with metadata.csv or metadata.jsonl; file_name is the image
+ * column, paths relative to the directory. */
+static void test_imagefolder(const char *dir) {
+    char sub[1024], path[1100], want[1200];
+    snprintf(sub, sizeof sub, "%s/folder_csv", dir);
+    BT_ASSERT(mkdir(sub, 0777) == 0);
+    snprintf(path, sizeof path, "%s/metadata.csv", sub);
+    tu_setup_text(path, "file_name,text\ntrain/0001.png,a drawing\n");
+    manifest_options o = manifest_options_default();
+    o.caption_key = "text";
+    manifest m;
+    bt_status st = manifest_load(&m, sub, &o);
+    snprintf(want, sizeof want, "%s/train/0001.png", sub);
+    tu_check(st == BT_OK && m.n == 1 && str_eq(manifest_image(&m, 0), want) &&
+                 str_eq(manifest_caption(&m, 0), "a drawing") && str_eq(m.path, path),
+             "imagefolder with metadata.csv: %s", st ? bt_error_message() : manifest_image(&m, 0));
+    manifest_free(&m);
+
+    snprintf(sub, sizeof sub, "%s/folder_jsonl/", dir);
+    BT_ASSERT(mkdir(sub, 0777) == 0);
+    snprintf(path, sizeof path, "%smetadata.jsonl", sub);
+    tu_setup_text(path, "{\"file_name\": \"x.jpg\", \"text\": \"one\"}\n");
+    st = manifest_load(&m, sub, &o);
+    tu_check(st == BT_OK && m.n == 1 && strstr(manifest_image(&m, 0), "folder_jsonl/x.jpg"),
+             "imagefolder with metadata.jsonl (trailing slash): %s",
+             st ? bt_error_message() : manifest_image(&m, 0));
+    manifest_free(&m);
+}
+
 int main(void) {
     const char *dir = tu_tmpdir();
     test_basic(dir);
     test_matching_and_keys(dir);
     test_synthetic(dir);
     test_many(dir);
+    test_csv(dir);
+    test_imagefolder(dir);
     return tu_finish();
 }

@@ -24,6 +24,13 @@
  *       ones (every pair is a matching pair: ITM's positive label), with the record ids and
  *       indices as metadata; B is the batch's valid rows. T: --max-length, else config.json's
  *       max_text_len, else max_position_embeddings - pad_token_id - 1. bt-forward reads it.
+ *   bt-data shards --data SOURCE --out DIR [--per-shard N] [--image-key K] [--caption-key K]
+ *       writes the records of any source manifest_load reads as WebDataset shards
+ *       DIR/00000.tar, 00001.tar, ... of N samples each (default 1000), in record order: per
+ *       sample "<index>.jpg|png|webp" (the image's bytes unchanged; the extension from its
+ *       content), "<index>.txt" (the caption) and, when the record has an id or caption
+ *       choices, "<index>.json" ({"id", "caption_choices", "label"}). Each shard is written
+ *       atomically; the brace pattern to give as data.train is printed.
  *
  * Exit status: 0 ok, 1 problems found or an error (the message names the file and line),
  * 2 usage error.
@@ -47,6 +54,7 @@
 #include "data/loader.h"
 #include "data/manifest.h"
 #include "data/sampler.h"
+#include "data/shards.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
 #include "args.h"
@@ -68,7 +76,9 @@ static const char usage_text[] =
     "  bt-data synth --captions N [--seed S]\n"
     "  bt-data batch --data MANIFEST --model DIR --batch-size N [--index K] [--seed S]\n"
     "                [--max-length T] [--dtype f32|bf16] [--dct-scaling]\n"
-    "                --output OUT.safetensors\n";
+    "                --output OUT.safetensors\n"
+    "  bt-data shards --data SOURCE --out DIR [--per-shard N] [--image-key K]\n"
+    "                 [--caption-key K]\n";
 
 static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "bt-data: ");
@@ -97,7 +107,7 @@ static bt_status check_model_dir(const char *dir) {
 
 typedef struct args {
     const char *data, *model, *image_key, *caption_key, *image, *output, *out, *dtype;
-    long long max_length, train, val, test, size, captions, batch_size, index;
+    long long max_length, train, val, test, size, captions, batch_size, index, per_shard;
     uint64_t seed;
     int pair, pad, mask, dct;
 } args;
@@ -129,6 +139,7 @@ static const struct opt_spec {
     {"--captions", OPT_NUM, offsetof(args, captions), 0, 100000000},
     {"--batch-size", OPT_NUM, offsetof(args, batch_size), 1, 65536},
     {"--index", OPT_NUM, offsetof(args, index), 0, INT64_MAX / 2},
+    {"--per-shard", OPT_NUM, offsetof(args, per_shard), 1, 100000000},
     {"--pair", OPT_FLAG, offsetof(args, pair), 0, 0},
     {"--pad", OPT_FLAG, offsetof(args, pad), 0, 0},
     {"--mask", OPT_FLAG, offsetof(args, mask), 0, 0},
@@ -245,6 +256,18 @@ static const char *key_caption(const manifest *m, size_t i) {
     return manifest_caption(m, i);
 }
 
+/* Record i's image decoded at full size (bt-data check). */
+static bt_status decode_record_image(const manifest *m, size_t i, image_u8 *im) {
+    if (!m->members) return image_load_file(im, manifest_image(m, i), NULL);
+    uint8_t *bytes;
+    size_t n;
+    bt_status st = shards_read_record_image(m, i, &bytes, &n);
+    if (st != BT_OK) return st;
+    st = image_decode_for(im, bytes, n, manifest_image(m, i), NULL);
+    bt_free(bytes);
+    return st;
+}
+
 static int cmd_check(const args *a) {
     if (!a->data) return usage("check needs --data MANIFEST%s", "");
     manifest_options mo = manifest_options_default();
@@ -295,8 +318,10 @@ static int cmd_check(const args *a) {
             first = order[i] < first ? order[i] : first;
         image_u8 im;
         memset(&im, 0, sizeof im);
-        if (image_load_file(&im, manifest_image(&m, first), NULL) != BT_OK) {
-            printf("problem: %s:%d: %s", m.path, m.records[first].line, bt_error_message());
+        char where[4400];
+        manifest_where(&m, first, where, sizeof where);
+        if (decode_record_image(&m, first, &im) != BT_OK) {
+            printf("problem: %s: %s", where, bt_error_message());
             if (end - g > 1) printf(" (and %zu more records with this image)", end - g - 1);
             printf("\n");
             bad_images++;
@@ -324,7 +349,9 @@ static int cmd_check(const args *a) {
         size_t n = 0;
         st = tokenizer_encode(&tok, c, len, NULL, 0, &n);
         if (st != BT_OK && st != BT_ERR_ARG) { /* BT_ERR_ARG: cap 0 too small, n is set */
-            printf("problem: %s:%d: caption: %s\n", m.path, m.records[i].line, bt_error_message());
+            char where[4400];
+            manifest_where(&m, i, where, sizeof where);
+            printf("problem: %s: caption: %s\n", where, bt_error_message());
             problems++;
             n = 0;
         }
@@ -334,8 +361,9 @@ static int cmd_check(const args *a) {
             const char *ch = manifest_choice(&m, i, k);
             st = tokenizer_encode(&tok, ch, strlen(ch), NULL, 0, &n);
             if (st != BT_OK && st != BT_ERR_ARG) {
-                printf("problem: %s:%d: caption choice %d: %s\n", m.path, m.records[i].line, k,
-                       bt_error_message());
+                char where[4400];
+                manifest_where(&m, i, where, sizeof where);
+                printf("problem: %s: caption choice %d: %s\n", where, k, bt_error_message());
                 problems++;
             }
         }
@@ -539,6 +567,39 @@ static int cmd_synth(const args *a) {
     return EXIT_OK;
 }
 
+/* Compact JSON text of `item` (malloc'd, caller frees); deletes item. */
+static char *json_take(cJSON *item) {
+    char *t = cJSON_PrintUnformatted(item);
+    BT_ASSERT(t);
+    cJSON_Delete(item);
+    return t;
+}
+
+/* ---- shards ------------------------------------------------------------------------------ */
+
+static int cmd_shards(const args *a) {
+    if (!a->data || !a->out) return usage("shards needs --data SOURCE --out DIR%s", "");
+    long long per = a->per_shard > 0 ? a->per_shard : 1000;
+    manifest_options mo = manifest_options_default();
+    if (a->image_key) mo.image_key = a->image_key;
+    if (a->caption_key) mo.caption_key = a->caption_key;
+    manifest m;
+    bt_status st = manifest_load(&m, a->data, &mo);
+    size_t n_shards = 0;
+    if (st == BT_OK) st = shards_write(&m, a->out, (size_t)per, &n_shards);
+    if (st != BT_OK) {
+        manifest_free(&m);
+        return fail();
+    }
+    if (n_shards == 1)
+        printf("%s: %zu samples in 1 shard: %s/00000.tar\n", a->data, m.n, a->out);
+    else
+        printf("%s: %zu samples in %zu shards: %s/{00000..%05zu}.tar\n", a->data, m.n, n_shards,
+               a->out, n_shards - 1);
+    manifest_free(&m);
+    return EXIT_OK;
+}
+
 /* ---- batch ------------------------------------------------------------------------------- */
 
 /* The model directory's config.json, if it has one: the text length the model takes by
@@ -581,14 +642,6 @@ static bt_status read_model_info(model_text_info *mi, const char *model_dir) {
     }
     free(text);
     return st;
-}
-
-/* Compact JSON text of `item` (malloc'd, caller frees); deletes item. */
-static char *json_take(cJSON *item) {
-    char *t = cJSON_PrintUnformatted(item);
-    BT_ASSERT(t);
-    cJSON_Delete(item);
-    return t;
 }
 
 static int cmd_batch(const args *a) {
@@ -791,5 +844,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "preprocess")) return cmd_preprocess(&a);
     if (!strcmp(cmd, "synth")) return cmd_synth(&a);
     if (!strcmp(cmd, "batch")) return cmd_batch(&a);
+    if (!strcmp(cmd, "shards")) return cmd_shards(&a);
     return usage("unknown command '%s'", cmd);
 }

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "data/shards.h"
 #include "mem.h"
 
 typedef enum {
@@ -105,6 +106,7 @@ loader_options loader_options_default(void) {
     o.max_length = 40;
     o.pixel_dtype = BT_DTYPE_F32;
     o.with_choices = 1;
+    o.shuffle_buffer = 1000;
     o.on_error = MANIFEST_ON_ERROR_STOP;
     return o;
 }
@@ -171,6 +173,8 @@ static bt_status load_record(loader *l, loader_batch *b, int i, int64_t idx) {
     size_t T = (size_t)l->opt.max_length;
     uint8_t *px = (uint8_t *)b->pixel_values + (size_t)i * l->row_bytes;
     const char *path = manifest_image(m, (size_t)idx);
+    char where[4400];
+    manifest_where(m, (size_t)idx, where, sizeof where);
     bt_status st;
 
     uint64_t h = 0;
@@ -185,8 +189,18 @@ static bt_status load_record(loader *l, loader_batch *b, int i, int64_t idx) {
     } else {
         image_u8 im;
         memset(&im, 0, sizeof im);
-        st = image_load_file(&im, path, l->img);
-        if (st) return bt_fail_context(st, "%s:%d", m->path, r->line);
+        if (m->members) { /* a WebDataset sample: the member's bytes, read in place */
+            const manifest_member *mb = &m->members[idx];
+            uint8_t *bytes;
+            st = shards_read_member(m->shards[mb->shard], path, mb->offset, mb->size, &bytes);
+            if (st == BT_OK) {
+                st = image_decode_for(&im, bytes, (size_t)mb->size, path, l->img);
+                bt_free(bytes);
+            }
+        } else {
+            st = image_load_file(&im, path, l->img);
+        }
+        if (st) return bt_fail_context(st, "%s", where);
         if (l->opt.pixel_dtype == BT_DTYPE_BF16)
             image_preprocess_bf16((bt_bf16 *)px, &im, l->img);
         else
@@ -202,7 +216,7 @@ static bt_status load_record(loader *l, loader_batch *b, int i, int64_t idx) {
     const char *cap = manifest_caption(m, (size_t)idx);
     st = tokenizer_encode_single(l->tok, cap, strlen(cap), T, 1, 1, b->input_ids + i * T,
                                  b->attention_mask + i * T, &n);
-    if (st) return bt_fail_context(st, "%s:%d: caption", m->path, r->line);
+    if (st) return bt_fail_context(st, "%s: caption", where);
     if (l->has_choices) {
         for (int k = 0; k < MANIFEST_N_CHOICES; k++) {
             int32_t *ids = b->choice_ids + ((size_t)i * MANIFEST_N_CHOICES + k) * T;
@@ -214,7 +228,7 @@ static bt_status load_record(loader *l, loader_batch *b, int i, int64_t idx) {
                 continue;
             }
             st = tokenizer_encode_single(l->tok, c, strlen(c), T, 1, 1, ids, mask, &n);
-            if (st) return bt_fail_context(st, "%s:%d: caption choice %d", m->path, r->line, k);
+            if (st) return bt_fail_context(st, "%s: caption choice %d", where, k);
         }
         b->labels[i] = r->label;
     }
@@ -264,8 +278,7 @@ static bt_status fill_batch(worker *w, loader_batch *b, int64_t seq) {
     int64_t n = l->m->n;
     int64_t epoch = seq / l->num_batches, k = seq % l->num_batches;
     if (w->epoch != epoch) {
-        sampler_permutation(&l->smp, epoch, w->perm);
-        sampler_rank_indices(&l->smp, w->perm, w->list);
+        sampler_epoch_list(&l->smp, epoch, w->perm, w->list);
         w->epoch = epoch;
     }
     b->seq = seq;
@@ -395,8 +408,11 @@ static void batch_free(loader_batch *b) {
     bt_free(b->labels);
 }
 
-static sampler_options sampler_opts(const loader_options *o) {
+static sampler_options sampler_opts(const loader_options *o, const manifest *m) {
     sampler_options so = {
+        .n_shards = m->members ? (int64_t)m->n_shards : 0,
+        .shard_first = m->shard_first,
+        .shuffle_buffer = o->shuffle_buffer,
         .seed = o->seed,
         .rank = o->rank,
         .world_size = o->world_size,
@@ -408,11 +424,11 @@ static sampler_options sampler_opts(const loader_options *o) {
     return so;
 }
 
-bt_status loader_cursor_from_json(const loader_options *opt, int64_t n_records, const cJSON *j,
+bt_status loader_cursor_from_json(const loader_options *opt, const manifest *m, const cJSON *j,
                                   const char *what, sampler_cursor *out) {
     sampler s;
-    sampler_options so = sampler_opts(opt);
-    bt_status st = sampler_init(&s, n_records, &so);
+    sampler_options so = sampler_opts(opt, m);
+    bt_status st = sampler_init(&s, (int64_t)m->n, &so);
     if (st == BT_OK) st = sampler_cursor_from_json(&s, j, what, out);
     sampler_free(&s);
     return st;
@@ -477,7 +493,7 @@ bt_status loader_init(loader **out, const manifest *m, const tokenizer *tok,
     l->tok = tok;
     l->img = img;
     l->opt = *opt;
-    sampler_options so = sampler_opts(opt);
+    sampler_options so = sampler_opts(opt, m);
     if ((st = sampler_init(&l->smp, (int64_t)m->n, &so))) {
         sampler_free(&l->smp);
         free(l);

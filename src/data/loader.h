@@ -4,6 +4,11 @@
  * batches into a ring of `prefetch` pre-allocated batch slots, ahead of the compute. The main
  * thread only takes the next ready slot (loader_next) and hands it back (loader_release).
  *
+ * WebDataset shards (manifest.shards): the same machinery with the sampler's shard mode
+ * (sampler.h: whole shards per rank, a sample shuffle buffer); each worker still fills whole
+ * batches, reading the image members in place (shards.h). No two workers or ranks read the same
+ * sample slot of an epoch, and delivery order stays a pure function of seq.
+ *
  * Order: batches form one stream numbered by seq = epoch * num_batches + k (k = batch of the
  * epoch), across epoch boundaries. A worker claims the lowest unclaimed seq whose ring slot is
  * free and fills it from the sampler's indices for (epoch, k) (sampler.h: shuffle from
@@ -17,7 +22,8 @@
  * uninterrupted one would have.
  *
  * Bad records (image missing, unreadable or corrupt; caption that cannot be tokenized) are
- * reported as "manifest:line: <problem>" (the image path is inside the problem):
+ * reported as "manifest:line: <problem>", for shards "shard: sample 'key': <problem>" (the
+ * image path is inside the problem):
  *   on_error STOP: loader_next returns the error with that message, at the batch that holds
  *                  the record; the loader then only returns that error.
  *   on_error SKIP: the record is replaced by the next valid record in dataset order
@@ -60,6 +66,7 @@ typedef struct loader_options {
     int batch_size; /* per rank */
     int shuffle, drop_last, drop_last_batch;
     int64_t max_epochs;   /* deliver epochs < max_epochs, then end (0: never end) */
+    int64_t shuffle_buffer; /* WebDataset shards: sample shuffle buffer (sampler.h) */
     sampler_cursor start; /* first batch delivered: (epoch, position) */
     /* outputs */
     int max_length;       /* T: every caption (and choice) padded/truncated to it, >= 2 */
@@ -69,8 +76,8 @@ typedef struct loader_options {
     manifest_error_policy on_error;
 } loader_options;
 
-/* One worker, prefetch 2*workers, batch 1, world 1, T = 40, fp32, shuffle on, no cache,
- * on_error STOP, start (0, 0), max_epochs 0. */
+/* One worker, prefetch 2*workers, batch 1, world 1, T = 40, fp32, shuffle on (shard buffer
+ * 1000), no cache, on_error STOP, start (0, 0), max_epochs 0. */
 loader_options loader_options_default(void);
 
 typedef struct loader_batch {
@@ -129,9 +136,9 @@ void loader_release(loader *l, loader_batch *batch);
 sampler_cursor loader_cursor(const loader *l);
 /* loader_cursor as JSON (sampler.h format); caller owns it. */
 struct cJSON *loader_cursor_to_json(const loader *l);
-/* Parses and checks a saved cursor against the options and dataset size this loader would
- * run with (an error names the key that differs); use the result as options.start. */
-bt_status loader_cursor_from_json(const loader_options *opt, int64_t n_records,
+/* Parses and checks a saved cursor against the options and dataset (size, shards) this loader
+ * would run with (an error names the key that differs); use the result as options.start. */
+bt_status loader_cursor_from_json(const loader_options *opt, const manifest *m,
                                   const struct cJSON *j, const char *what, sampler_cursor *out);
 
 /* Batches per epoch for this rank. */

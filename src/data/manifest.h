@@ -1,4 +1,13 @@
-/* manifest.h: a dataset manifest in JSON Lines, parsed once into compact records.
+/* manifest.h: a dataset's records (JSON Lines, CSV/TSV, an HF imagefolder directory or
+ * WebDataset tar shards), parsed once into compact records.
+ *
+ * Which reader (docs/data.md "Dataset sources"): a source naming .tar shards (shards.h:
+ * "::", a brace pattern or a .tar path) or a directory holding .tar files and no metadata
+ * file are WebDataset shards; a directory with metadata.jsonl or metadata.csv is an HF
+ * imagefolder (image column `file_name` unless image_key is set to another name than
+ * "image"); a file named *.csv / *.tsv is CSV / TSV (header row, RFC 4180 quoting; each row
+ * is checked by the JSON Lines rules below, empty cells of optional columns are absent, the
+ * choices cell is JSON text); anything else is JSON Lines.
  *
  * One JSON object per line; blank lines (only spaces, tabs, CR) are skipped; a UTF-8 byte
  * order mark at the start of the file is ignored. Keys (their names are configurable):
@@ -62,8 +71,15 @@ typedef struct manifest_record {
     int32_t line;                         /* 1-based line in the manifest file */
 } manifest_record;
 
+/* Where a shard record's image bytes lie (WebDataset sources). */
+typedef struct manifest_member {
+    uint64_t offset, size; /* of the image member's data in its shard file */
+    uint32_t shard;        /* index into manifest.shards */
+} manifest_member;
+
 typedef struct manifest {
-    char *path;               /* the manifest file as given */
+    char *path;               /* the manifest file as given (imagefolder: its metadata file;
+                                 shards: the source spec) */
     manifest_record *records; /* (n) in file order */
     size_t n;
     char *arena; /* every string, NUL-terminated */
@@ -71,6 +87,15 @@ typedef struct manifest {
     size_t n_lines;   /* lines read, blank ones included */
     size_t n_skipped; /* lines dropped under MANIFEST_ON_ERROR_SKIP */
     char **problems;  /* (n_skipped) "file:line: message" */
+    /* WebDataset shards (a source naming .tar files); all NULL / 0 for a manifest file. The
+     * records of shard s are [shard_first[s], shard_first[s + 1]), in archive order; a
+     * record's `line` is its sample's 1-based number in its shard, its id the sample key
+     * (unless a json member gives one) and its image string "shard:member" (for messages and
+     * the image cache; the bytes are read at members[i]). */
+    char **shards;            /* (n_shards) paths */
+    size_t n_shards;
+    int64_t *shard_first;     /* (n_shards + 1) */
+    manifest_member *members; /* (n) */
 } manifest;
 
 /* Reads and validates the whole file. On error the manifest holds whatever was parsed
@@ -98,6 +123,9 @@ static inline int manifest_has_choices(const manifest *m, size_t i) {
 static inline const char *manifest_choice(const manifest *m, size_t i, int k) {
     return manifest_str(m, m->records[i].choices[k]);
 }
+
+/* Where record i comes from, for messages: "file:line" or "shard: sample 'key'". */
+void manifest_where(const manifest *m, size_t i, char *buf, size_t cap);
 
 /* 1 when the n bytes at s are well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF). */
 int manifest_utf8_valid(const char *s, size_t n);

@@ -42,6 +42,22 @@ bt_status sampler_init(sampler *s, int64_t n, const sampler_options *opt) {
     s->num_batches = opt->drop_last_batch ? s->num_samples / b : (s->num_samples + b - 1) / b;
     s->perm = malloc((size_t)n * sizeof *s->perm);
     BT_ASSERTF(s->perm, "out of memory for a sampler of %" PRId64 " records", n);
+    if (opt->n_shards > 0) {
+        BT_ASSERT(opt->shard_first && opt->shard_first[opt->n_shards] == n);
+        s->shard_ids = malloc((size_t)opt->n_shards * sizeof *s->shard_ids);
+        s->list = malloc(((size_t)s->num_samples + 1) * sizeof *s->list);
+        BT_ASSERTF(s->shard_ids && s->list, "out of memory for a sampler of %" PRId64 " shards",
+                   opt->n_shards);
+        for (int64_t i = 0; i < opt->n_shards; i++)
+            if (opt->shard_first[i + 1] > opt->shard_first[i]) s->shard_ids[s->n_live++] = i;
+        if (s->n_live < w) {
+            int64_t live = s->n_live;
+            sampler_free(s);
+            return bt_fail(BT_ERR_ARG, "sampler: %" PRId64 " non-empty shards for %" PRId64
+                           " ranks; every rank reads whole shards, so write at least one shard "
+                           "per rank (bt-data shards --per-shard)", live, w);
+        }
+    }
     sampler_set_epoch(s, 0);
     return BT_OK;
 }
@@ -49,24 +65,88 @@ bt_status sampler_init(sampler *s, int64_t n, const sampler_options *opt) {
 void sampler_free(sampler *s) {
     if (!s) return;
     free(s->perm);
+    free(s->list);
+    free(s->shard_ids);
     memset(s, 0, sizeof *s);
 }
 
-void sampler_permutation(const sampler *s, int64_t epoch, int64_t *perm) {
-    for (int64_t i = 0; i < s->n; i++)
+/* permutation(seed, epoch) of 0..n-1 into perm (identity without shuffle). */
+static void permute(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, int shuffle) {
+    for (int64_t i = 0; i < n; i++)
         perm[i] = i;
-    if (!s->opt.shuffle) return;
+    if (!shuffle) return;
     /* key = splitmix64(seed) XOR epoch seeds xoshiro256**; Fisher-Yates from the top. */
-    uint64_t st = s->opt.seed;
+    uint64_t st = seed;
     uint64_t key = bt_splitmix64(&st) ^ (uint64_t)epoch;
     bt_rng r;
     bt_rng_seed(&r, key);
-    for (int64_t i = s->n - 1; i > 0; i--) {
+    for (int64_t i = n - 1; i > 0; i--) {
         int64_t j = (int64_t)bt_rng_below(&r, (uint64_t)i + 1);
         int64_t t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
     }
+}
+
+void sampler_permutation(const sampler *s, int64_t epoch, int64_t *perm) {
+    permute(perm, s->n, s->opt.seed, epoch, s->opt.shuffle);
+}
+
+/* Shard mode (sampler.h): the rank's buffered shard stream, repeated or cut to num_samples. */
+static void shard_list(const sampler *s, int64_t epoch, int64_t *stream, int64_t *out) {
+    int64_t w = s->opt.world_size, r = s->opt.rank, S = s->n_live;
+    int64_t *order = malloc((size_t)S * sizeof *order);
+    BT_ASSERT(order);
+    permute(order, S, s->opt.seed, epoch, s->opt.shuffle);
+    int64_t len = 0;
+    for (int64_t k = r; k < S; k += w) {
+        int64_t sh = s->shard_ids[order[k]];
+        for (int64_t i = s->opt.shard_first[sh]; i < s->opt.shard_first[sh + 1]; i++)
+            stream[len++] = i;
+    }
+    free(order);
+    int64_t B = s->opt.shuffle_buffer < len ? s->opt.shuffle_buffer : len;
+    if (s->opt.shuffle && B > 1) {
+        uint64_t st = s->opt.seed;
+        (void)bt_splitmix64(&st);
+        uint64_t k2 = bt_splitmix64(&st);
+        bt_rng g;
+        bt_rng_seed(&g, k2 ^ (uint64_t)epoch ^ ((uint64_t)r << 32));
+        int64_t *buf = malloc((size_t)B * sizeof *buf);
+        BT_ASSERT(buf);
+        /* Emitted samples go back into stream in place: the j-th emission happens after
+         * reading input j + B - 1 >= j, so no unread input is overwritten. */
+        int64_t emitted = 0;
+        for (int64_t i = 0; i < len; i++) {
+            if (i < B) {
+                buf[i] = stream[i];
+                continue;
+            }
+            int64_t j = (int64_t)bt_rng_below(&g, (uint64_t)B);
+            int64_t x = stream[i];
+            stream[emitted++] = buf[j];
+            buf[j] = x;
+        }
+        for (int64_t c = B; c > 0; c--) {
+            int64_t j = (int64_t)bt_rng_below(&g, (uint64_t)c);
+            stream[emitted++] = buf[j];
+            buf[j] = buf[c - 1];
+        }
+        BT_ASSERT(emitted == len);
+        free(buf);
+    }
+    BT_ASSERT(len > 0);
+    for (int64_t i = 0; i < s->num_samples; i++)
+        out[i] = stream[i % len];
+}
+
+void sampler_epoch_list(const sampler *s, int64_t epoch, int64_t *scratch, int64_t *out) {
+    if (s->opt.n_shards > 0) {
+        shard_list(s, epoch, scratch, out);
+        return;
+    }
+    sampler_permutation(s, epoch, scratch);
+    sampler_rank_indices(s, scratch, out);
 }
 
 void sampler_rank_indices(const sampler *s, const int64_t *perm, int64_t *out) {
@@ -86,7 +166,8 @@ int sampler_batch_size_at(const sampler *s, int64_t k) {
 void sampler_set_epoch(sampler *s, int64_t epoch) {
     BT_ASSERT(epoch >= 0);
     if (s->perm_epoch != epoch) {
-        sampler_permutation(s, epoch, s->perm);
+        if (s->opt.n_shards > 0) shard_list(s, epoch, s->perm, s->list);
+        else sampler_permutation(s, epoch, s->perm);
         s->perm_epoch = epoch;
     }
     s->cur.epoch = epoch;
@@ -101,7 +182,7 @@ int sampler_next_batch(sampler *s, int64_t *out) {
     int64_t w = s->opt.world_size, r = s->opt.rank;
     for (int i = 0; i < size; i++) {
         int64_t p = s->cur.position + i;
-        out[i] = s->perm[(r + p * w) % s->n];
+        out[i] = s->opt.n_shards > 0 ? s->list[p] : s->perm[(r + p * w) % s->n];
     }
     s->cur.position += size;
     return size;
@@ -127,6 +208,10 @@ cJSON *sampler_cursor_to_json(const sampler *s, sampler_cursor c) {
     cJSON_AddBoolToObject(j, "shuffle", s->opt.shuffle != 0);
     cJSON_AddBoolToObject(j, "drop_last", s->opt.drop_last != 0);
     cJSON_AddBoolToObject(j, "drop_last_batch", s->opt.drop_last_batch != 0);
+    if (s->opt.n_shards > 0) {
+        cJSON_AddNumberToObject(j, "shards", (double)s->opt.n_shards);
+        cJSON_AddNumberToObject(j, "shuffle_buffer", (double)s->opt.shuffle_buffer);
+    }
     return j;
 }
 
@@ -208,6 +293,16 @@ bt_status sampler_cursor_from_json(const sampler *s, const cJSON *j, const char 
     if ((st = check_same(what, "drop_last", drop_last, s->opt.drop_last != 0))) return st;
     if ((st = check_same(what, "drop_last_batch", drop_last_batch, s->opt.drop_last_batch != 0)))
         return st;
+    if (s->opt.n_shards > 0) {
+        int64_t shards = 0, buffer = 0;
+        if ((st = json_int(j, what, "shards", &shards))) return st;
+        if ((st = json_int(j, what, "shuffle_buffer", &buffer))) return st;
+        if ((st = check_same(what, "shards", shards, s->opt.n_shards))) return st;
+        if ((st = check_same(what, "shuffle_buffer", buffer, s->opt.shuffle_buffer))) return st;
+    } else if (cJSON_GetObjectItemCaseSensitive(j, "shards")) {
+        return bt_fail(BT_ERR_CONFIG, "%s: the cursor was saved reading WebDataset shards; this "
+                       "run reads a manifest", what);
+    }
     out->epoch = epoch;
     out->position = position;
     if ((st = cursor_validate(s, *out))) return bt_fail_context(st, "%s", what);

@@ -39,6 +39,11 @@ typedef struct sampler_options {
     int shuffle;          /* 0: dataset order (evaluation) */
     int drop_last;        /* DistributedSampler's drop_last: cut instead of pad */
     int drop_last_batch;  /* DataLoader's drop_last: drop the final partial batch */
+    /* WebDataset shards (n_shards > 0): records come in shards, shard s holding records
+     * [shard_first[s], shard_first[s + 1]); the rank's list is the shard stream below. */
+    int64_t n_shards;
+    const int64_t *shard_first; /* (n_shards + 1), borrowed; shard_first[n_shards] = N */
+    int64_t shuffle_buffer;     /* samples in the shuffle buffer; <= 1: none */
 } sampler_options;
 
 typedef struct sampler_cursor {
@@ -53,12 +58,15 @@ typedef struct sampler {
     int64_t total_size;  /* num_samples * world_size */
     int64_t num_batches; /* per rank per epoch */
     sampler_cursor cur;
-    int64_t *perm;      /* (N) permutation of cur.epoch */
+    int64_t *perm;      /* (N) permutation of cur.epoch (shard mode: scratch) */
     int64_t perm_epoch; /* epoch perm holds, -1 for none */
+    int64_t *list;      /* shard mode: (num_samples) this rank's list of cur.epoch */
+    int64_t *shard_ids; /* shard mode: (n_live) the shards holding at least one record */
+    int64_t n_live;
 } sampler;
 
-/* Errors (BT_ERR_ARG): n < 1, world_size < 1, rank outside 0..world_size-1, batch_size < 1.
- * Starts at epoch 0, position 0. */
+/* Errors (BT_ERR_ARG): n < 1, world_size < 1, rank outside 0..world_size-1, batch_size < 1;
+ * shard mode: fewer non-empty shards than ranks. Starts at epoch 0, position 0. */
 bt_status sampler_init(sampler *s, int64_t n, const sampler_options *opt);
 void sampler_free(sampler *s);
 
@@ -73,12 +81,26 @@ int sampler_next_batch(sampler *s, int64_t *out);
  * out (num_samples) computed from such a permutation. */
 void sampler_permutation(const sampler *s, int64_t epoch, int64_t *perm);
 void sampler_rank_indices(const sampler *s, const int64_t *perm, int64_t *out);
+/* This rank's list for `epoch` (num_samples indices) into out, using scratch (N) as work
+ * space: sampler_permutation + sampler_rank_indices, or in shard mode the shard stream:
+ *   order  = the non-empty shards, permuted by permutation(seed, epoch) over their count
+ *            when shuffle (the same generator as records), else in source order
+ *   stream = the records of shards order[r], order[r + W], order[r + 2W], ... each shard's
+ *            records in archive order
+ *   buffer = (shuffle and shuffle_buffer > 1) stream through a buffer of B samples: the first
+ *            B fill it; each later sample swaps with slot j = below(B), the evicted one is
+ *            emitted; at the end slots are emitted by j = below(count), each replaced by the
+ *            last; the generator is xoshiro256** seeded with k2 ^ epoch ^ (rank << 32), k2 the
+ *            second splitmix64 output of the seed
+ *   list   = the buffered stream repeated from its start up to num_samples, or cut there. */
+void sampler_epoch_list(const sampler *s, int64_t epoch, int64_t *scratch, int64_t *out);
 /* Size of batch k (0..num_batches-1) of an epoch; its indices are the rank list's
  * [k*batch_size, k*batch_size + size). */
 int sampler_batch_size_at(const sampler *s, int64_t k);
 
 /* The cursor as a JSON object {"epoch", "position", "seed", "dataset_size", "world_size",
- * "batch_size", "shuffle", "drop_last", "drop_last_batch"} (caller owns it). The seed is a
+ * "batch_size", "shuffle", "drop_last", "drop_last_batch"}, plus "shards" and
+ * "shuffle_buffer" in shard mode (caller owns it). The seed is a
  * number when it is below 2^53, a decimal string otherwise (JSON numbers are doubles). */
 struct cJSON *sampler_cursor_to_json(const sampler *s, sampler_cursor c);
 /* Parses such an object and checks it against this sampler's settings: any difference is an

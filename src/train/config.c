@@ -85,6 +85,7 @@ static const field FIELDS[] = {
     I_("data.image_size", data.image_size, F_RESUME, 0, 4096, 0, "image_size"),
     I_("data.max_length", data.max_length, F_RESUME, 2, 512, 40, "max_seq_length"),
     B_("data.shuffle", data.shuffle, F_RESUME, 1, ""),
+    I_("data.shuffle_buffer", data.shuffle_buffer, F_RESUME, 1, 1000000, 1000, ""),
     I_("data.seed", data.seed, F_NULL | F_RESUME, 0, INT_MAX_JSON, BT_RUN_INT_DERIVE,
        "data_seed"),
     B_("data.drop_last", data.drop_last, F_RESUME, 0, "dataloader_drop_last"),

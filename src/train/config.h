@@ -61,11 +61,12 @@ typedef struct bt_run_config {
         int drop_text_pooler;/* 1: the unused text_model.pooler is not trained nor saved */
     } model;
     struct {
-        char *train, *validation, *test; /* JSON Lines manifests; validation/test may be NULL */
+        char *train, *validation, *test; /* data sources (manifest.h); validation/test may be NULL */
         char *image_column, *caption_column, *id_column, *choices_column, *label_column;
         int64_t image_size;        /* 0: the preprocessor config's crop size */
         int64_t max_length;        /* T: tokens per caption incl. <s> </s> */
         int shuffle;
+        int64_t shuffle_buffer;    /* WebDataset shards: samples in the shuffle buffer */
         int64_t seed;              /* data order; derived from train.seed when null */
         int drop_last;             /* drop the last partial batch of each epoch */
         int64_t num_workers;       /* loader threads, >= 1 */

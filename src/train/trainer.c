@@ -256,8 +256,9 @@ static cJSON *cursor_for_world(const job *j, const cJSON *saved, int64_t n,
     cJSON *c = cJSON_Duplicate(saved, 1);
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(saved, "world_size");
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(saved, "position");
+    /* Shards are split whole across ranks: another world size is another order. */
     if (!cJSON_IsNumber(w) || !cJSON_IsNumber(p) || (int)w->valuedouble == lo->world_size ||
-        w->valuedouble < 1 || lo->drop_last)
+        w->valuedouble < 1 || lo->drop_last || cJSON_HasObjectItem(saved, "shards"))
         return c;
     const int64_t w0 = (int64_t)w->valuedouble, p0 = (int64_t)p->valuedouble, W = lo->world_size;
     const int64_t end0 = (n + w0 - 1) / w0, end1 = (n + W - 1) / W;
@@ -301,6 +302,7 @@ static bt_status loader_setup(job *j) {
     lo.with_choices = 0;
     lo.cache_bytes = (size_t)rc->data.image_cache_bytes;
     lo.on_error = mo.on_error;
+    lo.shuffle_buffer = rc->data.shuffle_buffer;
     if (lo.prefetch < (int)rc->train.gradient_accumulation_steps)
         lo.prefetch = (int)rc->train.gradient_accumulation_steps + lo.num_workers;
     if (j->resumed && j->resume.state.loader_cursor) {
@@ -308,7 +310,7 @@ static bt_status loader_setup(job *j) {
         snprintf(what, sizeof what, "%s/trainer_state.json: loader_cursor", j->resume_dir);
         cJSON *cur = cursor_for_world(j, j->resume.state.loader_cursor, (int64_t)j->train_man.n,
                                       &lo);
-        st = loader_cursor_from_json(&lo, (int64_t)j->train_man.n, cur, what, &lo.start);
+        st = loader_cursor_from_json(&lo, &j->train_man, cur, what, &lo.start);
         cJSON_Delete(cur);
         if (st != BT_OK) return st;
     }
