@@ -659,36 +659,6 @@ void bt_checkpoint_save_options_default(bt_checkpoint_save_options *o) {
     o->dtype = BT_DTYPE_F32;
 }
 
-static bt_status mkdir_p(const char *dir) {
-    char *p = ck_strdup(dir);
-    size_t n = strlen(p);
-    while (n > 1 && p[n - 1] == '/')
-        p[--n] = '\0';
-    for (char *q = p + 1; *q; q++) {
-        if (*q != '/') continue;
-        *q = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            bt_status s =
-                bt_fail(BT_ERR_IO, "%s: cannot create directory %s: %s", dir, p, strerror(errno));
-            free(p);
-            return s;
-        }
-        *q = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-        bt_status s = bt_fail(BT_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
-        free(p);
-        return s;
-    }
-    free(p);
-    if (path_kind(dir) != 2)
-        return bt_fail(BT_ERR_IO,
-                       "%s: exists and is not a directory; cannot save a checkpoint "
-                       "there",
-                       dir);
-    return BT_OK;
-}
-
 /* Copies the regular file src into the open temp file of af. */
 static bt_status copy_into(const char *src, bt_atomic_file *af) {
     FILE *in;
@@ -735,7 +705,7 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
         return bt_fail(BT_ERR_ARG, "the checkpoint directory path is empty; expected a directory");
     char *json = bt_checkpoint_config_json(&t->cfg, t->heads, o->dtype, o->base_config_json);
     if (!json) return bt_fail_context(BT_ERR_FORMAT, "%s", dir);
-    bt_status s = mkdir_p(dir);
+    bt_status s = bt_make_dirs(dir, "checkpoint directory");
     if (s != BT_OK) {
         free(json);
         return s;

@@ -220,11 +220,17 @@ static bt_status data_files_setup(job *j) {
         return bt_fail(BT_ERR_CONFIG, "data.image_size is %lld but the model takes %dx%d images "
                        "(vision_config.image_size); leave data.image_size at 0 to use the model's",
                        (long long)rc->data.image_size, c->image_size, c->image_size);
-    const int64_t tmax = c->max_position_embeddings - c->pad_token_id - 1;
+    const int64_t tmax = bt_model_config_max_text(c);
     if (rc->data.max_length > tmax)
         return bt_fail(BT_ERR_CONFIG, "data.max_length is %lld but the model takes at most %lld "
                        "tokens (max_position_embeddings - pad_token_id - 1)",
                        (long long)rc->data.max_length, (long long)tmax);
+    /* The saved config.json records the text length trained with (max_text_len), so bt-eval
+     * and bt-embed evaluate at it by default (docs/evaluation.md). */
+    char *cj = bt_model_config_json_set_text_length(j->base_config_json, (int)rc->data.max_length);
+    if (!cj) return bt_fail(BT_ERR_NOMEM, "the model's config.json: cannot set max_text_len");
+    free(j->base_config_json);
+    j->base_config_json = cj;
     return BT_OK;
 }
 
@@ -665,10 +671,16 @@ static bt_eval_options eval_options(const job *j) {
     return eo;
 }
 
-/* <output.dir>/<name>: the evaluation as JSON (HF's eval_results.json / test_results.json),
- * with the step it was measured at. */
-static bt_status write_results(const job *j, const char *name, const bt_eval_result *r) {
+/* <output.dir>/<name>: the evaluation as JSON (HF's eval_results.json / test_results.json):
+ * bt-eval --json's fields (model, data, max_length, batch_size) and the step it was
+ * measured at. */
+static bt_status write_results(const job *j, const char *name, const char *data,
+                               const bt_eval_result *r) {
     cJSON *o = bt_eval_result_to_json(r);
+    cJSON_AddStringToObject(o, "model", j->rc.output.dir);
+    cJSON_AddStringToObject(o, "data", data);
+    cJSON_AddNumberToObject(o, "max_length", (double)j->rc.data.max_length);
+    cJSON_AddNumberToObject(o, "batch_size", (double)j->rc.eval.batch_size);
     cJSON_AddNumberToObject(o, "step", (double)j->tr.step);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
@@ -697,7 +709,7 @@ static bt_status evaluate_test(job *j) {
     if (st == BT_OK) {
         fprintf(j->out, "test split (%s):\n", j->rc.data.test);
         bt_eval_result_print(&r, j->out);
-        st = write_results(j, "test_results.json", &r);
+        st = write_results(j, "test_results.json", j->rc.data.test, &r);
     }
     bt_eval_result_free(&r);
     manifest_free(&man);
@@ -724,7 +736,8 @@ static bt_status evaluate(job *j, int final) {
         e.seconds = r.seconds;
         bt_log_eval(&j->log, &e);
         st = track_best(j, &r);
-        if (st == BT_OK && final) st = write_results(j, "eval_results.json", &r);
+        if (st == BT_OK && final)
+            st = write_results(j, "eval_results.json", j->rc.data.validation, &r);
     }
     bt_eval_result_free(&r);
     return st;
