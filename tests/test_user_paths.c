@@ -18,7 +18,12 @@
  *      and the loss within 1e-6 relative (only a GEMM kernel chosen for another arena layout
  *      could differ, ~1e-7 on a loss of ~2). The old defaults (T = 32, batch 8) move the
  *      loss by far more: a check below asserts that, so the test can fail.
- *   3. bt-embed without --max-length embeds at the trained length (its metadata max_length). */
+ *   3. bt-embed without --max-length embeds at the trained length (its metadata max_length).
+ *   4. A shape transformers cannot run is refused before training: configs/tiny has
+ *      vision_config.hidden_size 64 and hidden_size 32; with the ITC head bt-train exits 1
+ *      naming both fields and the head (HF's BridgeTowerForContrastiveLearning adds the
+ *      hidden_size token-type embedding to the vision-width output); without it (ITM) that
+ *      check passes (the run then stops at configs/tiny's missing tokenizer). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -208,5 +213,28 @@ int main(int argc, char **argv) {
     rc = run(exe_data, "synth --out '%s/deeper' --train 2 --val 0 --test 0", p);
     tu_check(rc == 1 && strstr(err_text, "a_file") && strstr(err_text, "not a directory"),
              "bt-data synth --out below a file: exit 1 naming it (%s)", err_text);
+
+    /* --- 4. a shape transformers cannot run -------------------------------------------- */
+    const char *configs = getenv("BT_CONFIGS");
+    const char *heads[2] = {"itc", "itm"};
+    for (int h = 0; h < 2; h++) {
+        snprintf(text, sizeof text,
+                 "{\"model\": {\"config\": \"%s/tiny\", \"heads\": [\"%s\"]},\n"
+                 " \"data\": {\"train\": \"%s/train.jsonl\", \"max_length\": 8},\n"
+                 " \"train\": {\"max_steps\": 1, \"loss_weights\": {\"itc\": %d, \"itm\": %d}},\n"
+                 " \"output\": {\"dir\": \"%s/new/runs/tiny_%s\"}}\n",
+                 configs ? configs : "configs", heads[h], data, 1 - h, h, tmp, heads[h]);
+        tu_setup_text(cfg, text);
+        rc = run(exe_train, "--config '%s' --quiet-config", cfg);
+        int names = strstr(err_text, "vision_config.hidden_size (64)") &&
+                    strstr(err_text, "hidden_size (32)") && strstr(err_text, "itc") &&
+                    strstr(err_text, "tiny/config.json");
+        if (h == 0)
+            tu_check(rc == 1 && names, "ITC head with vision width 64 != hidden_size 32: exit 1 "
+                     "naming the fields (%s)", err_text);
+        else
+            tu_check(rc != 0 && !strstr(err_text, "vision_config.hidden_size"),
+                     "ITM head on the same shape: not refused for the widths (%s)", err_text);
+    }
     return tu_finish();
 }

@@ -348,3 +348,15 @@ bt_status bt_param_table_check_memory(const bt_param_table *t, unsigned copies,
                         "the model's sizes in config.json (hidden_size, intermediate_size, "
                         "num_hidden_layers, vocab_size, max_position_embeddings, image_size)");
 }
+
+bt_status bt_heads_check_hf(const bt_model_config *c, unsigned heads, const char *source) {
+    if ((heads & BT_HEADS_ITC) && c->vision_hidden != c->hidden)
+        return bt_fail(BT_ERR_CONFIG,
+                       "%s: vision_config.hidden_size (%d) differs from hidden_size (%d), and "
+                       "model.heads has \"itc\": transformers' BridgeTowerForContrastiveLearning "
+                       "cannot run that shape (it adds the hidden_size token-type embedding to "
+                       "the vision-width output), so the trained model would not load for ITC; "
+                       "make the two widths equal or leave \"itc\" out of model.heads",
+                       source, c->vision_hidden, c->hidden);
+    return BT_OK;
+}

@@ -201,7 +201,11 @@ static bt_status data_files_setup(job *j) {
     const bt_run_config *rc = &j->rc;
     if (rc->model.path) snprintf(j->source_dir, sizeof j->source_dir, "%s", rc->model.path);
     else model_config_dir(rc->model.config, j->source_dir, sizeof j->source_dir);
-    bt_status st = tokenizer_load(&j->tok, j->source_dir);
+    char cfg_path[4200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", j->source_dir);
+    bt_status st = bt_heads_check_hf(&j->model.cfg, rc->model.heads, cfg_path);
+    if (st != BT_OK) return st;
+    st = tokenizer_load(&j->tok, j->source_dir);
     if (st != BT_OK) return st;
     j->have_tok = 1;
     const bt_model_config *c = &j->model.cfg;
