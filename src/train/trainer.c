@@ -345,6 +345,7 @@ static bt_status step_setup(job *j) {
     sc.w_itm = (float)rc->train.loss_weights.itm;
     sc.w_mlm = (float)rc->train.loss_weights.mlm;
     sc.itc_duplicate_aware = rc->train.itc_variant == BT_ITC_DEDUP;
+    sc.itc_local = rc->train.itc_scope == BT_ITC_SCOPE_LOCAL;
     sc.itm_hard_negatives = (rc->model.heads & BT_HEADS_ITC) != 0;
     sc.mlm.probability = rc->train.mlm_probability;
     sc.mlm.mask_id = j->tok.mask_id;
