@@ -14,6 +14,7 @@
 #include <omp.h>
 #endif
 
+#include "bt_config.h"
 #include "gemm.h"
 #include "ops.h"
 
@@ -197,10 +198,31 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     fprintf(out, "threads: %d (OMP_NUM_THREADS=%s)\n", threads, env_or("OMP_NUM_THREADS", "unset"));
 }
 
+void bt_version_print(FILE *out, const char *tool) {
+    /* GNU layout (help2man reads it): name and version, copyright, then what was built */
+    fprintf(out, "%s (bt) %s\n", tool, BT_VERSION);
+    fprintf(out, "Copyright (c) 2026 The bt authors.\n");
+    fprintf(out, "License MIT: see LICENSE (installed in share/doc/bt/).\n\n");
+    fprintf(out, "git revision: %s\n", BT_GIT_REVISION);
+    fprintf(out, "build type: %s\n", BT_BUILD_TYPE);
+    fprintf(out, "gemm backends: %sopenblas reference\n", BT_HAVE_ONEDNN ? "onednn " : "");
+#ifdef BT_OPS_ISA_VARIANTS
+    fprintf(out, "kernel isa levels: scalar avx2 avx512 avx512_bf16\n");
+#else
+    fprintf(out, "kernel isa levels: scalar\n");
+#endif
+    fprintf(out, "mpi: %s, openmp: %s\n", BT_HAVE_MPI ? "yes" : "no", BT_HAVE_OPENMP ? "yes" : "no");
+}
+
 int bt_runtime_cli_info(int argc, char **argv, const char *tool) {
     int want = 0;
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--version") == 0) {
+            bt_version_print(stdout, tool);
+            return 0;
+        }
         if (strcmp(argv[i], "--info") == 0) want = 1;
+    }
     if (!want) return -1;
     if (bt_cpu_isa_init_from_env() != BT_OK || gemm_init_from_env() != BT_OK) {
         fprintf(stderr, "%s: error: %s\n", tool, bt_error_message());
