@@ -82,6 +82,8 @@ typedef struct bt_log_opts {
     int64_t resume_step;             /* 0: fresh run; > 0: the checkpoint's step */
     int tensorboard;                 /* 1: write TensorBoard event files */
     double min_redraw_s;             /* live line refresh interval; 0: every step */
+    const char *run_config_text;     /* TensorBoard text "args" (HF writes its args), or NULL */
+    const char *model_config_text;   /* TensorBoard text "model_config" (as HF), or NULL */
 } bt_log_opts;
 
 /* stdout/stderr, AUTO mode, logging_steps 500 (HF default), total_steps 0 (must be set),

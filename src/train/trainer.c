@@ -833,7 +833,9 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
         r.loss_itc = rc->train.loss_weights.itc > 0 ? res.loss_itc : NAN;
         r.loss_itm = rc->train.loss_weights.itm > 0 ? res.loss_itm : NAN;
         r.loss_mlm = rc->train.loss_weights.mlm > 0 ? res.loss_mlm : NAN;
-        r.lr = res.lr;
+        /* HF logs the lr after the scheduler step (the next step's; 0 at the end of a linear
+         * decay), so bt's curve overlays the reference's: docs/outputs.md */
+        r.lr = bt_schedule_lr(&j->tr.cfg.schedule, (int64_t)j->tr.opt.t);
         r.grad_norm = res.grad_norm;
         r.samples = (int64_t)res.samples;
         r.step_s = bt_now_s() - t0;
@@ -928,11 +930,13 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     lo.throughput_warmup_steps = rc->logging.throughput_warmup_steps;
     lo.resume_step = j->resumed ? j->tr.step : 0;
     lo.tensorboard = rc->logging.tensorboard;
-    if (j->dist.rank == 0) {
-        st = bt_log_open(&j->log, rc->output.dir, &lo);
-        if (st != BT_OK) goto done;
-        j->have_log = 1;
-    }
+    char *run_text = bt_run_config_to_string(rc);
+    lo.run_config_text = run_text;
+    lo.model_config_text = j->base_config_json;
+    if (j->dist.rank == 0) st = bt_log_open(&j->log, rc->output.dir, &lo);
+    free(run_text);
+    if (st != BT_OK) goto done;
+    j->have_log = j->dist.rank == 0;
     {
         const bt_model_config *c = &j->model.cfg;
         say(j, "bt-train: %zu training records, %lld batches of %lld per epoch, %lld optimizer "
