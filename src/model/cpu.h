@@ -68,6 +68,12 @@ bt_isa bt_cpu_isa_cap(void);
  * it at program start, not while gemm() runs on other threads. */
 void bt_runtime_info_print(FILE *out, const char *tool);
 
+/* The same as a JSON object (for summary.json and the report's Environment table): cpu (the
+ * model name), cpus_online, cpu_isa_levels, kernel_isa, gemm_backend, gemm_fp32_route,
+ * gemm_bf16_route, threads, bt_version, git_revision, build_type. Same caveat as above. */
+struct cJSON;
+struct cJSON *bt_runtime_info_json(void);
+
 /* What was built, for --version: "<tool> (bt) <version>", the git revision at configure
  * time, the build type, the GEMM backends and the kernel ISA levels compiled in (what this
  * CPU runs is --info's). */

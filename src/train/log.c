@@ -718,6 +718,7 @@ bt_status bt_log_summary(bt_log *log, const bt_log_summary_in *in, bt_log_summar
         cJSON *e = eval_json(&log->eval, 0);
         if (e) cJSON_AddItemToObject(o, "final_eval", e);
     }
+    if (in->environment) cJSON_AddItemToObject(o, "environment", cJSON_Duplicate(in->environment, 1));
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (!text) return bt_fail(BT_ERR_NOMEM, "summary.json: out of memory");

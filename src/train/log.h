@@ -71,6 +71,8 @@
 #include "status.h"
 #include "tensorboard.h"
 
+struct cJSON;
+
 typedef struct bt_log_opts {
     FILE *out, *err;                 /* NULL: stdout, stderr */
     bt_progress_mode mode;           /* AUTO: live on a terminal */
@@ -97,7 +99,7 @@ typedef struct bt_log_step_rec {
     double epoch;                        /* fractional epochs done, as HF logs "epoch" */
     double loss;                         /* the weighted total */
     double loss_itc, loss_itm, loss_mlm; /* the terms (unweighted); NaN when switched off */
-    double lr;                           /* the learning rate this step used */
+    double lr;                           /* lr as HF logs it: after the scheduler step */
     double grad_norm;                    /* global L2 norm before clipping */
     int64_t samples;                     /* samples in this step */
     double step_s;                       /* wall seconds of the step, data wait included */
@@ -214,6 +216,7 @@ void bt_log_message(bt_log *log, bt_log_level level, const char *fmt, ...)
 typedef struct bt_log_summary_in {
     double flops_per_sample; /* training FLOPs (forward + backward) per sample; 0: unknown */
     const char *status;      /* "completed", "interrupted by SIGINT at step 120", ... */
+    const struct cJSON *environment; /* copied to summary.json "environment", or NULL */
 } bt_log_summary_in;
 
 typedef struct bt_log_summary_out {

@@ -66,6 +66,7 @@ typedef struct job {
     FILE *out;
     char source_dir[4096];   /* tokenizer + preprocessor files (the start model's directory) */
     char *base_config_json;  /* the start model's config.json text (extra keys kept) */
+    size_t plan_bytes[3];    /* memory plan: weights + gradients, optimizer state, activations */
     bt_model model;
     int have_model;
     tokenizer tok;
@@ -139,6 +140,25 @@ static void model_config_dir(const char *given, char *dir, size_t cap) {
         if (slash) *slash = '\0';
         else snprintf(dir, cap, ".");
     }
+}
+
+/* summary.json's "environment" (the report's table): the run-time configuration (cpu.h),
+ * the ranks, the precision and the memory plan. */
+static cJSON *environment_json(const job *j) {
+    cJSON *e = bt_runtime_info_json();
+    cJSON_AddNumberToObject(e, "ranks", j->dist.size);
+    cJSON_AddStringToObject(e, "precision",
+                            j->rc.train.precision == BT_PRECISION_BF16 ? "bf16" : "fp32");
+    cJSON *m = cJSON_AddObjectToObject(e, "memory_plan_mib");
+    static const char *const names[3] = {"weights_and_gradients", "optimizer_state",
+                                         "activations"};
+    double total = 0;
+    for (int i = 0; i < 3; i++) {
+        cJSON_AddNumberToObject(m, names[i], (double)j->plan_bytes[i] / 1048576.0);
+        total += (double)j->plan_bytes[i] / 1048576.0;
+    }
+    cJSON_AddNumberToObject(m, "total", total);
+    return e;
 }
 
 /* --- model: resume, start from an HF directory, or init from a config ---------------------- */
@@ -438,6 +458,7 @@ static bt_status memory_plan(job *j) {
              "keep the effective batch) or data.max_length%s%s%s",
              ck[0] ? ", or set train.gradient_checkpointing=true (the same gradients, "
                      "activations " : "", ck, ck[0] ? ", about one more forward per step)" : "");
+    j->plan_bytes[0] = weights, j->plan_bytes[1] = optim, j->plan_bytes[2] = act;
     bt_status st = bt_mem_check(act, "the activations of one micro-batch", hint);
     if (st != BT_OK) return st;
     /* the step's arenas sized and backed with memory now, so the first step does not pay
@@ -983,8 +1004,11 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         char status[128];
         snprintf(status, sizeof status, "interrupted by %s at step %lld",
                  j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step);
-        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = status};
+        cJSON *env = environment_json(j);
+        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = status,
+                                .environment = env};
         bt_log_summary(&j->log, &si, NULL);
+        cJSON_Delete(env);
         st = bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld after saving %s",
                      j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
                      j->last_saved);
@@ -1016,8 +1040,11 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
                        "transformers' BridgeTower*.from_pretrained", rc->output.dir, bt_now_s() - t0);
     }
     {
-        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = "completed"};
+        cJSON *env = environment_json(j);
+        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = "completed",
+                                .environment = env};
         st = bt_log_summary(&j->log, &si, NULL);
+        cJSON_Delete(env);
         if (st != BT_OK) goto done;
     }
     if (rc->logging.report) {
