@@ -18,6 +18,8 @@
  *      and the loss within 1e-6 relative (only a GEMM kernel chosen for another arena layout
  *      could differ, ~1e-7 on a loss of ~2). The old defaults (T = 32, batch 8) move the
  *      loss by far more: a check below asserts that, so the test can fail.
+ *      The saved directory gets a tokenizer_config.json with model_max_length (the source
+ *      configs/synthetic-model has none).
  *   3. bt-embed without --max-length embeds at the trained length (its metadata max_length).
  *   4. A shape transformers cannot run is refused before training: configs/tiny has
  *      vision_config.hidden_size 64 and hidden_size 32; with the ITC head bt-train exits 1
@@ -117,7 +119,18 @@ int main(int argc, char **argv) {
     cJSON *config = read_json(p);
     tu_check(num(config, "max_text_len", NULL) == 24,
              "config.json: max_text_len 24 (data.max_length; the model config said 32)");
+    /* configs/synthetic-model has a tokenizer but no tokenizer_config.json: the saved model
+     * gets one with model_max_length = max_position_embeddings - pad_token_id - 1 (else
+     * transformers sets 1e30 and truncation cuts nothing) */
+    const double want_mml = num(config, "text_config", "max_position_embeddings") -
+                            num(config, "text_config", "pad_token_id") - 1;
     cJSON_Delete(config);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", run_dir);
+    cJSON *tc = read_json(p);
+    tu_check(num(tc, "model_max_length", NULL) == want_mml && want_mml > 2,
+             "tokenizer_config.json written with model_max_length %g (= max_position_embeddings "
+             "- pad_token_id - 1)", want_mml);
+    cJSON_Delete(tc);
     snprintf(p, sizeof p, "%s/eval_results.json", run_dir);
     cJSON *train_eval = read_json(p);
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(train_eval, "model");

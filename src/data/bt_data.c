@@ -16,7 +16,8 @@
  *       generates the synthetic dataset (synth.h), or prints N training captions (the corpus
  *       the committed configs/synthetic tokenizer was trained on).
  *   bt-data batch --data MANIFEST --model DIR --batch-size N [--index K] [--seed S]
- *                 [--max-length T] [--dtype f32|bf16] [--dct-scaling] --output OUT.safetensors
+ *                 [--max-length T] [--dtype f32|bf16] [--dct-scaling] [--image-key K]
+ *                 [--caption-key K] --output OUT.safetensors
  *       assembles batch K of the stream the loader (loader.h) delivers to the trainer (shuffle
  *       from S, one rank, partial last batch kept; K counts across epochs, seq = epoch *
  *       batches_per_epoch + k) and writes it under Hugging Face's forward-argument names:
@@ -68,6 +69,7 @@ static const char usage_text[] =
     "  bt-data synth --captions N [--seed S]\n"
     "  bt-data batch --data MANIFEST --model DIR --batch-size N [--index K] [--seed S]\n"
     "                [--max-length T] [--dtype f32|bf16] [--dct-scaling]\n"
+    "                [--image-key K] [--caption-key K]\n"
     "                --output OUT.safetensors\n";
 
 static int usage(const char *fmt, const char *arg) {

@@ -685,9 +685,9 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
         bt_zero_grad(m);
         res->t_total = bt_now_s() - t_start;
         if (c->nan_policy == BT_NAN_STOP)
-            return bt_fail(BT_ERR_NUMERIC, "step %lld: %s; stopping (nan_policy stop; the "
-                           "weights are those before this step)", (long long)(s + 1),
-                           res->nonfinite);
+            return bt_fail(BT_ERR_NUMERIC, "step %lld: %s; stopping (train.on_nan \"stop\"; "
+                           "the weights are those before this step; train.on_nan \"skip\" "
+                           "skips such steps instead)", (long long)(s + 1), res->nonfinite);
         bt_error_clear();
         return BT_OK;
     }
