@@ -196,7 +196,7 @@ typedef struct bt_log {
     double t_drawn; /* last live redraw */
 } bt_log;
 
-/* Opens the outputs in dir (created if missing, one level). Errors: BT_ERR_ARG (bad opts),
+/* Opens the outputs in dir (created with its parents if missing). Errors: BT_ERR_ARG (bad opts),
  * BT_ERR_IO naming the path. On error nothing is left open. */
 bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts);
 
