@@ -638,7 +638,14 @@ int main(int argc, char **argv) {
     if (tu_check(chromium_run(work, html, "--dump-dom") == 0, "chromium --dump-dom")) {
         snprintf(dom_path, sizeof dom_path, "%s/stdout.txt", work);
         char *dom = (char *)tu_read_file(dom_path, NULL);
-        if (tu_check(dom != NULL, "read the DOM")) check_dom(dom, cv, &n_cv);
+        if (tu_check(dom != NULL, "read the DOM")) {
+            check_dom(dom, cv, &n_cv);
+            /* the new tables as Chromium parsed them (cells in rows of a table element) */
+            tu_check(strstr(dom, "<td>text→image R@1</td><td>25.0%</td><td>37.5%</td>") &&
+                         strstr(dom, "<td>ranks</td><td>4</td>") &&
+                         strstr(dom, "<h2>Environment") && strstr(dom, "<h2>Final evaluation"),
+                     "Chromium's DOM holds the final-evaluation and environment tables");
+        }
         free(dom);
     }
     snprintf(png, sizeof png, "--screenshot=%s/shot.png", work);
