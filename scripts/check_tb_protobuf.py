@@ -54,6 +54,25 @@ def event_class():
     for fname, number, ftype in [("tag", 1, F.TYPE_STRING), ("simple_value", 2, F.TYPE_FLOAT),
                                  ("node_name", 7, F.TYPE_STRING)]:
         value.field.add(name=fname, number=number, type=ftype, label=opt)
+    # text (TensorBoard's text plugin): Value {TensorProto tensor = 8; SummaryMetadata metadata = 9;}
+    value.field.add(name="tensor", number=8, type=F.TYPE_MESSAGE, label=opt,
+                    type_name=".tensorflow.TensorProto")
+    value.field.add(name="metadata", number=9, type=F.TYPE_MESSAGE, label=opt,
+                    type_name=".tensorflow.SummaryMetadata")
+    # tensor.proto: TensorProto {DataType dtype = 1; TensorShapeProto tensor_shape = 2;
+    #   repeated bytes string_val = 8;}; tensor_shape.proto: {repeated Dim dim = 2;} Dim {int64 size = 1;}
+    shape = msg("TensorShapeProto", [("dim", 2, F.TYPE_MESSAGE, rep, ".tensorflow.TensorShapeProto.Dim")])
+    shape.nested_type.add(name="Dim").field.add(name="size", number=1, type=F.TYPE_INT64, label=opt)
+    msg("TensorProto", [("dtype", 1, F.TYPE_INT32, opt, None),
+                        ("tensor_shape", 2, F.TYPE_MESSAGE, opt, ".tensorflow.TensorShapeProto"),
+                        ("string_val", 8, F.TYPE_BYTES, rep, None)])
+    # summary.proto: SummaryMetadata {PluginData plugin_data = 1;} PluginData {string plugin_name = 1;
+    #   bytes content = 2;}
+    meta = msg("SummaryMetadata", [("plugin_data", 1, F.TYPE_MESSAGE, opt,
+                                    ".tensorflow.SummaryMetadata.PluginData")])
+    pd = meta.nested_type.add(name="PluginData")
+    pd.field.add(name="plugin_name", number=1, type=F.TYPE_STRING, label=opt)
+    pd.field.add(name="content", number=2, type=F.TYPE_BYTES, label=opt)
     # event.proto: SessionLog {SessionStatus status = 1; string checkpoint_path = 2; string msg = 3;}
     session_log = msg("SessionLog", [("status", 1, F.TYPE_ENUM, opt, ".tensorflow.SessionLog.SessionStatus"),
                                      ("checkpoint_path", 2, F.TYPE_STRING, opt, None),
@@ -101,7 +120,15 @@ def check_file(path, Event):
             problems += 1
         if ev.HasField("summary"):
             for v in ev.summary.value:
-                print(f"{ev.step} {v.tag} {v.simple_value:.9g}")
+                if v.HasField("tensor"):
+                    ok = (v.metadata.plugin_data.plugin_name == "text" and v.tensor.dtype == 7
+                          and len(v.tensor.string_val) == 1)
+                    if not ok:
+                        print(f"{path}: record {rec}: a tensor value that is not a text")
+                        problems += 1
+                    print(f"{ev.step} {v.tag} text of {len(v.tensor.string_val[0])} bytes")
+                else:
+                    print(f"{ev.step} {v.tag} {v.simple_value:.9g}")
         elif ev.HasField("session_log"):
             print(f"session_log {ev.session_log.status} at step {ev.step}")
         elif ev.file_version:

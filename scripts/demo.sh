@@ -85,4 +85,4 @@ EOF
 section "done"
 echo "Trained in $train_s s (total $(since "$start") s). Outputs in $RUN/: the fine-tuned model" \
     "(an HF BridgeTower directory), checkpoints, metrics.jsonl, TensorBoard events" \
-    "(tensorboard --logdir $RUN), summary.json and report.html (open it in a browser)."
+    "(tensorboard --logdir $RUN, TensorBoard in a venv: docs/outputs.md), summary.json and report.html (open it in a browser)."

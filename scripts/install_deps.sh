@@ -9,7 +9,8 @@ set -euo pipefail
 packages=(build-essential meson ninja-build pkg-config python3
           libopenblas-dev libdnnl-dev libjpeg62-turbo-dev libcjson-dev
           libpng-dev libwebp-dev  # PNG and WebP images (src/data/image_png.c, image_webp.c)
-          libopenmpi-dev openmpi-bin valgrind
+          libopenmpi-dev openmpi-bin valgrind help2man
+          python3-venv  # test only: scripts/check_doc_commands.sh runs the docs' venv step
           chromium zlib1g-dev  # test only: report.html rendered headless, PNG decoded
           clang libclang-rt-14-dev)  # test only: libFuzzer + sanitizers of clang 14 (tests/fuzz)
 if [ "${1:-}" = "--python" ]; then

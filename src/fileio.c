@@ -111,7 +111,7 @@ bt_status bt_check_output_file(const char *path, const char *what) {
     struct stat sb;
     if (stat(path, &sb) != 0) {
         int err = errno;
-        if (err == ENOENT) {
+        if (err == ENOENT || err == ENOTDIR) {
             /* Absent (or a dangling symlink): the directory must exist. */
             const char *slash = strrchr(path, '/');
             if (slash && slash != path) {
@@ -153,14 +153,67 @@ bt_status bt_check_output_dir(const char *dir, const char *what, int create) {
                        bt_file_type_name(sb.st_mode), w);
     }
     int err = errno;
-    if (err == ENOENT && create) {
-        if (mkdir(dir, 0777) == 0 || errno == EEXIST) return bt_check_output_dir(dir, what, 0);
-        err = errno;
-        return bt_fail(BT_ERR_IO, "%s: cannot create the %s: %s", dir, w, strerror(err));
-    }
+    if ((err == ENOENT || err == ENOTDIR) && create) return bt_make_dirs(dir, w);
     if (err == ELOOP)
         return bt_fail(BT_ERR_IO, "%s: too many levels of symbolic links (a symlink loop?)", dir);
     return bt_fail(BT_ERR_IO, "%s: %s: %s", dir, w, strerror(err));
+}
+
+/* mkdir of one component; BT_OK when it is (now) a directory. */
+static bt_status make_one_dir(const char *p, const char *dir, const char *w) {
+    struct stat sb;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+        int err = errno;
+        if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) return BT_OK; /* e.g. EACCES on "/" */
+        return bt_fail(BT_ERR_IO, "%s: cannot create the %s: mkdir %s: %s", dir, w, p,
+                       strerror(err));
+    }
+    if (stat(p, &sb) != 0)
+        return bt_fail(BT_ERR_IO, "%s: cannot create the %s: %s: %s", dir, w, p, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return bt_fail(BT_ERR_IO, "%s: cannot create the %s: %s exists and is %s, not a "
+                       "directory", dir, w, p, bt_file_type_name(sb.st_mode));
+    return BT_OK;
+}
+
+bt_status bt_make_dirs(const char *dir, const char *what) {
+    const char *w = what ? what : "output directory";
+    if (!dir || !dir[0]) return bt_fail(BT_ERR_ARG, "the %s path is empty; expected a directory", w);
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return BT_OK;
+    char *p = strdup(dir);
+    if (!p) return bt_fail(BT_ERR_NOMEM, "%s: out of memory", dir);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+    bt_status s = BT_OK;
+    /* Each prefix ending before a '/', then the whole path; repeated slashes are skipped. */
+    for (char *q = p + 1; *q && s == BT_OK; q++) {
+        if (*q != '/' || q[-1] == '/') continue;
+        *q = '\0';
+        s = make_one_dir(p, dir, w);
+        *q = '/';
+    }
+    if (s == BT_OK) s = make_one_dir(p, dir, w);
+    free(p);
+    return s;
+}
+
+bt_status bt_prepare_output_file(const char *path, const char *what) {
+    bt_status s = bt_check_output_file(path, what); /* empty, trailing '/', special file */
+    if (s == BT_OK || !path || !path[0] || path[strlen(path) - 1] == '/') return s;
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return s;
+    char *dir = strndup(path, (size_t)(slash - path));
+    if (!dir) return bt_fail(BT_ERR_NOMEM, "%s: out of memory", path);
+    struct stat sb;
+    int absent = stat(dir, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR);
+    char w[160];
+    snprintf(w, sizeof w, "directory of the %s", what ? what : "output");
+    bt_status d = absent ? bt_make_dirs(dir, w) : s;
+    free(dir);
+    if (!absent) return s; /* the first check's message stands */
+    if (d != BT_OK) return d;
+    return bt_check_output_file(path, what);
 }
 
 /* Splits path into a malloc'd directory ("." for a bare name) and a pointer to the name. */
@@ -292,7 +345,7 @@ static atomic_uint tmp_counter;
 
 bt_status bt_atomic_open(bt_atomic_file *af, const char *path, const char *what) {
     memset(af, 0, sizeof *af);
-    bt_status s = bt_check_output_file(path, what);
+    bt_status s = bt_prepare_output_file(path, what);
     if (s != BT_OK) return s;
     const char *base;
     char *dir = dir_of(path, &base);

@@ -17,7 +17,8 @@
  * directory (once per directory per process: a directory of 100k images is scanned once),
  * as are those of earlier bt versions ("<name>.tmp.<pid>", "<name>.new.<pid>", only when
  * <name> exists beside them). Temp files of other hosts (a shared file system) are left
- * alone: their pids mean nothing here.
+ * alone: their pids mean nothing here. Missing parent directories of an output are created
+ * (bt_make_dirs, mkdir -p); a component that exists and is not a directory is an error.
  *
  * Deliberately not here: locking against two processes saving the same path at once (the
  * last rename wins, each file whole), and the time-of-check-to-time-of-use gap between the
@@ -47,9 +48,22 @@ const char *bt_file_type_name(mode_t mode);
  * call it through bt_atomic_open; CLIs may call it early, before hours of work. */
 bt_status bt_check_output_file(const char *path, const char *what);
 
-/* Checks that dir may be used as an output directory: absent (created with mkdir when
- * create != 0, one level) or a directory. Errors: BT_ERR_IO. */
+/* Checks that dir may be used as an output directory: absent (created with its missing
+ * parents, bt_make_dirs, when create != 0) or a directory. Errors: BT_ERR_IO. */
 bt_status bt_check_output_dir(const char *dir, const char *what, int create);
+
+/* mkdir -p: creates dir and every missing parent (mode 0777 & ~umask, as mkdir(1)). Each
+ * component that exists must be a directory (after symlinks); one that is a file, a device
+ * or a FIFO is an error naming it, and nothing below it is created. BT_OK when dir already
+ * is a directory. Errors: BT_ERR_ARG (empty), BT_ERR_IO (naming dir, the component and
+ * `what`). Every output path a command takes goes through it (HF's Trainer makes its
+ * output_dir the same way, os.makedirs(exist_ok=True)). */
+bt_status bt_make_dirs(const char *dir, const char *what);
+
+/* For an output file a command is about to write: creates the missing parent directories
+ * of path (bt_make_dirs), then bt_check_output_file. bt_atomic_open calls it, so every
+ * atomic writer creates its directory; CLIs call it early, before hours of work. */
+bt_status bt_prepare_output_file(const char *path, const char *what);
 
 typedef struct bt_atomic_file {
     char *path; /* final name */
@@ -57,7 +71,8 @@ typedef struct bt_atomic_file {
     FILE *fp;   /* write here */
 } bt_atomic_file;
 
-/* Checks the target (bt_check_output_file), removes stale temp files of it, and creates a
+/* Prepares the target (bt_prepare_output_file: missing parent directories are created, an
+ * existing special file refused), removes stale temp files of it, and creates a
  * new temp file (O_EXCL, mode 0666 & ~umask). On error *af is zeroed. */
 bt_status bt_atomic_open(bt_atomic_file *af, const char *path, const char *what);
 /* fflush + fsync + close of the temp file, without renaming (for saves of several files

@@ -155,7 +155,7 @@ static void copy_text(char *dst, size_t cap, const uint8_t *src, uint64_t n) {
 static int parse_value(const uint8_t *p, uint64_t n, tbr_event *e, const char **why) {
     pbr r = {p, p + n};
     pbr_field f = {0};
-    int rc, has_simple = 0;
+    int rc, has_simple = 0, is_text = 0, dtype = 0, has_string = 0;
     while ((rc = pbr_next(&r, &f, why)) == 0) {
         if (f.number == 1 && f.wire == 2)
             copy_text(e->text, sizeof e->text, f.bytes, f.len);
@@ -166,10 +166,40 @@ static int parse_value(const uint8_t *p, uint64_t n, tbr_event *e, const char **
         } else if (f.number <= 2) {
             *why = "Summary.Value tag/simple_value with the wrong wire type";
             return -1;
+        } else if (f.number == 8 && f.wire == 2) { /* TensorProto */
+            pbr t = {f.bytes, f.bytes + f.len};
+            pbr_field g = {0};
+            int rt;
+            while ((rt = pbr_next(&t, &g, why)) == 0) {
+                if (g.number == 1 && g.wire == 0) dtype = (int)g.varint;
+                if (g.number == 8 && g.wire == 2 && !has_string) {
+                    copy_text(e->string, sizeof e->string, g.bytes, g.len);
+                    e->string_len = (size_t)g.len;
+                    has_string = 1;
+                }
+            }
+            if (rt < 0) return -1;
+        } else if (f.number == 9 && f.wire == 2) { /* SummaryMetadata */
+            pbr m = {f.bytes, f.bytes + f.len};
+            pbr_field g = {0};
+            int rm;
+            while ((rm = pbr_next(&m, &g, why)) == 0) {
+                if (g.number != 1 || g.wire != 2) continue; /* plugin_data */
+                pbr d = {g.bytes, g.bytes + g.len};
+                pbr_field h = {0};
+                int rd;
+                while ((rd = pbr_next(&d, &h, why)) == 0)
+                    if (h.number == 1 && h.wire == 2 && h.len == 4 && !memcmp(h.bytes, "text", 4))
+                        is_text = 1;
+                if (rd < 0) return -1;
+            }
+            if (rm < 0) return -1;
         }
     }
     if (rc < 0) return -1;
-    e->kind = has_simple ? TBR_SCALAR : TBR_VALUE_OTHER;
+    e->kind = has_simple ? TBR_SCALAR
+              : is_text && dtype == 7 && has_string ? TBR_TEXT
+                                                    : TBR_VALUE_OTHER;
     return 0;
 }
 
@@ -336,6 +366,10 @@ int main(int argc, char **argv) {
             break;
         case TBR_SCALAR:
             printf("%lld %s %.9g\n", (long long)ev[i].step, ev[i].text, (double)ev[i].value);
+            break;
+        case TBR_TEXT:
+            printf("%lld %s text (%zu bytes):\n%s\n", (long long)ev[i].step, ev[i].text,
+                   ev[i].string_len, ev[i].string);
             break;
         case TBR_VALUE_OTHER:
             printf("%lld %s (not a scalar)\n", (long long)ev[i].step, ev[i].text);

@@ -176,6 +176,29 @@ static void test_fileio(const char *dir) {
     tu_check(bt_check_output_dir(p, "--save directory", 1) == BT_ERR_IO &&
                  strstr(bt_error_message(), "exists and is a regular file; expected a directory"),
              "a file where a directory goes: %s", bt_error_message());
+
+    /* mkdir -p (bt_make_dirs) and outputs under missing directories */
+    snprintf(p, sizeof p, "%s/mk//a/b/c/", dir);
+    snprintf(q, sizeof q, "%s/mk/a/b/c", dir);
+    tu_check(bt_make_dirs(p, "output.dir") == BT_OK && stat(q, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+                 bt_make_dirs(q, "output.dir") == BT_OK,
+             "bt_make_dirs creates every missing level ('//' and a trailing '/' allowed); an "
+             "existing directory is fine: %s", bt_error_message());
+    snprintf(p, sizeof p, "%s/a_file/x/y", dir);
+    tu_check(bt_make_dirs(p, "output.dir") == BT_ERR_IO &&
+                 strstr(bt_error_message(), "a_file exists and is a regular file, not a directory"),
+             "bt_make_dirs below a file names it: %s", bt_error_message());
+    snprintf(p, sizeof p, "%s/deep/er/out.json", dir);
+    tu_check(bt_write_file_atomic(p, "metrics JSON", "{}", 2) == BT_OK && stat(p, &sb) == 0 &&
+                 S_ISREG(sb.st_mode),
+             "an atomic write creates its missing directories: %s", bt_error_message());
+    tu_check(bt_prepare_output_file(fifo, "metrics JSON") == BT_ERR_IO &&
+                 strstr(bt_error_message(), "is a FIFO; refusing to replace it"),
+             "bt_prepare_output_file still refuses a FIFO: %s", bt_error_message());
+    snprintf(p, sizeof p, "%s/a_file/out.json", dir);
+    tu_check(bt_prepare_output_file(p, "metrics JSON") == BT_ERR_IO &&
+                 strstr(bt_error_message(), "not a directory"),
+             "an output below a file: %s", bt_error_message());
 }
 
 int main(void) {

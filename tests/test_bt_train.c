@@ -517,8 +517,10 @@ int main(int argc, char **argv) {
         rc = run_train(out, stop, 6);
         char *err = read_text(errp);
         /* step 1 runs on the initial weights; its update makes them non-finite */
-        tu_check(rc == 1 && strstr(err, "step 2:") && strstr(err, "NaN"),
-                 "non-finite loss, policy stop: exit 1 naming step 2 (%d): %.300s", rc, err);
+        tu_check(rc == 1 && strstr(err, "step 2:") && strstr(err, "NaN") &&
+                     strstr(err, "train.on_nan \"stop\""),
+                 "non-finite loss, policy stop: exit 1 naming step 2 and the key train.on_nan "
+                 "(%d): %.300s", rc, err);
         free(err);
         /* (no test split: a diverged model's scores are not finite, which evaluation refuses) */
         const char *skip[] = {"train.lr=1e30", "train.max_grad_norm=0", "train.warmup_steps=0",

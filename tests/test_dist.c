@@ -946,7 +946,7 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
         /* every rank sees the global loss and reports; the first MPI_Abort may cut the
          * other's message, so any rank's will do */
         const int ok = rc != 0 && now_s() - t0 < 60 && strstr(e, "step 3: loss_") &&
-                       strstr(e, "stopping (nan_policy stop");
+                       strstr(e, "stopping (train.on_nan \"stop\"");
         tu_check(ok, "ZeRO-1, train.on_nan stop: a non-finite loss at step 3 stops the job "
                  "(exit %d, %.1f s) with the message", rc, now_s() - t0);
         if (!ok) fprintf(stderr, "%s\n", e);

@@ -118,6 +118,8 @@ static void run_plain(void) {
     o.total_steps = TOTAL;
     o.logging_steps = LOGEVERY;
     o.throughput_warmup_steps = 2;
+    o.run_config_text = "{\n\t\"train\": {\"lr\": 0.001}\n}";
+    o.model_config_text = "{\"model_type\": \"bridgetower\"}";
     bt_log log;
     if (!tu_check(bt_log_open(&log, dir, &o) == BT_OK, "bt_log_open (plain): %s",
                   bt_error_message()))
@@ -257,6 +259,18 @@ static void run_plain(void) {
                  "TensorBoard: train/loss at 10, 20, 25 and "
                  "eval/t2i_recall@10 at 20 (%d found, %d wrong)",
                  found, bad);
+        /* the run and model configs as text at step 0 (HF's args / model_config), each line
+         * indented by 4 spaces (a Markdown code block, still JSON) */
+        int texts = 0;
+        for (size_t i = 0; i < nev; i++) {
+            if (ev[i].kind != TBR_TEXT || ev[i].step != 0) continue;
+            if (!strcmp(ev[i].text, "args/text_summary"))
+                texts += !strcmp(ev[i].string, "    {\n    \t\"train\": {\"lr\": 0.001}\n    }");
+            else if (!strcmp(ev[i].text, "model_config/text_summary"))
+                texts += !strcmp(ev[i].string, "    {\"model_type\": \"bridgetower\"}");
+        }
+        tu_check(texts == 2, "TensorBoard: args/text_summary and model_config/text_summary "
+                 "texts at step 0, as written (%d of 2)", texts);
         free(ev);
     }
     free(text);

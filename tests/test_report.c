@@ -13,7 +13,11 @@
  *   least MIN_CURVE_PIXELS pixels, more than its legend swatch and markers can (about 200),
  *   so each curve was drawn. A negative control renders the same page with the curves' path
  *   data removed and must find every color below that bound: the check can fail.
- * - Tables: the summary and the flattened run config are in the page.
+ * - Tables: the summary (with units and rounding), the environment (its own table), the
+ *   final evaluation of the validation and test splits side by side, the flattened run
+ *   config; the data-wait and phase-time charts (their series are in the DOM and screenshot
+ *   checks above like every curve).
+ * - ITC alone (the total loss equals ITC): the total's color still covers MIN_CURVE_PIXELS.
  * - bt-report DIR --config FILE rebuilds the page; usage and missing-metrics errors.
  * - A 20000-step run: the curve is thinned to <= 2000 points and keeps its one spike.
  * - Errors: a malformed metrics line (file:line named), no metrics.jsonl, a config that is
@@ -35,7 +39,7 @@
 #include "test_util.h"
 
 enum { TOTAL = 60, LOGEVERY = 2, N_TRAIN = TOTAL / LOGEVERY, N_EVAL = 5 };
-enum { WIN_W = 1100, WIN_H = 2400, MIN_CURVE_PIXELS = 300, COLOR_TOL = 6 };
+enum { WIN_W = 1100, WIN_H = 3400, MIN_CURVE_PIXELS = 300, COLOR_TOL = 6 };
 
 /* --- the run -------------------------------------------------------------------------- */
 
@@ -51,6 +55,8 @@ static double mlm_at(double s) {
 static double lr_at(double s) {
     return s <= 6 ? 1e-4 * s / 6 : 1e-4 * (TOTAL - s) / (TOTAL - 6);
 }
+
+static int itc_only; /* make_run: ITC the only loss term (the total equals it) */
 
 static int make_run(const char *dir) {
     bt_log_opts o = bt_log_opts_default();
@@ -69,14 +75,16 @@ static int make_run(const char *dir) {
         r.step = s;
         r.epoch = s / 12.0;
         r.loss_itc = itc_at(s);
-        r.loss_itm = itm_at(s);
-        r.loss_mlm = mlm_at(s);
-        r.loss = r.loss_itc + r.loss_itm + r.loss_mlm;
+        r.loss_itm = itc_only ? NAN : itm_at(s);
+        r.loss_mlm = itc_only ? NAN : mlm_at(s);
+        r.loss = itc_only ? r.loss_itc : r.loss_itc + r.loss_itm + r.loss_mlm;
         r.lr = lr_at(s);
         r.grad_norm = 5.0 + 3.0 * sin(s / 5.0);
         r.samples = 32;
         r.step_s = 0.2 + 0.001 * s;
         r.data_wait_s = 0.01;
+        r.forward_s = 0.06, r.backward_s = 0.1, r.comm_s = 0.01, r.optim_s = 0.02;
+        r.gemm_s = 0.08, r.attention_s = 0.03, r.memory_s = 0.025;
         bt_log_step(&log, &r);
         if (s % 12 == 0) {
             double k = s / 12 - 1; /* 0..4 */
@@ -99,8 +107,21 @@ static int make_run(const char *dir) {
             bt_log_eval(&log, &e);
         }
     }
-    bt_log_summary_in in = {.flops_per_sample = 1e9, .status = "completed"};
+    cJSON *env = cJSON_Parse("{\"cpu\": \"Test CPU <9000>\", \"kernel_isa\": \"avx2\","
+                             " \"gemm_fp32_route\": \"brg:avx2\", \"threads\": 2, \"ranks\": 4,"
+                             " \"memory_plan_mib\": {\"activations\": 189.94}}");
+    bt_log_summary_in in = {.flops_per_sample = 1e9, .status = "completed", .environment = env};
     int ok = bt_log_summary(&log, &in, NULL) == BT_OK;
+    cJSON_Delete(env);
+    /* the final evaluations bt-train writes beside (bt-eval's --json format + step) */
+    char p[4300];
+    snprintf(p, sizeof p, "%s/eval_results.json", dir);
+    tu_setup_text(p, "{\"records\": 100, \"eval_loss\": 1.23456, \"text_to_image\": {\"r1\": 0.25,"
+                     " \"r5\": 0.5, \"r10\": 0.75, \"mean_rank\": 4.5}, \"choice\": {\"accuracy\":"
+                     " 0.8}, \"max_length\": 32, \"batch_size\": 8, \"step\": 60}");
+    snprintf(p, sizeof p, "%s/test_results.json", dir);
+    tu_setup_text(p, "{\"records\": 50, \"eval_loss\": 1.5, \"text_to_image\": {\"r1\": 0.375},"
+                     " \"image_to_text\": {\"r1\": 0.125}, \"step\": 60}");
     bt_log_close(&log);
     fclose(null_out);
     return tu_check(ok, "bt_log_summary: %s", bt_error_message());
@@ -358,6 +379,14 @@ static const struct {
     {"train/learning_rate", N_TRAIN, 0},
     {"train/grad_norm", N_TRAIN, 0},
     {"train/samples_per_second", N_TRAIN, +1},
+    {"train/data_wait", N_TRAIN, 0},
+    {"phase_s/forward", N_TRAIN, 0},
+    {"phase_s/backward", N_TRAIN, 0},
+    {"phase_s/comm", N_TRAIN, 0},
+    {"phase_s/optim", N_TRAIN, 0},
+    {"phase_s/gemm", N_TRAIN, 0},
+    {"phase_s/attention", N_TRAIN, 0},
+    {"phase_s/memory_bound", N_TRAIN, 0},
 };
 enum { N_EXPECTED = sizeof expected / sizeof expected[0] };
 
@@ -457,10 +486,34 @@ static void check_static(const char *html) {
     tu_check(clean, "report.html is self-contained (no script, no external reference)");
     tu_check(strstr(t, "<td>training.learning_rate</td><td>1e-05</td>") &&
                  strstr(t, "<td>model.name</td><td>tiny &lt;demo&gt;</td>") &&
-                 strstr(t, "<td>final_eval.i2t_r1</td><td>0.42</td>") &&
-                 strstr(t, "<td>samples_per_s</td>") &&
+                 strstr(t, "<td>final_eval.i2t_r1</td><td>42.0%</td>") &&
+                 strstr(t, "samples/s</td>") && strstr(t, "<td>flops_per_sample</td><td>1e+09 FLOP") &&
                  strstr(t, "<td>status</td><td>completed</td>"),
-             "the summary and the flattened run config (escaped) are tables in the page");
+             "the summary (with units: 42.0%%, samples/s, FLOP) and the flattened run config "
+             "(escaped, as given) are tables in the page");
+    /* the sections issue 23 added: units and rounding, memory, environment, test split */
+    const char *peak = strstr(t, "<td>peak_rss_mib</td><td>");
+    const char *wall = strstr(t, "<td>wall_seconds</td><td>");
+    tu_check(peak && strstr(peak, " MiB</td>") && strstr(peak, " MiB</td>") - peak < 48 && wall &&
+                 strstr(wall, " s</td>") && strstr(wall, " s</td>") - wall < 48,
+             "summary: peak memory in MiB, times in seconds");
+    tu_check(strstr(t, "<h2>Environment") && strstr(t, "<td>cpu</td><td>Test CPU &lt;9000&gt;</td>") &&
+                 strstr(t, "<td>kernel_isa</td><td>avx2</td>") &&
+                 strstr(t, "<td>gemm_fp32_route</td><td>brg:avx2</td>") &&
+                 strstr(t, "<td>threads</td><td>2</td>") && strstr(t, "<td>ranks</td><td>4</td>") &&
+                 strstr(t, "<td>memory_plan_mib.activations</td><td>189.9 MiB</td>") &&
+                 !strstr(t, "<td>environment.cpu"),
+             "the environment (CPU, ISA, GEMM route, threads, ranks, memory plan) is its own "
+             "table, with units");
+    const char *fe = strstr(t, "<h2>Final evaluation</h2>");
+    tu_check(fe && strstr(fe, "test (test_results.json)") &&
+                 strstr(fe, "<td>text→image R@1</td><td>25.0%</td><td>37.5%</td>") &&
+                 strstr(fe, "<td>image→text R@1</td><td>–</td><td>12.5%</td>") &&
+                 strstr(fe, "<td>eval loss (ITC)</td><td>1.2346</td><td>1.5000</td>") &&
+                 strstr(fe, "<td>5-way caption choice</td><td>80.0%</td><td>–</td>"),
+             "final evaluation: validation and test split side by side, percent and rounded");
+    tu_check(strstr(t, "<h2>Data wait") && strstr(t, "<h2>Time per step by phase"),
+             "data-wait and phase-time charts are in the page");
     free(t);
 }
 
@@ -579,12 +632,20 @@ int main(int argc, char **argv) {
                   chromium[0] ? chromium : "not in PATH"))
         return tu_finish();
     const char *work = tu_tmpdir();
+    char bare[4300];
     static curve cv[32];
     int n_cv = 0;
     if (tu_check(chromium_run(work, html, "--dump-dom") == 0, "chromium --dump-dom")) {
         snprintf(dom_path, sizeof dom_path, "%s/stdout.txt", work);
         char *dom = (char *)tu_read_file(dom_path, NULL);
-        if (tu_check(dom != NULL, "read the DOM")) check_dom(dom, cv, &n_cv);
+        if (tu_check(dom != NULL, "read the DOM")) {
+            check_dom(dom, cv, &n_cv);
+            /* the new tables as Chromium parsed them (cells in rows of a table element) */
+            tu_check(strstr(dom, "<td>text→image R@1</td><td>25.0%</td><td>37.5%</td>") &&
+                         strstr(dom, "<td>ranks</td><td>4</td>") &&
+                         strstr(dom, "<h2>Environment") && strstr(dom, "<h2>Final evaluation"),
+                     "Chromium's DOM holds the final-evaluation and environment tables");
+        }
         free(dom);
     }
     snprintf(png, sizeof png, "--screenshot=%s/shot.png", work);
@@ -597,8 +658,38 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "cp '%s' '%s' '%s/'", html, png, save ? save : "");
         if (save && system(cmd) != 0) printf("# could not copy to %s\n", save);
     }
+    /* ITC alone: the total loss equals ITC and is drawn under it, wider: both colors show */
+    {
+        char d2[4200], h2[4300], p2[4300];
+        snprintf(d2, sizeof d2, "%s/itc_only", tu_tmpdir());
+        itc_only = 1;
+        static curve c2[32];
+        if (make_run(d2) && tu_check(bt_report_write(d2, NULL) == BT_OK, "report (ITC only)")) {
+            snprintf(h2, sizeof h2, "%s/report.html", d2);
+            char *t2 = (char *)tu_read_file(h2, NULL);
+            int n2 = t2 ? parse_curves(t2, c2, 32) : 0;
+            free(t2);
+            const char *loss_col = NULL, *itc_col = NULL;
+            for (int k = 0; k < n2; k++) {
+                if (!strcmp(c2[k].tag, "train/loss")) loss_col = c2[k].color;
+                if (!strcmp(c2[k].tag, "train/loss_itc")) itc_col = c2[k].color;
+            }
+            snprintf(p2, sizeof p2, "--screenshot=%s/itc_only.png", work);
+            image img;
+            snprintf(bare, sizeof bare, "%s/itc_only.png", work);
+            if (loss_col && itc_col && chromium_run(work, h2, p2) == 0 && png_read(bare, &img)) {
+                long pl = count_color(&img, loss_col), pi = count_color(&img, itc_col);
+                tu_check(pl >= MIN_CURVE_PIXELS && pi >= MIN_CURVE_PIXELS,
+                         "ITC only: the total-loss line (%s, %ld px) stays visible beside the "
+                         "equal ITC line (%s, %ld px)", loss_col, pl, itc_col, pi);
+                free(img.px);
+            } else {
+                tu_check(0, "ITC-only report rendered with both loss series");
+            }
+        }
+        itc_only = 0;
+    }
     /* negative control */
-    char bare[4300];
     snprintf(bare, sizeof bare, "%s/no_curves.html", work);
     snprintf(png, sizeof png, "--screenshot=%s/bare.png", work);
     if (write_without_curves(html, bare) &&

@@ -381,10 +381,11 @@ static void test_write_errors(void) {
     expect_write_fail("write_dup_metadata", path, &good, 1, dupkv, BT_ERR_ARG,
                       "metadata key \"k\" given twice", path, orig, len);
 
-    char missing[512];
-    snprintf(missing, sizeof missing, "%s/no_such_dir/x.safetensors", dir);
-    expect_write_fail("write_missing_dir", missing, &good, 1, NULL, BT_ERR_IO,
-                      "the directory", path, orig, len);
+    /* A missing directory is created (fileio.h); one that is a file is an error. */
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/below_a_file.safetensors", path);
+    expect_write_fail("write_below_a_file", missing, &good, 1, NULL, BT_ERR_IO,
+                      "not a directory", path, orig, len);
 
     /* Outputs never replace what is not a regular file (fileio.h): a directory, a FIFO (as a
      * device node such as /dev/null would be), a symlink to a FIFO. */

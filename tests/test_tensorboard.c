@@ -213,8 +213,37 @@ static void check_reader_refuses(void) {
     free(data);
 }
 
+/* A text event of 5000 bytes (more than a scalar's buffer) reads back whole as a text-plugin
+ * tensor: tag, step, the string and its length. */
+static void check_text(void) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/text", tu_tmpdir());
+    if (!tu_check(mkdir(dir, 0755) == 0, "mkdir %s", dir)) return;
+    bt_tb_writer w;
+    if (!tu_check(bt_tb_open(&w, dir, 1700000000.0, 0) == BT_OK, "open: %s", bt_error_message()))
+        return;
+    static char text[5001];
+    for (int i = 0; i < 5000; i++) text[i] = (char)('a' + i % 26);
+    text[4999] = '}';
+    tu_check(bt_tb_add_text(&w, "args/text_summary", 0, text, 1700000000.5) == BT_OK &&
+                 bt_tb_add_scalar(&w, "train/loss", 1, 2.5, 1700000001.0) == BT_OK &&
+                 bt_tb_close(&w) == BT_OK,
+             "write a text and a scalar");
+    tbr_event *ev;
+    size_t n;
+    char err[512];
+    if (!tu_check(tbr_read_file(w.path, &ev, &n, err, sizeof err) == 0, "read: %s", err)) return;
+    tu_check(n == 3 && ev[1].kind == TBR_TEXT && !strcmp(ev[1].text, "args/text_summary") &&
+                 ev[1].step == 0 && ev[1].string_len == 5000 && !strcmp(ev[1].string, text) &&
+                 ev[2].kind == TBR_SCALAR && ev[2].value == 2.5f,
+             "the text reads back as a text-plugin DT_STRING tensor, whole (%zu bytes), and the "
+             "next scalar after it", n > 1 ? ev[1].string_len : 0);
+    free(ev);
+}
+
 int main(void) {
     check_crc_vectors();
+    check_text();
     check_roundtrip(0);
     check_roundtrip(41);
     check_reader_refuses();

@@ -2,12 +2,18 @@
  * (test_train_setup.h). */
 #include "test_train_setup.h"
 
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "data/synth.h"
+#include "safetensors.h"
 #include "status.h"
+#include "test_util.h"
 
 void tts_synth_data(const char *dir, int n_train, int n_val, int n_test) {
     synth_options so;
@@ -27,4 +33,78 @@ void tts_synth_data(const char *dir, int n_train, int n_val, int n_test) {
 void tts_synthetic_model_dir(char *out, size_t cap) {
     const char *configs = getenv("BT_CONFIGS");
     snprintf(out, cap, "%s/synthetic-model", configs ? configs : "configs");
+}
+
+int tts_sh(const char *out, const char *fmt, ...) {
+    char cmd[6000], line[7000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(line, sizeof line, "%s > '%s.log' 2> '%s.err'", cmd, out, out);
+    const int st = system(line);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void tts_show_err(const char *out) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s.err", out);
+    char *e = (char *)tu_read_file(p, NULL);
+    fprintf(stderr, "--- %s ---\n%s\n", p, e ? e : "");
+    free(e);
+}
+
+size_t tts_logged(const char *out, const char *key, double *l, size_t cap) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    char *text = (char *)tu_read_file(p, NULL);
+    size_t n = 0;
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "train") && cJSON_IsNumber(v) &&
+            cJSON_IsNumber(step) && step->valuedouble >= 1 && step->valuedouble <= (double)cap) {
+            l[(size_t)step->valuedouble - 1] = v->valuedouble;
+            n++;
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    return n;
+}
+
+double tts_max_weight_diff(const char *a_path, const char *b_path) {
+    safetensors_file a, b;
+    if (safetensors_open(&a, a_path) != BT_OK) return -1;
+    if (safetensors_open(&b, b_path) != BT_OK) {
+        safetensors_close(&a);
+        return -1;
+    }
+    double worst = a.n_tensors == b.n_tensors && a.n_tensors > 0 ? 0 : -1;
+    for (size_t i = 0; i < a.n_tensors && worst >= 0; i++) {
+        const safetensors_tensor *ta = &a.tensors[i], *tb = safetensors_find(&b, ta->name);
+        if (!tb || tb->numel != ta->numel) {
+            worst = -1;
+        } else if (ta->dtype != BT_DTYPE_F32) { /* integer buffers: equal bytes */
+            if (tb->dtype != ta->dtype || tb->end - tb->begin != ta->end - ta->begin ||
+                memcmp(ta->data, tb->data, ta->end - ta->begin))
+                worst = -1;
+        } else {
+            float *x = malloc(ta->numel * sizeof *x), *y = malloc(ta->numel * sizeof *y);
+            if (!x || !y || safetensors_read_f32(&a, ta, x, ta->numel) != BT_OK ||
+                safetensors_read_f32(&b, tb, y, tb->numel) != BT_OK)
+                worst = -1;
+            for (size_t k = 0; worst >= 0 && k < ta->numel; k++) {
+                const double d = fabs((double)x[k] - (double)y[k]);
+                if (!(d <= worst)) worst = d; /* NaN propagates as a failure */
+            }
+            free(x);
+            free(y);
+        }
+    }
+    safetensors_close(&a);
+    safetensors_close(&b);
+    return worst;
 }

@@ -1,6 +1,7 @@
-/* test_train_setup.h: what the bt-train tests (test_bt_train.c, test_dist.c) both set up before
- * running the job: a synthetic captioned-image set written by src/data/synth.h and the path
- * of the synthetic model config. Exits the test (status 1) with the error on failure.
+/* test_train_setup.h: what the bt-train tests (test_bt_train.c, test_dist.c, test_itc_scope.c,
+ * test_user_paths.c) share: a synthetic captioned-image set written by src/data/synth.h, the
+ * path of the synthetic model config (both exit the test with status 1 and the error on
+ * failure), and reading a run's results back (a shell run, metrics.jsonl, weights).
  * Deliberately not here: the run configs themselves (each test writes its own). */
 #ifndef BT_TEST_TRAIN_SETUP_H
 #define BT_TEST_TRAIN_SETUP_H
@@ -13,5 +14,20 @@ void tts_synth_data(const char *dir, int n_train, int n_val, int n_test);
 
 /* out = $BT_CONFIGS/synthetic-model (configs/synthetic-model when BT_CONFIGS is unset). */
 void tts_synthetic_model_dir(char *out, size_t cap);
+
+/* Runs a shell command line (printf format) with stdout and stderr in <out>.log / <out>.err;
+ * its exit status (-1 when it did not exit). */
+int tts_sh(const char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints <out>.err on stderr (a failed run's message). */
+void tts_show_err(const char *out);
+
+/* l[step - 1] = the `key` ("loss", "grad_norm", ...) of each "train" record of
+ * <out>/metrics.jsonl with 1 <= step <= cap; returns how many were read. */
+size_t tts_logged(const char *out, const char *key, double *l, size_t cap);
+
+/* max |a - b| over the F32 tensors of two model.safetensors files with the same tensors
+ * (other dtypes: equal bytes); -1 when names, sizes or bytes differ or a file is unreadable. */
+double tts_max_weight_diff(const char *a_path, const char *b_path);
 
 #endif

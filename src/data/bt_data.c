@@ -16,7 +16,8 @@
  *       generates the synthetic dataset (synth.h), or prints N training captions (the corpus
  *       the committed configs/synthetic tokenizer was trained on).
  *   bt-data batch --data MANIFEST --model DIR --batch-size N [--index K] [--seed S]
- *                 [--max-length T] [--dtype f32|bf16] [--dct-scaling] --output OUT.safetensors
+ *                 [--max-length T] [--dtype f32|bf16] [--dct-scaling] [--image-key K]
+ *                 [--caption-key K] --output OUT.safetensors
  *       assembles batch K of the stream the loader (loader.h) delivers to the trainer (shuffle
  *       from S, one rank, partial last batch kept; K counts across epochs, seq = epoch *
  *       batches_per_epoch + k) and writes it under Hugging Face's forward-argument names:
@@ -76,6 +77,7 @@ static const char usage_text[] =
     "  bt-data synth --captions N [--seed S]\n"
     "  bt-data batch --data MANIFEST --model DIR --batch-size N [--index K] [--seed S]\n"
     "                [--max-length T] [--dtype f32|bf16] [--dct-scaling]\n"
+    "                [--image-key K] [--caption-key K]\n"
     "                --output OUT.safetensors\n"
     "  bt-data shards --data SOURCE --out DIR [--per-shard N] [--image-key K]\n"
     "                 [--caption-key K]\n";
@@ -500,7 +502,7 @@ static int cmd_preprocess(const args *a) {
     int bf16, usage_rc = parse_dtype(a, &bf16);
     if (usage_rc) return usage_rc;
     /* The output is checked first: refused (a device, a FIFO, a directory) before any work. */
-    if (bt_check_output_file(a->output, "--output") != BT_OK) return fail();
+    if (bt_prepare_output_file(a->output, "--output") != BT_OK) return fail();
     if (check_model_dir(a->model) != BT_OK) return fail();
     char path[4096];
     snprintf(path, sizeof path, "%s/preprocessor_config.json", a->model);
@@ -625,20 +627,9 @@ static bt_status read_model_info(model_text_info *mi, const char *model_dir) {
     st = bt_model_config_parse(&c, text, mi->path);
     if (st == BT_OK) {
         mi->has_config = 1;
-        mi->max_length = c.max_position_embeddings - c.pad_token_id - 1;
-        mi->default_length = mi->max_length;
+        mi->max_length = bt_model_config_max_text(&c);
         mi->image_size = c.image_size;
-        cJSON *j = cJSON_Parse(text);
-        const cJSON *mt = j ? cJSON_GetObjectItemCaseSensitive(j, "max_text_len") : NULL;
-        if (mt && (!cJSON_IsNumber(mt) || mt->valuedouble != (double)(int)mt->valuedouble ||
-                   mt->valuedouble < 2 || mt->valuedouble > mi->max_length))
-            st = bt_fail(BT_ERR_CONFIG,
-                         "%s: key 'max_text_len' must be an integer in [2, %d] "
-                         "(max_position_embeddings %d - pad_token_id %d - 1)",
-                         mi->path, mi->max_length, c.max_position_embeddings, c.pad_token_id);
-        else if (mt)
-            mi->default_length = (int)mt->valuedouble;
-        cJSON_Delete(j);
+        st = bt_model_config_text_length(text, &c, mi->path, &mi->default_length);
     }
     free(text);
     return st;
@@ -651,7 +642,7 @@ static int cmd_batch(const args *a) {
                      "");
     int bf16, usage_rc = parse_dtype(a, &bf16);
     if (usage_rc) return usage_rc;
-    if (bt_check_output_file(a->output, "--output") != BT_OK) return fail();
+    if (bt_prepare_output_file(a->output, "--output") != BT_OK) return fail();
     if (check_model_dir(a->model) != BT_OK) return fail();
 
     /* Text length and image size: the run's, checked against the model when it has a

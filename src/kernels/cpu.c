@@ -14,6 +14,9 @@
 #include <omp.h>
 #endif
 
+#include <cjson/cJSON.h>
+
+#include "bt_config.h"
 #include "gemm.h"
 #include "ops.h"
 
@@ -133,6 +136,74 @@ static const char *env_or(const char *name, const char *dflt) {
     return v && *v ? v : dflt;
 }
 
+/* The routes of a typical Linear product (256^3), as the backend runs them. */
+static void gemm_routes(gemm_backend b, const char **route_f32, const char **route_bf16) {
+    static float a[256 * 256], c[256 * 256]; /* only looked up, never multiplied */
+    /* clang-format off */
+    gemm_args g = {.m = 256, .n = 256, .k = 256, .a_type = BT_DTYPE_F32, .b_type = BT_DTYPE_F32,
+                   .a = a, .lda = 256, .b = a, .ldb = 256, .trans_b = 1, .c = c, .ldc = 256,
+                   .alpha = 1.0f, .compute = GEMM_COMPUTE_F32};
+    /* clang-format on */
+    if (b == GEMM_BACKEND_ONEDNN) {
+        *route_f32 = gemm_onednn_impl_name(&g);
+        g.compute = GEMM_COMPUTE_BF16;
+        *route_bf16 = gemm_onednn_impl_name(&g);
+    } else if (b == GEMM_BACKEND_OPENBLAS) {
+        *route_f32 = "openblas sgemm (kernels chosen at load time; OPENBLAS_CORETYPE caps them)";
+        *route_bf16 = "operands rounded to bf16, then openblas sgemm";
+    } else {
+        *route_f32 = *route_bf16 = "reference loops";
+    }
+}
+
+/* /proc/cpuinfo's first "model name", or "unknown". */
+static void cpu_model_name(char *out, size_t cap) {
+    snprintf(out, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        const char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        colon++;
+        while (*colon == ' ' || *colon == '\t') colon++;
+        snprintf(out, cap, "%.*s", (int)strcspn(colon, "\n"), colon);
+        break;
+    }
+    fclose(f);
+}
+
+cJSON *bt_runtime_info_json(void) {
+    kernels_init();
+    cJSON *o = cJSON_CreateObject();
+    BT_ASSERT(o);
+    char cpu[256], levels[128] = "";
+    cpu_model_name(cpu, sizeof cpu);
+    cJSON_AddStringToObject(o, "cpu", cpu);
+    cJSON_AddNumberToObject(o, "cpus_online", (double)sysconf(_SC_NPROCESSORS_ONLN));
+    for (int i = 0; i < BT_ISA_COUNT; i++)
+        if (bt_isa_supported((bt_isa)i))
+            snprintf(levels + strlen(levels), sizeof levels - strlen(levels), "%s%s",
+                     levels[0] ? " " : "", isa_names[i]);
+    cJSON_AddStringToObject(o, "cpu_isa_levels", levels);
+    cJSON_AddStringToObject(o, "kernel_isa", bt_isa_name(ops_cpu_isa()));
+    const gemm_backend b = gemm_get_backend();
+    const char *route_f32, *route_bf16;
+    gemm_routes(b, &route_f32, &route_bf16);
+    cJSON_AddStringToObject(o, "gemm_backend", gemm_backend_name(b));
+    cJSON_AddStringToObject(o, "gemm_fp32_route", route_f32);
+    cJSON_AddStringToObject(o, "gemm_bf16_route", route_bf16);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    cJSON_AddNumberToObject(o, "threads", threads);
+    cJSON_AddStringToObject(o, "bt_version", BT_VERSION);
+    cJSON_AddStringToObject(o, "git_revision", BT_GIT_REVISION);
+    cJSON_AddStringToObject(o, "build_type", BT_BUILD_TYPE);
+    return o;
+}
+
 void bt_runtime_info_print(FILE *out, const char *tool) {
     kernels_init();
     fprintf(out, "%s: run-time configuration\n", tool);
@@ -159,24 +230,8 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
             env_or("BT_GEMM", "unset"));
     fprintf(out, "onednn isa: %s (DNNL_MAX_CPU_ISA=%s%s%s)\n", gemm_cpu_isa_name(),
             env_or("DNNL_MAX_CPU_ISA", "unset"), *isa_dnnl_note ? ", " : "", isa_dnnl_note);
-    /* The routes of a typical Linear product, as the backend runs them. */
-    static float a[256 * 256], c[256 * 256]; /* only looked up, never multiplied */
-    /* clang-format off */
-    gemm_args g = {.m = 256, .n = 256, .k = 256, .a_type = BT_DTYPE_F32, .b_type = BT_DTYPE_F32,
-                   .a = a, .lda = 256, .b = a, .ldb = 256, .trans_b = 1, .c = c, .ldc = 256,
-                   .alpha = 1.0f, .compute = GEMM_COMPUTE_F32};
-    /* clang-format on */
     const char *route_f32, *route_bf16;
-    if (b == GEMM_BACKEND_ONEDNN) {
-        route_f32 = gemm_onednn_impl_name(&g);
-        g.compute = GEMM_COMPUTE_BF16;
-        route_bf16 = gemm_onednn_impl_name(&g);
-    } else if (b == GEMM_BACKEND_OPENBLAS) {
-        route_f32 = "openblas sgemm (kernels chosen at load time; OPENBLAS_CORETYPE caps them)";
-        route_bf16 = "operands rounded to bf16, then openblas sgemm";
-    } else {
-        route_f32 = route_bf16 = "reference loops";
-    }
+    gemm_routes(b, &route_f32, &route_bf16);
     fprintf(out, "gemm fp32 route: %s\n", route_f32);
     fprintf(out, "gemm bf16 route: %s (BT_GEMM_BF16=%s)\n", route_bf16,
             env_or("BT_GEMM_BF16", "auto"));
@@ -197,10 +252,31 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     fprintf(out, "threads: %d (OMP_NUM_THREADS=%s)\n", threads, env_or("OMP_NUM_THREADS", "unset"));
 }
 
+void bt_version_print(FILE *out, const char *tool) {
+    /* GNU layout (help2man reads it): name and version, copyright, then what was built */
+    fprintf(out, "%s (bt) %s\n", tool, BT_VERSION);
+    fprintf(out, "Copyright (c) 2026 The bt authors.\n");
+    fprintf(out, "License MIT: see LICENSE (installed in share/doc/bt/).\n\n");
+    fprintf(out, "git revision: %s\n", BT_GIT_REVISION);
+    fprintf(out, "build type: %s\n", BT_BUILD_TYPE);
+    fprintf(out, "gemm backends: %sopenblas reference\n", BT_HAVE_ONEDNN ? "onednn " : "");
+#ifdef BT_OPS_ISA_VARIANTS
+    fprintf(out, "kernel isa levels: scalar avx2 avx512 avx512_bf16\n");
+#else
+    fprintf(out, "kernel isa levels: scalar\n");
+#endif
+    fprintf(out, "mpi: %s, openmp: %s\n", BT_HAVE_MPI ? "yes" : "no", BT_HAVE_OPENMP ? "yes" : "no");
+}
+
 int bt_runtime_cli_info(int argc, char **argv, const char *tool) {
     int want = 0;
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--version") == 0) {
+            bt_version_print(stdout, tool);
+            return 0;
+        }
         if (strcmp(argv[i], "--info") == 0) want = 1;
+    }
     if (!want) return -1;
     if (bt_cpu_isa_init_from_env() != BT_OK || gemm_init_from_env() != BT_OK) {
         fprintf(stderr, "%s: error: %s\n", tool, bt_error_message());

@@ -68,10 +68,22 @@ bt_isa bt_cpu_isa_cap(void);
  * it at program start, not while gemm() runs on other threads. */
 void bt_runtime_info_print(FILE *out, const char *tool);
 
-/* For the tools' main(): if argv holds --info, initializes from the environment, prints the
- * report to stdout and returns 0 (exit status), or prints the error and returns 1 when
- * BT_CPU_ISA / BT_GEMM / BT_GEMM_BF16 is invalid. Returns -1 when --info is absent (the tool
- * goes on; nothing is changed). */
+/* The same as a JSON object (for summary.json and the report's Environment table): cpu (the
+ * model name), cpus_online, cpu_isa_levels, kernel_isa, gemm_backend, gemm_fp32_route,
+ * gemm_bf16_route, threads, bt_version, git_revision, build_type. Same caveat as above. */
+struct cJSON;
+struct cJSON *bt_runtime_info_json(void);
+
+/* What was built, for --version: "<tool> (bt) <version>", the git revision at configure
+ * time, the build type, the GEMM backends and the kernel ISA levels compiled in (what this
+ * CPU runs is --info's). */
+void bt_version_print(FILE *out, const char *tool);
+
+/* For the tools' main(): with --version in argv, prints bt_version_print to stdout and
+ * returns 0. With --info, initializes from the environment, prints the report to stdout and
+ * returns 0 (exit status), or prints the error and returns 1 when BT_CPU_ISA / BT_GEMM /
+ * BT_GEMM_BF16 is invalid. Returns -1 when neither is given (the tool goes on; nothing is
+ * changed). */
 int bt_runtime_cli_info(int argc, char **argv, const char *tool);
 
 /* For the tools' main(), first thing: OpenMP threads that spin while waiting (libgomp's

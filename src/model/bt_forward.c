@@ -377,7 +377,7 @@ int main(int argc, char **argv) {
     const unsigned heads = head_mask[a.head];
 
     /* The output is checked before any work: a device, FIFO or directory is refused. */
-    bt_status s = bt_check_output_file(a.output, "--output");
+    bt_status s = bt_prepare_output_file(a.output, "--output");
     if (s != BT_OK) {
         fprintf(stderr, "bt-forward: error: %s\n", bt_error_message());
         return FWD_ERROR;

@@ -659,36 +659,6 @@ void bt_checkpoint_save_options_default(bt_checkpoint_save_options *o) {
     o->dtype = BT_DTYPE_F32;
 }
 
-static bt_status mkdir_p(const char *dir) {
-    char *p = ck_strdup(dir);
-    size_t n = strlen(p);
-    while (n > 1 && p[n - 1] == '/')
-        p[--n] = '\0';
-    for (char *q = p + 1; *q; q++) {
-        if (*q != '/') continue;
-        *q = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            bt_status s =
-                bt_fail(BT_ERR_IO, "%s: cannot create directory %s: %s", dir, p, strerror(errno));
-            free(p);
-            return s;
-        }
-        *q = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-        bt_status s = bt_fail(BT_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
-        free(p);
-        return s;
-    }
-    free(p);
-    if (path_kind(dir) != 2)
-        return bt_fail(BT_ERR_IO,
-                       "%s: exists and is not a directory; cannot save a checkpoint "
-                       "there",
-                       dir);
-    return BT_OK;
-}
-
 /* Copies the regular file src into the open temp file of af. */
 static bt_status copy_into(const char *src, bt_atomic_file *af) {
     FILE *in;
@@ -735,7 +705,7 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
         return bt_fail(BT_ERR_ARG, "the checkpoint directory path is empty; expected a directory");
     char *json = bt_checkpoint_config_json(&t->cfg, t->heads, o->dtype, o->base_config_json);
     if (!json) return bt_fail_context(BT_ERR_FORMAT, "%s", dir);
-    bt_status s = mkdir_p(dir);
+    bt_status s = bt_make_dirs(dir, "checkpoint directory");
     if (s != BT_OK) {
         free(json);
         return s;
@@ -756,6 +726,7 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
         BT_ASSERT(nf < CK_MAX_FILES);
         final_names[nf++] = bt_checkpoint_aux_files[i];
     }
+    int has_tokenizer = 0;
     for (size_t i = 0; i < nf; i++) {
         finals[i] = ck_join(dir, final_names[i]);
         if (i >= 2 && o->copy_from_dir && !keep_aux) {
@@ -764,20 +735,33 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
                 sources[i] = src; /* copied (or refused with a message when not a file) */
             else
                 free(src);
+            has_tokenizer |= sources[i] && (!strcmp(final_names[i], "vocab.json") ||
+                                            !strcmp(final_names[i], "tokenizer.json"));
         }
     }
+    /* A tokenizer without tokenizer_config.json gets one holding model_max_length (the text
+     * the position table takes): without it transformers sets model_max_length to 1e30 and
+     * truncation=True cuts nothing. */
+    char gen_tokcfg[64] = "";
+    size_t i_tokcfg = nf;
+    for (size_t i = 2; i < nf; i++)
+        if (!strcmp(final_names[i], "tokenizer_config.json")) i_tokcfg = i;
+    if (has_tokenizer && i_tokcfg < nf && !sources[i_tokcfg])
+        snprintf(gen_tokcfg, sizeof gen_tokcfg, "{\n  \"model_max_length\": %d\n}\n",
+                 bt_model_config_max_text(&t->cfg));
+#define CK_WRITES(i) ((i) < 2 || sources[i] || ((i) == i_tokcfg && gen_tokcfg[0]))
     /* Check every target before writing anything (refuse a device, FIFO or directory). */
     for (size_t i = 0; i < nf && s == BT_OK; i++)
-        if (i < 2 || sources[i]) s = bt_check_output_file(finals[i], final_names[i]);
+        if (CK_WRITES(i)) s = bt_check_output_file(finals[i], final_names[i]);
     for (size_t i = 2; i < nf && s == BT_OK && !keep_aux; i++) {
         struct stat sb;
-        if (!sources[i] && lstat(finals[i], &sb) == 0 && !S_ISREG(sb.st_mode) &&
+        if (!CK_WRITES(i) && lstat(finals[i], &sb) == 0 && !S_ISREG(sb.st_mode) &&
             !S_ISLNK(sb.st_mode))
             s = bt_fail(BT_ERR_IO, "%s: is %s; refusing to remove it (the model directory owns "
                         "%s)", finals[i], bt_file_type_name(sb.st_mode), final_names[i]);
     }
     for (size_t i = 0; i < nf && s == BT_OK; i++)
-        if (i < 2 || sources[i]) s = bt_atomic_open(&af[i], finals[i], final_names[i]);
+        if (CK_WRITES(i)) s = bt_atomic_open(&af[i], finals[i], final_names[i]);
     if (s != BT_OK) goto done;
 
     /* 1. weights: the parameters, then the two persistent int64 buffers of transformers
@@ -833,6 +817,10 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
     /* 3. aux copies (those that exist in the source) */
     for (size_t i = 2; i < nf && s == BT_OK; i++)
         if (sources[i]) s = copy_into(sources[i], &af[i]);
+    if (s == BT_OK && gen_tokcfg[0] &&
+        fwrite(gen_tokcfg, 1, strlen(gen_tokcfg), af[i_tokcfg].fp) != strlen(gen_tokcfg))
+        s = bt_fail(BT_ERR_IO, "%s: write failed: %s", af[i_tokcfg].tmp,
+                    strerror(errno ? errno : EIO));
     /* Every temp file complete and synced before the first rename. */
     for (size_t i = 0; i < nf && s == BT_OK; i++)
         if (af[i].tmp) s = bt_atomic_close(&af[i]);
@@ -852,7 +840,8 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
             renamed++;
     }
     for (size_t i = 2; i < nf && s == BT_OK && !keep_aux; i++)
-        if (!sources[i]) s = bt_remove_owned_file(finals[i], final_names[i]);
+        if (!CK_WRITES(i)) s = bt_remove_owned_file(finals[i], final_names[i]);
+#undef CK_WRITES
     if (s == BT_OK && !keep_aux) bt_sync_dir_of(dir, 1);
 done:
     for (size_t i = 0; i < nf; i++) {

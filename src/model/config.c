@@ -303,3 +303,44 @@ bt_status bt_model_config_load(bt_model_config *c, const char *path) {
     free(buf);
     return s;
 }
+
+int bt_model_config_max_text(const bt_model_config *c) {
+    return c->max_position_embeddings - c->pad_token_id - 1;
+}
+
+bt_status bt_model_config_text_length(const char *config_json, const bt_model_config *c,
+                                      const char *path, int *length) {
+    const int tmax = bt_model_config_max_text(c);
+    *length = tmax;
+    cJSON *j = config_json ? cJSON_Parse(config_json) : NULL;
+    const cJSON *mt = j ? cJSON_GetObjectItemCaseSensitive(j, "max_text_len") : NULL;
+    bt_status st = BT_OK;
+    if (mt && (!cJSON_IsNumber(mt) || mt->valuedouble != (double)(int)mt->valuedouble ||
+               mt->valuedouble < 2 || mt->valuedouble > tmax))
+        st = bt_fail(BT_ERR_CONFIG,
+                     "%s: key 'max_text_len' must be an integer in [2, %d] "
+                     "(max_position_embeddings %d - pad_token_id %d - 1)",
+                     path, tmax, c->max_position_embeddings, c->pad_token_id);
+    else if (mt)
+        *length = (int)mt->valuedouble;
+    cJSON_Delete(j);
+    return st;
+}
+
+char *bt_model_config_json_set_text_length(const char *config_json, int length) {
+    cJSON *j = config_json ? cJSON_Parse(config_json) : cJSON_CreateObject();
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    cJSON *v = cJSON_CreateNumber((double)length);
+    if (!v || (cJSON_GetObjectItemCaseSensitive(j, "max_text_len")
+                   ? !cJSON_ReplaceItemInObjectCaseSensitive(j, "max_text_len", v)
+                   : !cJSON_AddItemToObject(j, "max_text_len", v))) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    return text;
+}

@@ -89,4 +89,20 @@ bt_status bt_model_config_finish(bt_model_config *c, const char *name);
 
 const char *bt_link_type_name(bt_link_type t);
 
+/* The longest text the model takes: max_position_embeddings - pad_token_id - 1 (RoBERTa's
+ * positions start after the pad id). */
+int bt_model_config_max_text(const bt_model_config *c);
+
+/* The text length a model directory is evaluated at by default: the top-level
+ * `max_text_len` of its config.json text (the key BridgeTower's checkpoints carry, which HF
+ * keeps as an extra attribute; bt-train writes the data.max_length it trained with there),
+ * else bt_model_config_max_text. Errors (BT_ERR_CONFIG naming `path`): a max_text_len that
+ * is not an integer in [2, that maximum]. */
+bt_status bt_model_config_text_length(const char *config_json, const bt_model_config *c,
+                                      const char *path, int *length);
+
+/* config_json (an object's text) with its top-level max_text_len set to length: a new
+ * malloc'd text, or NULL (out of memory, or not a JSON object). */
+char *bt_model_config_json_set_text_length(const char *config_json, int length);
+
 #endif

@@ -364,3 +364,15 @@ bt_grad_event bt_param_grad_event(const bt_model_config *c, bt_param_id id, int 
     if (d->ev == BT_GRAD_EV_NONE) *layer = 0;
     return d->ev;
 }
+
+bt_status bt_heads_check_hf(const bt_model_config *c, unsigned heads, const char *source) {
+    if ((heads & BT_HEADS_ITC) && c->vision_hidden != c->hidden)
+        return bt_fail(BT_ERR_CONFIG,
+                       "%s: vision_config.hidden_size (%d) differs from hidden_size (%d), and "
+                       "model.heads has \"itc\": transformers' BridgeTowerForContrastiveLearning "
+                       "cannot run that shape (it adds the hidden_size token-type embedding to "
+                       "the vision-width output), so the trained model would not load for ITC; "
+                       "make the two widths equal or leave \"itc\" out of model.heads",
+                       source, c->vision_hidden, c->hidden);
+    return BT_OK;
+}

@@ -382,4 +382,13 @@ void bt_params_refresh_bf16(const bt_param_table *t, bt_bf16 *shadow, const floa
 bt_status bt_params_load_safetensors(const bt_param_table *t, float *arena, const char *path,
                                      size_t *n_unused);
 
+/* Refuses (BT_ERR_CONFIG, naming `source`, the fields and the head) a model shape that bt can
+ * train but transformers' class for the head cannot run, so that what bt-train writes always
+ * loads and runs with from_pretrained. Today one: the ITC head with vision_config.hidden_size
+ * != hidden_size. BridgeTowerForContrastiveLearning.forward adds the hidden_size image
+ * token-type embedding, expand_as'd to the vision-width output of forward_post, before
+ * cross_modal_image_transform; that expand fails unless the widths agree (bt's own ITC path,
+ * and the BridgeTowerModel / ITM / MLM paths, add it after the transform and run either way). */
+bt_status bt_heads_check_hf(const bt_model_config *c, unsigned heads, const char *source);
+
 #endif

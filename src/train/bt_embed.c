@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
     if (info_rc >= 0) return info_rc;
     bt_eval_cli_args a;
     if (!bt_eval_cli_parse(&a, argc, argv, 1)) return 2;
-    if (bt_check_output_file(a.output, "embeddings file") != BT_OK) {
+    if (bt_prepare_output_file(a.output, "embeddings file") != BT_OK) {
         fprintf(stderr, "bt-embed: error: %s\n", bt_error_message());
         return 1;
     }

@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
     if (info_rc >= 0) return info_rc;
     bt_eval_cli_args a;
     if (!bt_eval_cli_parse(&a, argc, argv, 0)) return 2;
-    if (a.json && bt_check_output_file(a.json, "metrics JSON") != BT_OK) {
+    if (a.json && bt_prepare_output_file(a.json, "metrics JSON") != BT_OK) {
         fprintf(stderr, "bt-eval: error: %s\n", bt_error_message());
         return 1;
     }

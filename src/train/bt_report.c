@@ -13,27 +13,37 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "kernels/cpu.h"
 #include "train/report.h"
 
-static int usage(void) {
-    fprintf(stderr, "usage: bt-report OUTPUT_DIR [--config FILE]\n");
-    return 2;
+/* The usage on `out`; returns the exit status (0 for --help on stdout, 2 for a usage error). */
+static int usage(FILE *out, int rc) {
+    fprintf(out,
+            "usage: bt-report OUTPUT_DIR [--config FILE]\n"
+            "(Re)builds OUTPUT_DIR/report.html from the metrics.jsonl and summary.json a\n"
+            "bt-train run left there (also for a run still going or killed).\n"
+            "  --config FILE   add the run config (a JSON object) as a table\n"
+            "  --version       version, git revision, build type, backends\n"
+            "  --help          this text\n");
+    return rc;
 }
 
 int main(int argc, char **argv) {
+    const int info_rc = bt_runtime_cli_info(argc, argv, "bt-report"); /* --version (cpu.h) */
+    if (info_rc >= 0) return info_rc;
     const char *dir = NULL, *config_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
             config_path = argv[++i];
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return usage();
+            return usage(stdout, 0);
         else if (argv[i][0] == '-' || dir) {
             fprintf(stderr, "bt-report: unexpected argument '%s'\n", argv[i]);
-            return usage();
+            return usage(stderr, 2);
         } else
             dir = argv[i];
     }
-    if (!dir) return usage();
+    if (!dir) return usage(stderr, 2);
     char *config = NULL;
     bt_status st = config_path ? bt_json_read_text(config_path, "run config", &config) : BT_OK;
     if (st == BT_OK) st = bt_report_write(dir, config);

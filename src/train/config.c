@@ -38,6 +38,7 @@ enum {
 static const char *const schedule_names[] = {"linear", "cosine", "constant", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", NULL};
 static const char *const itc_names[] = {"hf", "dedup", NULL};
+static const char *const itc_scope_names[] = {"global", "local", NULL};
 static const char *const policy_names[] = {"stop", "skip", NULL};
 static const char *const interval_names[] = {"no", "steps", "epoch", NULL};
 static const char *const save_dtype_names[] = {"f32", "bf16", NULL};
@@ -116,6 +117,7 @@ static const field FIELDS[] = {
     N_("train.loss_weights.itm", train.loss_weights.itm, F_RESUME, 0, INF, 0, ""),
     N_("train.loss_weights.mlm", train.loss_weights.mlm, F_RESUME, 0, INF, 0, ""),
     E_("train.itc_variant", train.itc_variant, F_RESUME, itc_names, BT_ITC_HF, ""),
+    E_("train.itc_scope", train.itc_scope, F_RESUME, itc_scope_names, BT_ITC_SCOPE_GLOBAL, ""),
     N_("train.mlm_probability", train.mlm_probability, F_LO_OPEN | F_HI_OPEN | F_RESUME, 0, 1,
        0.15, "mlm_probability"),
     I_("train.seed", train.seed, F_RESUME, 0, INT_MAX_JSON, 42, "seed"),

@@ -40,6 +40,9 @@ struct cJSON;
 /* ITC targets: "hf" = arange(B), as BridgeTowerForContrastiveLearning; "dedup" = the
  * original code's soft targets shared by the duplicates of an image or caption. */
 typedef enum { BT_ITC_HF, BT_ITC_DEDUP } bt_itc_variant;
+/* ITC negatives under mpirun: "global" = every rank's pairs (OpenCLIP's gather-with-grad);
+ * "local" = the rank's own pairs (HF Trainer / Optimum Habana under DDP). */
+typedef enum { BT_ITC_SCOPE_GLOBAL, BT_ITC_SCOPE_LOCAL } bt_itc_scope;
 /* What to do with a bad record (data.on_bad_record) or a NaN/Inf loss or gradient
  * (train.on_nan). */
 typedef enum { BT_POLICY_STOP, BT_POLICY_SKIP } bt_policy;
@@ -90,6 +93,7 @@ typedef struct bt_run_config {
             double itc, itm, mlm;
         } loss_weights;
         bt_itc_variant itc_variant;
+        bt_itc_scope itc_scope;
         double mlm_probability;
         int64_t seed;
         int dropout;

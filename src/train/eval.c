@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -33,11 +34,12 @@
 #include "checkpoint.h"
 #include "clock.h"
 #include "data/loader.h"
+#include "json_util.h"
 #include "train/loss.h"
 
 void bt_eval_options_default(bt_eval_options *o) {
     memset(o, 0, sizeof *o);
-    o->batch_size = 32;
+    o->batch_size = 8; /* bt-train's eval.batch_size default, HF's per_device_eval_batch_size */
     o->choices = 1;
     o->choice_score = BT_EVAL_CHOICE_ITC;
     o->num_workers = 1;
@@ -659,25 +661,6 @@ void bt_eval_result_print(const bt_eval_result *r, FILE *out) {
 
 /* --- for the CLIs ------------------------------------------------------------------------ */
 
-bt_status bt_eval_default_max_length(const char *config_json, const bt_model_config *c,
-                                     const char *path, int *max_length) {
-    const int tmax = c->max_position_embeddings - c->pad_token_id - 1;
-    *max_length = tmax;
-    cJSON *j = cJSON_Parse(config_json);
-    const cJSON *mt = j ? cJSON_GetObjectItemCaseSensitive(j, "max_text_len") : NULL;
-    bt_status st = BT_OK;
-    if (mt && (!cJSON_IsNumber(mt) || mt->valuedouble != (double)(int)mt->valuedouble ||
-               mt->valuedouble < 2 || mt->valuedouble > tmax))
-        st = bt_fail(BT_ERR_CONFIG,
-                     "%s: key 'max_text_len' must be an integer in [2, %d] "
-                     "(max_position_embeddings %d - pad_token_id %d - 1)",
-                     path, tmax, c->max_position_embeddings, c->pad_token_id);
-    else if (mt)
-        *max_length = (int)mt->valuedouble;
-    cJSON_Delete(j);
-    return st;
-}
-
 void bt_eval_setup_close(bt_eval_setup *s) {
     if (s->have_model) bt_model_free(&s->model);
     if (s->have_tok) tokenizer_free(&s->tok);
@@ -718,8 +701,8 @@ bt_status bt_eval_setup_open(bt_eval_setup *s, const char *dir, const char *mani
         fprintf(log, "%s: warning: %s: unexpected key '%s'\n", who, ck.weights_path,
                 rep.unexpected.names[i]);
     bt_checkpoint_report_free(&rep);
-    if (st == BT_OK) st = bt_eval_default_max_length(ck.config_json, &ck.cfg, ck.config_path,
-                                                     &s->max_length);
+    if (st == BT_OK) st = bt_model_config_text_length(ck.config_json, &ck.cfg, ck.config_path,
+                                                      &s->max_length);
     if (st != BT_OK) goto fail;
     bt_model_refresh_bf16(&s->model);
     st = tokenizer_load(&s->tok, dir);
@@ -765,9 +748,12 @@ void bt_eval_cli_usage(FILE *out, int embed) {
             "  --model DIR          Hugging Face BridgeTower directory (config.json,\n"
             "                       model.safetensors, tokenizer, preprocessor_config.json)\n"
             "  --data MANIFEST      JSON Lines manifest (docs/data.md)\n"
-            "  --batch-size N       records per forward (default 32)\n"
+            "  --batch-size N       records per forward (default: the batch_size of the model\n"
+            "                       directory's eval_results.json, as bt-train evaluated it,\n"
+            "                       else 8; the eval loss is a mean of per-batch losses)\n"
             "  --max-records N      only the first N records (default all)\n"
-            "  --max-length T       text length (default: config.json max_text_len)\n"
+            "  --max-length T       text length (default: config.json max_text_len, the\n"
+            "                       length bt-train trained with)\n"
             "  --image-key K        manifest key of the image path (default image)\n"
             "  --caption-key K      manifest key of the caption (default caption; New Yorker:\n"
             "                       image_description)\n"
@@ -842,8 +828,10 @@ static int cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed) {
             a->mo_image_key = v;
         else if (!strcmp(o, "--caption-key"))
             a->mo_caption_key = v;
-        else if (!strcmp(o, "--batch-size"))
+        else if (!strcmp(o, "--batch-size")) {
             st = bt_parse_int(o, v, 1, 65536, &a->opt.batch_size);
+            a->batch_size_set = 1;
+        }
         else if (!strcmp(o, "--max-records")) {
             st = bt_parse_i64(o, v, 1, INT64_MAX, &n);
             a->opt.max_records = (size_t)n;
@@ -896,6 +884,29 @@ int bt_eval_cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed) {
     return 1;
 }
 
+/* The eval batch size of the run that wrote the model directory: the batch_size of its
+ * eval_results.json (bt-train writes it, with the eval.batch_size it evaluated at), so that
+ * bt-eval without flags repeats bt-train's final evaluation (the eval loss is a mean of
+ * per-batch losses). No file (or one without the key, as HF's): *bs is left as it is. */
+static bt_status default_batch_size(const char *model_dir, int *bs) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/eval_results.json", model_dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return BT_OK;
+    cJSON *root;
+    bt_status st = bt_json_load(path, "evaluation results", &root);
+    if (st != BT_OK) return st;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "batch_size");
+    if (b && (!cJSON_IsNumber(b) || b->valuedouble != (double)(int)b->valuedouble ||
+              b->valuedouble < 1 || b->valuedouble > 65536))
+        st = bt_fail(BT_ERR_FORMAT, "%s: key 'batch_size' must be an integer in [1, 65536] "
+                     "(or pass --batch-size)", path);
+    else if (b)
+        *bs = (int)b->valuedouble;
+    cJSON_Delete(root);
+    return st;
+}
+
 bt_status bt_eval_cli_setup(bt_eval_setup *s, bt_eval_cli_args *a, int embed) {
     const char *who = embed ? "bt-embed" : "bt-eval";
     unsigned heads = BT_HEADS_ITC;
@@ -912,7 +923,11 @@ bt_status bt_eval_cli_setup(bt_eval_setup *s, bt_eval_cli_args *a, int embed) {
     for (size_t i = 0; i < s->man.n_skipped; i++)
         fprintf(stderr, "%s: skipped: %s\n", who, s->man.problems[i]);
     if (a->opt.max_length == 0) a->opt.max_length = s->max_length;
-    const int tmax = s->model.cfg.max_position_embeddings - s->model.cfg.pad_token_id - 1;
+    if (!a->batch_size_set) {
+        st = default_batch_size(a->model, &a->opt.batch_size);
+        if (st != BT_OK) return st;
+    }
+    const int tmax = bt_model_config_max_text(&s->model.cfg);
     if (a->opt.max_length > tmax)
         return bt_fail(BT_ERR_ARG, "--max-length %d: the model at %s takes at most %d tokens "
                        "(max_position_embeddings - pad_token_id - 1)",

@@ -62,9 +62,9 @@ typedef enum {
 } bt_eval_choice_score;
 
 typedef struct bt_eval_options {
-    int batch_size;        /* records per forward, >= 1 (default 32) */
+    int batch_size;        /* records per forward, >= 1 (default 8, as eval.batch_size) */
     int max_length;        /* T: captions and choices padded/truncated to it, >= 2 (required;
-                              bt_eval_default_max_length gives the model's) */
+                              bt_model_config_text_length gives the model's) */
     size_t max_records;    /* evaluate the first N records only (0: all) */
     int itm_rerank_k;      /* re-rank the top k both ways by ITM (0: off) */
     int choices;           /* 1 (default): 5-way accuracy when the manifest has choices */
@@ -130,20 +130,13 @@ void bt_eval_result_print(const bt_eval_result *r, FILE *out);
 
 /* --- for the CLIs ------------------------------------------------------------------------ */
 
-/* The text length a model directory takes by default: config.json's max_text_len (a
- * BridgeTower checkpoint key) when present, else max_position_embeddings - pad_token_id - 1.
- * config_json is the directory's config.json text; `path` names it in messages. Errors:
- * max_text_len not an integer in [2, that maximum]. */
-bt_status bt_eval_default_max_length(const char *config_json, const bt_model_config *c,
-                                     const char *path, int *max_length);
-
 /* A model directory and a manifest opened for evaluation. */
 typedef struct bt_eval_setup {
     bt_model model;
     tokenizer tok;
     image_preprocess_config img;
     manifest man;
-    int max_length;     /* bt_eval_default_max_length of the directory */
+    int max_length;     /* bt_model_config_text_length of the directory */
     unsigned heads_in_file;
     int have_model, have_tok, have_man;
 } bt_eval_setup;
@@ -168,6 +161,7 @@ typedef struct bt_eval_cli_args {
     const char *mo_image_key, *mo_caption_key;
     bt_precision precision;
     int threads;        /* 0: OMP_NUM_THREADS */
+    int batch_size_set; /* --batch-size given */
     bt_eval_options opt;
 } bt_eval_cli_args;
 
@@ -176,7 +170,9 @@ void bt_eval_cli_usage(FILE *out, int embed);
  * stderr). --help prints the usage and exits 0. */
 int bt_eval_cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed);
 /* bt_eval_setup_open with the parsed flags (heads: ITC, + ITM when re-ranking or scoring
- * choices by ITM), then the default text length and its bound; progress on stderr. */
+ * choices by ITM), then the defaults of the run that wrote the model (text length: config.json
+ * max_text_len; batch size: its eval_results.json batch_size, else 8) and the length's bound;
+ * progress on stderr. */
 bt_status bt_eval_cli_setup(bt_eval_setup *s, bt_eval_cli_args *a, int embed);
 
 #endif

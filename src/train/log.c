@@ -264,6 +264,27 @@ static int remove_old_events(const char *dir) {
     return n;
 }
 
+/* text indented by 4 spaces (a Markdown code block: TensorBoard shows JSON as written, and
+ * the text stays JSON), as one text event at step 0 */
+static bt_status add_tb_text(bt_tb_writer *tb, const char *tag, const char *text) {
+    size_t lines = 1;
+    for (const char *c = text; *c; c++) lines += *c == '\n';
+    char *md = malloc(strlen(text) + 4 * lines + 1), *o = md;
+    if (!md) return bt_fail(BT_ERR_NOMEM, "out of memory for the TensorBoard text %s", tag);
+    for (const char *c = text, *line = text;; c++) {
+        if (*c == '\n' || !*c) {
+            if (c > line) o += sprintf(o, "    %.*s", (int)(c - line), line);
+            if (!*c) break;
+            *o++ = '\n';
+            line = c + 1;
+        }
+    }
+    *o = '\0';
+    bt_status s = bt_tb_add_text(tb, tag, 0, md, now_wall());
+    free(md);
+    return s;
+}
+
 bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
     memset(log, 0, sizeof *log);
     log->o = *opts;
@@ -313,6 +334,19 @@ bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
             return s;
         }
         log->tb_on = 1;
+        /* the run's resolved config and the model's config.json as text, as HF's TensorBoard
+         * callback writes its args and model config at the start (step 0) */
+        const char *texts[2] = {opts->run_config_text, opts->model_config_text};
+        const char *tags[2] = {"args/text_summary", "model_config/text_summary"};
+        for (int i = 0; i < 2 && s == BT_OK; i++)
+            if (texts[i]) s = add_tb_text(&log->tb, tags[i], texts[i]);
+        if (s != BT_OK) {
+            bt_tb_close(&log->tb);
+            log->tb_on = 0;
+            fclose(log->metrics);
+            log->metrics = NULL;
+            return s;
+        }
     }
     if (opts->resume_step > 0)
         bt_log_message(log, BT_LOG_INFO,
@@ -684,6 +718,7 @@ bt_status bt_log_summary(bt_log *log, const bt_log_summary_in *in, bt_log_summar
         cJSON *e = eval_json(&log->eval, 0);
         if (e) cJSON_AddItemToObject(o, "final_eval", e);
     }
+    if (in->environment) cJSON_AddItemToObject(o, "environment", cJSON_Duplicate(in->environment, 1));
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (!text) return bt_fail(BT_ERR_NOMEM, "summary.json: out of memory");

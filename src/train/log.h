@@ -71,6 +71,8 @@
 #include "status.h"
 #include "tensorboard.h"
 
+struct cJSON;
+
 typedef struct bt_log_opts {
     FILE *out, *err;                 /* NULL: stdout, stderr */
     bt_progress_mode mode;           /* AUTO: live on a terminal */
@@ -82,6 +84,8 @@ typedef struct bt_log_opts {
     int64_t resume_step;             /* 0: fresh run; > 0: the checkpoint's step */
     int tensorboard;                 /* 1: write TensorBoard event files */
     double min_redraw_s;             /* live line refresh interval; 0: every step */
+    const char *run_config_text;     /* TensorBoard text "args" (HF writes its args), or NULL */
+    const char *model_config_text;   /* TensorBoard text "model_config" (as HF), or NULL */
 } bt_log_opts;
 
 /* stdout/stderr, AUTO mode, logging_steps 500 (HF default), total_steps 0 (must be set),
@@ -95,7 +99,7 @@ typedef struct bt_log_step_rec {
     double epoch;                        /* fractional epochs done, as HF logs "epoch" */
     double loss;                         /* the weighted total */
     double loss_itc, loss_itm, loss_mlm; /* the terms (unweighted); NaN when switched off */
-    double lr;                           /* the learning rate this step used */
+    double lr;                           /* lr as HF logs it: after the scheduler step */
     double grad_norm;                    /* global L2 norm before clipping */
     int64_t samples;                     /* samples in this step */
     double step_s;                       /* wall seconds of the step, data wait included */
@@ -192,7 +196,7 @@ typedef struct bt_log {
     double t_drawn; /* last live redraw */
 } bt_log;
 
-/* Opens the outputs in dir (created if missing, one level). Errors: BT_ERR_ARG (bad opts),
+/* Opens the outputs in dir (created with its parents if missing). Errors: BT_ERR_ARG (bad opts),
  * BT_ERR_IO naming the path. On error nothing is left open. */
 bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts);
 
@@ -212,6 +216,7 @@ void bt_log_message(bt_log *log, bt_log_level level, const char *fmt, ...)
 typedef struct bt_log_summary_in {
     double flops_per_sample; /* training FLOPs (forward + backward) per sample; 0: unknown */
     const char *status;      /* "completed", "interrupted by SIGINT at step 120", ... */
+    const struct cJSON *environment; /* copied to summary.json "environment", or NULL */
 } bt_log_summary_in;
 
 typedef struct bt_log_summary_out {

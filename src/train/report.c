@@ -101,6 +101,7 @@ static void sb_text(sbuf *b, const char *s) {
 
 typedef struct series {
     bt_log_field_id field; /* record type, metrics.jsonl key and tag (log.h) */
+    const char *phase;     /* instead of field: "train" records' phase_s.<phase> (seconds) */
     const char *label;     /* legend */
     double *x, *y;
     size_t n;
@@ -111,6 +112,7 @@ typedef struct series {
 static const char *const palette[] = {
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     "#bcbd22", "#000080", "#800000", "#008080", "#808000", "#ff00ff", "#00c000", "#6b4400",
+    "#4040ff", "#ff4040", "#00a0a0", "#a000a0", "#005a9c", "#c08000", "#0080ff", "#80c000",
 };
 enum { N_PALETTE = sizeof palette / sizeof palette[0] };
 
@@ -149,6 +151,22 @@ static const chart_def chart_defs[] = {
      {{.field = BT_LF_GRAD_NORM, .label = "grad norm"}},
      1},
     {"Throughput", "samples/s", 0, {{.field = BT_LF_SAMPLES_PER_S, .label = "samples/s"}}, 1},
+    {"Data wait (share of the step time spent waiting for the loader)",
+     "percent",
+     1,
+     {{.field = BT_LF_DATA_WAIT, .label = "data wait"}},
+     1},
+    {"Time per step by phase (mean over the logged interval)",
+     "seconds",
+     0,
+     {{.phase = "forward", .label = "forward"},
+      {.phase = "backward", .label = "backward"},
+      {.phase = "comm", .label = "communication"},
+      {.phase = "optim", .label = "optimizer"},
+      {.phase = "gemm", .label = "GEMMs (fwd+bwd)"},
+      {.phase = "attention", .label = "attention (fwd+bwd)"},
+      {.phase = "memory_bound", .label = "memory-bound (fwd+bwd)"}},
+     7},
 };
 enum { N_CHARTS = sizeof chart_defs / sizeof chart_defs[0] };
 
@@ -172,8 +190,11 @@ static int add_record(chart_def *charts, const cJSON *rec, const char *type, dou
         for (int k = 0; k < charts[c].n; k++) {
             series *s = &charts[c].s[k];
             const bt_log_field *f = &bt_log_fields[s->field];
-            if (strcmp(f->type, type) != 0) continue;
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, f->key);
+            if (strcmp(s->phase ? "train" : f->type, type) != 0) continue;
+            const cJSON *v =
+                s->phase ? cJSON_GetObjectItemCaseSensitive(
+                               cJSON_GetObjectItemCaseSensitive(rec, "phase_s"), s->phase)
+                         : cJSON_GetObjectItemCaseSensitive(rec, f->key);
             if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) continue;
             if (!s->x) {
                 s->x = malloc(max_n * sizeof *s->x);
@@ -369,10 +390,15 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
         const char *col = palette[(*color)++ % N_PALETTE];
         /* The total loss (first in its chart) is drawn first and wider: where a
          * term equals it (a single active loss) it shows as a border around that term. */
+        char tag[64];
+        if (s->phase)
+            snprintf(tag, sizeof tag, "phase_s/%s", s->phase);
+        else
+            snprintf(tag, sizeof tag, "%s", bt_log_fields[s->field].tag);
         sb_printf(b,
                   "<path class=\"series\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
                   "stroke-width=\"%s\" stroke-linejoin=\"round\" d=\"",
-                  bt_log_fields[s->field].tag, col, s->field == BT_LF_LOSS ? "5" : "2.5");
+                  tag, col, !s->phase && s->field == BT_LF_LOSS ? "5" : "2.5");
         write_path_points(b, s, &ax, &ay);
         sb_printf(b, "\"/>\n");
         /* markers where points are few (evaluations) or a path would be a single point */
@@ -397,8 +423,47 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
 
 /* --- tables ---------------------------------------------------------------------------- */
 
-/* One row per leaf: "a.b.c" = value (arrays printed as compact JSON). */
-static void flatten(sbuf *b, const cJSON *j, const char *prefix) {
+/* A summary number with its unit, rounded for reading, chosen by the key's name (the last
+ * component): seconds, MiB, throughputs, fractions shown as percent, losses to 4 decimals. */
+static void format_number(char *out, size_t cap, const char *key, double v) {
+    const char *dot = strrchr(key, '.');
+    const char *k = dot ? dot + 1 : key;
+    size_t n = strlen(k);
+#define ENDS(suffix) (n >= strlen(suffix) && !strcmp(k + n - strlen(suffix), suffix))
+    if (ENDS("_seconds") || !strcmp(k, "seconds")) {
+        if (v >= 60)
+            snprintf(out, cap, "%.1f s (%d:%02d:%02d)", v, (int)(v / 3600), (int)(v / 60) % 60,
+                     (int)v % 60);
+        else
+            snprintf(out, cap, "%.2f s", v);
+    } else if (ENDS("_mib") || strstr(key, "_mib."))
+        snprintf(out, cap, "%.1f MiB", v);
+    else if (!strcmp(k, "samples_per_s"))
+        snprintf(out, cap, "%.2f samples/s", v);
+    else if (!strcmp(k, "steps_per_s"))
+        snprintf(out, cap, "%.3f steps/s", v);
+    else if (!strcmp(k, "gflops_per_s"))
+        snprintf(out, cap, "%.1f GFLOP/s", v);
+    else if (!strcmp(k, "flops_per_sample"))
+        snprintf(out, cap, "%.4g FLOP (forward + backward)", v);
+    else if (!strcmp(k, "data_wait") || !strcmp(k, "accuracy_5way") || !strcmp(k, "accuracy") ||
+             !strcmp(k, "r1") || !strcmp(k, "r5") || !strcmp(k, "r10") || ENDS("_r1") ||
+             ENDS("_r5") || ENDS("_r10"))
+        snprintf(out, cap, "%.1f%%", 100 * v);
+    else if (!strncmp(k, "loss", 4) || !strcmp(k, "eval_loss"))
+        snprintf(out, cap, "%.4f", v);
+    else if (!strcmp(k, "lr"))
+        snprintf(out, cap, "%.3g", v);
+    else if (v == floor(v) && fabs(v) < 1e15)
+        snprintf(out, cap, "%.0f", v);
+    else
+        snprintf(out, cap, "%.4g", v);
+#undef ENDS
+}
+
+/* One row per leaf: "a.b.c" = value (arrays printed as compact JSON); numbers exactly as
+ * stored (%.10g), or with units and rounding when `units` (format_number). */
+static void flatten_rows(sbuf *b, const cJSON *j, const char *prefix, int units) {
     for (const cJSON *it = j->child; it; it = it->next) {
         char key[512];
         if (prefix[0])
@@ -406,7 +471,7 @@ static void flatten(sbuf *b, const cJSON *j, const char *prefix) {
         else
             snprintf(key, sizeof key, "%s", it->string ? it->string : "?");
         if (cJSON_IsObject(it)) {
-            flatten(b, it, key);
+            flatten_rows(b, it, key, units);
             continue;
         }
         sb_printf(b, "<tr><td>");
@@ -414,7 +479,11 @@ static void flatten(sbuf *b, const cJSON *j, const char *prefix) {
         sb_printf(b, "</td><td>");
         if (cJSON_IsString(it))
             sb_text(b, it->valuestring);
-        else if (cJSON_IsNumber(it))
+        else if (cJSON_IsNumber(it) && units) {
+            char v[96];
+            format_number(v, sizeof v, key, it->valuedouble);
+            sb_text(b, v);
+        } else if (cJSON_IsNumber(it))
             sb_printf(b, "%.10g", it->valuedouble);
         else {
             char *v = cJSON_PrintUnformatted(it);
@@ -425,7 +494,8 @@ static void flatten(sbuf *b, const cJSON *j, const char *prefix) {
     }
 }
 
-static void write_table(sbuf *b, const char *title, const cJSON *j, const char *none) {
+static void write_table(sbuf *b, const char *title, const cJSON *j, const char *none,
+                        int units) {
     sb_printf(b, "<section>\n<h2>");
     sb_text(b, title);
     sb_printf(b, "</h2>\n");
@@ -436,8 +506,76 @@ static void write_table(sbuf *b, const char *title, const cJSON *j, const char *
         return;
     }
     sb_printf(b, "<table>\n<tr><th>key</th><th>value</th></tr>\n");
-    flatten(b, j, "");
+    flatten_rows(b, j, "", units);
     sb_printf(b, "</table>\n</section>\n");
+}
+
+/* The final evaluations side by side: eval_results.json (validation) and test_results.json
+ * (data.test, HF --do_predict) as bt-train wrote them (bt-eval's --json format). */
+static void write_final_evals(sbuf *b, cJSON *const res[2]) {
+    static const char *const split[2] = {"validation (eval_results.json)",
+                                         "test (test_results.json)"};
+    sb_printf(b, "<section class=\"final-eval\">\n<h2>Final evaluation</h2>\n");
+    if (!res[0] && !res[1]) {
+        sb_printf(b, "<p class=\"empty\">No eval_results.json nor test_results.json: no final "
+                     "evaluation (eval.at_end false, or the run has not finished).</p>\n"
+                     "</section>\n");
+        return;
+    }
+    static const struct {
+        const char *label, *obj, *key;
+    } rows[] = {
+        {"records", NULL, "records"},
+        {"eval loss (ITC)", NULL, "eval_loss"},
+        {"text→image R@1", "text_to_image", "r1"},
+        {"text→image R@5", "text_to_image", "r5"},
+        {"text→image R@10", "text_to_image", "r10"},
+        {"text→image mean rank", "text_to_image", "mean_rank"},
+        {"image→text R@1", "image_to_text", "r1"},
+        {"image→text R@5", "image_to_text", "r5"},
+        {"image→text R@10", "image_to_text", "r10"},
+        {"image→text mean rank", "image_to_text", "mean_rank"},
+        {"5-way caption choice", "choice", "accuracy"},
+        {"text length (max_length)", NULL, "max_length"},
+        {"batch size", NULL, "batch_size"},
+        {"step", NULL, "step"},
+        {"evaluation time", NULL, "seconds"},
+    };
+    sb_printf(b, "<table>\n<tr><th>metric</th><th>%s</th><th>%s</th></tr>\n", split[0], split[1]);
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        sb_printf(b, "<tr><td>");
+        sb_text(b, rows[r].label);
+        sb_printf(b, "</td>");
+        for (int k = 0; k < 2; k++) {
+            const cJSON *o = rows[r].obj ? cJSON_GetObjectItemCaseSensitive(res[k], rows[r].obj)
+                                         : res[k];
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, rows[r].key);
+            char text[96] = "–";
+            if (cJSON_IsNumber(v)) format_number(text, sizeof text, rows[r].key, v->valuedouble);
+            sb_printf(b, "<td>");
+            sb_text(b, text);
+            sb_printf(b, "</td>");
+        }
+        sb_printf(b, "</tr>\n");
+    }
+    sb_printf(b, "</table>\n</section>\n");
+}
+
+/* dir/name as a JSON object into *out; absent: *out = NULL, BT_OK. */
+static bt_status load_optional(const char *dir, const char *name, const char *what, cJSON **out) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return BT_OK;
+    bt_status st = bt_json_load(path, what, out);
+    if (st == BT_OK && !cJSON_IsObject(*out))
+        st = bt_fail(BT_ERR_FORMAT, "%s: expected a JSON object (the %s)", path, what);
+    if (st != BT_OK) {
+        cJSON_Delete(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 /* --- the page ---------------------------------------------------------------------------- */
@@ -463,18 +601,20 @@ bt_status bt_report_write(const char *dir, const char *config_json) {
             return cs;
         }
     }
-    snprintf(path, sizeof path, "%s/summary.json", dir);
-    struct stat sst;
-    if (stat(path, &sst) == 0 || errno != ENOENT) { /* absent: the run did not finish */
-        bt_status st = bt_json_load(path, "run summary", &summary);
-        if (st == BT_OK && !cJSON_IsObject(summary))
-            st = bt_fail(BT_ERR_FORMAT, "%s: expected a JSON object (the run summary)", path);
-        if (st != BT_OK) {
-            cJSON_Delete(summary);
-            cJSON_Delete(config);
-            return st;
-        }
+    /* absent: the run did not finish (or evaluated nothing at the end) */
+    cJSON *results[2] = {NULL, NULL};
+    bt_status ls = load_optional(dir, "summary.json", "run summary", &summary);
+    if (ls == BT_OK)
+        ls = load_optional(dir, "eval_results.json", "evaluation results", &results[0]);
+    if (ls == BT_OK)
+        ls = load_optional(dir, "test_results.json", "test-split results", &results[1]);
+    if (ls != BT_OK) {
+        cJSON_Delete(summary);
+        cJSON_Delete(results[0]);
+        cJSON_Delete(config);
+        return ls;
     }
+    cJSON *environment = cJSON_DetachItemFromObjectCaseSensitive(summary, "environment");
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     chart_def charts[N_CHARTS]; /* the definitions, with this run's points */
     memcpy(charts, chart_defs, sizeof charts);
@@ -482,6 +622,9 @@ bt_status bt_report_write(const char *dir, const char *config_json) {
     if (st != BT_OK) {
         free_series(charts);
         cJSON_Delete(summary);
+        cJSON_Delete(environment);
+        cJSON_Delete(results[0]);
+        cJSON_Delete(results[1]);
         cJSON_Delete(config);
         return st;
     }
@@ -508,12 +651,18 @@ bt_status bt_report_write(const char *dir, const char *config_json) {
     int color = 0;
     for (int c = 0; c < N_CHARTS; c++)
         write_chart(&b, &charts[c], &color);
-    write_table(&b, "Summary", summary,
-                "No summary.json: the run has not finished (or was killed).");
-    write_table(&b, "Run config", config, "The run config was not given to the report.");
+    write_final_evals(&b, results);
+    write_table(&b, "Summary (times, throughput, peak memory)", summary,
+                "No summary.json: the run has not finished (or was killed).", 1);
+    write_table(&b, "Environment (CPU, kernels, GEMM route, threads, ranks, memory plan)",
+                environment, "No environment in summary.json (a run of an earlier bt).", 1);
+    write_table(&b, "Run config", config, "The run config was not given to the report.", 0);
     sb_printf(&b, "</body>\n</html>\n");
     free_series(charts);
     cJSON_Delete(summary);
+    cJSON_Delete(environment);
+    cJSON_Delete(results[0]);
+    cJSON_Delete(results[1]);
     cJSON_Delete(config);
     if (b.oom) {
         free(b.s);

@@ -451,25 +451,6 @@ static int remove_tree(const char *dir) {
     return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static bt_status mkdir_p(const char *dir) {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
-        return bt_fail(BT_ERR_ARG, "%.60s...: path too long", dir);
-    for (char *q = p + 1; *q; q++) {
-        if (*q != '/') continue;
-        *q = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return bt_fail(BT_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
-        *q = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-        return bt_fail(BT_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
-    struct stat sb;
-    if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return bt_fail(BT_ERR_IO, "%s: not a directory", p);
-    return BT_OK;
-}
-
 /* "checkpoint-<digits>" -> step, else -1. */
 static int64_t checkpoint_step(const char *name) {
     if (strncmp(name, "checkpoint-", 11) || !name[11]) return -1;
@@ -665,7 +646,7 @@ bt_status bt_train_checkpoint_save(const char *output_dir, const bt_train_checkp
         return bt_fail(BT_ERR_ARG, "%.60s...: output directory path too long", output_dir);
     snprintf(tmp, sizeof tmp, "%s/tmp-checkpoint-%lld.%ld", output_dir, (long long)step,
              (long)getpid());
-    bt_status st = mkdir_p(output_dir);
+    bt_status st = bt_make_dirs(output_dir, "output directory");
     if (st == BT_OK) st = bt_train_checkpoint_clean_stale(output_dir, NULL);
     if (st != BT_OK) return st;
     if (mkdir(tmp, 0755) != 0)

@@ -471,7 +471,8 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     /* losses: fused forward + backward into the d_* slots. Data parallel: the gradient
      * average divides by W, so each rank's weights carry W times its share of the global
      * mean (ITC: its rows' share; ITM: B / N of the pairs; MLM: its tokens / all tokens) */
-    if (do_itc && !d) {
+    const int itc_local = do_itc && (!d || c->itc_local);
+    if (itc_local) { /* with d: the gradient average divides Σ_r ∇L_r by W, HF's DDP mean */
         bt_itc_args a = {.n_rows = B, .n_cols = B, .row_offset = 0, .n_total = B, .C = C,
                          .text_rows = m->itc_text, .image_rows = m->itc_image,
                          .image_cols = m->itc_image, .cross_cols = m->itc_cross + pos0 * C,
@@ -527,8 +528,9 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
                                (size_t)m->cfg.vocab_size,
                                d ? (float)(c->w_mlm * inv_n * W * mlm_share)
                                  : c->w_mlm * inv_n, &out->mlm_tokens, &tr->ws);
-    if (d) { /* global values: Σ over ranks of each rank's share */
-        double g[3] = {out->itc, out->itm * itm_share, out->mlm * mlm_share};
+    if (d) { /* global values: Σ over ranks of each rank's share (local ITC: 1/W) */
+        double g[3] = {itc_local ? out->itc / W : out->itc, out->itm * itm_share,
+                       out->mlm * mlm_share};
         const double tc = bt_now_s();
         st_ok(bt_dist_sum_f64(d, g, 3));
         res->t_comm += bt_now_s() - tc;
@@ -683,9 +685,9 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
         bt_zero_grad(m);
         res->t_total = bt_now_s() - t_start;
         if (c->nan_policy == BT_NAN_STOP)
-            return bt_fail(BT_ERR_NUMERIC, "step %lld: %s; stopping (nan_policy stop; the "
-                           "weights are those before this step)", (long long)(s + 1),
-                           res->nonfinite);
+            return bt_fail(BT_ERR_NUMERIC, "step %lld: %s; stopping (train.on_nan \"stop\"; "
+                           "the weights are those before this step; train.on_nan \"skip\" "
+                           "skips such steps instead)", (long long)(s + 1), res->nonfinite);
         bt_error_clear();
         return BT_OK;
     }

@@ -103,6 +103,8 @@ typedef struct bt_step_config {
     /* loss weights; 0 turns a term off (its head must be built when > 0) */
     float w_itc, w_itm, w_mlm;
     int itc_duplicate_aware;   /* soft ITC targets over pairs sharing an image or caption */
+    int itc_local;             /* data parallel: ITC over the rank's own pairs (HF under DDP;
+                                  the loss is the mean of the ranks'), not the global batch */
     int itm_hard_negatives;    /* 1: ∝ exp(ITC sims) (needs the ITC head); 0: uniform */
     bt_mlm_spec mlm;           /* probability, <mask>, vocab size (the tokenizer's,
                                   <= the model's), special ids */

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -58,13 +59,17 @@ uint32_t bt_tb_masked_crc(uint32_t crc) {
 /* Tags are short ("train/loss"); an event with a tag of TB_TAG_MAX bytes fits easily. */
 enum { TB_TAG_MAX = 1024, TB_EVENT_MAX = 2048 };
 
+/* A buffer of cap bytes at b: a stack array for scalars (PB_LOCAL), malloc'd for text. */
 typedef struct pb_buf {
-    uint8_t b[TB_EVENT_MAX];
-    size_t n;
+    uint8_t *b;
+    size_t n, cap;
 } pb_buf;
+#define PB_LOCAL(name)                                                                      \
+    uint8_t name##_mem[TB_EVENT_MAX];                                                       \
+    pb_buf name = {name##_mem, 0, TB_EVENT_MAX}
 
 static void pb_bytes(pb_buf *p, const void *src, size_t n) {
-    BT_ASSERT(p->n + n <= sizeof p->b);
+    BT_ASSERT(p->n + n <= p->cap);
     memcpy(p->b + p->n, src, n);
     p->n += n;
 }
@@ -139,7 +144,7 @@ bt_status bt_tb_open(bt_tb_writer *w, const char *dir, double wall_time, int64_t
     if (!w->f)
         return bt_fail(BT_ERR_IO, "%s: cannot create TensorBoard event file: %s", w->path,
                        strerror(errno));
-    pb_buf p = {.n = 0};
+    PB_LOCAL(p);
     pb_double(&p, 1, wall_time);
     pb_int64(&p, 2, 0);
     static const char version[] = "brain.Event:2";
@@ -147,7 +152,7 @@ bt_status bt_tb_open(bt_tb_writer *w, const char *dir, double wall_time, int64_t
     bt_status s = tb_write_record(w, p.b, p.n);
     if (s == BT_OK && resume_step > 0) {
         /* Event{wall_time, step, session_log{status: START}} */
-        pb_buf sl = {.n = 0};
+        PB_LOCAL(sl);
         pb_key(&sl, 1, 0);
         pb_varint(&sl, 1);
         p.n = 0;
@@ -170,7 +175,9 @@ bt_status bt_tb_add_scalar(bt_tb_writer *w, const char *tag, int64_t step, doubl
     if (tag_len > TB_TAG_MAX)
         return bt_fail(BT_ERR_ARG, "TensorBoard tag of %zu bytes (at most %d): %.40s...", tag_len,
                        TB_TAG_MAX, tag);
-    pb_buf val = {.n = 0}, sum = {.n = 0}, ev = {.n = 0};
+    PB_LOCAL(val);
+    PB_LOCAL(sum);
+    PB_LOCAL(ev);
     pb_len(&val, 1, tag, tag_len);
     pb_float(&val, 2, (float)value);
     pb_len(&sum, 1, val.b, val.n);
@@ -178,6 +185,42 @@ bt_status bt_tb_add_scalar(bt_tb_writer *w, const char *tag, int64_t step, doubl
     pb_int64(&ev, 2, step);
     pb_len(&ev, 5, sum.b, sum.n);
     return tb_write_record(w, ev.b, ev.n);
+}
+
+bt_status bt_tb_add_text(bt_tb_writer *w, const char *tag, int64_t step, const char *text,
+                         double wall_time) {
+    BT_ASSERT(w->f && text);
+    const size_t tag_len = strlen(tag), len = strlen(text);
+    if (tag_len > TB_TAG_MAX)
+        return bt_fail(BT_ERR_ARG, "TensorBoard tag of %zu bytes (at most %d): %.40s...", tag_len,
+                       TB_TAG_MAX, tag);
+    const size_t cap = len + tag_len + 128; /* each level adds a key and a length varint */
+    uint8_t *mem = malloc(4 * cap);
+    if (!mem) return bt_fail(BT_ERR_NOMEM, "%s: out of memory for a text event", w->path);
+    pb_buf tensor = {mem, 0, cap}, val = {mem + cap, 0, cap}, sum = {mem + 2 * cap, 0, cap},
+           ev = {mem + 3 * cap, 0, cap};
+    PB_LOCAL(plugin);
+    PB_LOCAL(meta);
+    PB_LOCAL(shape);
+    PB_LOCAL(dim);
+    static const char plugin_name[] = "text";
+    pb_len(&plugin, 1, plugin_name, sizeof plugin_name - 1); /* PluginData.plugin_name */
+    pb_len(&meta, 1, plugin.b, plugin.n);                     /* SummaryMetadata.plugin_data */
+    pb_int64(&dim, 1, 1);                                     /* TensorShapeProto.Dim.size */
+    pb_len(&shape, 2, dim.b, dim.n);                          /* TensorShapeProto.dim */
+    pb_int64(&tensor, 1, 7);                                  /* TensorProto.dtype DT_STRING */
+    pb_len(&tensor, 2, shape.b, shape.n);                     /* TensorProto.tensor_shape */
+    pb_len(&tensor, 8, text, len);                            /* TensorProto.string_val */
+    pb_len(&val, 1, tag, tag_len);                            /* Value.tag */
+    pb_len(&val, 8, tensor.b, tensor.n);                      /* Value.tensor */
+    pb_len(&val, 9, meta.b, meta.n);                          /* Value.metadata */
+    pb_len(&sum, 1, val.b, val.n);
+    pb_double(&ev, 1, wall_time);
+    pb_int64(&ev, 2, step);
+    pb_len(&ev, 5, sum.b, sum.n);
+    bt_status s = tb_write_record(w, ev.b, ev.n);
+    free(mem);
+    return s;
 }
 
 bt_status bt_tb_close(bt_tb_writer *w) {

@@ -1,4 +1,4 @@
-/* tensorboard.h: a writer of TensorBoard event files (scalars only), so that
+/* tensorboard.h: a writer of TensorBoard event files (scalars and text), so that
  * `tensorboard --logdir OUTPUT_DIR` shows bt's training curves beside the reference runs'.
  *
  * File: "<dir>/events.out.tfevents.<unix seconds, 10 digits>.<hostname>.<pid>" (TensorBoard
@@ -12,7 +12,8 @@
  *     Event   { double wall_time = 1; int64 step = 2; string file_version = 3;
  *               Summary summary = 5; SessionLog session_log = 7; }
  *     Summary { repeated Value value = 1; }
- *     Value   { string tag = 1; float simple_value = 2; }
+ *     Value   { string tag = 1; float simple_value = 2; TensorProto tensor = 8;
+ *               SummaryMetadata metadata = 9; }   (tensor and metadata: text only)
  *     SessionLog { SessionStatus status = 1; }   (START = 1)
  * The first record is Event{wall_time, file_version: "brain.Event:2"}. A resumed run writes a
  * SessionLog START at its first step: TensorBoard then discards the events of the killed run
@@ -22,7 +23,7 @@
  * Tags follow the Hugging Face Trainer's TensorBoard callback: "train/loss",
  * "train/learning_rate", "train/grad_norm", "eval/loss", ... (the caller picks them).
  *
- * Deliberately not here: histograms, images, text, graphs, hparams plugins, the TF
+ * Deliberately not here: histograms, images, graphs, hparams plugins, the TF
  * "global step" bookkeeping, reading event files (tests/tb_reader.c does that independently),
  * and any protobuf library (the three messages above are all bt writes). */
 #ifndef BT_TRAIN_TENSORBOARD_H
@@ -49,6 +50,14 @@ bt_status bt_tb_open(bt_tb_writer *w, const char *dir, double wall_time, int64_t
  * TensorBoard stops at a bad record, so callers should report it and close). */
 bt_status bt_tb_add_scalar(bt_tb_writer *w, const char *tag, int64_t step, double value,
                            double wall_time);
+
+/* One text (TensorBoard's text plugin, as torch's SummaryWriter.add_text writes it):
+ * Event{wall_time, step, summary{value{tag, tensor{dtype DT_STRING = 7, tensor_shape{dim{size
+ * 1}}, string_val = text}, metadata{plugin_data{plugin_name "text"}}}}}. HF's TensorBoard
+ * callback writes its args this way under the tag "args/text_summary"; TensorBoard renders the
+ * text as Markdown. Errors as bt_tb_add_scalar; BT_ERR_NOMEM. */
+bt_status bt_tb_add_text(bt_tb_writer *w, const char *tag, int64_t step, const char *text,
+                         double wall_time);
 
 /* Closes the file (nothing to do when never opened). Errors: BT_ERR_IO on a failed close. */
 bt_status bt_tb_close(bt_tb_writer *w);

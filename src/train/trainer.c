@@ -66,6 +66,7 @@ typedef struct job {
     FILE *out;
     char source_dir[4096];   /* tokenizer + preprocessor files (the start model's directory) */
     char *base_config_json;  /* the start model's config.json text (extra keys kept) */
+    size_t plan_bytes[3];    /* memory plan: weights + gradients, optimizer state, activations */
     bt_model model;
     int have_model;
     tokenizer tok;
@@ -141,6 +142,25 @@ static void model_config_dir(const char *given, char *dir, size_t cap) {
     }
 }
 
+/* summary.json's "environment" (the report's table): the run-time configuration (cpu.h),
+ * the ranks, the precision and the memory plan. */
+static cJSON *environment_json(const job *j) {
+    cJSON *e = bt_runtime_info_json();
+    cJSON_AddNumberToObject(e, "ranks", j->dist.size);
+    cJSON_AddStringToObject(e, "precision",
+                            j->rc.train.precision == BT_PRECISION_BF16 ? "bf16" : "fp32");
+    cJSON *m = cJSON_AddObjectToObject(e, "memory_plan_mib");
+    static const char *const names[3] = {"weights_and_gradients", "optimizer_state",
+                                         "activations"};
+    double total = 0;
+    for (int i = 0; i < 3; i++) {
+        cJSON_AddNumberToObject(m, names[i], (double)j->plan_bytes[i] / 1048576.0);
+        total += (double)j->plan_bytes[i] / 1048576.0;
+    }
+    cJSON_AddNumberToObject(m, "total", total);
+    return e;
+}
+
 /* --- model: resume, start from an HF directory, or init from a config ---------------------- */
 
 static bt_status model_setup(job *j) {
@@ -201,7 +221,11 @@ static bt_status data_files_setup(job *j) {
     const bt_run_config *rc = &j->rc;
     if (rc->model.path) snprintf(j->source_dir, sizeof j->source_dir, "%s", rc->model.path);
     else model_config_dir(rc->model.config, j->source_dir, sizeof j->source_dir);
-    bt_status st = tokenizer_load(&j->tok, j->source_dir);
+    char cfg_path[4200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", j->source_dir);
+    bt_status st = bt_heads_check_hf(&j->model.cfg, rc->model.heads, cfg_path);
+    if (st != BT_OK) return st;
+    st = tokenizer_load(&j->tok, j->source_dir);
     if (st != BT_OK) return st;
     j->have_tok = 1;
     const bt_model_config *c = &j->model.cfg;
@@ -220,11 +244,17 @@ static bt_status data_files_setup(job *j) {
         return bt_fail(BT_ERR_CONFIG, "data.image_size is %lld but the model takes %dx%d images "
                        "(vision_config.image_size); leave data.image_size at 0 to use the model's",
                        (long long)rc->data.image_size, c->image_size, c->image_size);
-    const int64_t tmax = c->max_position_embeddings - c->pad_token_id - 1;
+    const int64_t tmax = bt_model_config_max_text(c);
     if (rc->data.max_length > tmax)
         return bt_fail(BT_ERR_CONFIG, "data.max_length is %lld but the model takes at most %lld "
                        "tokens (max_position_embeddings - pad_token_id - 1)",
                        (long long)rc->data.max_length, (long long)tmax);
+    /* The saved config.json records the text length trained with (max_text_len), so bt-eval
+     * and bt-embed evaluate at it by default (docs/evaluation.md). */
+    char *cj = bt_model_config_json_set_text_length(j->base_config_json, (int)rc->data.max_length);
+    if (!cj) return bt_fail(BT_ERR_NOMEM, "the model's config.json: cannot set max_text_len");
+    free(j->base_config_json);
+    j->base_config_json = cj;
     return BT_OK;
 }
 
@@ -337,6 +367,7 @@ static bt_status step_setup(job *j) {
     sc.w_itm = (float)rc->train.loss_weights.itm;
     sc.w_mlm = (float)rc->train.loss_weights.mlm;
     sc.itc_duplicate_aware = rc->train.itc_variant == BT_ITC_DEDUP;
+    sc.itc_local = rc->train.itc_scope == BT_ITC_SCOPE_LOCAL;
     sc.itm_hard_negatives = (rc->model.heads & BT_HEADS_ITC) != 0;
     sc.mlm.probability = rc->train.mlm_probability;
     sc.mlm.mask_id = j->tok.mask_id;
@@ -429,6 +460,7 @@ static bt_status memory_plan(job *j) {
              "keep the effective batch) or data.max_length%s%s%s",
              ck[0] ? ", or set train.gradient_checkpointing=true (the same gradients, "
                      "activations " : "", ck, ck[0] ? ", about one more forward per step)" : "");
+    j->plan_bytes[0] = weights, j->plan_bytes[1] = optim, j->plan_bytes[2] = act;
     bt_status st = bt_mem_check(act, "the activations of one micro-batch", hint);
     if (st != BT_OK) return st;
     /* the step's arenas sized and backed with memory now, so the first step does not pay
@@ -667,10 +699,16 @@ static bt_eval_options eval_options(const job *j) {
     return eo;
 }
 
-/* <output.dir>/<name>: the evaluation as JSON (HF's eval_results.json / test_results.json),
- * with the step it was measured at. */
-static bt_status write_results(const job *j, const char *name, const bt_eval_result *r) {
+/* <output.dir>/<name>: the evaluation as JSON (HF's eval_results.json / test_results.json):
+ * bt-eval --json's fields (model, data, max_length, batch_size) and the step it was
+ * measured at. */
+static bt_status write_results(const job *j, const char *name, const char *data,
+                               const bt_eval_result *r) {
     cJSON *o = bt_eval_result_to_json(r);
+    cJSON_AddStringToObject(o, "model", j->rc.output.dir);
+    cJSON_AddStringToObject(o, "data", data);
+    cJSON_AddNumberToObject(o, "max_length", (double)j->rc.data.max_length);
+    cJSON_AddNumberToObject(o, "batch_size", (double)j->rc.eval.batch_size);
     cJSON_AddNumberToObject(o, "step", (double)j->tr.step);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
@@ -699,7 +737,7 @@ static bt_status evaluate_test(job *j) {
     if (st == BT_OK) {
         fprintf(j->out, "test split (%s):\n", j->rc.data.test);
         bt_eval_result_print(&r, j->out);
-        st = write_results(j, "test_results.json", &r);
+        st = write_results(j, "test_results.json", j->rc.data.test, &r);
     }
     bt_eval_result_free(&r);
     manifest_free(&man);
@@ -726,7 +764,8 @@ static bt_status evaluate(job *j, int final) {
         e.seconds = r.seconds;
         bt_log_eval(&j->log, &e);
         st = track_best(j, &r);
-        if (st == BT_OK && final) st = write_results(j, "eval_results.json", &r);
+        if (st == BT_OK && final)
+            st = write_results(j, "eval_results.json", j->rc.data.validation, &r);
     }
     bt_eval_result_free(&r);
     return st;
@@ -817,7 +856,9 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
         r.loss_itc = rc->train.loss_weights.itc > 0 ? res.loss_itc : NAN;
         r.loss_itm = rc->train.loss_weights.itm > 0 ? res.loss_itm : NAN;
         r.loss_mlm = rc->train.loss_weights.mlm > 0 ? res.loss_mlm : NAN;
-        r.lr = res.lr;
+        /* HF logs the lr after the scheduler step (the next step's; 0 at the end of a linear
+         * decay), so bt's curve overlays the reference's: docs/outputs.md */
+        r.lr = bt_schedule_lr(&j->tr.cfg.schedule, (int64_t)j->tr.opt.t);
         r.grad_norm = res.grad_norm;
         r.samples = (int64_t)res.samples;
         r.step_s = bt_now_s() - t0;
@@ -912,11 +953,13 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     lo.throughput_warmup_steps = rc->logging.throughput_warmup_steps;
     lo.resume_step = j->resumed ? j->tr.step : 0;
     lo.tensorboard = rc->logging.tensorboard;
-    if (j->dist.rank == 0) {
-        st = bt_log_open(&j->log, rc->output.dir, &lo);
-        if (st != BT_OK) goto done;
-        j->have_log = 1;
-    }
+    char *run_text = bt_run_config_to_string(rc);
+    lo.run_config_text = run_text;
+    lo.model_config_text = j->base_config_json;
+    if (j->dist.rank == 0) st = bt_log_open(&j->log, rc->output.dir, &lo);
+    free(run_text);
+    if (st != BT_OK) goto done;
+    j->have_log = j->dist.rank == 0;
     {
         const bt_model_config *c = &j->model.cfg;
         say(j, "bt-train: %zu training records, %lld batches of %lld per epoch, %lld optimizer "
@@ -963,8 +1006,11 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         char status[128];
         snprintf(status, sizeof status, "interrupted by %s at step %lld",
                  j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step);
-        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = status};
+        cJSON *env = environment_json(j);
+        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = status,
+                                .environment = env};
         bt_log_summary(&j->log, &si, NULL);
+        cJSON_Delete(env);
         st = bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld after saving %s",
                      j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
                      j->last_saved);
@@ -996,8 +1042,11 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
                        "transformers' BridgeTower*.from_pretrained", rc->output.dir, bt_now_s() - t0);
     }
     {
-        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = "completed"};
+        cJSON *env = environment_json(j);
+        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = "completed",
+                                .environment = env};
         st = bt_log_summary(&j->log, &si, NULL);
+        cJSON_Delete(env);
         if (st != BT_OK) goto done;
     }
     if (rc->logging.report) {

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# check_doc_commands.sh: runs, as written, every command of the ```sh blocks of README.md and
+# docs/newyorker.md that can run offline, so that a doc command that breaks fails CI
+# (issue 23). Commands are run in order, each with bash -e from a scratch directory laid out
+# like the repository root (build/, configs/, scripts/ linked in; HOME there too, so
+# ~/.venvs is scratch). Blocks of output or JSON are fenced without "sh" and not run.
+#
+# What stands in for the network (nothing else is changed):
+#   huggingface-cli download REPO --local-dir DIR
+#         DIR becomes an emulated model directory: configs/synthetic-model with a 130-token
+#         position table (doc_standins.py model-config), initialized by `bt-checkpoint --init`
+#         (heads itc, itm, mlm; bridgetower-base: itm, mlm, as the real one lacks ITC);
+#   export_newyorker.py (through the venv's python) gets a `datasets` module on PYTHONPATH
+#         that serves rows shaped like the real `matching` config, built from `bt-data synth`
+#         JPEGs (doc_standins.py datasets); the script itself runs unchanged;
+#   pip install ...        not run (network); the venv it installs into is created as written;
+#   apt-get install PKGS   not run (CI installs with scripts/install_deps.sh); each PKG must
+#         have an install candidate in apt's lists (a misspelt package fails the check);
+#   meson install          run with DESTDIR set to a scratch directory.
+# Not run, with the reason printed: scripts/demo.sh (minutes; its pieces run in the install
+# test and here), scripts/test.sh (CI itself), mpirun lines (they name the user's run.json and
+# hosts), /usr/bin/python3 scripts/convert_checkpoint.py without python3-torch (run when torch
+# imports), tensorboard (not a CI dependency).
+#
+#   bash scripts/check_doc_commands.sh [BUILD_DIR]     (default: build; ~1 min on 2 cores)
+# Exit status: 0 when every command that runs exits 0; 1 otherwise (the failing file:line,
+# the command and its output are printed).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/home" "$WORK/standins"
+ln -s "$BUILD" "$WORK/build"
+ln -s "$ROOT/configs" "$WORK/configs"
+ln -s "$ROOT/scripts" "$WORK/scripts"
+export HOME=$WORK/home OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+# The stand-ins: a synthetic set for the dataset rows, an emulated model config.
+"$BUILD/src/data/bt-data" synth --out "$WORK/standins/synth" --train 12 --val 6 --test 6 \
+    --seed 0 >/dev/null
+python3 "$ROOT/scripts/doc_standins.py" datasets "$WORK/standins/synth" "$WORK/standins/py"
+mkdir -p "$WORK/standins/model"
+cp "$ROOT"/configs/synthetic-model/{vocab.json,merges.txt,tokenizer.json,preprocessor_config.json} \
+    "$WORK/standins/model/"
+python3 "$ROOT/scripts/doc_standins.py" model-config "$ROOT/configs/synthetic-model/config.json" \
+    "$WORK/standins/model/config.json"
+
+ran=0 skipped=0
+skip() { echo "skip  $1: $2"; skipped=$((skipped + 1)); }
+run() { # run LOC CMD [ENV...]: the command as written, in $WORK
+    local loc=$1 cmd=$2
+    shift 2
+    echo "run   $loc: $cmd"
+    if ! (cd "$WORK" && env "$@" bash -eo pipefail -c "$cmd") >"$WORK/out.log" 2>&1; then
+        echo "check_doc_commands: FAIL at $loc: $cmd" >&2
+        tail -n 40 "$WORK/out.log" >&2
+        exit 1
+    fi
+    ran=$((ran + 1))
+}
+standin_model() { # DIR named by --local-dir
+    local dir=$1 heads=itc,itm,mlm
+    case "$dir" in *bridgetower-base*) heads=itm,mlm ;; esac
+    (cd "$WORK" && build/src/model/bt-checkpoint --model "$WORK/standins/model" --init \
+        --heads "$heads" --save "$dir" >/dev/null)
+}
+has_torch=0
+/usr/bin/python3 -c "import torch" 2>/dev/null && has_torch=1
+
+# file:line<TAB>command, continuation lines joined, for every line of every ```sh block
+commands=$(python3 - "$ROOT" README.md docs/newyorker.md <<'EOF'
+import os, sys
+for rel in sys.argv[2:]:
+    path = os.path.join(sys.argv[1], rel)
+    lines, in_sh, cmd, start = open(path).read().split("\n"), False, "", 0
+    for i, line in enumerate(lines, 1):
+        if line.startswith("```"):
+            in_sh = not in_sh and line.strip() in ("```sh", "```bash")
+            continue
+        if not in_sh or (not cmd and not line.strip()):
+            continue
+        if not cmd:
+            start = i
+        cmd += line.rstrip()
+        if cmd.endswith("\\"):
+            cmd = cmd[:-1] + " "
+            continue
+        print(f"{rel}:{start}\t{' '.join(cmd.split())}")
+        cmd = ""
+EOF
+)
+
+while IFS=$'\t' read -r loc cmd; do
+    [ -n "$cmd" ] || continue
+    case "$cmd" in
+    "bash scripts/demo.sh"*) skip "$loc" "the full demo (minutes); the install test trains demo.json" ;;
+    "bash scripts/test.sh"*) skip "$loc" "CI runs it: this check is one of its steps" ;;
+    mpirun*) skip "$loc" "names the user's run config and hosts; mpirun runs in test_dist" ;;
+    tensorboard*) skip "$loc" "tensorboard is not a CI dependency" ;;
+    "meson install"*) run "$loc" "$cmd" DESTDIR="$WORK/destdir" ;;
+    *"apt-get install"*)
+        for p in $(sed 's/.*apt-get install//' <<<"$cmd" | tr ' ' '\n' | grep -v '^-' | sed 's/#.*//'); do
+            policy=$(apt-cache policy "$p" 2>/dev/null || true)
+            grep -q 'Candidate: [0-9]' <<<"$policy" ||
+                { echo "check_doc_commands: FAIL at $loc: Debian has no package '$p'" >&2; exit 1; }
+        done
+        skip "$loc" "packages exist in apt's lists (installed by scripts/install_deps.sh in CI)" ;;
+    *"pip install"*) skip "$loc" "needs the network (the venv it uses is created above)" ;;
+    *"huggingface-cli download"*)
+        dir=$(sed -n 's/.*--local-dir \([^ ]*\).*/\1/p' <<<"$cmd")
+        [ -n "$dir" ] || { echo "check_doc_commands: FAIL at $loc: no --local-dir" >&2; exit 1; }
+        standin_model "$dir"
+        echo "stand $loc: $dir = an emulated model (bt-checkpoint --init), for the download"
+        ;;
+    *scripts/convert_checkpoint.py*)
+        if [ $has_torch = 1 ]; then
+            skip "$loc" "the stand-in is already safetensors (convert is tested by its own fixtures)"
+        else
+            skip "$loc" "needs python3-torch (scripts/install_deps.sh --python)"
+        fi ;;
+    *scripts/export_newyorker.py*) run "$loc" "$cmd" PYTHONPATH="$WORK/standins/py" ;;
+    *) run "$loc" "$cmd" ;;
+    esac
+done <<<"$commands"
+echo "check_doc_commands: ok: $ran command(s) ran, $skipped not run (reasons above)"
