@@ -1,6 +1,7 @@
-/* test_train_setup.h: what the bt-train tests (test_bt_train.c, test_dist.c) both set up before
- * running the job: a synthetic captioned-image set written by src/data/synth.h and the path
- * of the synthetic model config. Exits the test (status 1) with the error on failure.
+/* test_train_setup.h: what the bt-train tests (test_bt_train.c, test_dist.c,
+ * test_train_sources.c) set up before running the job: a synthetic captioned-image set
+ * written by src/data/synth.h and the path of the synthetic model config. Exits the test
+ * (status 1) with the error on failure.
  * Deliberately not here: the run configs themselves (each test writes its own). */
 #ifndef BT_TEST_TRAIN_SETUP_H
 #define BT_TEST_TRAIN_SETUP_H
