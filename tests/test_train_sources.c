@@ -10,11 +10,15 @@
  *   PNG / WebP      the same pictures as lossless PNG files and as lossless WebP files;
  *   imagefolder     a directory with metadata.csv (file_name, text) and the JPEGs, the same
  *                   records in the same order (RFC 4180: the captions hold commas, so quoted);
+ *                   and the same with metadata.jsonl;
  *   shards          the directory of WebDataset shards `bt-data shards` writes from
  *                   train.jsonl (4 shards of 4), and shards written from a manifest storing
  *                   the pictures as PNG, WebP and JPEG in turn (4 shards of 5, 5, 5, 1: PNG
  *                   and WebP members, checked by reading the tar headers here), named by the
- *                   brace pattern `bt-data shards` prints.
+ *                   brace pattern `bt-data shards` prints; and one shard written by another
+ *                   program, the tar command in pax format (an extended header per member).
+ * Resume on shards: the mixed shards shuffled (a shuffle buffer of 3), resumed mid-epoch from a
+ * checkpoint, end with the weights of the uninterrupted shuffled run.
  * Why byte-identical is the right expectation: a run is a deterministic function of the
  * pixels, the captions and the order of the records (test_bt_train checks two runs of one
  * config end equal, dropout on). Lossless PNG and WebP hold exactly the RGB pixels bt's JPEG
@@ -24,10 +28,13 @@
  * records come in manifest order from every source (docs/data.md: shards in the order given,
  * samples in archive order). Record ids differ between sources (the shards' are their keys,
  * the imagefolder has none) and do not enter the computation.
- * Each comparison can fail, shown by controls kept here, each expected to DIFFER from the
- * reference: one pixel of one PNG changed; one character of one caption in metadata.csv
- * changed; the shards of train.jsonl named in another order.
- * Every run's metrics.jsonl must hold 4 train records with finite losses. */
+ * Each comparison can fail, shown by controls kept here, each expected to DIFFER: from the
+ * reference, one pixel of one PNG changed; one character of one caption in metadata.csv
+ * changed; the shards of train.jsonl named in another order; and the shuffled shard run from
+ * the unshuffled one.
+ * Every run's metrics.jsonl must hold one train record per step it ran (4, or those after the
+ * checkpoint it resumed from), each with a finite loss. The tar command must be on PATH (GNU
+ * tar is part of every Debian system). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -182,42 +189,86 @@ static void make_lossless_copies(void) {
     write_manifest("png_control", control_of);
 }
 
+/* Copies the reference's JPEG of record i to path. */
+static void copy_jpeg(int i, const char *path) {
+    char src[1400];
+    snprintf(src, sizeof src, "%s/%s", synth, images[i]);
+    size_t n = 0;
+    uint8_t *b = tu_read_file(src, &n);
+    if (!b) {
+        fprintf(stderr, "cannot read %s\n", src);
+        exit(1);
+    }
+    tu_setup_file(path, b, n);
+    free(b);
+}
+
 /* An HF imagefolder at dir/<name>: train/NNNNNN.jpg (copies of the reference's JPEGs) and
- * metadata.csv with columns file_name, text, every caption quoted (they hold commas). Record
- * `changed` (-1: none) has the case of its caption's first letter flipped. */
-static void make_imagefolder(const char *name, int changed) {
+ * metadata.csv with columns file_name, text, every caption quoted (they hold commas), rows
+ * ending in CRLF as Python's csv module writes them; or, with jsonl, metadata.jsonl with the
+ * same keys. Record `changed` (-1: none) has the case of its caption's first letter flipped. */
+static void make_imagefolder(const char *name, int changed, int jsonl) {
     char root[1200], p[1400];
     snprintf(root, sizeof root, "%s/%s", dir, name);
     make_dir(root);
     snprintf(p, sizeof p, "%s/train", root);
     make_dir(p);
     size_t cap = 1 << 16, len = 0;
-    char *csv = malloc(cap);
-    len += (size_t)snprintf(csv + len, cap - len, "file_name,text\r\n");
+    char *meta = malloc(cap);
+    if (!jsonl) len += (size_t)snprintf(meta + len, cap - len, "file_name,text\r\n");
     for (int i = 0; i < N_REC; i++) {
-        char src[1400];
-        snprintf(src, sizeof src, "%s/%s", synth, images[i]);
-        size_t n = 0;
-        uint8_t *b = tu_read_file(src, &n);
-        if (!b) {
-            fprintf(stderr, "cannot read %s\n", src);
-            exit(1);
+        char rel[64], caption[1024];
+        snprintf(rel, sizeof rel, "train/%06d.jpg", i);
+        snprintf(p, sizeof p, "%s/%s", root, rel);
+        copy_jpeg(i, p);
+        snprintf(caption, sizeof caption, "%s", captions[i]);
+        if (i == changed) caption[0] = (char)(caption[0] ^ 0x20); /* a <-> A */
+        if (jsonl) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "file_name", rel);
+            cJSON_AddStringToObject(j, "text", caption);
+            char *line = cJSON_PrintUnformatted(j);
+            len += (size_t)snprintf(meta + len, cap - len, "%s\n", line);
+            free(line);
+            cJSON_Delete(j);
+            continue;
         }
-        snprintf(p, sizeof p, "%s/train/%06d.jpg", root, i);
-        tu_setup_file(p, b, n);
-        free(b);
-        len += (size_t)snprintf(csv + len, cap - len, "train/%06d.jpg,\"", i);
-        for (const char *c = captions[i]; *c && len + 4 < cap; c++) {
-            char ch = *c;
-            if (i == changed && c == captions[i]) ch = (char)(ch ^ 0x20); /* a <-> A */
-            if (ch == '"') csv[len++] = '"';
-            csv[len++] = ch;
+        len += (size_t)snprintf(meta + len, cap - len, "%s,\"", rel);
+        for (const char *c = caption; *c && len + 4 < cap; c++) {
+            if (*c == '"') meta[len++] = '"';
+            meta[len++] = *c;
         }
-        len += (size_t)snprintf(csv + len, cap - len, "\"\r\n");
+        len += (size_t)snprintf(meta + len, cap - len, "\"\r\n");
     }
-    snprintf(p, sizeof p, "%s/metadata.csv", root);
-    tu_setup_file(p, csv, len);
-    free(csv);
+    snprintf(p, sizeof p, "%s/metadata.%s", root, jsonl ? "jsonl" : "csv");
+    tu_setup_file(p, meta, len);
+    free(meta);
+}
+
+/* A shard written by another program: the tar command (GNU tar on Debian) in POSIX pax
+ * format, which puts an extended header ('x', with mtime, atime, ctime) before every member,
+ * from dir/stage holding kNN.jpg + kNN.txt per record, named in record order on its command
+ * line. Returns the path of dir/tar_cli.tar, or NULL after a failed check. */
+static const char *make_tar_cli_shard(void) {
+    static char shard[1200];
+    char stage[1200], p[1400], names[4096] = "";
+    snprintf(stage, sizeof stage, "%s/stage", dir);
+    make_dir(stage);
+    for (int i = 0; i < N_REC; i++) {
+        snprintf(p, sizeof p, "%s/k%02d.jpg", stage, i);
+        copy_jpeg(i, p);
+        snprintf(p, sizeof p, "%s/k%02d.txt", stage, i);
+        tu_setup_text(p, captions[i]);
+        char two[32];
+        snprintf(two, sizeof two, " k%02d.jpg k%02d.txt", i, i);
+        strcat(names, two);
+    }
+    snprintf(shard, sizeof shard, "%s/tar_cli.tar", dir);
+    int rc = run("tar", "--format=pax -cf '%s' -C '%s'%s", shard, stage, names);
+    return tu_check(rc == 0, "tar --format=pax writes %s (%d)%s%.400s", shard, rc,
+                    rc ? ": " : "", rc ? err_text : "")
+               ? shard
+               : NULL;
 }
 
 /* Counts the members of a ustar archive whose names end in ext (read here from the 512-byte
@@ -244,8 +295,8 @@ static int count_members(const char *path, const char *ext) {
     return count;
 }
 
-/* Checks the run's metrics.jsonl: STEPS train records, each loss finite. */
-static void check_metrics(const char *what, const char *out) {
+/* Checks the run's metrics.jsonl: `steps` train records, each loss finite. */
+static void check_metrics(const char *what, const char *out, int steps) {
     char p[1300];
     snprintf(p, sizeof p, "%s/metrics.jsonl", out);
     char *text = (char *)tu_read_file(p, NULL);
@@ -260,46 +311,57 @@ static void check_metrics(const char *what, const char *out) {
         }
         cJSON_Delete(j);
     }
-    tu_check(text && records == STEPS && finite == STEPS,
+    tu_check(text && records == steps && finite == steps,
              "%s: %s has %d train records (want %d), %d with a finite loss", what, p, records,
-             STEPS, finite);
+             steps, finite);
     free(text);
 }
 
-/* Trains from data.train = source (plus the extra --set, NULL for none) into dir/<name>;
- * returns 1 when it exited 0 and wrote model.safetensors, after checking its metrics. */
-static int train(const char *name, const char *source, const char *extra) {
+/* Trains from data.train = source, with `extra` appended to the command line ("" for
+ * nothing: more --set options), into dir/<name>; `steps` is how many train records its
+ * metrics.jsonl must hold. Returns 1 when it exited 0. */
+static int train_steps(const char *name, const char *source, const char *extra, int steps) {
     char out[1200];
     snprintf(out, sizeof out, "%s/%s", dir, name);
     int rc = run(train_exe, "--config '%s' --quiet-config --set 'output.dir=%s' "
-                 "--set 'data.train=%s' %s%s%s", cfg, out, source, extra ? "--set '" : "",
-                 extra ? extra : "", extra ? "'" : "");
+                 "--set 'data.train=%s' %s", cfg, out, source, extra);
     if (!tu_check(rc == 0, "%s: bt-train from %s exits 0 (got %d)%s%.600s", name, source, rc,
                   rc ? ": " : "", rc ? err_text : ""))
         return 0;
-    check_metrics(name, out);
+    check_metrics(name, out, steps);
     return 1;
 }
 
-/* Whether dir/<name>/model.safetensors equals the reference's byte for byte. */
-static int same_weights(const char *name) {
+static int train(const char *name, const char *source, const char *extra) {
+    return train_steps(name, source, extra, STEPS);
+}
+
+/* Whether dir/<a>/model.safetensors and dir/<b>/model.safetensors both exist and hold the
+ * same bytes. */
+static int same_weights(const char *a_name, const char *b_name) {
     char a[1200], b[1200];
-    snprintf(a, sizeof a, "%s/ref/model.safetensors", dir);
-    snprintf(b, sizeof b, "%s/%s/model.safetensors", dir, name);
+    snprintf(a, sizeof a, "%s/%s/model.safetensors", dir, a_name);
+    snprintf(b, sizeof b, "%s/%s/model.safetensors", dir, b_name);
     return tu_files_equal(a, b);
 }
 
 static void expect_same(const char *name, const char *what) {
-    tu_check(same_weights(name), "%s: model.safetensors equals the JSON Lines + JPEG run's, "
-             "byte for byte", what);
+    tu_check(same_weights("ref", name), "%s: model.safetensors equals the JSON Lines + JPEG "
+             "run's, byte for byte", what);
 }
 
-static void expect_differ(const char *name, const char *what) {
+/* The control `name` ran (it wrote model.safetensors) and its weights differ from those of
+ * run `base`. */
+static void expect_differ_from(const char *base, const char *name, const char *what) {
     char b[1200];
     snprintf(b, sizeof b, "%s/%s/model.safetensors", dir, name);
     struct stat st;
-    tu_check(stat(b, &st) == 0 && !same_weights(name),
-             "control, %s: model.safetensors differs from the reference's", what);
+    tu_check(stat(b, &st) == 0 && !same_weights(base, name),
+             "control, %s: model.safetensors differs from run %s's", what, base);
+}
+
+static void expect_differ(const char *name, const char *what) {
+    expect_differ_from("ref", name, what);
 }
 
 static void write_config(void) {
@@ -338,32 +400,37 @@ int main(int argc, char **argv) {
     tts_synth_data(synth, N_REC, 0, 0);
     read_reference();
     make_lossless_copies();
-    make_imagefolder("folder", -1);
-    make_imagefolder("folder_control", 9);
+    make_imagefolder("folder", -1, 0);
+    make_imagefolder("folder_control", 9, 0);
+    make_imagefolder("folder_jsonl", -1, 1);
     write_config();
     char src[1400];
 
     /* 1. the reference: JSON Lines + JPEG */
     snprintf(src, sizeof src, "%s/train.jsonl", synth);
-    if (!train("ref", src, NULL)) return tu_finish();
+    if (!train("ref", src, "")) return tu_finish();
 
     /* 2. PNG and WebP files of the same pixels */
     snprintf(src, sizeof src, "%s/png.jsonl", synth);
-    if (train("png", src, NULL)) expect_same("png", "PNG files (lossless, same pixels)");
+    if (train("png", src, "")) expect_same("png", "PNG files (lossless, same pixels)");
     snprintf(src, sizeof src, "%s/webp.jsonl", synth);
-    if (train("webp", src, NULL)) expect_same("webp", "lossless WebP files (same pixels)");
+    if (train("webp", src, "")) expect_same("webp", "lossless WebP files (same pixels)");
     snprintf(src, sizeof src, "%s/png_control.jsonl", synth);
-    if (train("png_control", src, NULL))
+    if (train("png_control", src, ""))
         expect_differ("png_control", "one pixel of record 5's PNG changed");
 
     /* 3. an HF imagefolder with metadata.csv */
     snprintf(src, sizeof src, "%s/folder", dir);
-    if (train("folder", src, "data.caption_column=text"))
+    if (train("folder", src, "--set data.caption_column=text"))
         expect_same("folder", "imagefolder with metadata.csv (file_name, text)");
     snprintf(src, sizeof src, "%s/folder_control", dir);
-    if (train("folder_control", src, "data.caption_column=text"))
+    if (train("folder_control", src, "--set data.caption_column=text"))
         expect_differ("folder_control", "one letter of record 9's caption in metadata.csv "
                       "changed case");
+
+    snprintf(src, sizeof src, "%s/folder_jsonl", dir);
+    if (train("folder_jsonl", src, "--set data.caption_column=text"))
+        expect_same("folder_jsonl", "imagefolder with metadata.jsonl (file_name, text)");
 
     /* 4. WebDataset shards written by bt-data shards */
     int rc = run(data_exe, "shards --data '%s/train.jsonl' --out '%s/shards' --per-shard 4",
@@ -371,10 +438,10 @@ int main(int argc, char **argv) {
     tu_check(rc == 0, "bt-data shards from train.jsonl exits 0 (%d)%s%.400s", rc, rc ? ": " : "",
              rc ? err_text : "");
     snprintf(src, sizeof src, "%s/shards", dir);
-    if (rc == 0 && train("shards", src, NULL))
+    if (rc == 0 && train("shards", src, ""))
         expect_same("shards", "the directory of shards written from train.jsonl");
     snprintf(src, sizeof src, "%s/shards/{00002,00000,00001,00003}.tar", dir);
-    if (rc == 0 && train("shards_control", src, NULL))
+    if (rc == 0 && train("shards_control", src, ""))
         expect_differ("shards_control", "the same shards named in another order");
 
     rc = run(data_exe, "shards --data '%s/mixed.jsonl' --out '%s/shards_mixed' --per-shard 5",
@@ -396,8 +463,36 @@ int main(int argc, char **argv) {
     tu_check(png == 6 && webp == 5 && jpg == 5,
              "the mixed shards hold 6 PNG, 5 WebP and 5 JPEG members (got %d, %d, %d)", png,
              webp, jpg);
-    if (rc == 0 && train("shards_mixed", pattern, NULL))
+    if (rc == 0 && train("shards_mixed", pattern, ""))
         expect_same("shards_mixed", "shards of PNG, WebP and JPEG members, by brace pattern");
+
+    /* 5. a shard another program wrote */
+    const char *cli = make_tar_cli_shard();
+    if (cli && train("tar_cli", cli, ""))
+        expect_same("tar_cli", "one shard written by tar --format=pax");
+
+    /* 6. resume on shuffled shards: the mixed shards (5, 5, 5, 1 samples), shuffle on with a
+     * buffer of 3 (docs/data.md "Order with shards"), a checkpoint every step. Resumed from
+     * checkpoint-1 (epoch 0, position 8) and checkpoint-3 (epoch 1, position 8), the run must
+     * end with the uninterrupted run's weights. Position 8 is inside a shard whatever the
+     * shuffled shard order (the shard boundaries fall at sums of 5, 5, 5, 1: 1, 5, 6, 10, 11,
+     * 15), with the buffer full. The control shows the shuffle took effect (the shuffled run
+     * differs from the unshuffled shards_mixed run). */
+    static const char shuffled[] = "--set data.shuffle=true --set data.shuffle_buffer=3 "
+                                   "--set save.strategy=steps --set save.steps=1";
+    if (rc == 0 && train("shuffled", pattern, shuffled)) {
+        expect_differ_from("shards_mixed", "shuffled", "shuffle on with a buffer of 3");
+        for (int at = 1; at <= 3; at += 2) {
+            char name[32], extra[2600];
+            snprintf(name, sizeof name, "resumed_at_%d", at);
+            snprintf(extra, sizeof extra, "%s --set 'output.resume_from=%s/shuffled/checkpoint-%d'",
+                     shuffled, dir, at);
+            if (train_steps(name, pattern, extra, STEPS - at))
+                tu_check(same_weights("shuffled", name),
+                         "shuffled shards resumed from checkpoint-%d: model.safetensors equals "
+                         "the uninterrupted run's, byte for byte", at);
+        }
+    }
 
     for (int i = 0; i < N_REC; i++) {
         free(images[i]);
