@@ -1,7 +1,8 @@
 /* test_train_setup.h: what the bt-train tests (test_bt_train.c, test_dist.c, test_itc_scope.c,
- * test_user_paths.c) share: a synthetic captioned-image set written by src/data/synth.h, the
- * path of the synthetic model config (both exit the test with status 1 and the error on
- * failure), and reading a run's results back (a shell run, metrics.jsonl, weights).
+ * test_user_paths.c, test_train_sources.c) share: a synthetic captioned-image set written by
+ * src/data/synth.h, the path of the synthetic model config (both exit the test with status 1
+ * and the error on failure), and reading a run's results back (a shell run, metrics.jsonl,
+ * weights).
  * Deliberately not here: the run configs themselves (each test writes its own). */
 #ifndef BT_TEST_TRAIN_SETUP_H
 #define BT_TEST_TRAIN_SETUP_H
