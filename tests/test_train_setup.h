@@ -6,6 +6,7 @@
 #define BT_TEST_TRAIN_SETUP_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Writes train.jsonl (n_train records) and, when non-zero, val.jsonl / test.jsonl with their
  * 64 x 64 images into dir: seed 3, the same bytes on every run. */
@@ -13,5 +14,23 @@ void tts_synth_data(const char *dir, int n_train, int n_val, int n_test);
 
 /* out = $BT_CONFIGS/synthetic-model (configs/synthetic-model when BT_CONFIGS is unset). */
 void tts_synthetic_model_dir(char *out, size_t cap);
+
+/* How tts_spawn_train runs bt-train (all fields may be 0 / NULL). */
+typedef struct tts_spawn_opts {
+    const char *cwd;      /* the child's working directory (NULL: this one) */
+    int stdout_fd;        /* > 0: the child's stdout (else appended to LOG.log) */
+    const char *log_base; /* LOG (NULL: OUT) */
+    int truncate_err;     /* 1: LOG.err truncated first (else appended) */
+} tts_spawn_opts;
+
+/* Starts `exe --config cfg --quiet-config --set output.dir=OUT [--set S]...` (n_sets of
+ * sets) with stdout appended to LOG.log and stderr to LOG.err; returns the pid. */
+pid_t tts_spawn_train(const char *exe, const char *cfg, const char *out,
+                      const char *const *sets, size_t n_sets, const tts_spawn_opts *o);
+/* Exit code of pid, or 128 + signal when killed. */
+int tts_wait_exit(pid_t pid);
+/* Waits (at most 120 s) for path to exist while pid runs; 1 when it appeared. */
+int tts_wait_for(const char *path, pid_t pid);
+void tts_sleep_s(double s);
 
 #endif

@@ -4,8 +4,8 @@
  *   bt-train --help-config          every run-config key with its type and default
  *
  * Exit status: 0 trained to the end; 1 error (the message names the key, file, record or
- * step); 2 usage error; 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint
- * (the same command resumes it).
+ * step); 2 usage error; 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1,
+ * 140 SIGUSR2) stopped by it after writing a checkpoint (the same command resumes it).
  *
  * Deliberately not here: anything the library does (trainer.h). */
 #include <signal.h>
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
     if (st == BT_ERR_INTERRUPTED) {
         fprintf(stderr, "bt-train: %s\n", bt_error_message());
-        return out.interrupted_by == SIGTERM ? 143 : 130;
+        return 128 + (out.interrupted_by ? out.interrupted_by : SIGTERM);
     }
     if (st != BT_OK) {
         fprintf(stderr, "bt-train: error: %s\n", bt_error_message());

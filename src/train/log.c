@@ -320,6 +320,7 @@ bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
                        "from the interrupted run",
                        (long long)opts->resume_step, log->metrics_path, kept, dropped);
     bt_log_step_init(&log->last);
+    log->last.step = opts->resume_step; /* a resumed run that takes no step ends there */
     bt_log_step_init(&log->logged);
     bt_log_eval_init(&log->eval);
     log->t_open = bt_now_s();

@@ -1,0 +1,416 @@
+/* test_train_contract.c: what bt-train promises about its output directory, its end and its
+ * signals (issue 26; docs/outputs.md "The output directory", docs/resume.md, docs/guarantees.md),
+ * each case run as a user runs it (bt-train's path is argv[1]) on a tiny synthetic data set and
+ * the small synthetic model, 2 steps each (about half a second per run):
+ *
+ *   output.dir    a non-empty directory without a bt run is refused (files untouched) unless
+ *                 output.overwrite; the starting model's and the data's directories, "/" and a
+ *                 non-empty "." are refused; a second run on a directory in use is refused
+ *                 naming the holder's pid and host; a lock file left by a dead run is taken over;
+ *   save first    a final evaluation that fails (a missing image) after training leaves the
+ *                 final model and a checkpoint under save.strategy "no", exits 1 saying so, and
+ *                 the rerun evaluates without training again; data.test and
+ *                 eval.metric_for_best typos are refused before step 1; metrics.jsonl's metric
+ *                 names are accepted, with the old "choice_acc";
+ *   signals       SIGHUP and SIGUSR1 save a checkpoint and exit 128 + the signal; SIGTERM during
+ *                 the final evaluation stops it within a bound and exits 143 with the model
+ *                 saved; stdout closed by its reader (SIGPIPE) does not end the run;
+ *   finished      a rerun of a finished run says so, exits 0 and changes no file.
+ * Exit 1 on any failure. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_train_setup.h"
+#include "test_util.h"
+
+static const char *exe;
+static char data_dir[1024], model_dir[1024], base_cfg[1100];
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static double now_s(void) {
+    return tu_clock_seconds(CLOCK_MONOTONIC);
+}
+
+static char *read_text(const char *path) {
+    char *t = (char *)tu_read_file(path, NULL);
+    return t ? t : strdup("");
+}
+
+typedef tts_spawn_opts spawn_opts;
+
+static size_t n_sets(const char *const *sets) {
+    size_t n = 0;
+    while (sets && sets[n]) n++;
+    return n;
+}
+
+/* bt-train --config base_cfg --quiet-config --set output.dir=OUT --set S... (sets ends with
+ * NULL); stderr in LOG.err, truncated first. Returns the pid. */
+static pid_t spawn_train(const char *out, const spawn_opts *so, const char *const *sets) {
+    spawn_opts o = so ? *so : (spawn_opts){0};
+    o.truncate_err = 1;
+    return tts_spawn_train(exe, base_cfg, out, sets, n_sets(sets), &o);
+}
+#define wait_exit tts_wait_exit
+#define wait_for tts_wait_for
+#define sleep_s tts_sleep_s
+
+/* Runs bt-train to its end; *err (when non-NULL) gets its stderr (free it). */
+static int train(const char *out, char **err, const spawn_opts *so, const char *const *sets) {
+    const int rc = wait_exit(spawn_train(out, so, sets));
+    if (err) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s.err", so && so->log_base ? so->log_base : out);
+        *err = read_text(p);
+    }
+    return rc;
+}
+#define SETS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static const char *in_dir(const char *dir, const char *name) {
+    static char buf[4][1400];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void setup(void) {
+    const char *tmp = tu_tmpdir();
+    snprintf(data_dir, sizeof data_dir, "%s/synth", tmp);
+    tts_synth_data(data_dir, 16, 8, 8);
+    tts_synthetic_model_dir(model_dir, sizeof model_dir);
+    snprintf(base_cfg, sizeof base_cfg, "%s/run.json", tmp);
+    char text[4096];
+    snprintf(text, sizeof text,
+             "{\"model\": {\"config\": \"%s\", \"heads\": [\"itc\", \"itm\", \"mlm\"]},\n"
+             " \"data\": {\"train\": \"%s/train.jsonl\", \"validation\": \"%s/val.jsonl\",\n"
+             "          \"max_length\": 32, \"num_workers\": 1},\n"
+             " \"train\": {\"batch_size\": 4, \"max_steps\": 2, \"threads\": 1},\n"
+             " \"logging\": {\"steps\": 1, \"report\": false, \"tensorboard\": false},\n"
+             " \"eval\": {\"strategy\": \"no\", \"at_end\": true},\n"
+             " \"save\": {\"strategy\": \"no\"}}\n",
+             model_dir, data_dir, data_dir);
+    tu_setup_text(base_cfg, text);
+}
+
+/* --- output.dir --------------------------------------------------------------------------- */
+
+static void test_output_dir(void) {
+    /* a directory of someone else's files */
+    char foreign[1200];
+    snprintf(foreign, sizeof foreign, "%s", tu_tmp_path("foreign"));
+    mkdir(foreign, 0755);
+    tu_setup_text(in_dir(foreign, "notes.txt"), "my notes\n");
+    char *err;
+    int rc = train(foreign, &err, NULL, NULL);
+    tu_check(rc == 1 && strstr(err, "not empty") && strstr(err, "output.overwrite") &&
+                 !exists(in_dir(foreign, "model.safetensors")) &&
+                 !exists(in_dir(foreign, "metrics.jsonl")),
+             "a non-empty output.dir without a bt run: exit 1 naming output.overwrite, nothing "
+             "written (%d): %.300s", rc, err);
+    free(err);
+    rc = train(foreign, &err, NULL, SETS("output.overwrite=true"));
+    char *notes = read_text(in_dir(foreign, "notes.txt"));
+    tu_check(rc == 0 && exists(in_dir(foreign, "model.safetensors")) &&
+                 !strcmp(notes, "my notes\n"),
+             "the same with output.overwrite=true trains into it (%d): %.300s", rc, err);
+    free(notes);
+    free(err);
+    /* "." that is not empty */
+    snprintf(foreign, sizeof foreign, "%s", tu_tmp_path("foreign2"));
+    mkdir(foreign, 0755);
+    tu_setup_text(in_dir(foreign, "notes.txt"), "my notes\n");
+    spawn_opts so = {.cwd = foreign, .log_base = tu_tmp_path("dot")};
+    rc = train(".", &err, &so, NULL);
+    tu_check(rc == 1 && strstr(err, "not empty") && !exists(in_dir(foreign, "metrics.jsonl")),
+             "output.dir \".\" (not empty): exit 1 (%d): %.300s", rc, err);
+    free(err);
+
+    /* the starting model's directory (a copy, so that a failure spoils nothing), even with
+     * output.overwrite */
+    char mcopy[1200], set_model[1300];
+    snprintf(mcopy, sizeof mcopy, "%s", tu_tmp_path("model-copy"));
+    mkdir(mcopy, 0755);
+    static const char *const files[] = {"config.json", "vocab.json", "merges.txt",
+                                        "tokenizer.json", "preprocessor_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char *t = (char *)tu_read_file(in_dir(model_dir, files[i]), NULL);
+        if (t) tu_setup_text(in_dir(mcopy, files[i]), t);
+        free(t);
+    }
+    snprintf(set_model, sizeof set_model, "model.config=%s", mcopy);
+    rc = train(mcopy, &err, NULL, SETS(set_model, "output.overwrite=true"));
+    tu_check(rc == 1 && strstr(err, "model.config") &&
+                 tu_files_equal(in_dir(mcopy, "config.json"), in_dir(model_dir, "config.json")) &&
+                 !exists(in_dir(mcopy, "model.safetensors")),
+             "output.dir = the starting model's directory: exit 1 naming model.config, its "
+             "files untouched (%d): %.300s", rc, err);
+    free(err);
+    /* the data's directory */
+    rc = train(data_dir, &err, NULL, SETS("output.overwrite=true"));
+    tu_check(rc == 1 && strstr(err, "data.train") && !exists(in_dir(data_dir, "metrics.jsonl")),
+             "output.dir = the data directory: exit 1 naming data.train (%d): %.300s", rc, err);
+    free(err);
+    /* the root directory */
+    so = (spawn_opts){.log_base = tu_tmp_path("root")};
+    rc = train("/", &err, &so, SETS("output.overwrite=true"));
+    tu_check(rc == 1 && strstr(err, "root directory") && !exists("/metrics.jsonl"),
+             "output.dir \"/\": exit 1 (%d): %.300s", rc, err);
+    free(err);
+
+    /* the lock: held by another process (this one, with a holder text of another host) */
+    char locked[1200];
+    snprintf(locked, sizeof locked, "%s", tu_tmp_path("locked"));
+    mkdir(locked, 0755);
+    const char *lock = in_dir(locked, "bt-train.lock");
+    tu_setup_text(lock, "pid 4242 on host elsewhere since 2026-01-01T00:00:00Z\n");
+    int fd = open(lock, O_RDWR | O_CLOEXEC);
+    const int held = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
+    rc = train(locked, &err, NULL, NULL);
+    tu_check(held && rc == 1 && strstr(err, "in use") && strstr(err, "pid 4242") &&
+                 strstr(err, "elsewhere") && !exists(in_dir(locked, "metrics.jsonl")),
+             "output.dir locked by another run: exit 1 naming its pid and host (%d): %.300s", rc,
+             err);
+    free(err);
+    if (fd >= 0) close(fd); /* the holder dies: its lock file stays, stale */
+    rc = train(locked, &err, NULL, NULL);
+    char *holder = read_text(lock);
+    tu_check(rc == 0 && exists(in_dir(locked, "model.safetensors")) && !strstr(holder, "4242"),
+             "a stale lock file (holder gone) is taken over (%d): %.300s", rc, err);
+    free(holder);
+    free(err);
+
+    /* two real runs: the second is refused while the first trains, naming the first's pid */
+    char first[1200], second[1200];
+    snprintf(first, sizeof first, "%s", tu_tmp_path("busy"));
+    snprintf(second, sizeof second, "%s", tu_tmp_path("busy-second"));
+    pid_t pid = spawn_train(first, NULL, SETS("train.max_steps=100000"));
+    const int started = wait_for(in_dir(first, "metrics.jsonl"), pid);
+    char want[64];
+    snprintf(want, sizeof want, "pid %ld ", (long)pid);
+    so = (spawn_opts){.log_base = second};
+    rc = train(first, &err, &so, NULL);
+    tu_check(started && rc == 1 && strstr(err, want),
+             "a second run on an output.dir in use: exit 1 naming the first's %s(%d): %.300s",
+             want, rc, err);
+    free(err);
+    kill(pid, SIGTERM);
+    rc = wait_exit(pid);
+    tu_check(rc == 143, "the first run, SIGTERM: exit 143 (%d)", rc);
+}
+
+/* --- save first, then evaluate -------------------------------------------------------------- */
+
+static void test_save_first(void) {
+    /* a validation manifest whose image is missing: found only by the final evaluation */
+    char bad_val[1200], set_val[1300], good_val[1300];
+    snprintf(bad_val, sizeof bad_val, "%s/val-missing.jsonl", data_dir);
+    tu_setup_text(bad_val, "{\"image\": \"images/nowhere.jpg\", \"caption\": \"a lost picture\"}\n"
+                           "{\"image\": \"images/nowhere2.jpg\", \"caption\": \"another\"}\n");
+    snprintf(set_val, sizeof set_val, "data.validation=%s", bad_val);
+    snprintf(good_val, sizeof good_val, "data.validation=%s/val.jsonl", data_dir);
+    char out[1200];
+    snprintf(out, sizeof out, "%s", tu_tmp_path("evalfail"));
+    char *err;
+    int rc = train(out, &err, NULL, SETS(set_val));
+    tu_check(rc == 1 && strstr(err, "final evaluation failed") && strstr(err, "nowhere.jpg") &&
+                 exists(in_dir(out, "model.safetensors")) &&
+                 exists(in_dir(out, "checkpoint-2/optimizer.safetensors")),
+             "the final evaluation fails: exit 1 saying so; the final model and checkpoint-2 are "
+             "saved under save.strategy \"no\" (%d): %.400s", rc, err);
+    free(err);
+    char saved[1300];
+    snprintf(saved, sizeof saved, "%s", tu_tmp_path("evalfail-model.safetensors"));
+    {
+        size_t len = 0;
+        uint8_t *m = tu_read_file(in_dir(out, "model.safetensors"), &len);
+        if (m) tu_setup_file(saved, m, len);
+        free(m);
+    }
+    rc = train(out, &err, NULL, SETS(good_val));
+    char *log = read_text(in_dir(tu_tmpdir(), "evalfail.log"));
+    tu_check(rc == 0 && exists(in_dir(out, "eval_results.json")) &&
+                 tu_files_equal(saved, in_dir(out, "model.safetensors")),
+             "the rerun with the manifest fixed evaluates the saved model, exit 0, the model "
+             "unchanged (%d): %.300s", rc, err);
+    free(log);
+    free(err);
+
+    /* typos found before step 1 */
+    snprintf(out, sizeof out, "%s", tu_tmp_path("testtypo"));
+    char set_test[1300];
+    snprintf(set_test, sizeof set_test, "data.test=%s/tset.jsonl", data_dir);
+    rc = train(out, &err, NULL, SETS(set_test));
+    tu_check(rc == 1 && strstr(err, "tset.jsonl") && !exists(in_dir(out, "metrics.jsonl")),
+             "a data.test typo: exit 1 naming it before step 1 (%d): %.300s", rc, err);
+    free(err);
+    snprintf(out, sizeof out, "%s", tu_tmp_path("metrictypo"));
+    rc = train(out, &err, NULL, SETS("eval.metric_for_best=t2i_R1"));
+    tu_check(rc == 1 && strstr(err, "eval.metric_for_best") && strstr(err, "t2i_r1") &&
+                 strstr(err, "accuracy_5way") && !exists(in_dir(out, "metrics.jsonl")),
+             "an eval.metric_for_best typo: exit 1 listing the names before step 1 (%d): %.400s",
+             rc, err);
+    free(err);
+    /* metrics.jsonl's name and the old one */
+    const char *names[] = {"eval.metric_for_best=accuracy_5way", "eval.metric_for_best=choice_acc"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(out, sizeof out, "%s", tu_tmp_path(k ? "metric-old" : "metric-new"));
+        rc = train(out, &err, NULL, SETS(names[k]));
+        char *st = read_text(in_dir(out, "checkpoint-2/trainer_state.json"));
+        tu_check(rc == 0 && strstr(st, "\"best_metric\"") && !strstr(st, "\"best_metric\": null") &&
+                     strstr(st, "checkpoint-2\""),
+                 "%s: accepted, the final evaluation's best recorded in checkpoint-2 (%d): %.300s",
+                 names[k], rc, err);
+        free(st);
+        free(err);
+    }
+    /* data.test runs with the final evaluation only */
+    snprintf(out, sizeof out, "%s", tu_tmp_path("test-no-at-end"));
+    snprintf(set_test, sizeof set_test, "data.test=%s/test.jsonl", data_dir);
+    rc = train(out, &err, NULL, SETS(set_test, "eval.at_end=false"));
+    tu_check(rc == 0 && !exists(in_dir(out, "test_results.json")),
+             "data.test with eval.at_end false: not evaluated (%d): %.300s", rc, err);
+    free(err);
+    snprintf(out, sizeof out, "%s", tu_tmp_path("test-at-end"));
+    rc = train(out, &err, NULL, SETS(set_test));
+    tu_check(rc == 0 && exists(in_dir(out, "test_results.json")),
+             "data.test with eval.at_end true: test_results.json (%d): %.300s", rc, err);
+    free(err);
+}
+
+/* --- signals -------------------------------------------------------------------------------- */
+
+static void test_signals(void) {
+    static const int sigs[] = {SIGHUP, SIGUSR1};
+    for (int k = 0; k < 2; k++) {
+        char out[1200];
+        snprintf(out, sizeof out, "%s", tu_tmp_path(k ? "sigusr1" : "sighup"));
+        pid_t pid = spawn_train(out, NULL, SETS("train.max_steps=100000"));
+        const int started = wait_for(in_dir(out, "metrics.jsonl"), pid);
+        sleep_s(0.1);
+        kill(pid, sigs[k]);
+        const int rc = wait_exit(pid);
+        char *err = read_text(in_dir(tu_tmpdir(), k ? "sigusr1.err" : "sighup.err"));
+        char *st = NULL;
+        /* the checkpoint of the step it stopped at: the one the message names */
+        const char *ck = strstr(err, "after saving ");
+        int saved = 0;
+        if (ck) {
+            char dir[1300];
+            snprintf(dir, sizeof dir, "%s", ck + 13);
+            dir[strcspn(dir, "\n")] = '\0';
+            saved = exists(in_dir(dir, "optimizer.safetensors"));
+        }
+        tu_check(started && rc == 128 + sigs[k] && saved,
+                 "%s: a checkpoint saved, exit %d (got %d): %.300s",
+                 k ? "SIGUSR1" : "SIGHUP", 128 + sigs[k], rc, err);
+        free(st);
+        free(err);
+    }
+
+    /* SIGTERM during the final evaluation: 2000 records at 1 per batch (seconds); the signal
+     * lands once the final model is saved (which comes first now), the evaluation stops at
+     * its next batch. Bound: one batch of one record (milliseconds here) + the summary write;
+     * 5 s leaves room for a loaded CI machine. */
+    char big[1200], set_val[1300];
+    snprintf(big, sizeof big, "%s/val-big.jsonl", data_dir);
+    {
+        char *v = read_text(in_dir(data_dir, "val.jsonl"));
+        FILE *f = fopen(big, "w");
+        for (int i = 0; f && i < 250; i++) fputs(v, f);
+        if (f) fclose(f);
+        free(v);
+    }
+    snprintf(set_val, sizeof set_val, "data.validation=%s", big);
+    char out[1200];
+    snprintf(out, sizeof out, "%s", tu_tmp_path("term-in-eval"));
+    pid_t pid = spawn_train(out, NULL, SETS(set_val, "eval.batch_size=1"));
+    const int saved = wait_for(in_dir(out, "model.safetensors"), pid);
+    sleep_s(0.2);
+    const double t0 = now_s();
+    kill(pid, SIGTERM);
+    const int rc = wait_exit(pid);
+    const double dt = now_s() - t0;
+    char *err = read_text(in_dir(tu_tmpdir(), "term-in-eval.err"));
+    tu_check(saved && rc == 143 && dt < 5.0 && strstr(err, "stopped by a signal after") &&
+                 exists(in_dir(out, "checkpoint-2/optimizer.safetensors")) &&
+                 !exists(in_dir(out, "eval_results.json")),
+             "SIGTERM during the final evaluation: exit 143 after %.2f s (bound 5 s), the model "
+             "and checkpoint-2 saved (%d): %.300s", dt, rc, err);
+    free(err);
+
+    /* stdout's reader goes away (bt-train | head -0): the run goes on to its end */
+    int p[2];
+    if (pipe(p) == 0) {
+        close(p[0]); /* no reader: every write to stdout is EPIPE / SIGPIPE */
+        snprintf(out, sizeof out, "%s", tu_tmp_path("sigpipe"));
+        spawn_opts so = {.stdout_fd = p[1]};
+        char *e;
+        const int r = train(out, &e, &so, NULL);
+        close(p[1]);
+        tu_check(r == 0 && exists(in_dir(out, "model.safetensors")),
+                 "stdout without a reader (SIGPIPE): the run ends normally, exit 0 (%d): %.300s",
+                 r, e);
+        free(e);
+    }
+}
+
+/* --- a rerun of a finished run ------------------------------------------------------------- */
+
+static void test_finished(void) {
+    char out[1200];
+    snprintf(out, sizeof out, "%s", tu_tmp_path("finished"));
+    int rc = train(out, NULL, NULL, NULL);
+    static const char *const files[] = {"summary.json", "metrics.jsonl", "model.safetensors",
+                                        "eval_results.json", "checkpoint-2/trainer_state.json"};
+    enum { NF = sizeof files / sizeof *files };
+    char copy[NF][1300];
+    for (size_t i = 0; i < NF; i++) {
+        snprintf(copy[i], sizeof copy[i], "%s.%zu", out, i);
+        size_t len = 0;
+        uint8_t *b = tu_read_file(in_dir(out, files[i]), &len);
+        if (b) tu_setup_file(copy[i], b, len);
+        free(b);
+    }
+    char *err;
+    rc = train(out, &err, NULL, NULL);
+    char *log = read_text(in_dir(tu_tmpdir(), "finished.log"));
+    int same = 1;
+    for (size_t i = 0; i < NF; i++) same &= tu_files_equal(copy[i], in_dir(out, files[i]));
+    tu_check(rc == 0 && same && strstr(log, "finished run"),
+             "a rerun of a finished run: exit 0, says so, summary.json, metrics.jsonl, the model "
+             "and the checkpoint unchanged (%d, same %d): %.300s", rc, same, err);
+    free(log);
+    free(err);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_train_contract PATH/TO/bt-train\n");
+        return 1;
+    }
+    static char exe_abs[4096];
+    exe = realpath(argv[1], exe_abs) ? exe_abs : argv[1]; /* some runs chdir first */
+    setup();
+    test_output_dir();
+    test_save_first();
+    test_signals();
+    test_finished();
+    return tu_finish();
+}
