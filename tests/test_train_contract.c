@@ -15,7 +15,8 @@
  *   signals       SIGHUP and SIGUSR1 save a checkpoint and exit 128 + the signal; SIGTERM during
  *                 the final evaluation stops it within a bound and exits 143 with the model
  *                 saved; stdout closed by its reader (SIGPIPE) does not end the run;
- *   finished      a rerun of a finished run says so, exits 0 and changes no file.
+ *   finished      a rerun of a finished run says so, exits 0 and changes no file;
+ *   fds 0-2       closed standard descriptors never become the run's files.
  * Exit 1 on any failure. */
 #include <errno.h>
 #include <fcntl.h>
@@ -371,6 +372,27 @@ static void test_signals(void) {
     }
 }
 
+/* --- closed standard descriptors ------------------------------------------------------------ */
+
+/* bt-train <&- >&- 2>&-: the run's files must not become fds 0-2 (metrics.jsonl then got the
+ * terminal text and the run failed at its end); every line of metrics.jsonl is a record. */
+static void test_closed_std(void) {
+    char out[1200];
+    snprintf(out, sizeof out, "%s", tu_tmp_path("closed-std"));
+    spawn_opts so = {.close_std = 1};
+    const int rc = wait_exit(spawn_train(out, &so, SETS("logging.tensorboard=true")));
+    char *m = read_text(in_dir(out, "metrics.jsonl"));
+    int lines = 0, records = 0;
+    for (char *line = strtok(m, "\n"); line; line = strtok(NULL, "\n")) {
+        lines++;
+        records += !strncmp(line, "{", 1) && strstr(line, "\"type\"") != NULL;
+    }
+    tu_check(rc == 0 && lines >= 3 && records == lines && exists(in_dir(out, "model.safetensors")),
+             "stdin, stdout and stderr closed: exit 0, metrics.jsonl holds records only (%d; %d "
+             "of %d lines)", rc, records, lines);
+    free(m);
+}
+
 /* --- a rerun of a finished run ------------------------------------------------------------- */
 
 static void test_finished(void) {
@@ -412,5 +434,6 @@ int main(int argc, char **argv) {
     test_save_first();
     test_signals();
     test_finished();
+    test_closed_std();
     return tu_finish();
 }

@@ -65,6 +65,13 @@ pid_t tts_spawn_train(const char *exe, const char *cfg, const char *out,
         dup2(fo, 1);
         dup2(fe, 2);
         if (o->cwd && chdir(o->cwd) != 0) _exit(126);
+        if (o->close_std) {
+            close(fo);
+            close(fe);
+            close(0);
+            close(1);
+            close(2);
+        }
         execv(exe, (char *const *)argv);
         _exit(127);
     }

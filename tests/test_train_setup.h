@@ -21,6 +21,7 @@ typedef struct tts_spawn_opts {
     int stdout_fd;        /* > 0: the child's stdout (else appended to LOG.log) */
     const char *log_base; /* LOG (NULL: OUT) */
     int truncate_err;     /* 1: LOG.err truncated first (else appended) */
+    int close_std;        /* 1: stdin, stdout and stderr closed (`bt-train <&- >&- 2>&-`) */
 } tts_spawn_opts;
 
 /* Starts `exe --config cfg --quiet-config --set output.dir=OUT [--set S]...` (n_sets of

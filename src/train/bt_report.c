@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fileio.h"
 #include "json_util.h"
 #include "train/report.h"
 
@@ -21,6 +22,7 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
+    bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     const char *dir = NULL, *config_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)

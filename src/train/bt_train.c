@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "fileio.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -42,6 +43,7 @@ static void help_config(void) {
 }
 
 int main(int argc, char **argv) {
+    bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     bt_runtime_prefer_passive_openmp(argv); /* cpu.h */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-train"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
