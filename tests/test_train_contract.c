@@ -16,9 +16,13 @@
  *                 the final evaluation stops it within a bound and exits 143 with the model
  *                 saved; stdout closed by its reader (SIGPIPE) does not end the run;
  *   finished      a rerun of a finished run says so, exits 0 and changes no file;
- *   fds 0-2       closed standard descriptors never become the run's files.
+ *   fds 0-2       closed standard descriptors never become the run's files;
+ *   resume        a checkpoint of another shape, starting model or tokenizer, with files of
+ *                 two steps, or with a NaN or negative exp_avg_sq is refused naming it.
  * Exit 1 on any failure. */
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -84,7 +88,7 @@ static int train(const char *out, char **err, const spawn_opts *so, const char *
 #define SETS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 static const char *in_dir(const char *dir, const char *name) {
-    static char buf[4][1400];
+    static char buf[4][2600];
     static int k;
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
@@ -372,6 +376,125 @@ static void test_signals(void) {
     }
 }
 
+/* --- resume checks what it resumes ----------------------------------------------------------- */
+
+static void copy_tree(const char *from, const char *to) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", to, from, to);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "%s: failed\n", cmd);
+        exit(1);
+    }
+}
+
+/* Overwrites the first element of the first tensor whose name starts with `prefix` in a
+ * safetensors file with v. 1 when done. */
+static int poke_tensor(const char *path, const char *prefix, float v) {
+    size_t len = 0;
+    uint8_t *b = tu_read_file(path, &len);
+    if (!b || len < 8) return 0;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
+    int done = 0;
+    char *h = strndup((const char *)b + 8, (size_t)hlen);
+    char key[300];
+    snprintf(key, sizeof key, "\"%s", prefix);
+    char *at = strstr(h, key), *off = at ? strstr(at, "\"data_offsets\"") : NULL;
+    char *num = off ? strchr(off, '[') : NULL;
+    if (num) {
+        const size_t o = (size_t)strtoull(num + 1, NULL, 10);
+        if (8 + hlen + o + sizeof v <= len) {
+            memcpy(b + 8 + hlen + o, &v, sizeof v);
+            done = tu_write_file(path, b, len);
+        }
+    }
+    free(h);
+    free(b);
+    return done;
+}
+
+static void test_resume_checks(void) {
+    /* a finished 2-step run with checkpoints 1 and 2; each case resumes a copy to step 4 */
+    char ref[1200];
+    snprintf(ref, sizeof ref, "%s", tu_tmp_path("resume-ref"));
+    int rc = train(ref, NULL, NULL, SETS("save.strategy=steps", "save.steps=1"));
+    tu_check(rc == 0, "resume reference run: exit 0 (%d)", rc);
+    /* model directories: the same files elsewhere, another depth, another vocab.json */
+    char same[1200], deep[1200], tok[1200];
+    snprintf(same, sizeof same, "%s", tu_tmp_path("model-same"));
+    snprintf(deep, sizeof deep, "%s", tu_tmp_path("model-deep"));
+    snprintf(tok, sizeof tok, "%s", tu_tmp_path("model-tok"));
+    copy_tree(model_dir, same);
+    copy_tree(model_dir, deep);
+    copy_tree(model_dir, tok);
+    {
+        char *c = read_text(in_dir(model_dir, "config.json"));
+        char *p = strstr(c, "\"intermediate_size\": 256"); /* text_config's (the first) */
+        if (p) p[strlen("\"intermediate_size\": ")] = '1'; /* 156 */
+        tu_setup_text(in_dir(deep, "config.json"), c);
+        free(c);
+        char *v = read_text(in_dir(model_dir, "vocab.json"));
+        char *v2 = malloc(strlen(v) + 2);
+        sprintf(v2, "%s\n", v);
+        tu_setup_text(in_dir(tok, "vocab.json"), v2);
+        free(v);
+        free(v2);
+    }
+    struct {
+        const char *what, *model, *extra, *want;
+        int poke; /* 1: optimizer of step 1, 2: trainer state of step 1, 3: NaN, 4: negative */
+    } cases[] = {
+        {"another shape", deep, "output.resume_new_start=true", "text_config.intermediate_size", 0},
+        {"another starting model path", same, "train.max_steps=4", "output.resume_new_start", 0},
+        {"another tokenizer", tok, "output.resume_new_start=true", "vocab.json", 0},
+        {"optimizer.safetensors of another step", NULL, NULL, "different checkpoints", 1},
+        {"trainer_state.json of another step", NULL, NULL, "global_step is 1", 2},
+        {"NaN in exp_avg_sq", NULL, NULL, "nan", 3},
+        {"negative exp_avg_sq", NULL, NULL, "holds -1", 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char out[1200], set_model[1300];
+        snprintf(out, sizeof out, "%s", tu_tmp_path("resume-case"));
+        copy_tree(ref, out);
+        const char *c2 = in_dir(out, "checkpoint-2"), *c1 = in_dir(out, "checkpoint-1");
+        char c1s[1400], c2s[1400];
+        snprintf(c1s, sizeof c1s, "%s", c1);
+        snprintf(c2s, sizeof c2s, "%s", c2);
+        if (cases[i].poke == 1 || cases[i].poke == 2) {
+            const char *f = cases[i].poke == 1 ? "optimizer.safetensors" : "trainer_state.json";
+            size_t len = 0;
+            uint8_t *b = tu_read_file(in_dir(c1s, f), &len);
+            if (b) tu_setup_file(in_dir(c2s, f), b, len);
+            free(b);
+        }
+        if (cases[i].poke >= 3 &&
+            !poke_tensor(in_dir(c2s, "optimizer.safetensors"), "exp_avg_sq.",
+                         cases[i].poke == 3 ? NAN : -1.0f))
+            tu_check(0, "%s: could not edit the optimizer file", cases[i].what);
+        snprintf(set_model, sizeof set_model, "model.config=%s",
+                 cases[i].model ? cases[i].model : model_dir);
+        char *err;
+        rc = train(out, &err, NULL,
+                   SETS(set_model, "train.max_steps=4", "save.strategy=steps", "save.steps=1",
+                        cases[i].extra ? cases[i].extra : "train.max_steps=4"));
+        tu_check(rc == 1 && strstr(err, cases[i].want) && !exists(in_dir(out, "checkpoint-3")),
+                 "resume with %s: refused naming \"%s\" (%d): %.400s", cases[i].what,
+                 cases[i].want, rc, err);
+        free(err);
+    }
+    /* the same model moved, with output.resume_new_start: resumed */
+    char out[1200], set_model[1300];
+    snprintf(out, sizeof out, "%s", tu_tmp_path("resume-moved"));
+    copy_tree(ref, out);
+    snprintf(set_model, sizeof set_model, "model.config=%s", same);
+    char *err;
+    rc = train(out, &err, NULL, SETS(set_model, "train.max_steps=4", "output.resume_new_start=true"));
+    tu_check(rc == 0 && exists(in_dir(out, "checkpoint-4")),
+             "the same model moved, output.resume_new_start=true: resumed to step 4 (%d): %.300s",
+             rc, err);
+    free(err);
+}
+
 /* --- closed standard descriptors ------------------------------------------------------------ */
 
 /* bt-train <&- >&- 2>&-: the run's files must not become fds 0-2 (metrics.jsonl then got the
@@ -435,5 +558,6 @@ int main(int argc, char **argv) {
     test_signals();
     test_finished();
     test_closed_std();
+    test_resume_checks();
     return tu_finish();
 }

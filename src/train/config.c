@@ -154,6 +154,7 @@ static const field FIELDS[] = {
     S_("output.dir", output.dir, F_NULL | F_REQUIRED, NULL, "output_dir"),
     B_("output.overwrite", output.overwrite, 0, 0, "overwrite_output_dir"),
     B_("output.auto_resume", output.auto_resume, 0, 1, ""),
+    B_("output.resume_new_start", output.resume_new_start, 0, 0, ""),
     S_("output.resume_from", output.resume_from, F_NULL, NULL, "resume_from_checkpoint"),
 };
 enum { N_FIELDS = sizeof FIELDS / sizeof FIELDS[0] };

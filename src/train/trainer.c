@@ -405,6 +405,11 @@ static bt_status step_setup(job *j) {
         snprintf(src_name, sizeof src_name, "%s/optimizer.safetensors", j->resume_dir);
         st = bt_optim_state_load(src_name, &j->model.table, &j->tr.opt);
         if (st != BT_OK) return st;
+        if ((int64_t)j->tr.opt.t != j->resume.state.schedule.step)
+            return bt_fail(BT_ERR_FORMAT, "%s: step is %llu but %s/trainer_state.json's "
+                           "schedule.step is %lld: the files come from different checkpoints",
+                           src_name, (unsigned long long)j->tr.opt.t, j->resume_dir,
+                           (long long)j->resume.state.schedule.step);
         j->tr.step = j->resume.state.global_step;
         const cJSON *ex = j->resume.state.extra;
         const cJSON *sk = ex ? cJSON_GetObjectItemCaseSensitive(ex, "skipped_steps") : NULL;
@@ -506,6 +511,90 @@ static bt_status dist_setup(job *j) {
 
 /* --- resume ---------------------------------------------------------------------------------- */
 
+/* This run's model config (model.path's or model.config's config.json), for the shape check
+ * of a resumed checkpoint. */
+static bt_status run_model_config(const bt_run_config *rc, bt_model_config *c) {
+    char dir[4096], path[4200];
+    if (rc->model.path) snprintf(dir, sizeof dir, "%s", rc->model.path);
+    else model_config_dir(rc->model.config, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return bt_model_config_load(c, path);
+}
+
+/* The whole of a small file (the tokenizer files); 0 when it cannot be read. */
+static int slurp(const char *path, char **buf, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t cap = 1 << 16, len = 0;
+    char *b = malloc(cap);
+    for (size_t got; b && (got = fread(b + len, 1, cap - len, f)) > 0;) {
+        len += got;
+        if (len == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) free(b);
+            b = nb;
+        }
+    }
+    fclose(f);
+    *buf = b;
+    *n = len;
+    return b != NULL;
+}
+
+/* A checkpoint is of this run's start: the same starting model (model.path / model.config,
+ * unless output.resume_new_start), the same tokenizer files as the start model's directory
+ * (the checkpoint carries copies), a trainer state of the checkpoint's own step. The shapes
+ * are compared by bt_train_checkpoint_load_state. */
+static bt_status resume_check_start(job *j, const char *dir) {
+    const bt_run_config *now = &j->rc, *then = &j->resume.state.run_config;
+    const struct {
+        const char *key, *a, *b;
+    } start[] = {{"model.path", then->model.path, now->model.path},
+                 {"model.config", then->model.config, now->model.config}};
+    for (size_t i = 0; i < 2 && !now->output.resume_new_start; i++) {
+        const char *a = start[i].a ? start[i].a : "null", *b = start[i].b ? start[i].b : "null";
+        char ra[4096], rb[4096];
+        const int same = !strcmp(a, b) || (realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb));
+        if (!same)
+            return bt_fail(BT_ERR_CONFIG, "%s/trainer_state.json: %s is \"%s\" in the checkpoint, "
+                           "\"%s\" in this run; a resumed run goes on training the checkpoint's "
+                           "model: resume with the start it was trained from, set "
+                           "output.overwrite=true to start again from the new one, or set "
+                           "output.resume_new_start=true if it is the same model moved",
+                           dir, start[i].key, a, b);
+    }
+    static const char *const tok_files[] = {"vocab.json", "merges.txt", "tokenizer.json",
+                                            "tokenizer_config.json", "special_tokens_map.json"};
+    char src[4096];
+    if (now->model.path) snprintf(src, sizeof src, "%s", now->model.path);
+    else model_config_dir(now->model.config, src, sizeof src);
+    for (size_t i = 0; i < sizeof tok_files / sizeof *tok_files; i++) {
+        char a[4200], b[4200];
+        snprintf(a, sizeof a, "%s/%s", dir, tok_files[i]);
+        snprintf(b, sizeof b, "%s/%s", src, tok_files[i]);
+        size_t na = 0, nb = 0;
+        char *ta = NULL, *tb = NULL;
+        const int ha = slurp(a, &ta, &na), hb = slurp(b, &tb, &nb);
+        const int same = ha == hb && (!ha || (na == nb && !memcmp(ta, tb, na)));
+        free(ta);
+        free(tb);
+        if (!same)
+            return bt_fail(BT_ERR_CONFIG, "%s %s but %s %s: the checkpoint was trained with "
+                           "another tokenizer than this run's start model has; resume with the "
+                           "start it was trained from", a, ha ? "exists" : "is absent", b,
+                           !hb ? "is absent" : ha ? "differs" : "exists");
+    }
+    /* checkpoint-<N> holds the state of step N */
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    char *end = NULL;
+    const long long n = !strncmp(base, "checkpoint-", 11) ? strtoll(base + 11, &end, 10) : -1;
+    if (end && !*end && n != (long long)j->resume.state.global_step)
+        return bt_fail(BT_ERR_FORMAT, "%s/trainer_state.json: global_step is %lld in the "
+                       "directory of step %lld: the files come from different checkpoints",
+                       dir, (long long)j->resume.state.global_step, n);
+    return BT_OK;
+}
+
 static bt_status resume_setup(job *j) {
     bt_run_config *rc = &j->rc;
     const char *dir = NULL;
@@ -527,9 +616,13 @@ static bt_status resume_setup(job *j) {
     snprintf(j->resume_dir, sizeof j->resume_dir, "%s", dir);
     /* the moments are read later, straight into the trainer's optimizer (step_setup): under
      * ZeRO-1 a rank reads its shard only */
-    bt_status st = bt_train_checkpoint_load_state(dir, NULL, &j->resume);
+    bt_model_config expect;
+    bt_status st = run_model_config(rc, &expect);
+    if (st == BT_OK) st = bt_train_checkpoint_load_state(dir, &expect, &j->resume);
     if (st != BT_OK) return st;
     j->resumed = 1;
+    st = resume_check_start(j, dir);
+    if (st != BT_OK) return st;
     char changed[1024] = "";
     char source[4200];
     snprintf(source, sizeof source, "%s/trainer_state.json", dir);
