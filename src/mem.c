@@ -145,6 +145,20 @@ const char *bt_mem_format(char *buf, int cap, uint64_t bytes) {
     return buf;
 }
 
+bt_status bt_mem_env_check(void) {
+    const char *a = getenv("BT_MEM_AVAILABLE");
+    uint64_t v;
+    if (a && !parse_bytes(a, &v))
+        return bt_fail(BT_ERR_ARG, "environment variable BT_MEM_AVAILABLE: '%s' is not a byte "
+                       "count; expected digits with an optional K, M, G or T suffix (e.g. "
+                       "40000000 or 8G), or unset (measured)", a);
+    const char *c = getenv("BT_MEM_CHECK");
+    if (c && strcmp(c, "0") != 0 && strcmp(c, "1") != 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_MEM_CHECK: '%s' is unknown; expected "
+                       "0 (no memory check) or 1, or unset", c);
+    return BT_OK;
+}
+
 bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint) {
     const char *off = getenv("BT_MEM_CHECK");
     if (off && strcmp(off, "0") == 0) return BT_OK;

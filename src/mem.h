@@ -28,6 +28,11 @@ uint64_t bt_mem_available(const char **source);
  * which knobs lower it ("--batch-size or --max-length"). */
 bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint);
 
+/* BT_MEM_AVAILABLE and BT_MEM_CHECK, when set, are well-formed (a byte count such as 40000000
+ * or 8G; "0" or "1"): a garbage value is an error naming it (BT_ERR_ARG), never silently
+ * ignored. The tools check it at start (cpu.h bt_runtime_cli_info). */
+bt_status bt_mem_env_check(void);
+
 /* Formats a byte count for people: "512 B", "3.4 MB", "104.2 GB" (decimal units). */
 const char *bt_mem_format(char *buf, int cap, uint64_t bytes);
 

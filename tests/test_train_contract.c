@@ -18,7 +18,9 @@
  *   finished      a rerun of a finished run says so, exits 0 and changes no file;
  *   fds 0-2       closed standard descriptors never become the run's files;
  *   resume        a checkpoint of another shape, starting model or tokenizer, with files of
- *                 two steps, or with a NaN or negative exp_avg_sq is refused naming it.
+ *                 two steps, or with a NaN or negative exp_avg_sq is refused naming it;
+ *   strict        garbage BT_* variables, thread counts far beyond the processors and numbers
+ *                 Python's json refuses ("01", "08") end the run with exit 1 naming them.
  * Exit 1 on any failure. */
 #include <errno.h>
 #include <math.h>
@@ -79,7 +81,7 @@ static pid_t spawn_train(const char *out, const spawn_opts *so, const char *cons
 static int train(const char *out, char **err, const spawn_opts *so, const char *const *sets) {
     const int rc = wait_exit(spawn_train(out, so, sets));
     if (err) {
-        char p[1200];
+        char p[2700];
         snprintf(p, sizeof p, "%s.err", so && so->log_base ? so->log_base : out);
         *err = read_text(p);
     }
@@ -495,6 +497,60 @@ static void test_resume_checks(void) {
     free(err);
 }
 
+/* --- strict environment and numbers -------------------------------------------------------- */
+
+static void test_strict(void) {
+    static const char *const env[][3] = {
+        {"BT_CPU_ISA", "bogus", "BT_CPU_ISA"},
+        {"BT_GEMM_BF16", "bogus", "BT_GEMM_BF16"},
+        {"BT_GEMM_SPLIT_K", "maybe", "BT_GEMM_SPLIT_K"},
+        {"BT_MEM_AVAILABLE", "lots", "BT_MEM_AVAILABLE"},
+        {"OMP_NUM_THREADS", "100000", "processor"},
+    };
+    for (size_t i = 0; i < sizeof env / sizeof *env; i++) {
+        char out[1200];
+        snprintf(out, sizeof out, "%s", tu_tmp_path("strict-env"));
+        setenv(env[i][0], env[i][1], 1);
+        char *err;
+        const int rc = train(out, &err, NULL, NULL);
+        unsetenv(env[i][0]);
+        tu_check(rc == 1 && strstr(err, env[i][0]) && strstr(err, env[i][2]) && !exists(out),
+                 "%s=%s: exit 1 naming it before anything is written (%d): %.300s", env[i][0],
+                 env[i][1], rc, err);
+        free(err);
+    }
+    char out[1200];
+    snprintf(out, sizeof out, "%s", tu_tmp_path("strict-threads"));
+    char *err;
+    int rc = train(out, &err, NULL, SETS("train.threads=4096"));
+    tu_check(rc == 1 && strstr(err, "train.threads") && strstr(err, "processor") && !exists(out),
+             "train.threads 4096: refused naming the processors (%d): %.300s", rc, err);
+    free(err);
+    rc = train(out, &err, NULL, SETS("train.max_steps=08"));
+    tu_check(rc == 1 && strstr(err, "--set") && strstr(err, "train.max_steps"),
+             "--set train.max_steps=08: refused like Python's json (%d): %.300s", rc, err);
+    free(err);
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s", tu_tmp_path("leading-zero.json"));
+    tu_setup_text(cfg, "{\"train\": {\"max_steps\": 01}}");
+    const char *argv[] = {exe, "--config", cfg, NULL};
+    char errp[1300];
+    snprintf(errp, sizeof errp, "%s.err", cfg);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fe < 0) _exit(126);
+        dup2(fe, 2);
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    rc = wait_exit(pid);
+    err = read_text(errp);
+    tu_check(rc == 1 && strstr(err, "leading zero") && strstr(err, "$.train.max_steps"),
+             "a config file with 01: refused naming the key (%d): %.300s", rc, err);
+    free(err);
+}
+
 /* --- closed standard descriptors ------------------------------------------------------------ */
 
 /* bt-train <&- >&- 2>&-: the run's files must not become fds 0-2 (metrics.jsonl then got the
@@ -559,5 +615,6 @@ int main(int argc, char **argv) {
     test_finished();
     test_closed_std();
     test_resume_checks();
+    test_strict();
     return tu_finish();
 }

@@ -1168,6 +1168,8 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         fprintf(j->out, "bt-train: resolved config:\n%s", text ? text : "");
         free(text);
     }
+    if (rc->train.threads > 0) st = bt_runtime_check_threads((long)rc->train.threads, "train.threads");
+    if (st != BT_OK) goto done;
 #ifdef _OPENMP
     if (rc->train.threads > 0) {
         omp_set_num_threads((int)rc->train.threads);
