@@ -20,7 +20,8 @@
  *   resume        a checkpoint of another shape, starting model or tokenizer, with files of
  *                 two steps, or with a NaN or negative exp_avg_sq is refused naming it;
  *   strict        garbage BT_* variables, thread counts far beyond the processors and numbers
- *                 Python's json refuses ("01", "08") end the run with exit 1 naming them.
+ *                 Python's json refuses ("01", "08") end the run with exit 1 naming them;
+ *                 gradient accumulation past 64 trains, past memory is refused in its terms.
  * Exit 1 on any failure. */
 #include <errno.h>
 #include <math.h>
@@ -529,6 +530,24 @@ static void test_strict(void) {
     rc = train(out, &err, NULL, SETS("train.max_steps=08"));
     tu_check(rc == 1 && strstr(err, "--set") && strstr(err, "train.max_steps"),
              "--set train.max_steps=08: refused like Python's json (%d): %.300s", rc, err);
+    free(err);
+    /* gradient accumulation beyond the old hidden 64 (an assertion abort) and beyond the
+     * loader's old 1024 slots ("loader: prefetch = 4098"): 65 trains; 4097 is bounded by
+     * memory, said in its own terms (20 MB: the model fits, 4098 batches of 49 KB do not) */
+    snprintf(out, sizeof out, "%s", tu_tmp_path("accum-65"));
+    rc = train(out, &err, NULL, SETS("train.gradient_accumulation_steps=65", "train.batch_size=1",
+                                     "train.max_steps=1", "eval.at_end=false"));
+    tu_check(rc == 0 && exists(in_dir(out, "model.safetensors")),
+             "train.gradient_accumulation_steps 65: trains (%d): %.300s", rc, err);
+    free(err);
+    snprintf(out, sizeof out, "%s", tu_tmp_path("accum-4097"));
+    setenv("BT_MEM_AVAILABLE", "20M", 1);
+    rc = train(out, &err, NULL, SETS("train.gradient_accumulation_steps=4097", "train.batch_size=1"));
+    unsetenv("BT_MEM_AVAILABLE");
+    tu_check(rc == 1 && strstr(err, "train.gradient_accumulation_steps 4097") &&
+                 strstr(err, "needs") && !strstr(err, "prefetch ="),
+             "train.gradient_accumulation_steps 4097 beyond memory: refused in its own terms "
+             "(%d): %.300s", rc, err);
     free(err);
     char cfg[1200];
     snprintf(cfg, sizeof cfg, "%s", tu_tmp_path("leading-zero.json"));

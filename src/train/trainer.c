@@ -335,8 +335,20 @@ static bt_status loader_setup(job *j) {
     lo.with_choices = 0;
     lo.cache_bytes = (size_t)rc->data.image_cache_bytes;
     lo.on_error = mo.on_error;
-    if (lo.prefetch < (int)rc->train.gradient_accumulation_steps)
+    if (lo.prefetch < (int)rc->train.gradient_accumulation_steps) {
+        /* an optimizer step holds its micro-batches at once: the ring must have room for them
+         * and the workers' next ones; said in the user's terms before the loader's check */
         lo.prefetch = (int)rc->train.gradient_accumulation_steps + lo.num_workers;
+        const uint64_t row = 3ull * (uint64_t)j->img.crop_size * (uint64_t)j->img.crop_size *
+                                 sizeof(float) + (uint64_t)lo.max_length * 8;
+        char what[256];
+        snprintf(what, sizeof what, "train.gradient_accumulation_steps %lld: the %d batches of "
+                 "%d one optimizer step holds at once (with the loader's read-ahead)",
+                 (long long)rc->train.gradient_accumulation_steps, lo.prefetch, lo.batch_size);
+        st = bt_mem_check(row * (uint64_t)lo.batch_size * (uint64_t)lo.prefetch, what,
+                          "train.gradient_accumulation_steps or train.batch_size");
+        if (st != BT_OK) return st;
+    }
     if (j->resumed && j->resume.state.loader_cursor) {
         char what[4300];
         snprintf(what, sizeof what, "%s/trainer_state.json: loader_cursor", j->resume_dir);
@@ -959,12 +971,27 @@ static bt_status eval_failed(job *j, bt_status st) {
 
 /* --- the loop --------------------------------------------------------------------------------- */
 
+static bt_status train_steps(job *j, bt_train_outcome *out, loader_batch **lb,
+                             bt_step_batch *mb, size_t n_micro);
+
 static bt_status train_loop(job *j, bt_train_outcome *out) {
     const bt_run_config *rc = &j->rc;
     const size_t n_micro = (size_t)rc->train.gradient_accumulation_steps;
-    loader_batch *lb[64];
-    bt_step_batch mb[64];
-    BT_ASSERT(n_micro <= 64);
+    /* one optimizer step holds its n_micro batches at once (bt_train_step takes them all) */
+    loader_batch **lb = calloc(n_micro, sizeof *lb);
+    bt_step_batch *mb = calloc(n_micro, sizeof *mb);
+    bt_status st = lb && mb ? BT_OK
+                            : bt_fail(BT_ERR_NOMEM, "train.gradient_accumulation_steps %zu: out "
+                                      "of memory for the micro-batch list", n_micro);
+    if (st == BT_OK) st = train_steps(j, out, lb, mb, n_micro);
+    free(lb);
+    free(mb);
+    return st;
+}
+
+static bt_status train_steps(job *j, bt_train_outcome *out, loader_batch **lb,
+                             bt_step_batch *mb, size_t n_micro) {
+    const bt_run_config *rc = &j->rc;
     while (j->tr.step < j->max_steps) {
         if (stop_requested(j)) break;
         const double t0 = bt_now_s();
