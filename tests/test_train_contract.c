@@ -549,6 +549,19 @@ static void test_strict(void) {
              "train.gradient_accumulation_steps 4097 beyond memory: refused in its own terms "
              "(%d): %.300s", rc, err);
     free(err);
+    /* messages: a rule across keys broken by --set names --set; a diverged last update is
+     * named as such (it was "val.jsonl:1: ... embeddings ... not finite") */
+    snprintf(out, sizeof out, "%s", tu_tmp_path("cross-set"));
+    rc = train(out, &err, NULL, SETS("train.warmup_ratio=0.1", "train.warmup_steps=2"));
+    tu_check(rc == 1 && strstr(err, "with its --set values") && strstr(err, "warmup_ratio"),
+             "a cross-key rule broken by --set names --set (%d): %.300s", rc, err);
+    free(err);
+    snprintf(out, sizeof out, "%s", tu_tmp_path("diverged"));
+    rc = train(out, &err, NULL, SETS("train.lr=1e308", "train.max_grad_norm=0", "train.max_steps=1"));
+    tu_check(rc == 1 && strstr(err, "weights are not finite after step 1") &&
+                 strstr(err, "train.lr") && !strstr(err, "val.jsonl:1"),
+             "a diverged last update is named as such (%d): %.300s", rc, err);
+    free(err);
     char cfg[1200];
     snprintf(cfg, sizeof cfg, "%s", tu_tmp_path("leading-zero.json"));
     tu_setup_text(cfg, "{\"train\": {\"max_steps\": 01}}");

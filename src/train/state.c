@@ -272,9 +272,12 @@ bt_status bt_train_state_from_json(bt_train_state *s, const cJSON *j, const char
         s->has_best = 1;
     }
     if (!cJSON_IsNull(bestck)) {
-        if (!cJSON_IsString(bestck) || !s->has_best)
-            return want(source, "best_model_checkpoint",
-                        "a string (with best_metric) or null", bestck);
+        if (!cJSON_IsString(bestck))
+            return want(source, "best_model_checkpoint", "a string or null", bestck);
+        if (!s->has_best)
+            return bt_fail(BT_ERR_FORMAT, "%s: best_model_checkpoint is \"%s\" but best_metric "
+                           "is null; both are set (the best value and its checkpoint) or both "
+                           "null", source, bestck->valuestring);
         s->best_model_checkpoint = strdup(bestck->valuestring);
         BT_ASSERT(s->best_model_checkpoint);
     }

@@ -26,6 +26,7 @@
 #include "data/tokenizer.h"
 #include "dist/dist.h"
 #include "fileio.h"
+#include "finite.h"
 #include "json_util.h"
 #include "mem.h"
 #include "model/checkpoint.h"
@@ -877,10 +878,29 @@ static bt_status write_results(const job *j, const char *name, const bt_eval_res
     return st;
 }
 
+/* Weights made non-finite by the last update (train.lr far too large: the step's own loss and
+ * gradients were finite, so the NaN policy did not see it) are named as such, not reported
+ * as "embeddings not finite" of the first evaluation record. */
+static bt_status check_weights_finite(const job *j) {
+    const bt_param_table *t = &j->model.table;
+    const size_t k = bt_first_nonfinite(j->model.params, t->numel);
+    if (k >= t->numel) return BT_OK;
+    const char *name = "?";
+    for (size_t i = 0; i < t->n_tensors; i++)
+        if (k >= t->tensors[i].offset && k < t->tensors[i].offset + t->tensors[i].numel)
+            name = t->tensors[i].key;
+    return bt_fail(BT_ERR_NUMERIC, "the model's weights are not finite after step %lld (%s "
+                   "holds %g): the update diverged (train.lr %g; lower it, or keep "
+                   "train.max_grad_norm > 0); nothing to evaluate", (long long)j->tr.step, name,
+                   (double)j->model.params[k], j->rc.train.lr);
+}
+
 /* data.test after training (HF --do_predict): printed and written to test_results.json; not
  * part of the eval curves nor of the best-metric choice. */
 static bt_status evaluate_test(job *j) {
     if (!j->have_test_man || j->dist.rank > 0) return BT_OK;
+    bt_status wst = check_weights_finite(j);
+    if (wst != BT_OK) return wst;
     bt_eval_result r;
     memset(&r, 0, sizeof r);
     const bt_eval_options eo = eval_options(j);
@@ -896,6 +916,8 @@ static bt_status evaluate_test(job *j) {
 
 static bt_status evaluate(job *j, int final) {
     if (!j->have_val_man || j->dist.rank > 0) return BT_OK;
+    bt_status wst = check_weights_finite(j);
+    if (wst != BT_OK) return wst;
     const bt_eval_options eo = eval_options(j);
     bt_eval_result r;
     bt_status st = bt_eval_run(&j->model, &j->val_man, &j->tok, &j->img, &eo, &r);
