@@ -21,7 +21,9 @@
  *                 two steps, or with a NaN or negative exp_avg_sq is refused naming it;
  *   strict        garbage BT_* variables, thread counts far beyond the processors and numbers
  *                 Python's json refuses ("01", "08") end the run with exit 1 naming them;
- *                 gradient accumulation past 64 trains, past memory is refused in its terms.
+ *                 gradient accumulation past 64 trains, past memory is refused in its terms;
+ *   memory        under prlimit --as 100M..700M: exit 0 or a memory message, never a crash
+ *                 or a hang.
  * Exit 1 on any failure. */
 #include <errno.h>
 #include <math.h>
@@ -583,6 +585,46 @@ static void test_strict(void) {
     free(err);
 }
 
+/* --- out of memory -------------------------------------------------------------------------- */
+
+/* `prlimit --as=100M/200M/300M bt-train`: a message and exit 1 every time (or a finished run
+ * where it fits), never an abort (oneDNN's JIT segfaulted on a failed mmap, an allocation
+ * assertion aborted) nor a hang at exit (OpenBLAS's exit handler joined a thread that retried
+ * its buffer mmap forever): waited for at most 120 s. Not under ASan, which maps terabytes of
+ * shadow memory and cannot run under an address-space limit. */
+static void test_out_of_memory(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    printf("note: the RLIMIT_AS cases are not run under AddressSanitizer\n");
+#else
+    static const unsigned mib[] = {100, 200, 300, 500, 700};
+    for (size_t i = 0; i < sizeof mib / sizeof *mib; i++) {
+        char out[1200];
+        snprintf(out, sizeof out, "%s", tu_tmp_path("as-limit"));
+        spawn_opts so = {.as_limit = (unsigned long long)mib[i] << 20};
+        const pid_t pid = spawn_train(out, &so, NULL);
+        int rc = -1;
+        for (int t = 0; t < 12000; t++) {
+            int status;
+            if (waitpid(pid, &status, WNOHANG) == pid) {
+                rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                break;
+            }
+            sleep_s(0.01);
+        }
+        if (rc < 0) {
+            kill(pid, SIGKILL);
+            wait_exit(pid);
+        }
+        char *err = read_text(in_dir(tu_tmpdir(), "as-limit.err"));
+        tu_check(rc == 0 || (rc == 1 && (strstr(err, "address-space limit") ||
+                                          strstr(err, "available"))),
+                 "RLIMIT_AS %u MiB: exit 0, or 1 with a memory message (%d%s): %.300s", mib[i],
+                 rc, rc < 0 ? ", hung: killed after 120 s" : "", err);
+        free(err);
+    }
+#endif
+}
+
 /* --- closed standard descriptors ------------------------------------------------------------ */
 
 /* bt-train <&- >&- 2>&-: the run's files must not become fds 0-2 (metrics.jsonl then got the
@@ -648,5 +690,6 @@ int main(int argc, char **argv) {
     test_closed_std();
     test_resume_checks();
     test_strict();
+    test_out_of_memory();
     return tu_finish();
 }

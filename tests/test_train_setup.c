@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -65,6 +66,10 @@ pid_t tts_spawn_train(const char *exe, const char *cfg, const char *out,
         dup2(fo, 1);
         dup2(fe, 2);
         if (o->cwd && chdir(o->cwd) != 0) _exit(126);
+        if (o->as_limit) {
+            struct rlimit rl = {(rlim_t)o->as_limit, (rlim_t)o->as_limit};
+            if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(126);
+        }
         if (o->close_std) {
             close(fo);
             close(fe);

@@ -22,6 +22,7 @@ typedef struct tts_spawn_opts {
     const char *log_base; /* LOG (NULL: OUT) */
     int truncate_err;     /* 1: LOG.err truncated first (else appended) */
     int close_std;        /* 1: stdin, stdout and stderr closed (`bt-train <&- >&- 2>&-`) */
+    unsigned long long as_limit; /* > 0: RLIMIT_AS of the child in bytes (`prlimit --as`) */
 } tts_spawn_opts;
 
 /* Starts `exe --config cfg --quiet-config --set output.dir=OUT [--set S]...` (n_sets of

@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu.h"
 #include "fileio.h"
+#include "mem.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -102,13 +104,18 @@ int main(int argc, char **argv) {
     free(sets);
     free(resume_set);
     fflush(stdout);
+    int code = 0;
     if (st == BT_ERR_INTERRUPTED) {
         fprintf(stderr, "bt-train: %s\n", bt_error_message());
-        return 128 + (out.interrupted_by ? out.interrupted_by : SIGTERM);
-    }
-    if (st != BT_OK) {
+        code = 128 + (out.interrupted_by ? out.interrupted_by : SIGTERM);
+    } else if (st != BT_OK) {
         fprintf(stderr, "bt-train: error: %s\n", bt_error_message());
-        return 1;
+        code = 1;
     }
-    return 0;
+    if (bt_mem_address_space_limited()) { /* mem.h: OpenBLAS's exit handler may never return */
+        fflush(stdout);
+        fflush(stderr);
+        _exit(code);
+    }
+    return code;
 }

@@ -1232,6 +1232,17 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         omp_set_num_threads(n > 0 ? n : 1);
     }
 #endif
+    {
+        /* under ulimit -v: room for the threads and the GEMM libraries first (their probe
+         * and JIT start in bt_runtime_info_print; oneDNN's JIT segfaults on a failed mmap) */
+#ifdef _OPENMP
+        const int threads = omp_get_max_threads();
+#else
+        const int threads = 1;
+#endif
+        st = bt_mem_check_runtime("bt-train", threads + 2 * (int)rc->data.num_workers + 1);
+        if (st != BT_OK) goto done;
+    }
     if (o->install_signals) install_stop_signals();
     bt_runtime_info_print(j->out, "bt-train");
     if (j->dist.rank == 0) { /* output_dir.h: what may be written into, then the lock */
