@@ -334,7 +334,7 @@ static void test_signals(void) {
         free(err);
     }
 
-    /* SIGTERM during the final evaluation: 2000 records at 1 per batch (seconds); the signal
+    /* SIGTERM during the final evaluation: 4000 records at 1 per batch (~10 s here); the signal
      * lands once the final model is saved (which comes first now), the evaluation stops at
      * its next batch. Bound: one batch of one record (milliseconds here) + the summary write;
      * 5 s leaves room for a loaded CI machine. */
@@ -343,7 +343,7 @@ static void test_signals(void) {
     {
         char *v = read_text(in_dir(data_dir, "val.jsonl"));
         FILE *f = fopen(big, "w");
-        for (int i = 0; f && i < 250; i++) fputs(v, f);
+        for (int i = 0; f && i < 500; i++) fputs(v, f);
         if (f) fclose(f);
         free(v);
     }
@@ -363,6 +363,24 @@ static void test_signals(void) {
                  !exists(in_dir(out, "eval_results.json")),
              "SIGTERM during the final evaluation: exit 143 after %.2f s (bound 5 s), the model "
              "and checkpoint-2 saved (%d): %.300s", dt, rc, err);
+    free(err);
+
+    /* SIGTERM during an evaluation in training (eval.strategy steps): the evaluation stops, the
+     * step it followed is saved, exit 143; the same bound */
+    snprintf(out, sizeof out, "%s", tu_tmp_path("term-in-mid-eval"));
+    pid = spawn_train(out, NULL, SETS(set_val, "eval.batch_size=1", "eval.strategy=steps",
+                                      "eval.steps=1", "train.max_steps=100000"));
+    const int logged = wait_for(in_dir(out, "metrics.jsonl"), pid); /* step 1, then its eval */
+    sleep_s(0.3);
+    const double t1 = now_s();
+    kill(pid, SIGTERM);
+    const int rc2 = wait_exit(pid);
+    const double dt2 = now_s() - t1;
+    err = read_text(in_dir(tu_tmpdir(), "term-in-mid-eval.err"));
+    tu_check(logged && rc2 == 143 && dt2 < 5.0 && strstr(err, "stopped by a signal after") &&
+                 exists(in_dir(out, "checkpoint-1/optimizer.safetensors")),
+             "SIGTERM during an evaluation at step 1: exit 143 after %.2f s (bound 5 s), "
+             "checkpoint-1 saved (%d): %.300s", dt2, rc2, err);
     free(err);
 
     /* stdout's reader goes away (bt-train | head -0): the run goes on to its end */

@@ -1077,7 +1077,10 @@ static bt_status train_steps(job *j, bt_train_outcome *out, loader_batch **lb,
         if (!last && due(rc->eval.strategy, rc->eval.steps, j->tr.step, epoch_ended)) {
             st = evaluate(j, 0);
             /* stopped by a signal: the loop's next stop check saves and ends the run */
-            if (st == BT_ERR_INTERRUPTED) st = BT_OK;
+            if (st == BT_ERR_INTERRUPTED) {
+                warn(j, "evaluation at step %lld: %s", (long long)j->tr.step, bt_error_message());
+                st = BT_OK;
+            }
             if (st != BT_OK) return eval_failed(j, st);
         }
         if (!last && due(rc->save.strategy, rc->save.steps, j->tr.step, epoch_ended)) {
