@@ -142,6 +142,20 @@ static void test_output_dir(void) {
              "the same with output.overwrite=true trains into it (%d): %.300s", rc, err);
     free(notes);
     free(err);
+    /* a new directory holding only the run's own log (`bt-train ... > out/train.log 2>&1`) */
+    char logged[1200];
+    snprintf(logged, sizeof logged, "%s", tu_tmp_path("own-log"));
+    mkdir(logged, 0755);
+    {
+        const int fd = open(in_dir(logged, "train.log"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        spawn_opts lo = {.stdout_fd = fd, .log_base = tu_tmp_path("own-log-x")};
+        rc = train(logged, &err, &lo, NULL);
+        if (fd >= 0) close(fd);
+        tu_check(rc == 0 && exists(in_dir(logged, "model.safetensors")),
+                 "output.dir holding only the run's own stdout file: trains (%d): %.300s", rc,
+                 err);
+        free(err);
+    }
     /* "." that is not empty */
     snprintf(foreign, sizeof foreign, "%s", tu_tmp_path("foreign2"));
     mkdir(foreign, 0755);

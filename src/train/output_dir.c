@@ -85,19 +85,31 @@ bt_status bt_output_dir_check(const bt_run_config *rc) {
     if (rc->output.overwrite || bt_output_dir_has_run(out)) return BT_OK;
     DIR *d = opendir(out);
     if (!d) return BT_OK; /* unreadable: creating files there fails later with the reason */
+    /* the run's own stdout / stderr (`bt-train ... > out/train.log`) are not someone else's */
+    struct stat std[2];
+    const int have_std[2] = {fstat(1, &std[0]) == 0, fstat(2, &std[1]) == 0};
     size_t n = 0;
     char first[256] = "";
     for (struct dirent *e; (e = readdir(d));) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        struct stat es;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", out, e->d_name);
+        int own = 0;
+        if (lstat(p, &es) == 0)
+            for (int k = 0; k < 2; k++)
+                own |= have_std[k] && S_ISREG(es.st_mode) && es.st_dev == std[k].st_dev &&
+                       es.st_ino == std[k].st_ino;
+        if (own) continue;
         if (!n++) snprintf(first, sizeof first, "%s", e->d_name);
     }
     closedir(d);
     if (!n) return BT_OK;
     return bt_fail(BT_ERR_CONFIG, "output.dir \"%s\" already exists and is not empty (%zu "
-                   "entries, e.g. \"%s\") but holds no bt-train run (no checkpoint-<N>, "
+                   "%s, e.g. \"%s\") but holds no bt-train run (no checkpoint-<N>, "
                    "metrics.jsonl or " BT_OUTPUT_LOCK_NAME "); set output.overwrite=true to "
                    "write into it anyway (HF's --overwrite_output_dir), or choose a new or "
-                   "empty directory", out, n, first);
+                   "empty directory", out, n, n == 1 ? "entry" : "entries", first);
 }
 
 bt_status bt_output_lock_take(bt_output_lock *l, const char *dir, FILE *warn) {

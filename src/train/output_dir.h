@@ -6,7 +6,8 @@
  *                         directory) nor the directory of a manifest (data.train,
  *                         data.validation, data.test), whatever output.overwrite says; and an
  *                         existing, non-empty directory that holds no bt run (no
- *                         bt-train.lock, metrics.jsonl, summary.json, checkpoint-<N>) is
+ *                         bt-train.lock, metrics.jsonl, summary.json, checkpoint-<N>; the
+ *                         run's own stdout / stderr files are not counted) is
  *                         refused unless output.overwrite is set (HF: "Output directory ...
  *                         already exists and is not empty. Use --overwrite_output_dir").
  *   bt_output_lock_take   an advisory lock for the run's lifetime: flock(LOCK_EX) on
