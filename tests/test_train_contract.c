@@ -276,6 +276,24 @@ static void test_save_first(void) {
     free(log);
     free(err);
 
+    /* the test split fails after the validation split was evaluated and logged: the rerun
+     * evaluates again, and metrics.jsonl holds one eval record of the last step, not two */
+    snprintf(out, sizeof out, "%s", tu_tmp_path("testfail"));
+    char set_bad_test[1300], set_good_test[1300];
+    snprintf(set_bad_test, sizeof set_bad_test, "data.test=%s", bad_val);
+    snprintf(set_good_test, sizeof set_good_test, "data.test=%s/test.jsonl", data_dir);
+    rc = train(out, &err, NULL, SETS(set_bad_test));
+    free(err);
+    const int rc_fixed = train(out, &err, NULL, SETS(set_good_test));
+    char *m = read_text(in_dir(out, "metrics.jsonl"));
+    int evals = 0;
+    for (const char *q = m; (q = strstr(q, "\"type\":\"eval\"")); q++) evals++;
+    tu_check(rc == 1 && rc_fixed == 0 && evals == 1 && exists(in_dir(out, "test_results.json")),
+             "a failed test split, then the rerun: exit 1 then 0, one eval record of the last "
+             "step in metrics.jsonl (%d, %d, %d records): %.300s", rc, rc_fixed, evals, err);
+    free(m);
+    free(err);
+
     /* typos found before step 1 */
     snprintf(out, sizeof out, "%s", tu_tmp_path("testtypo"));
     char set_test[1300];

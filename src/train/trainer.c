@@ -1295,6 +1295,7 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     lo.first_step = rc->logging.first_step;
     lo.throughput_warmup_steps = rc->logging.throughput_warmup_steps;
     lo.resume_step = j->resumed ? j->tr.step : 0;
+    lo.redo_eval_at_resume = j->resumed && j->tr.step >= j->max_steps; /* the end phase again */
     lo.tensorboard = rc->logging.tensorboard;
     if (j->dist.rank == 0) {
         st = bt_log_open(&j->log, rc->output.dir, &lo);
