@@ -143,6 +143,18 @@ bt_status bt_check_output_file(const char *path, const char *what) {
     return BT_OK;
 }
 
+void bt_std_fds_guard(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        /* the lowest free descriptor: fd itself, as the ones below it are open by now */
+        const int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (got >= 0 && got != fd) {
+            dup2(got, fd);
+            close(got);
+        }
+    }
+}
+
 bt_status bt_check_output_dir(const char *dir, const char *what, int create) {
     const char *w = what ? what : "output directory";
     if (!dir || !dir[0]) return bt_fail(BT_ERR_ARG, "the %s path is empty; expected a directory", w);

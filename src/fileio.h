@@ -48,6 +48,11 @@ const char *bt_file_type_name(mode_t mode);
  * call it through bt_atomic_open; CLIs may call it early, before hours of work. */
 bt_status bt_check_output_file(const char *path, const char *what);
 
+/* Every CLI's first call: a standard descriptor (0, 1, 2) that the caller closed
+ * (`bt-train ... >&-`) is opened on /dev/null, so that no file the program opens later gets
+ * fd 1 or 2 and receives its terminal text (metrics.jsonl filled with progress lines). */
+void bt_std_fds_guard(void);
+
 /* Checks that dir may be used as an output directory: absent (created with its missing
  * parents, bt_make_dirs, when create != 0) or a directory. Errors: BT_ERR_IO. */
 bt_status bt_check_output_dir(const char *dir, const char *what, int create);

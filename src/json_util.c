@@ -182,6 +182,29 @@ static void jpath_of(char *path, const jframe *st, size_t depth) {
     }
 }
 
+/* The JSON number grammar, -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, which cJSON's
+ * strtod-based reader loosens ("01", "1.", "-.5" are numbers to it, errors to Python): NULL
+ * when t[0..n) is a JSON number, else what is wrong. */
+static const char *json_number_problem(const char *t, size_t n) {
+    size_t i = 0;
+    if (i < n && t[i] == '-') i++;
+    if (i >= n || t[i] < '0' || t[i] > '9') return "no digit where the number starts";
+    if (t[i] == '0' && i + 1 < n && t[i + 1] >= '0' && t[i + 1] <= '9')
+        return "a leading zero";
+    while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+    if (i < n && t[i] == '.') {
+        if (++i >= n || t[i] < '0' || t[i] > '9') return "no digit after the decimal point";
+        while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+    }
+    if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+        i++;
+        if (i < n && (t[i] == '+' || t[i] == '-')) i++;
+        if (i >= n || t[i] < '0' || t[i] > '9') return "no digit in the exponent";
+        while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+    }
+    return i == n ? NULL : "characters after the number";
+}
+
 /* Text-level checks on text that cJSON accepted: strings (\u0000, raw control characters,
  * bytes that are not UTF-8; outside strings cJSON accepts ASCII only), and only whitespace
  * after the value. `end` is where cJSON stopped. */
@@ -215,6 +238,18 @@ static bt_status json_scan(const char *text, size_t len, size_t end, const char 
                 else
                     f->index++;
             }
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i;
+            while (j < end && strchr("+-.0123456789eE", u[j])) j++;
+            const char *why = json_number_problem(text + i, j - i);
+            if (why) {
+                char path[JPATH_CAP];
+                jpath_of(path, st, depth < JSTACK ? depth : JSTACK);
+                s = bt_fail(BT_ERR_FORMAT, "%s: the number at %s ('%.*s', byte %zu) is not "
+                            "JSON: %s (Python's json refuses it; write e.g. 1, 1.0, 8, 0.5)",
+                            source, path, (int)(j - i < 40 ? j - i : 40), text + i, i, why);
+            }
+            i = j - 1;
         } else if (c == '"') {
             size_t start = ++i;
             const char *problem = NULL;

@@ -34,14 +34,16 @@ const char *bt_json_type_name(const struct cJSON *j);
  * One rule for every JSON bt reads (model and preprocessor configs, tokenizer files,
  * manifests, safetensors headers, training configs): a text is accepted only when Python's
  * json module would read the same values from it; otherwise it is refused. cJSON alone
- * differs from Python in four ways, all refused here:
+ * differs from Python in five ways, all refused here:
  *   - a string (key or value) holding the escape \u0000: cJSON's C string would end there
  *     ("cap\u0000tion" would read as "cap");
  *   - an object with the same key twice: Python keeps the LAST value, cJSON finds the
  *     first. bt refuses (rather than picking one) so that no file means two things;
  *   - a raw control character (below 0x20) inside a string, which Python's strict
  *     json.loads refuses too, and bytes that are not UTF-8;
- *   - anything but whitespace after the value (cJSON_Parse ignores trailing text).
+ *   - anything but whitespace after the value (cJSON_Parse ignores trailing text);
+ *   - a number outside JSON's grammar that cJSON's strtod reads anyway: a leading zero
+ *     ("01", "08"), no digit after the point ("1."), an empty exponent ("1e").
  * Messages name the source, the key path in JSONPath style ($.vision_config.hidden_size,
  * $.model.merges[3]) and what was expected. */
 

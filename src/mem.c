@@ -1,9 +1,12 @@
 /* mem.c: available memory and the pre-allocation check; see mem.h. */
 #include "mem.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 uint64_t bt_mul_sat(uint64_t a, uint64_t b) {
     uint64_t r;
@@ -67,6 +70,53 @@ static int cgroup_path(const char *ctl, char *out, size_t cap) {
     return found;
 }
 
+/* What the process had mapped when bt_mem_check_runtime ran, plus the address space it
+ * reserved then for the threads and libraries: the runtime's own share of the limit. */
+static _Atomic uint64_t runtime_mapped_by;
+
+/* Room left under RLIMIT_AS (ulimit -v): the limit minus what is mapped now (VmSize, the
+ * first field of /proc/self/statm). 0 when there is no such limit. */
+static int address_space_room(uint64_t *room, uint64_t *limit, uint64_t *mapped) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+    unsigned long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (f) {
+        if (fscanf(f, "%llu", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    *limit = (uint64_t)rl.rlim_cur;
+    *mapped = bt_mul_sat(pages, (uint64_t)sysconf(_SC_PAGESIZE));
+    *room = *limit > *mapped ? *limit - *mapped : 0;
+    return 1;
+}
+
+int bt_mem_address_space_limited(void) {
+    struct rlimit rl;
+    return getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+}
+
+bt_status bt_mem_check_runtime(const char *tool, int threads) {
+    /* per thread: its stack (8 MiB, glibc's default) and a malloc arena (64 MiB of address
+     * space); once: the GEMM libraries' JIT code, scratch and pack buffers (oneDNN, OpenBLAS)
+     * and the loader's decode buffers, 128 MiB. An estimate with room to spare: oneDNN's JIT
+     * does not survive a failed mmap (a segfault), so this is checked before it starts. */
+    const uint64_t mib = 1ull << 20;
+    const uint64_t need = (uint64_t)(threads > 0 ? threads : 1) * 72 * mib + 128 * mib;
+    uint64_t room, limit, mapped;
+    if (!address_space_room(&room, &limit, &mapped)) return BT_OK;
+    atomic_store(&runtime_mapped_by, bt_add_sat(mapped, need));
+    if (room >= need) return BT_OK;
+    char l[32], m[32], n[32];
+    return bt_fail(BT_ERR_NOMEM, "the address-space limit (ulimit -v, RLIMIT_AS) is %s and %s "
+                   "are mapped already; %s needs about %s more before any data: %d threads' "
+                   "stacks and heaps (72 MiB each) and the GEMM libraries' code and buffers "
+                   "(128 MiB); raise the limit (ulimit -v unlimited, or prlimit --as) or use "
+                   "fewer threads (train.threads, data.num_workers)",
+                   bt_mem_format(l, sizeof l, limit), bt_mem_format(m, sizeof m, mapped),
+                   tool, bt_mem_format(n, sizeof n, need), threads);
+}
+
 uint64_t bt_mem_available(const char **source) {
     const char *src = "nothing measurable";
     uint64_t best = UINT64_MAX;
@@ -126,6 +176,16 @@ uint64_t bt_mem_available(const char **source) {
             }
         }
     }
+    uint64_t room, limit, mapped;
+    if (address_space_room(&room, &limit, &mapped)) {
+        /* the runtime's share is counted once: what it maps by itself is in `mapped` */
+        const uint64_t by = atomic_load(&runtime_mapped_by);
+        if (by > mapped) room = room > by - mapped ? room - (by - mapped) : 0;
+        if (room < best) {
+            best = room;
+            src = "the address-space limit RLIMIT_AS (ulimit -v), less the runtime's own";
+        }
+    }
     if (source) *source = src;
     return best;
 }
@@ -143,6 +203,20 @@ const char *bt_mem_format(char *buf, int cap, uint64_t bytes) {
     else
         snprintf(buf, (size_t)cap, "%.1f %s", v, units[u]);
     return buf;
+}
+
+bt_status bt_mem_env_check(void) {
+    const char *a = getenv("BT_MEM_AVAILABLE");
+    uint64_t v;
+    if (a && !parse_bytes(a, &v))
+        return bt_fail(BT_ERR_ARG, "environment variable BT_MEM_AVAILABLE: '%s' is not a byte "
+                       "count; expected digits with an optional K, M, G or T suffix (e.g. "
+                       "40000000 or 8G), or unset (measured)", a);
+    const char *c = getenv("BT_MEM_CHECK");
+    if (c && strcmp(c, "0") != 0 && strcmp(c, "1") != 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_MEM_CHECK: '%s' is unknown; expected "
+                       "0 (no memory check) or 1, or unset", c);
+    return BT_OK;
 }
 
 bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint) {

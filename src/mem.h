@@ -28,6 +28,21 @@ uint64_t bt_mem_available(const char **source);
  * which knobs lower it ("--batch-size or --max-length"). */
 bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint);
 
+/* Under an address-space limit (RLIMIT_AS, ulimit -v): refuses to start when the room left is
+ * below what `threads` threads and the GEMM libraries map besides the data (an estimate,
+ * mem.c), and keeps that much out of bt_mem_available() from then on. BT_ERR_NOMEM naming
+ * the limit and `tool`. Without such a limit it only records the reserve. */
+bt_status bt_mem_check_runtime(const char *tool, int threads);
+/* 1 under an address-space limit. (OpenBLAS's worker threads then may loop forever on a
+ * failed buffer mmap, so that its exit handler's join never returns: bt-train leaves with
+ * _exit after flushing, docs/guarantees.md "Memory".) */
+int bt_mem_address_space_limited(void);
+
+/* BT_MEM_AVAILABLE and BT_MEM_CHECK, when set, are well-formed (a byte count such as 40000000
+ * or 8G; "0" or "1"): a garbage value is an error naming it (BT_ERR_ARG), never silently
+ * ignored. The tools check it at start (cpu.h bt_runtime_cli_info). */
+bt_status bt_mem_env_check(void);
+
 /* Formats a byte count for people: "512 B", "3.4 MB", "104.2 GB" (decimal units). */
 const char *bt_mem_format(char *buf, int cap, uint64_t bytes);
 

@@ -44,51 +44,17 @@ static int exists(const char *path) {
 }
 
 static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
+    tts_sleep_s(s);
 }
 
 /* Starts bt-train --config base_cfg --set output.dir=OUT [extra --set ...] with stdout and
  * stderr in OUT.log / OUT.err; returns the pid. */
 static pid_t spawn_train(const char *out, const char *const *sets, size_t n_sets) {
-    char log[1200], err[1200], outset[1200];
-    snprintf(log, sizeof log, "%s.log", out);
-    snprintf(err, sizeof err, "%s.err", out);
-    snprintf(outset, sizeof outset, "output.dir=%s", out);
-    const char *argv[64];
-    size_t n = 0;
-    argv[n++] = exe;
-    argv[n++] = "--config";
-    argv[n++] = base_cfg;
-    argv[n++] = "--quiet-config";
-    argv[n++] = "--set";
-    argv[n++] = outset;
-    for (size_t i = 0; i < n_sets && n < 60; i++) {
-        argv[n++] = "--set";
-        argv[n++] = sets[i];
-    }
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int fe = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fo < 0 || fe < 0) _exit(126);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        execv(exe, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
+    return tts_spawn_train(exe, base_cfg, out, sets, n_sets, NULL);
 }
 
-/* Exit code, or 128 + signal when killed. */
 static int wait_exit(pid_t pid) {
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return -1;
+    return tts_wait_exit(pid);
 }
 
 static int run_train(const char *out, const char *const *sets, size_t n_sets) {
@@ -100,15 +66,8 @@ static char *read_text(const char *path) {
     return t ? t : strdup("");
 }
 
-/* Waits (at most 120 s) for path to exist while pid runs; 1 when it appeared. */
 static int wait_for(const char *path, pid_t pid) {
-    for (int i = 0; i < 12000; i++) {
-        if (exists(path)) return 1;
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) return exists(path);
-        sleep_s(0.01);
-    }
-    return 0;
+    return tts_wait_for(path, pid);
 }
 
 /* A "train" record of metrics.jsonl splits its forward + backward by kind of kernel
@@ -342,10 +301,10 @@ int main(int argc, char **argv) {
     {
         const char *sets[] = {"eval.strategy=steps", "eval.steps=2", "eval.batch_size=16",
                               "eval.metric_for_best=t2i_r1", "save.total_limit=1",
-                              "train.lr=3e-3"};
+                              "train.lr=3e-3", "eval.at_end=true"};
         char best[1200];
         snprintf(best, sizeof best, "%s", out_path("best"));
-        rc = run_train(best, sets, 6);
+        rc = run_train(best, sets, 7);
         /* the expected best from the eval records of metrics.jsonl: the first maximum */
         char p[1300];
         snprintf(p, sizeof p, "%s/metrics.jsonl", best);

@@ -71,6 +71,18 @@ int main(void) {
            "byte 7: 0xff");
     expect("syntax error", "{\"a\": }", BT_ERR_FORMAT, "not valid JSON at byte", NULL);
     expect("empty", "", BT_ERR_FORMAT, "empty", NULL);
+    /* Numbers outside JSON's grammar, which cJSON's strtod reads (issue 26): Python's
+     * json.loads raises on each. */
+    expect("leading zero", "{\"a\": 01}", BT_ERR_FORMAT, "$.a ('01'", "leading zero");
+    expect("leading zero 08", "{\"a\": [1, 08]}", BT_ERR_FORMAT, "$.a[1] ('08'", "leading zero");
+    expect("negative leading zero", "{\"a\": -01.5}", BT_ERR_FORMAT, "leading zero", NULL);
+    expect("no digit after the point", "{\"lr\": 1.}", BT_ERR_FORMAT, "$.lr ('1.'",
+           "decimal point");
+    expect("no digit after the point, exponent", "[1.e5]", BT_ERR_FORMAT, "decimal point", NULL);
+    /* ... and what Python reads */
+    expect("JSON numbers", "[0, -0, 0.5, -0.5, 10, 1e5, 1E+05, 2.5e-3, -0e0, 100.25]", BT_OK,
+           NULL, NULL);
+    expect("digits in strings and keys", "{\"01\": \"1.\", \"x\": \"08\"}", BT_OK, NULL, NULL);
 
     /* bt_json_check on a tree parsed elsewhere. */
     const char *t = "{\"k\": 1, \"k\": 2}";

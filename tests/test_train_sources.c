@@ -318,11 +318,12 @@ static void check_metrics(const char *what, const char *out, int steps) {
 }
 
 /* Trains from data.train = source, with `extra` appended to the command line ("" for
- * nothing: more --set options), into dir/<name>; `steps` is how many train records its
+ * nothing: more --set options), into dir/runs/<name> (beside the data, never in a data
+ * directory: bt-train refuses that); `steps` is how many train records its
  * metrics.jsonl must hold. Returns 1 when it exited 0. */
 static int train_steps(const char *name, const char *source, const char *extra, int steps) {
     char out[1200];
-    snprintf(out, sizeof out, "%s/%s", dir, name);
+    snprintf(out, sizeof out, "%s/runs/%s", dir, name);
     int rc = run(train_exe, "--config '%s' --quiet-config --set 'output.dir=%s' "
                  "--set 'data.train=%s' %s", cfg, out, source, extra);
     if (!tu_check(rc == 0, "%s: bt-train from %s exits 0 (got %d)%s%.600s", name, source, rc,
@@ -336,12 +337,12 @@ static int train(const char *name, const char *source, const char *extra) {
     return train_steps(name, source, extra, STEPS);
 }
 
-/* Whether dir/<a>/model.safetensors and dir/<b>/model.safetensors both exist and hold the
+/* Whether dir/runs/<a>/model.safetensors and dir/runs/<b>/model.safetensors both exist and hold the
  * same bytes. */
 static int same_weights(const char *a_name, const char *b_name) {
     char a[1200], b[1200];
-    snprintf(a, sizeof a, "%s/%s/model.safetensors", dir, a_name);
-    snprintf(b, sizeof b, "%s/%s/model.safetensors", dir, b_name);
+    snprintf(a, sizeof a, "%s/runs/%s/model.safetensors", dir, a_name);
+    snprintf(b, sizeof b, "%s/runs/%s/model.safetensors", dir, b_name);
     return tu_files_equal(a, b);
 }
 
@@ -354,7 +355,7 @@ static void expect_same(const char *name, const char *what) {
  * run `base`. */
 static void expect_differ_from(const char *base, const char *name, const char *what) {
     char b[1200];
-    snprintf(b, sizeof b, "%s/%s/model.safetensors", dir, name);
+    snprintf(b, sizeof b, "%s/runs/%s/model.safetensors", dir, name);
     struct stat st;
     tu_check(stat(b, &st) == 0 && !same_weights(base, name),
              "control, %s: model.safetensors differs from run %s's", what, base);
@@ -485,7 +486,7 @@ int main(int argc, char **argv) {
         for (int at = 1; at <= 3; at += 2) {
             char name[32], extra[2600];
             snprintf(name, sizeof name, "resumed_at_%d", at);
-            snprintf(extra, sizeof extra, "%s --set 'output.resume_from=%s/shuffled/checkpoint-%d'",
+            snprintf(extra, sizeof extra, "%s --set 'output.resume_from=%s/runs/shuffled/checkpoint-%d'",
                      shuffled, dir, at);
             if (train_steps(name, pattern, extra, STEPS - at))
                 tu_check(same_weights("shuffled", name),

@@ -430,6 +430,10 @@ static void test_bad(void) {
     edit_state(d, "\"mlm_mask\":\t[\"", "\"mlm_mask\":\t[\"x");
     expect_load_error(d, "trainer_state.json",
                       "rng.mlm_mask[0]: expected a decimal string of a 64-bit word");
+    CASE(); /* a checkpoint named without its value: said so, not "got a string" */
+    edit_state(d, "\"best_metric\":\t0.30000000000000004", "\"best_metric\":\tnull");
+    expect_load_error(d, "trainer_state.json", "best_model_checkpoint is \"out/checkpoint-3\" "
+                      "but best_metric is null");
     CASE();
     remove(pj(d, "trainer_state.json"));
     expect_load_error(d, "trainer_state.json", "cannot open trainer state");

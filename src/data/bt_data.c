@@ -821,6 +821,7 @@ release:
 }
 
 int main(int argc, char **argv) {
+    bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-data"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

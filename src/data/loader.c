@@ -457,8 +457,11 @@ bt_status loader_init(loader **out, const manifest *m, const tokenizer *tok,
     *out = NULL;
     if (opt->num_workers < 1 || opt->num_workers > 256)
         return bt_fail(BT_ERR_ARG, "loader: num_workers = %d, expected 1..256", opt->num_workers);
-    if (opt->prefetch < 0 || opt->prefetch > 1024)
-        return bt_fail(BT_ERR_ARG, "loader: prefetch = %d, expected 0..1024", opt->prefetch);
+    /* data.prefetch is at most 1024; bt-train asks for gradient_accumulation_steps (up to
+     * 2^20) + workers slots, bounded by the memory check below */
+    if (opt->prefetch < 0 || opt->prefetch > (1 << 20) + 256)
+        return bt_fail(BT_ERR_ARG, "loader: prefetch = %d, expected 0..%d", opt->prefetch,
+                       (1 << 20) + 256);
     if (opt->max_length < 2 || opt->max_length > 1 << 20)
         return bt_fail(BT_ERR_ARG, "loader: max_length = %d, expected >= 2", opt->max_length);
     if (opt->pixel_dtype != BT_DTYPE_F32 && opt->pixel_dtype != BT_DTYPE_BF16)

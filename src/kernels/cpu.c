@@ -5,7 +5,10 @@
  * kernels_init), the GEMM backend choice (gemm.c). */
 #include "cpu.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 
 #include "bt_config.h"
 #include "gemm.h"
+#include "mem.h"
 #include "ops.h"
 
 static const char *const isa_names[BT_ISA_COUNT] = {"scalar", "avx2", "avx512", "avx512_bf16"};
@@ -268,6 +272,37 @@ void bt_version_print(FILE *out, const char *tool) {
     fprintf(out, "mpi: %s, openmp: %s\n", BT_HAVE_MPI ? "yes" : "no", BT_HAVE_OPENMP ? "yes" : "no");
 }
 
+bt_status bt_runtime_check_threads(long n, const char *what) {
+    cpu_set_t set;
+    long procs = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                             : sysconf(_SC_NPROCESSORS_ONLN);
+    if (procs < 1) procs = 1;
+    const long max = procs * 8 > 64 ? procs * 8 : 64;
+    if (n > max)
+        return bt_fail(BT_ERR_ARG, "%s is %ld, far more than the %ld processor(s) this process "
+                       "may use: at most %ld threads are accepted (8 per processor, or 64), "
+                       "more only slow each step down; use %ld (0 or unset: one per processor)",
+                       what, n, procs, max, procs);
+    return BT_OK;
+}
+
+bt_status bt_runtime_check_env(void) {
+    bt_status st = bt_cpu_isa_init_from_env();
+    if (st == BT_OK) st = gemm_init_from_env();
+    if (st == BT_OK) st = bt_mem_env_check();
+    const char *t = getenv("OMP_NUM_THREADS");
+    if (st == BT_OK && t && *t) { /* libgomp's syntax: N or a list "N,M,..." per level */
+        char *end;
+        errno = 0;
+        const long n = strtol(t, &end, 10);
+        if (end == t || (*end && *end != ',') || n < 1 || errno)
+            return bt_fail(BT_ERR_ARG, "environment variable OMP_NUM_THREADS: '%s' is not a "
+                           "positive thread count", t);
+        st = bt_runtime_check_threads(n, "OMP_NUM_THREADS");
+    }
+    return st;
+}
+
 int bt_runtime_cli_info(int argc, char **argv, const char *tool) {
     int want = 0;
     for (int i = 1; i < argc; i++) {
@@ -277,7 +312,11 @@ int bt_runtime_cli_info(int argc, char **argv, const char *tool) {
         }
         if (strcmp(argv[i], "--info") == 0) want = 1;
     }
-    if (!want) return -1;
+    if (!want) {
+        if (bt_runtime_check_env() == BT_OK) return -1;
+        fprintf(stderr, "%s: error: %s\n", tool, bt_error_message());
+        return 1;
+    }
     if (bt_cpu_isa_init_from_env() != BT_OK || gemm_init_from_env() != BT_OK) {
         fprintf(stderr, "%s: error: %s\n", tool, bt_error_message());
         return 1;

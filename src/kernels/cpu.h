@@ -86,6 +86,18 @@ void bt_version_print(FILE *out, const char *tool);
  * changed). */
 int bt_runtime_cli_info(int argc, char **argv, const char *tool);
 
+/* The environment a tool runs under, checked before any work (bt_runtime_cli_info calls it
+ * when --info is absent, so every tool exits 1 with the message): BT_CPU_ISA, BT_GEMM,
+ * BT_GEMM_BF16, BT_GEMM_SPLIT_K, BT_MEM_AVAILABLE, BT_MEM_CHECK must be valid when set, and
+ * OMP_NUM_THREADS within bt_runtime_check_threads. Errors: BT_ERR_ARG naming the variable. */
+bt_status bt_runtime_check_env(void);
+
+/* A thread count far beyond the processors this process may use (sched_getaffinity) is
+ * refused: more than max(64, 8 per processor) threads only slow every step down (4096 threads
+ * on 2 cores: a minute per step) or fail to start (libgomp aborts at 100000). `what` names
+ * the setting ("train.threads", "OMP_NUM_THREADS"). */
+bt_status bt_runtime_check_threads(long n, const char *what);
+
 /* For the tools' main(), first thing: OpenMP threads that spin while waiting (libgomp's
  * default) steal the cores from the data loader's workers and from each other whenever
  * anything else runs; on a busy 2-core machine a small-model step took seconds instead of

@@ -77,6 +77,7 @@ static void heads_str(char *out, size_t cap, unsigned m) {
 }
 
 int main(int argc, char **argv) {
+    bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-checkpoint"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
     const char *model = NULL, *save = NULL;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fileio.h"
 #include "json_util.h"
 #include "kernels/cpu.h"
 #include "train/report.h"
@@ -29,6 +30,7 @@ static int usage(FILE *out, int rc) {
 }
 
 int main(int argc, char **argv) {
+    bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-report"); /* --version (cpu.h) */
     if (info_rc >= 0) return info_rc;
     const char *dir = NULL, *config_path = NULL;

@@ -4,16 +4,19 @@
  *   bt-train --help-config          every run-config key with its type and default
  *
  * Exit status: 0 trained to the end; 1 error (the message names the key, file, record or
- * step); 2 usage error; 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint
- * (the same command resumes it).
+ * step); 2 usage error; 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1,
+ * 140 SIGUSR2) stopped by it after writing a checkpoint (the same command resumes it).
  *
  * Deliberately not here: anything the library does (trainer.h). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu.h"
+#include "fileio.h"
+#include "mem.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -42,6 +45,7 @@ static void help_config(void) {
 }
 
 int main(int argc, char **argv) {
+    bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     bt_runtime_prefer_passive_openmp(argv); /* cpu.h */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-train"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
@@ -100,13 +104,18 @@ int main(int argc, char **argv) {
     free(sets);
     free(resume_set);
     fflush(stdout);
+    int code = 0;
     if (st == BT_ERR_INTERRUPTED) {
         fprintf(stderr, "bt-train: %s\n", bt_error_message());
-        return out.interrupted_by == SIGTERM ? 143 : 130;
-    }
-    if (st != BT_OK) {
+        code = 128 + (out.interrupted_by ? out.interrupted_by : SIGTERM);
+    } else if (st != BT_OK) {
         fprintf(stderr, "bt-train: error: %s\n", bt_error_message());
-        return 1;
+        code = 1;
     }
-    return 0;
+    if (bt_mem_address_space_limited()) { /* mem.h: OpenBLAS's exit handler may never return */
+        fflush(stdout);
+        fflush(stderr);
+        _exit(code);
+    }
+    return code;
 }

@@ -157,6 +157,7 @@ static const field FIELDS[] = {
     S_("output.dir", output.dir, F_NULL | F_REQUIRED, NULL, "output_dir"),
     B_("output.overwrite", output.overwrite, 0, 0, "overwrite_output_dir"),
     B_("output.auto_resume", output.auto_resume, 0, 1, ""),
+    B_("output.resume_new_start", output.resume_new_start, 0, 0, ""),
     S_("output.resume_from", output.resume_from, F_NULL, NULL, "resume_from_checkpoint"),
 };
 enum { N_FIELDS = sizeof FIELDS / sizeof FIELDS[0] };
@@ -759,7 +760,11 @@ bt_status bt_run_config_resolve(bt_run_config *c, const char *path, const char *
     bt_run_config_init(c);
     bt_status s = path ? bt_run_config_load(c, path) : BT_OK;
     for (size_t i = 0; s == BT_OK && i < n_sets; i++) s = bt_run_config_set(c, sets[i]);
-    if (s == BT_OK) s = bt_run_config_finish(c, path ? path : "run config");
+    /* the rules across keys judge the file and the --set values together: name both */
+    char source[4200];
+    if (path && n_sets) snprintf(source, sizeof source, "%s with its --set values", path);
+    else snprintf(source, sizeof source, "%s", path ? path : n_sets ? "--set" : "run config");
+    if (s == BT_OK) s = bt_run_config_finish(c, source);
     return s;
 }
 

@@ -137,6 +137,7 @@ typedef struct bt_run_config {
         int overwrite;     /* start fresh even when output.dir holds checkpoints */
         int auto_resume;   /* resume from the latest checkpoint in output.dir */
         char *resume_from; /* a checkpoint directory to resume from, or NULL */
+        int resume_new_start;  /* resume although model.path / model.config changed */
     } output;
 } bt_run_config;
 

@@ -294,6 +294,11 @@ static bt_status eval_pass(bt_model *m, const manifest *mv, const tokenizer *tok
     double loss_sum = 0.0;
     size_t loss_rows = 0, done = 0, next_report = s->N / 10;
     while (st == BT_OK) {
+        if (o->cancel && *o->cancel) {
+            st = bt_fail(BT_ERR_INTERRUPTED, "%s: evaluation stopped by a signal after %zu of "
+                         "%zu records", mv->path, done, s->N);
+            break;
+        }
         loader_batch *b = NULL;
         st = loader_next(l, &b);
         if (st != BT_OK || !b) break;

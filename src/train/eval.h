@@ -43,6 +43,7 @@
 #ifndef BT_TRAIN_EVAL_H
 #define BT_TRAIN_EVAL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,6 +75,10 @@ typedef struct bt_eval_options {
     manifest_error_policy on_error; /* default STOP */
     int keep_embeddings;   /* 1: the result keeps the per-record embeddings (bt-embed) */
     FILE *progress;        /* a line per ~10% of the records when non-NULL */
+    /* when non-NULL and non-zero (a signal handler sets it), the run stops before its next
+     * batch with BT_ERR_INTERRUPTED: bt-train's SIGTERM during an evaluation waits for one
+     * batch's forward, not the whole split */
+    const volatile sig_atomic_t *cancel;
 } bt_eval_options;
 
 void bt_eval_options_default(bt_eval_options *o);

@@ -103,7 +103,8 @@ void bt_log_eval_init(bt_log_eval_rec *r) {
 
 /* Rewrites metrics.jsonl keeping the records with step <= keep_step (see log.h). A missing
  * file is fine (nothing to keep). *kept / *dropped count the lines. */
-static bt_status metrics_truncate(const char *path, int64_t keep_step, int *kept, int *dropped) {
+static bt_status metrics_truncate(const char *path, int64_t keep_step, int redo_eval, int *kept,
+                                  int *dropped) {
     *kept = *dropped = 0;
     struct stat st;
     if (stat(path, &st) != 0 && errno == ENOENT) return BT_OK;
@@ -150,8 +151,12 @@ static bt_status metrics_truncate(const char *path, int64_t keep_step, int *kept
             /* bt's one JSON rule; a line it refuses (cut, NUL bytes after a crash) is dropped */
             if (complete && bt_json_parse(text + i, j - i, path, &rec) != BT_OK) bt_error_clear();
             const cJSON *step = cJSON_GetObjectItemCaseSensitive(rec, "step");
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(rec, "type");
+            const int redone = redo_eval && cJSON_IsNumber(step) &&
+                               step->valuedouble == (double)keep_step && cJSON_IsString(type) &&
+                               !strcmp(type->valuestring, "eval");
             if (cJSON_IsObject(rec) && cJSON_IsNumber(step) &&
-                step->valuedouble <= (double)keep_step) {
+                step->valuedouble <= (double)keep_step && !redone) {
                 memcpy(out + n_out, text + i, j - i);
                 n_out += j - i;
                 out[n_out++] = '\n';
@@ -309,7 +314,8 @@ bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
 
     int kept = 0, dropped = 0;
     if (opts->resume_step > 0) {
-        bt_status s = metrics_truncate(log->metrics_path, opts->resume_step, &kept, &dropped);
+        bt_status s = metrics_truncate(log->metrics_path, opts->resume_step,
+                                       opts->redo_eval_at_resume, &kept, &dropped);
         if (s != BT_OK) return s;
     }
     bt_status ms = bt_check_output_file(log->metrics_path, "metrics log");
@@ -354,6 +360,7 @@ bt_status bt_log_open(bt_log *log, const char *dir, const bt_log_opts *opts) {
                        "from the interrupted run",
                        (long long)opts->resume_step, log->metrics_path, kept, dropped);
     bt_log_step_init(&log->last);
+    log->last.step = opts->resume_step; /* a resumed run that takes no step ends there */
     bt_log_step_init(&log->logged);
     bt_log_eval_init(&log->eval);
     log->t_open = bt_now_s();

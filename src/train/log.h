@@ -82,6 +82,8 @@ typedef struct bt_log_opts {
     int first_step;                  /* 1: also log step 1 (HF logging_first_step) */
     int64_t throughput_warmup_steps; /* >= 0 */
     int64_t resume_step;             /* 0: fresh run; > 0: the checkpoint's step */
+    int redo_eval_at_resume;         /* 1: the eval records of resume_step are dropped too (a
+                                        run resumed at its last step evaluates again) */
     int tensorboard;                 /* 1: write TensorBoard event files */
     double min_redraw_s;             /* live line refresh interval; 0: every step */
     const char *run_config_text;     /* TensorBoard text "args" (HF writes its args), or NULL */

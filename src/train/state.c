@@ -272,9 +272,12 @@ bt_status bt_train_state_from_json(bt_train_state *s, const cJSON *j, const char
         s->has_best = 1;
     }
     if (!cJSON_IsNull(bestck)) {
-        if (!cJSON_IsString(bestck) || !s->has_best)
-            return want(source, "best_model_checkpoint",
-                        "a string (with best_metric) or null", bestck);
+        if (!cJSON_IsString(bestck))
+            return want(source, "best_model_checkpoint", "a string or null", bestck);
+        if (!s->has_best)
+            return bt_fail(BT_ERR_FORMAT, "%s: best_model_checkpoint is \"%s\" but best_metric "
+                           "is null; both are set (the best value and its checkpoint) or both "
+                           "null", source, bestck->valuestring);
         s->best_model_checkpoint = strdup(bestck->valuestring);
         BT_ASSERT(s->best_model_checkpoint);
     }
@@ -362,6 +365,25 @@ static void read_pieces(const bt_adamw *o, const bt_param_tensor *x, const uint8
     }
 }
 
+/* A moment read from a file must be one AdamW could have written: finite, and a second
+ * moment (a running mean of squares) never negative; otherwise the first resumed step turns
+ * it into a NaN loss steps later ("loss_itc is NaN at step 6") instead of naming the file. */
+static bt_status check_moment(const char *path, const char *name, const safetensors_tensor *ft,
+                              int second) {
+    const unsigned char *p = ft->data;
+    for (size_t k = 0; k < ft->numel; k++) {
+        float v;
+        memcpy(&v, p + k * sizeof v, sizeof v);
+        if (!isfinite(v) || (second && v < 0))
+            return bt_fail(BT_ERR_NUMERIC, "%s: tensor '%s' holds %g at element %zu; expected "
+                           "%s: the optimizer state is corrupt (resume from an earlier "
+                           "checkpoint)", path, name, (double)v, k,
+                           second ? "finite values >= 0 (a mean of squared gradients)"
+                                  : "finite values");
+    }
+    return BT_OK;
+}
+
 bt_status bt_optim_state_load(const char *path, const bt_param_table *t, bt_adamw *o) {
     BT_ASSERT(o->numel == t->numel);
     safetensors_file f;
@@ -410,6 +432,8 @@ bt_status bt_optim_state_load(const char *path, const bt_param_table *t, bt_adam
                              ft->numel);
                 goto done;
             }
+            st = check_moment(path, name, ft, pass);
+            if (st != BT_OK) goto done;
             read_pieces(o, x, ft->data, pass ? o->v : o->m);
             used++;
         }

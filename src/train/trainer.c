@@ -26,6 +26,8 @@
 #include "data/tokenizer.h"
 #include "dist/dist.h"
 #include "fileio.h"
+#include "finite.h"
+#include "json_util.h"
 #include "mem.h"
 #include "model/checkpoint.h"
 #include "kernels/cpu.h"
@@ -33,11 +35,18 @@
 #include "model/model.h"
 #include "train/eval.h"
 #include "train/log.h"
+#include "train/output_dir.h"
 #include "train/report.h"
 #include "train/state.h"
 #include "train/step.h"
 
 /* --- signals: the step in flight finishes, then a checkpoint is written ------------------- */
+
+/* The signals that end a run with a checkpoint: ^C, kill / SLURM's and Kubernetes' stop, a
+ * closed ssh session (SIGHUP), SLURM's pre-emption warning (--signal=USR1@60) and its USR2
+ * twin. bt-train exits 128 + the signal after saving. */
+static const int k_stop_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+#define N_STOP_SIGNALS (sizeof k_stop_signals / sizeof *k_stop_signals)
 
 static volatile sig_atomic_t g_stop_signal;
 
@@ -50,13 +59,27 @@ static void on_stop_signal(int sig) {
     g_stop_signal = sig;
 }
 
+static const char *signal_name(int sig) {
+    switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return "a signal";
+    }
+}
+
 static void install_stop_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    for (size_t i = 0; i < N_STOP_SIGNALS; i++) sigaction(k_stop_signals[i], &sa, NULL);
+    /* stdout closed by its reader (bt-train | head): the writes fail with EPIPE and the run
+     * goes on quietly (its files and checkpoints are the record), instead of dying */
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
 }
 
 /* --- the job's state ------------------------------------------------------------------------ */
@@ -72,8 +95,8 @@ typedef struct job {
     tokenizer tok;
     int have_tok;
     image_preprocess_config img;
-    manifest train_man, val_man;
-    int have_train_man, have_val_man;
+    manifest train_man, val_man, test_man;
+    int have_train_man, have_val_man, have_test_man;
     loader *ld;
     bt_trainer tr;
     int have_tr;
@@ -98,6 +121,7 @@ typedef struct job {
     bt_adamw optim_full;     /* ZeRO-1: the moments gathered on rank 0 for a checkpoint */
     int have_full;           /* optim_full is gathered (rank 0) / sent (other ranks) */
     FILE *devnull;           /* j->out of ranks > 0 */
+    bt_output_lock lock;     /* rank 0: output.dir/bt-train.lock, held for the whole run */
 } job;
 
 static void job_free(job *j) {
@@ -106,6 +130,7 @@ static void job_free(job *j) {
     if (j->have_tr) bt_trainer_free(&j->tr);
     loader_free(j->ld);
     if (j->have_val_man) manifest_free(&j->val_man);
+    if (j->have_test_man) manifest_free(&j->test_man);
     if (j->have_train_man) manifest_free(&j->train_man);
     if (j->have_tok) tokenizer_free(&j->tok);
     if (j->have_model) bt_model_free(&j->model);
@@ -316,6 +341,16 @@ static bt_status loader_setup(job *j) {
         if (st != BT_OK) return st;
         print_manifest_skips(j, &j->val_man);
     }
+    /* the test split is read now, before step 1, so that a typo costs nothing */
+    if (rc->data.test && rc->eval.at_end && j->dist.rank == 0) {
+        st = manifest_load(&j->test_man, rc->data.test, &mo);
+        j->have_test_man = 1;
+        if (st != BT_OK) return st;
+        print_manifest_skips(j, &j->test_man);
+    } else if (rc->data.test && !rc->eval.at_end) {
+        say(j, "bt-train: note: data.test is not evaluated: eval.at_end is false (it runs with "
+               "the final evaluation, as HF's --do_predict after training)");
+    }
     loader_options lo = loader_options_default();
     lo.num_workers = (int)rc->data.num_workers;
     lo.prefetch = (int)rc->data.prefetch;
@@ -333,8 +368,20 @@ static bt_status loader_setup(job *j) {
     lo.cache_bytes = (size_t)rc->data.image_cache_bytes;
     lo.on_error = mo.on_error;
     lo.shuffle_buffer = rc->data.shuffle_buffer;
-    if (lo.prefetch < (int)rc->train.gradient_accumulation_steps)
+    if (lo.prefetch < (int)rc->train.gradient_accumulation_steps) {
+        /* an optimizer step holds its micro-batches at once: the ring must have room for them
+         * and the workers' next ones; said in the user's terms before the loader's check */
         lo.prefetch = (int)rc->train.gradient_accumulation_steps + lo.num_workers;
+        const uint64_t row = 3ull * (uint64_t)j->img.crop_size * (uint64_t)j->img.crop_size *
+                                 sizeof(float) + (uint64_t)lo.max_length * 8;
+        char what[256];
+        snprintf(what, sizeof what, "train.gradient_accumulation_steps %lld: the %d batches of "
+                 "%d one optimizer step holds at once (with the loader's read-ahead)",
+                 (long long)rc->train.gradient_accumulation_steps, lo.prefetch, lo.batch_size);
+        st = bt_mem_check(row * (uint64_t)lo.batch_size * (uint64_t)lo.prefetch, what,
+                          "train.gradient_accumulation_steps or train.batch_size");
+        if (st != BT_OK) return st;
+    }
     if (j->resumed && j->resume.state.loader_cursor) {
         char what[4300];
         snprintf(what, sizeof what, "%s/trainer_state.json: loader_cursor", j->resume_dir);
@@ -404,6 +451,11 @@ static bt_status step_setup(job *j) {
         snprintf(src_name, sizeof src_name, "%s/optimizer.safetensors", j->resume_dir);
         st = bt_optim_state_load(src_name, &j->model.table, &j->tr.opt);
         if (st != BT_OK) return st;
+        if ((int64_t)j->tr.opt.t != j->resume.state.schedule.step)
+            return bt_fail(BT_ERR_FORMAT, "%s: step is %llu but %s/trainer_state.json's "
+                           "schedule.step is %lld: the files come from different checkpoints",
+                           src_name, (unsigned long long)j->tr.opt.t, j->resume_dir,
+                           (long long)j->resume.state.schedule.step);
         j->tr.step = j->resume.state.global_step;
         const cJSON *ex = j->resume.state.extra;
         const cJSON *sk = ex ? cJSON_GetObjectItemCaseSensitive(ex, "skipped_steps") : NULL;
@@ -506,6 +558,94 @@ static bt_status dist_setup(job *j) {
 
 /* --- resume ---------------------------------------------------------------------------------- */
 
+/* This run's model config (model.path's or model.config's config.json), for the shape check
+ * of a resumed checkpoint. */
+static bt_status run_model_config(const bt_run_config *rc, bt_model_config *c) {
+    char dir[4096], path[4200];
+    if (rc->model.path) snprintf(dir, sizeof dir, "%s", rc->model.path);
+    else model_config_dir(rc->model.config, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return bt_model_config_load(c, path);
+}
+
+/* The whole of a small file (the tokenizer files); 0 when it cannot be read. */
+static int slurp(const char *path, char **buf, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t cap = 1 << 16, len = 0;
+    char *b = malloc(cap);
+    for (size_t got; b && (got = fread(b + len, 1, cap - len, f)) > 0;) {
+        len += got;
+        if (len == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) free(b);
+            b = nb;
+        }
+    }
+    fclose(f);
+    *buf = b;
+    *n = len;
+    return b != NULL;
+}
+
+/* A checkpoint is of this run's start: the same starting model (model.path / model.config,
+ * unless output.resume_new_start), the same tokenizer files as the start model's directory
+ * (the checkpoint carries copies), a trainer state of the checkpoint's own step. The shapes
+ * are compared by bt_train_checkpoint_load_state. */
+static bt_status resume_check_start(job *j, const char *dir) {
+    const bt_run_config *now = &j->rc, *then = &j->resume.state.run_config;
+    const struct {
+        const char *key, *a, *b;
+    } start[] = {{"model.path", then->model.path, now->model.path},
+                 {"model.config", then->model.config, now->model.config}};
+    for (size_t i = 0; i < 2 && !now->output.resume_new_start; i++) {
+        const char *a = start[i].a ? start[i].a : "null", *b = start[i].b ? start[i].b : "null";
+        char ra[4096], rb[4096];
+        const int same = !strcmp(a, b) || (realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb));
+        if (!same)
+            return bt_fail(BT_ERR_CONFIG, "%s/trainer_state.json: %s is \"%s\" in the checkpoint, "
+                           "\"%s\" in this run; a resumed run goes on training the checkpoint's "
+                           "model: resume with the start it was trained from, set "
+                           "output.overwrite=true to start again from the new one, or set "
+                           "output.resume_new_start=true if it is the same model moved",
+                           dir, start[i].key, a, b);
+    }
+    static const char *const tok_files[] = {"vocab.json", "merges.txt", "tokenizer.json",
+                                            "tokenizer_config.json", "special_tokens_map.json"};
+    char src[4096];
+    if (now->model.path) snprintf(src, sizeof src, "%s", now->model.path);
+    else model_config_dir(now->model.config, src, sizeof src);
+    for (size_t i = 0; i < sizeof tok_files / sizeof *tok_files; i++) {
+        char a[4200], b[4200];
+        snprintf(a, sizeof a, "%s/%s", dir, tok_files[i]);
+        snprintf(b, sizeof b, "%s/%s", src, tok_files[i]);
+        size_t na = 0, nb = 0;
+        char *ta = NULL, *tb = NULL;
+        const int ha = slurp(a, &ta, &na), hb = slurp(b, &tb, &nb);
+        /* a start without tokenizer_config.json: bt's saves write one (model_max_length from
+         * the model config, checkpoint.c), so the checkpoint's says nothing of the tokenizer */
+        const int generated = !hb && !strcmp(tok_files[i], "tokenizer_config.json");
+        const int same =
+            generated || (ha == hb && (!ha || (na == nb && !memcmp(ta, tb, na))));
+        free(ta);
+        free(tb);
+        if (!same)
+            return bt_fail(BT_ERR_CONFIG, "%s %s but %s %s: the checkpoint was trained with "
+                           "another tokenizer than this run's start model has; resume with the "
+                           "start it was trained from", a, ha ? "exists" : "is absent", b,
+                           !hb ? "is absent" : ha ? "differs" : "exists");
+    }
+    /* checkpoint-<N> holds the state of step N */
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    char *end = NULL;
+    const long long n = !strncmp(base, "checkpoint-", 11) ? strtoll(base + 11, &end, 10) : -1;
+    if (end && !*end && n != (long long)j->resume.state.global_step)
+        return bt_fail(BT_ERR_FORMAT, "%s/trainer_state.json: global_step is %lld in the "
+                       "directory of step %lld: the files come from different checkpoints",
+                       dir, (long long)j->resume.state.global_step, n);
+    return BT_OK;
+}
+
 static bt_status resume_setup(job *j) {
     bt_run_config *rc = &j->rc;
     const char *dir = NULL;
@@ -527,9 +667,13 @@ static bt_status resume_setup(job *j) {
     snprintf(j->resume_dir, sizeof j->resume_dir, "%s", dir);
     /* the moments are read later, straight into the trainer's optimizer (step_setup): under
      * ZeRO-1 a rank reads its shard only */
-    bt_status st = bt_train_checkpoint_load_state(dir, NULL, &j->resume);
+    bt_model_config expect;
+    bt_status st = run_model_config(rc, &expect);
+    if (st == BT_OK) st = bt_train_checkpoint_load_state(dir, &expect, &j->resume);
     if (st != BT_OK) return st;
     j->resumed = 1;
+    st = resume_check_start(j, dir);
+    if (st != BT_OK) return st;
     char changed[1024] = "";
     char source[4200];
     snprintf(source, sizeof source, "%s/trainer_state.json", dir);
@@ -568,10 +712,34 @@ static bt_status resume_setup(job *j) {
         snprintf(j->best_checkpoint, sizeof j->best_checkpoint, "%s",
                  j->resume.state.best_model_checkpoint);
     j->samples_seen = j->resume.state.samples_seen;
+    if (!rc->output.resume_from) { /* output.dir's own checkpoint: no need to save it again */
+        j->last_saved_step = j->resume.state.global_step;
+        snprintf(j->last_saved, sizeof j->last_saved, "%s", dir);
+    }
     fprintf(j->out, "bt-train: resuming from %s at step %lld (epoch %.3f)%s%s\n", dir,
             (long long)j->resume.state.global_step, j->resume.state.epoch,
             changed[0] ? "; changed settings: " : "", changed);
     return BT_OK;
+}
+
+/* output.dir holds a finished run: resumed from output.dir's own checkpoint at the run's
+ * last step, and summary.json says "completed" at that step. Such a rerun changes nothing. A
+ * run that ended otherwise at its last step (killed in its end phase, a failed final
+ * evaluation) goes on with the end phase instead. */
+static int run_finished(const job *j) {
+    if (!j->resumed || j->rc.output.resume_from || j->resume.state.global_step < j->max_steps)
+        return 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/summary.json", j->rc.output.dir);
+    if (access(path, F_OK) != 0) return 0;
+    cJSON *o = NULL;
+    if (bt_json_load(path, "run summary", &o) != BT_OK) return 0;
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(o, "status");
+    const cJSON *last = cJSON_GetObjectItemCaseSensitive(o, "last_step");
+    const int done = cJSON_IsString(status) && !strcmp(status->valuestring, "completed") &&
+                     cJSON_IsNumber(last) && last->valuedouble == (double)j->max_steps;
+    cJSON_Delete(o);
+    return done;
 }
 
 /* --- checkpoints, evaluation ------------------------------------------------------------------ */
@@ -649,9 +817,48 @@ static bt_status save_checkpoint(job *j) {
     return BT_OK;
 }
 
-/* eval.metric_for_best, as HF's metric_for_best_model: a name of bt_eval_result_scalars
- * with or without its "eval/" or "eval_" prefix ("loss", "t2i_r1", "eval/choice_acc");
- * greater is better unless the name ends in "loss". */
+/* eval.metric_for_best, as HF's metric_for_best_model: a metric name of metrics.jsonl's eval
+ * records ("loss", "t2i_r1", "accuracy_5way", ...) or of bt_eval_result_scalars
+ * ("t2i_median_rank", "t2i_itm_r1"), with or without an "eval/" or "eval_" prefix;
+ * "choice_acc" (the name the docs used before) is "accuracy_5way". Greater is better unless
+ * the name ends in "loss". */
+static const char *metric_canonical(const char *name, char *buf, size_t cap) {
+    if (!strncmp(name, "eval/", 5) || !strncmp(name, "eval_", 5)) name += 5;
+    snprintf(buf, cap, "%s", strcmp(name, "choice_acc") ? name : "accuracy_5way");
+    return buf;
+}
+
+/* The names an evaluation of this run can produce, ", "-separated. */
+static void metric_names(const job *j, char *list, size_t cap) {
+    static const char *const dirs[] = {"t2i", "i2t", "t2i_itm", "i2t_itm"};
+    static const char *const kinds[] = {"r1", "r5", "r10", "mean_rank", "median_rank"};
+    snprintf(list, cap, "loss");
+    for (size_t d = 0; d < (j->rc.eval.itm_rerank_k > 0 ? 4u : 2u); d++)
+        for (size_t k = 0; k < 5; k++)
+            snprintf(list + strlen(list), cap - strlen(list), ", %s_%s", dirs[d], kinds[k]);
+    int choices = 0;
+    for (size_t i = 0; j->have_val_man && i < j->val_man.n && !choices; i++)
+        choices = manifest_has_choices(&j->val_man, i);
+    if (choices) snprintf(list + strlen(list), cap - strlen(list), ", accuracy_5way");
+}
+
+/* eval.metric_for_best names a metric this run's evaluations produce: checked before step 1
+ * (not at the first evaluation, after hours of training). */
+static bt_status check_metric_for_best(const job *j) {
+    const char *want = j->rc.eval.metric_for_best;
+    if (!want || !j->have_val_man) return BT_OK;
+    char list[1024], bare[256];
+    metric_names(j, list, sizeof list);
+    metric_canonical(want, bare, sizeof bare);
+    for (const char *p = list; (p = strstr(p, bare)); p++)
+        if ((p == list || p[-1] == ' ') && (p[strlen(bare)] == ',' || !p[strlen(bare)]))
+            return BT_OK;
+    return bt_fail(BT_ERR_CONFIG, "eval.metric_for_best: \"%s\" is not a metric of this run's "
+                   "evaluation on %s; it has: %s (the names of metrics.jsonl's eval records; "
+                   "t2i_itm_* and i2t_itm_* with eval.itm_rerank_k > 0, accuracy_5way when the "
+                   "manifest has caption choices)", want, j->rc.data.validation, list);
+}
+
 static bt_status track_best(job *j, const bt_eval_result *r) {
     const char *want = j->rc.eval.metric_for_best;
     if (!want || !want[0]) return BT_OK;
@@ -659,11 +866,10 @@ static bt_status track_best(job *j, const bt_eval_result *r) {
     double values[64];
     size_t n = bt_eval_result_scalars(r, names, values, 64);
     if (n > 64) n = 64;
-    const char *bare = want;
-    if (!strncmp(bare, "eval/", 5) || !strncmp(bare, "eval_", 5)) bare += 5;
+    char bare[256], name[256];
+    metric_canonical(want, bare, sizeof bare);
     for (size_t i = 0; i < n; i++) {
-        const char *name = !strncmp(names[i], "eval/", 5) ? names[i] + 5 : names[i];
-        if (strcmp(name, bare) != 0) continue;
+        if (strcmp(metric_canonical(names[i], name, sizeof name), bare) != 0) continue;
         const size_t len = strlen(bare);
         const int lower = len >= 4 && !strcmp(bare + len - 4, "loss");
         const double v = values[i];
@@ -673,17 +879,12 @@ static bt_status track_best(job *j, const bt_eval_result *r) {
             j->best_metric = v;
             j->best_step = j->tr.step;
             j->best_checkpoint[0] = '\0'; /* the checkpoint of this step, when one is saved */
-            bt_log_message(&j->log, BT_LOG_INFO, "best %s so far: %.6g at step %lld", names[i],
-                           v, (long long)j->tr.step);
+            bt_log_message(&j->log, BT_LOG_INFO, "best %s so far: %.6g at step %lld", bare, v,
+                           (long long)j->tr.step);
         }
         return BT_OK;
     }
-    char list[2048] = "";
-    for (size_t i = 0; i < n; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-                 names[i]);
-    return bt_fail(BT_ERR_CONFIG, "eval.metric_for_best: \"%s\" is not a metric of this "
-                   "evaluation; it has: %s", want, list);
+    return check_metric_for_best(j); /* names the metrics there are */
 }
 
 static bt_eval_options eval_options(const job *j) {
@@ -696,6 +897,7 @@ static bt_eval_options eval_options(const job *j) {
     eo.cache_bytes = (size_t)j->rc.data.image_cache_bytes;
     eo.on_error = j->rc.data.on_bad_record == BT_POLICY_SKIP ? MANIFEST_ON_ERROR_SKIP
                                                              : MANIFEST_ON_ERROR_STOP;
+    eo.cancel = &g_stop_signal; /* a stop signal ends an evaluation at its next batch */
     return eo;
 }
 
@@ -720,32 +922,46 @@ static bt_status write_results(const job *j, const char *name, const char *data,
     return st;
 }
 
+/* Weights made non-finite by the last update (train.lr far too large: the step's own loss and
+ * gradients were finite, so the NaN policy did not see it) are named as such, not reported
+ * as "embeddings not finite" of the first evaluation record. */
+static bt_status check_weights_finite(const job *j) {
+    const bt_param_table *t = &j->model.table;
+    const size_t k = bt_first_nonfinite(j->model.params, t->numel);
+    if (k >= t->numel) return BT_OK;
+    const char *name = "?";
+    for (size_t i = 0; i < t->n_tensors; i++)
+        if (k >= t->tensors[i].offset && k < t->tensors[i].offset + t->tensors[i].numel)
+            name = t->tensors[i].key;
+    return bt_fail(BT_ERR_NUMERIC, "the model's weights are not finite after step %lld (%s "
+                   "holds %g): the update diverged (train.lr %g; lower it, or keep "
+                   "train.max_grad_norm > 0); nothing to evaluate", (long long)j->tr.step, name,
+                   (double)j->model.params[k], j->rc.train.lr);
+}
+
 /* data.test after training (HF --do_predict): printed and written to test_results.json; not
  * part of the eval curves nor of the best-metric choice. */
 static bt_status evaluate_test(job *j) {
-    if (!j->rc.data.test || j->dist.rank > 0) return BT_OK;
-    manifest_options mo = manifest_opts(&j->rc);
-    manifest man;
-    bt_status st = manifest_load(&man, j->rc.data.test, &mo);
+    if (!j->have_test_man || j->dist.rank > 0) return BT_OK;
+    bt_status wst = check_weights_finite(j);
+    if (wst != BT_OK) return wst;
     bt_eval_result r;
     memset(&r, 0, sizeof r);
-    if (st == BT_OK) {
-        print_manifest_skips(j, &man);
-        const bt_eval_options eo = eval_options(j);
-        st = bt_eval_run(&j->model, &man, &j->tok, &j->img, &eo, &r);
-    }
+    const bt_eval_options eo = eval_options(j);
+    bt_status st = bt_eval_run(&j->model, &j->test_man, &j->tok, &j->img, &eo, &r);
     if (st == BT_OK) {
         fprintf(j->out, "test split (%s):\n", j->rc.data.test);
         bt_eval_result_print(&r, j->out);
         st = write_results(j, "test_results.json", j->rc.data.test, &r);
     }
     bt_eval_result_free(&r);
-    manifest_free(&man);
     return st;
 }
 
 static bt_status evaluate(job *j, int final) {
     if (!j->have_val_man || j->dist.rank > 0) return BT_OK;
+    bt_status wst = check_weights_finite(j);
+    if (wst != BT_OK) return wst;
     const bt_eval_options eo = eval_options(j);
     bt_eval_result r;
     bt_status st = bt_eval_run(&j->model, &j->val_man, &j->tok, &j->img, &eo, &r);
@@ -794,24 +1010,55 @@ static int stop_requested(job *j) {
         j->stop = mine;
         return mine != 0;
     }
-    double v[2] = {mine == SIGINT, mine == SIGTERM};
-    bt_dist_sum_f64(&j->dist, v, 2);
+    double v[N_STOP_SIGNALS];
+    for (size_t i = 0; i < N_STOP_SIGNALS; i++) v[i] = mine == k_stop_signals[i];
+    bt_dist_sum_f64(&j->dist, v, N_STOP_SIGNALS);
     /* test hook (tests/test_dist.c): BT_TEST_SIGTERM_IN_STOP_CHECK=N makes rank 1 get a
      * SIGTERM right here, after its flag went into the all-reduce, at step N: the window */
     if (j->test_raise_at > 0 && j->dist.rank == 1 && j->tr.step == j->test_raise_at)
         raise(SIGTERM);
-    j->stop = v[1] > 0 ? SIGTERM : v[0] > 0 ? SIGINT : 0;
+    j->stop = 0;
+    for (size_t i = 0; i < N_STOP_SIGNALS && !j->stop; i++)
+        if (v[i] > 0) j->stop = k_stop_signals[i];
     return j->stop != 0;
+}
+
+/* An evaluation during training failed (a bad image, memory): the step it followed is saved
+ * first, so that the failure costs the evaluation only; the error then ends the run. (Under
+ * ZeRO-1 the moments live on every rank, which are in the next step by now: no save.) */
+static bt_status eval_failed(job *j, bt_status st) {
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", bt_error_message());
+    if (j->tr.zero || j->last_saved_step == j->tr.step || save_checkpoint(j) != BT_OK)
+        return bt_fail(st, "evaluation at step %lld failed: %s", (long long)j->tr.step, msg);
+    return bt_fail(st, "evaluation at step %lld failed: %s; checkpoint %s is saved: run "
+                   "bt-train again with the same config to resume", (long long)j->tr.step, msg,
+                   j->last_saved);
 }
 
 /* --- the loop --------------------------------------------------------------------------------- */
 
+static bt_status train_steps(job *j, bt_train_outcome *out, loader_batch **lb,
+                             bt_step_batch *mb, size_t n_micro);
+
 static bt_status train_loop(job *j, bt_train_outcome *out) {
     const bt_run_config *rc = &j->rc;
     const size_t n_micro = (size_t)rc->train.gradient_accumulation_steps;
-    loader_batch *lb[64];
-    bt_step_batch mb[64];
-    BT_ASSERT(n_micro <= 64);
+    /* one optimizer step holds its n_micro batches at once (bt_train_step takes them all) */
+    loader_batch **lb = calloc(n_micro, sizeof *lb);
+    bt_step_batch *mb = calloc(n_micro, sizeof *mb);
+    bt_status st = lb && mb ? BT_OK
+                            : bt_fail(BT_ERR_NOMEM, "train.gradient_accumulation_steps %zu: out "
+                                      "of memory for the micro-batch list", n_micro);
+    if (st == BT_OK) st = train_steps(j, out, lb, mb, n_micro);
+    free(lb);
+    free(mb);
+    return st;
+}
+
+static bt_status train_steps(job *j, bt_train_outcome *out, loader_batch **lb,
+                             bt_step_batch *mb, size_t n_micro) {
+    const bt_run_config *rc = &j->rc;
     while (j->tr.step < j->max_steps) {
         if (stop_requested(j)) break;
         const double t0 = bt_now_s();
@@ -876,12 +1123,125 @@ static bt_status train_loop(job *j, bt_train_outcome *out) {
         const int last = j->tr.step == j->max_steps;
         if (!last && due(rc->eval.strategy, rc->eval.steps, j->tr.step, epoch_ended)) {
             st = evaluate(j, 0);
-            if (st != BT_OK) return st;
+            /* stopped by a signal: the loop's next stop check saves and ends the run */
+            if (st == BT_ERR_INTERRUPTED) {
+                warn(j, "evaluation at step %lld: %s", (long long)j->tr.step, bt_error_message());
+                st = BT_OK;
+            }
+            if (st != BT_OK) return eval_failed(j, st);
         }
         if (!last && due(rc->save.strategy, rc->save.steps, j->tr.step, epoch_ended)) {
             st = save_checkpoint(j);
             if (st != BT_OK) return st;
         }
+    }
+    return BT_OK;
+}
+
+/* --- the end of the run: save first, then evaluate ------------------------------------------ */
+
+/* summary.json and its lines, with `status` ("completed", "interrupted by ...", ...). */
+static bt_status write_summary(job *j, const char *status) {
+    cJSON *env = environment_json(j); /* the report's environment table */
+    bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = status,
+                            .environment = env};
+    const bt_status st = bt_log_summary(&j->log, &si, NULL);
+    cJSON_Delete(env);
+    return st;
+}
+
+/* The final model in output.dir (HF save_model). */
+static bt_status save_final_model(job *j, bt_train_outcome *out) {
+    const bt_run_config *rc = &j->rc;
+    bt_checkpoint_save_options so;
+    bt_checkpoint_save_options_default(&so);
+    so.dtype = rc->save.dtype == BT_SAVE_BF16 ? BT_DTYPE_BF16 : BT_DTYPE_F32;
+    so.base_config_json = j->base_config_json;
+    so.copy_from_dir = j->source_dir;
+    const double t0 = bt_now_s();
+    bt_status st = bt_checkpoint_save(rc->output.dir, &j->model.table, j->model.params, &so);
+    if (st != BT_OK) return st;
+    snprintf(out->final_dir, sizeof out->final_dir, "%s", rc->output.dir);
+    bt_log_message(&j->log, BT_LOG_INFO, "final model saved to %s (%.2f s): it opens with "
+                   "transformers' BridgeTower*.from_pretrained", rc->output.dir, bt_now_s() - t0);
+    return BT_OK;
+}
+
+/* The final evaluation found a new best after the last checkpoint was written: its
+ * trainer_state.json (atomic rewrite) records it, as HF's state after its last evaluation. */
+static bt_status record_final_best(job *j) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/trainer_state.json", j->last_saved);
+    bt_train_state s;
+    bt_train_state_init(&s);
+    bt_status st = bt_train_state_read(path, &s);
+    if (st == BT_OK) {
+        s.has_best = 1;
+        s.best_metric = j->best_metric;
+        free(s.best_model_checkpoint);
+        s.best_model_checkpoint = strdup(j->last_saved);
+        if (!s.extra) s.extra = cJSON_CreateObject();
+        cJSON_DeleteItemFromObjectCaseSensitive(s.extra, "best_step");
+        cJSON_AddNumberToObject(s.extra, "best_step", (double)j->best_step);
+        st = bt_train_state_write(path, &s);
+    }
+    bt_train_state_free(&s);
+    if (st == BT_OK) snprintf(j->best_checkpoint, sizeof j->best_checkpoint, "%s", j->last_saved);
+    return st;
+}
+
+/* Rank 0 after the loop. Stopped by a signal: a checkpoint of the step, the summary, and
+ * BT_ERR_INTERRUPTED. Otherwise everything that costs training is written first (the last
+ * checkpoint, under every save.strategy, and the final model), and only then the final
+ * evaluation, the test split, the summary and the report: an evaluation that fails (a missing
+ * image, memory) or is stopped by a signal costs only itself, says so, and leaves the model. */
+static bt_status end_of_run(job *j, bt_train_outcome *out) {
+    const bt_run_config *rc = &j->rc;
+    bt_status st = BT_OK;
+    if (j->last_saved_step != j->tr.step) st = save_checkpoint(j);
+    if (st != BT_OK) return st;
+    if (j->stop) {
+        out->interrupted_by = j->stop;
+        bt_log_message(&j->log, BT_LOG_WARN, "stopped by %s at step %lld; checkpoint %s; run "
+                       "bt-train again with the same config to resume", signal_name(j->stop),
+                       (long long)j->tr.step, j->last_saved);
+        char status[128];
+        snprintf(status, sizeof status, "interrupted by %s at step %lld", signal_name(j->stop),
+                 (long long)j->tr.step);
+        write_summary(j, status);
+        return bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld after saving %s",
+                       signal_name(j->stop), (long long)j->tr.step, j->last_saved);
+    }
+    st = save_final_model(j, out);
+    if (st != BT_OK) return st;
+    const int had_best_here = j->has_best && j->best_step == j->tr.step;
+    if (rc->eval.at_end || rc->eval.strategy != BT_INTERVAL_NO) st = evaluate(j, 1);
+    if (st == BT_OK && rc->eval.at_end) st = evaluate_test(j);
+    if (st == BT_OK && j->has_best && j->best_step == j->tr.step && !had_best_here)
+        st = record_final_best(j);
+    if (st != BT_OK) {
+        char msg[4096], status[4400];
+        snprintf(msg, sizeof msg, "%s", bt_error_message());
+        const int interrupted = st == BT_ERR_INTERRUPTED;
+        if (interrupted) out->interrupted_by = g_stop_signal ? g_stop_signal : SIGTERM;
+        snprintf(status, sizeof status, "trained to step %lld; the final evaluation %s",
+                 (long long)j->tr.step, interrupted ? "was stopped by a signal" : "failed");
+        bt_log_message(&j->log, BT_LOG_WARN, "%s: %s; the model (%s) and checkpoint %s are "
+                       "saved; run bt-train again with the same config to evaluate again",
+                       status, msg, rc->output.dir, j->last_saved);
+        write_summary(j, status);
+        return bt_fail(st, "the final evaluation %s (%s); the trained model is saved in %s and "
+                       "%s", interrupted ? "was stopped" : "failed", msg, rc->output.dir,
+                       j->last_saved);
+    }
+    st = write_summary(j, "completed");
+    if (st != BT_OK) return st;
+    if (rc->logging.report) {
+        char *cfg = bt_run_config_to_string(rc);
+        st = bt_report_write(rc->output.dir, cfg);
+        free(cfg);
+        if (st != BT_OK) return st;
+        bt_log_message(&j->log, BT_LOG_INFO, "report: %s/report.html", rc->output.dir);
     }
     return BT_OK;
 }
@@ -893,6 +1253,7 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     memset(out, 0, sizeof *out);
     j->out = o->out ? o->out : stdout;
     j->last_saved_step = -1;
+    j->lock.fd = -1;
     g_stop_signal = 0;
     const char *raise_at = getenv("BT_TEST_SIGTERM_IN_STOP_CHECK");
     j->test_raise_at = raise_at ? atoll(raise_at) : 0;
@@ -910,6 +1271,8 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         fprintf(j->out, "bt-train: resolved config:\n%s", text ? text : "");
         free(text);
     }
+    if (rc->train.threads > 0) st = bt_runtime_check_threads((long)rc->train.threads, "train.threads");
+    if (st != BT_OK) goto done;
 #ifdef _OPENMP
     if (rc->train.threads > 0) {
         omp_set_num_threads((int)rc->train.threads);
@@ -923,9 +1286,24 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         omp_set_num_threads(n > 0 ? n : 1);
     }
 #endif
+    {
+        /* under ulimit -v: room for the threads and the GEMM libraries first (their probe
+         * and JIT start in bt_runtime_info_print; oneDNN's JIT segfaults on a failed mmap) */
+#ifdef _OPENMP
+        const int threads = omp_get_max_threads();
+#else
+        const int threads = 1;
+#endif
+        st = bt_mem_check_runtime("bt-train", threads + 2 * (int)rc->data.num_workers + 1);
+        if (st != BT_OK) goto done;
+    }
     if (o->install_signals) install_stop_signals();
     bt_runtime_info_print(j->out, "bt-train");
-    if (j->dist.rank == 0) st = bt_check_output_dir(rc->output.dir, "output.dir", 1);
+    if (j->dist.rank == 0) { /* output_dir.h: what may be written into, then the lock */
+        st = bt_output_dir_check(rc);
+        if (st == BT_OK) st = bt_check_output_dir(rc->output.dir, "output.dir", 1);
+        if (st == BT_OK) st = bt_output_lock_take(&j->lock, rc->output.dir, stderr);
+    }
     if (st == BT_OK && bt_dist_active(&j->dist)) {
         bt_dist_barrier(&j->dist); /* rank 0 created it */
         st = bt_check_output_dir(rc->output.dir, "output.dir", 0);
@@ -935,11 +1313,27 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     if (st == BT_OK) st = model_setup(j);
     if (st == BT_OK) st = data_files_setup(j);
     if (st == BT_OK) st = loader_setup(j);
+    if (st == BT_OK) st = check_metric_for_best(j);
     if (st != BT_OK) goto done;
     j->max_steps = total_steps(rc, j->batches_per_epoch);
     if (j->resumed && j->resume.state.max_steps != j->max_steps)
         fprintf(j->out, "bt-train: note: the run now has %lld steps (the checkpoint's run had "
                         "%lld)\n", (long long)j->max_steps, (long long)j->resume.state.max_steps);
+    {
+        /* a rerun of a finished run: said, exit 0, nothing written (rank 0 decides) */
+        double fin = j->dist.rank == 0 && run_finished(j);
+        if (bt_dist_active(&j->dist)) bt_dist_sum_f64(&j->dist, &fin, 1);
+        if (fin > 0) {
+            out->last_step = j->resume.state.global_step;
+            snprintf(out->final_dir, sizeof out->final_dir, "%s", rc->output.dir);
+            say(j, "bt-train: %s holds a finished run (completed at step %lld of %lld, "
+                   "summary.json): nothing to do; nothing was changed. To train again from the "
+                   "start set output.overwrite=true (or use another output.dir); to train longer "
+                   "raise train.max_steps or train.epochs", rc->output.dir,
+                (long long)out->last_step, (long long)j->max_steps);
+            goto done;
+        }
+    }
     st = step_setup(j);
     if (st == BT_OK) st = memory_plan(j);
     if (st == BT_OK) st = dist_setup(j);
@@ -952,6 +1346,7 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     lo.first_step = rc->logging.first_step;
     lo.throughput_warmup_steps = rc->logging.throughput_warmup_steps;
     lo.resume_step = j->resumed ? j->tr.step : 0;
+    lo.redo_eval_at_resume = j->resumed && j->tr.step >= j->max_steps; /* the end phase again */
     lo.tensorboard = rc->logging.tensorboard;
     char *run_text = bt_run_config_to_string(rc);
     lo.run_config_text = run_text;
@@ -981,83 +1376,21 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     if (st != BT_OK) goto done;
     stop_requested(j); /* the ranks agree on a signal that landed during the last step */
     if (j->tr.zero) { /* rank 0 saves below, after the others have left: gather the moments now
-                       * (the agreed stop decides the save) */
-        if (j->last_saved_step != j->tr.step &&
-            (j->stop || rc->save.strategy != BT_INTERVAL_NO))
-            st = gather_optim(j);
+                       * (every end saves a checkpoint) */
+        if (j->last_saved_step != j->tr.step) st = gather_optim(j);
         if (st != BT_OK) goto done;
     }
     if (j->dist.rank > 0) { /* rank 0 saves, evaluates and reports */
         out->interrupted_by = j->stop;
         if (j->stop)
             st = bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld (rank 0 saves the "
-                         "checkpoint)", j->stop == SIGINT ? "SIGINT" : "SIGTERM",
-                         (long long)j->tr.step);
+                         "checkpoint)", signal_name(j->stop), (long long)j->tr.step);
         goto done;
     }
-    if (j->stop) {
-        if (j->last_saved_step != j->tr.step) st = save_checkpoint(j);
-        if (st != BT_OK) goto done;
-        out->interrupted_by = j->stop;
-        bt_log_message(&j->log, BT_LOG_WARN, "stopped by %s at step %lld; checkpoint %s; run "
-                       "bt-train again with the same config to resume",
-                       j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
-                       j->last_saved);
-        char status[128];
-        snprintf(status, sizeof status, "interrupted by %s at step %lld",
-                 j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step);
-        cJSON *env = environment_json(j);
-        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = status,
-                                .environment = env};
-        bt_log_summary(&j->log, &si, NULL);
-        cJSON_Delete(env);
-        st = bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld after saving %s",
-                     j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
-                     j->last_saved);
-        goto done;
-    }
-    /* the end: the final evaluation (before the last checkpoint, so that its state holds the
-     * best metric), the last checkpoint, the final model in output.dir (HF save_model) */
-    if (rc->eval.at_end || rc->eval.strategy != BT_INTERVAL_NO) {
-        st = evaluate(j, 1);
-        if (st != BT_OK) goto done;
-    }
-    st = evaluate_test(j);
-    if (st != BT_OK) goto done;
-    if (rc->save.strategy != BT_INTERVAL_NO && j->last_saved_step != j->tr.step) {
-        st = save_checkpoint(j);
-        if (st != BT_OK) goto done;
-    }
-    {
-        bt_checkpoint_save_options so;
-        bt_checkpoint_save_options_default(&so);
-        so.dtype = rc->save.dtype == BT_SAVE_BF16 ? BT_DTYPE_BF16 : BT_DTYPE_F32;
-        so.base_config_json = j->base_config_json;
-        so.copy_from_dir = j->source_dir;
-        const double t0 = bt_now_s();
-        st = bt_checkpoint_save(rc->output.dir, &j->model.table, j->model.params, &so);
-        if (st != BT_OK) goto done;
-        snprintf(out->final_dir, sizeof out->final_dir, "%s", rc->output.dir);
-        bt_log_message(&j->log, BT_LOG_INFO, "final model saved to %s (%.2f s): it opens with "
-                       "transformers' BridgeTower*.from_pretrained", rc->output.dir, bt_now_s() - t0);
-    }
-    {
-        cJSON *env = environment_json(j);
-        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = "completed",
-                                .environment = env};
-        st = bt_log_summary(&j->log, &si, NULL);
-        cJSON_Delete(env);
-        if (st != BT_OK) goto done;
-    }
-    if (rc->logging.report) {
-        char *cfg = bt_run_config_to_string(rc);
-        st = bt_report_write(rc->output.dir, cfg);
-        free(cfg);
-        if (st != BT_OK) goto done;
-        bt_log_message(&j->log, BT_LOG_INFO, "report: %s/report.html", rc->output.dir);
-    }
+    st = end_of_run(j, out);
 done:
     job_free(j);
+    bt_output_lock_release(&j->lock);
     if (j->devnull) fclose(j->devnull);
     if (st != BT_OK && st != BT_ERR_INTERRUPTED && bt_dist_active(&j->dist)) {
         /* the others may wait in a collective: end the job (MPI_Abort) with this message */

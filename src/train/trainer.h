@@ -4,7 +4,8 @@
  *   load config → load or init the model (or resume a checkpoint) → start the loader →
  *   for each optimizer step: gradient_accumulation_steps batches from the loader →
  *   bt_train_step (the one step: phases, losses, backward, clip, AdamW, schedule) → log →
- *   evaluate / save on their cadences → at the end: save, evaluate, summary, report.html.
+ *   evaluate / save on their cadences → at the end: save (checkpoint + final model), then
+ *   evaluate, summary, report.html.
  *
  * Steps and epochs. The loader delivers one stream of batches across epochs; an optimizer
  * step takes the next gradient_accumulation_steps of them (HF Trainer: the accumulation
@@ -18,9 +19,11 @@
  * checkpoint ends with the same weights, bit for bit, as the uninterrupted run with the same
  * thread count and ISA level. Everything random is keyed by the step number and the sample
  * keys (negatives, MLM masks, dropout), the loader's order by (seed, epoch), so the state is
- * weights + moments + step + loader cursor. SIGINT / SIGTERM: the current step finishes,
- * a checkpoint is written and the run returns BT_ERR_INTERRUPTED (bt-train exits 130 / 143);
- * a second signal ends the process at once.
+ * weights + moments + step + loader cursor. SIGINT / SIGTERM / SIGHUP / SIGUSR1 / SIGUSR2:
+ * the current step finishes (an evaluation stops at its next batch), a checkpoint is written
+ * and the run returns BT_ERR_INTERRUPTED (bt-train exits 128 + the signal); a second signal
+ * ends the process at once. The end of a run writes the checkpoint and the final model
+ * before it evaluates; output.dir's contract and lock: output_dir.h.
  *
  * Deliberately not here: MPI itself (src/dist; docs/distributed.md), the step itself
  * (step.h), file formats (state.h, log.h). */
