@@ -333,6 +333,16 @@ int main(int argc, char **argv) {
         tu_check(st == 130, "SIGINT: exit status 130 (got %d)", st);
         tu_check(strstr(err, "SIGINT") != NULL, "SIGINT: the message says so: %.200s", err);
         free(err);
+        /* the summary line names the step once: "summary: interrupted by SIGINT at step N (" */
+        snprintf(errp, sizeof errp, "%s.log", intr);
+        char *log = read_text(errp);
+        const char *sum = strstr(log, "summary: interrupted by SIGINT at step ");
+        long long at = -1;
+        char after[3] = "";
+        if (sum) sscanf(sum + strlen("summary: interrupted by SIGINT at step "), "%lld%2c", &at, after);
+        tu_check(at >= 2 && !strcmp(after, " ("), "SIGINT: the summary line says \"interrupted by "
+                 "SIGINT at step %lld\" once, the step not repeated: %.120s", at, sum ? sum : log);
+        free(log);
         rc = run_train(intr, NULL, 0);
         tu_check(rc == 0, "SIGINT: resumed run exits 0 (got %d)", rc);
         same_file("SIGINT + resume", ref, intr, "model.safetensors");

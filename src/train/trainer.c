@@ -958,10 +958,10 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
                        "bt-train again with the same config to resume",
                        j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
                        j->last_saved);
-        char status[128];
-        snprintf(status, sizeof status, "interrupted by %s at step %lld",
-                 j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step);
-        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample, .status = status};
+        /* the summary line adds "at step N" itself, summary.json has last_step */
+        bt_log_summary_in si = {.flops_per_sample = j->flops_per_sample,
+                                .status = j->stop == SIGINT ? "interrupted by SIGINT"
+                                                            : "interrupted by SIGTERM"};
         bt_log_summary(&j->log, &si, NULL);
         st = bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld after saving %s",
                      j->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)j->tr.step,
