@@ -175,12 +175,12 @@ static void setup(void) {
              "  \"train\": {\"batch_size\": 8, \"max_steps\": 8, \"lr\": 1e-3, \"warmup_steps\": 2,\n"
              "            \"weight_decay\": 0.01, \"max_grad_norm\": 1.0,\n"
              "            \"loss_weights\": {\"itc\": 1, \"itm\": 0.5, \"mlm\": 0.5},\n"
-             "            \"seed\": 5, \"dropout\": true, \"threads\": 2},\n"
+             "            \"seed\": 5, \"dropout\": true, \"threads\": %d},\n"
              "  \"logging\": {\"steps\": 1, \"tensorboard\": true, \"report\": false},\n"
              "  \"eval\": {\"strategy\": \"no\", \"at_end\": false},\n"
              "  \"save\": {\"strategy\": \"steps\", \"steps\": 2, \"total_limit\": 2}\n"
              "}\n",
-             model_dir, data_dir, data_dir, data_dir);
+             model_dir, data_dir, data_dir, data_dir, tu_test_threads(2));
     tu_setup_text(base_cfg, text);
 }
 

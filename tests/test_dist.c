@@ -259,13 +259,13 @@ static void setup(void) {
              "  \"train\": {\"batch_size\": 8, \"max_steps\": 4, \"lr\": 1e-3, \"warmup_steps\": 1,\n"
              "            \"weight_decay\": 0.01, \"max_grad_norm\": 1.0,\n"
              "            \"loss_weights\": {\"itc\": 1, \"itm\": 0, \"mlm\": 1},\n"
-             "            \"seed\": 5, \"dropout\": true, \"threads\": 1},\n"
+             "            \"seed\": 5, \"dropout\": true, \"threads\": %d},\n"
              "  \"logging\": {\"steps\": 1, \"tensorboard\": false, \"report\": false},\n"
              "  \"eval\": {\"strategy\": \"no\", \"at_end\": false},\n"
              "  \"save\": {\"strategy\": \"steps\", \"steps\": 2},\n"
              "  \"dist\": {\"bucket_mb\": 0.25}\n"
              "}\n",
-             model_dir, data_dir);
+             model_dir, data_dir, tu_test_threads(1));
     tu_setup_text(base_cfg, text);
     char init_dir[1100];
     snprintf(init_dir, sizeof init_dir, "%s/init", tmp);
