@@ -29,6 +29,21 @@ static float *read_tensor(const safetensors_file *f, const char *name, size_t nu
     return x;
 }
 
+/* Σ (x - y)^2 and Σ (y - z)^2 (z NULL: zeros) over n values into *s; max |x - y| into
+ * *max_abs. A NaN makes the sums NaN: a failure of the bounds. */
+static void sums_of(const float *x, const float *y, const float *z, size_t n, tc_tensor_sums *s,
+                    double *max_abs) {
+    s->n = n;
+    s->d2 = s->m2 = 0;
+    for (size_t k = 0; k < n; k++) {
+        const double d = (double)x[k] - (double)y[k];
+        const double m = (double)y[k] - (z ? (double)z[k] : 0.0);
+        s->d2 += d * d;
+        s->m2 += m * m;
+        if (!(fabs(d) <= *max_abs)) *max_abs = fabs(d);
+    }
+}
+
 /* One tensor ta of a: its sums into *s and the max |a - b| into *max_abs; 0 when b or init
  * lacks it or a value cannot be read. */
 static int tensor_sums(const safetensors_file *a, const safetensors_file *b,
@@ -45,18 +60,37 @@ static int tensor_sums(const safetensors_file *a, const safetensors_file *b,
     float *x = read_tensor(a, ta->name, ta->numel), *y = read_tensor(b, ta->name, ta->numel);
     float *z = init ? read_tensor(init, ta->name, ta->numel) : NULL;
     const int ok = x && y && (z || !init);
-    for (size_t k = 0; ok && k < ta->numel; k++) {
-        const double d = (double)x[k] - (double)y[k];
-        const double m = (double)y[k] - (z ? (double)z[k] : 0.0);
-        s->d2 += d * d; /* a NaN makes the sums NaN: a failure below */
-        s->m2 += m * m;
-        if (!(fabs(d) <= *max_abs)) *max_abs = fabs(d);
-    }
-    s->n = ta->numel;
+    if (ok) sums_of(x, y, z, ta->numel, s, max_abs);
     free(x);
     free(y);
     free(z);
     return ok;
+}
+
+/* R and the worst r_T from the per-tensor sums (r->max_abs already set). */
+static void ratios_of(tc_weights_result *r, const tc_tensor_sums *s, size_t n_tensors) {
+    double d2 = 0, m2 = 0;
+    r->n = 0;
+    for (size_t i = 0; i < n_tensors; i++) {
+        d2 += s[i].d2;
+        m2 += s[i].m2;
+        r->n += s[i].n;
+    }
+    r->comparable = 1;
+    r->moved = sqrt(m2);
+    /* nothing moved: the comparison shows nothing */
+    r->overall = m2 > 0 ? sqrt(d2 / m2) : INFINITY;
+    r->worst_tensor = 0;
+    for (size_t i = 0; i < n_tensors; i++) {
+        if (!s[i].n) continue;
+        const double floor2 = (double)s[i].n / (double)r->n * m2;
+        const double den2 = s[i].m2 > floor2 ? s[i].m2 : floor2;
+        const double rt = den2 > 0 ? sqrt(s[i].d2 / den2) : s[i].d2 == 0 ? 0 : INFINITY;
+        if (!(rt <= r->worst_tensor)) {
+            r->worst_tensor = rt;
+            snprintf(r->worst_name, sizeof r->worst_name, "%s", s[i].name);
+        }
+    }
 }
 
 int tc_weights_compare(tc_weights_result *r, const char *got, const char *ref, const char *init) {
@@ -71,35 +105,31 @@ int tc_weights_compare(tc_weights_result *r, const char *got, const char *ref, c
              a.n_tensors > 0;
     tc_tensor_sums *s = ok ? calloc(a.n_tensors, sizeof *s) : NULL;
     ok = ok && s;
-    double d2 = 0, m2 = 0;
-    for (size_t i = 0; ok && i < a.n_tensors; i++) {
+    for (size_t i = 0; ok && i < a.n_tensors; i++)
         ok = tensor_sums(&a, &b, init ? &z : NULL, &a.tensors[i], &s[i], &r->max_abs);
-        d2 += s[i].d2;
-        m2 += s[i].m2;
-        r->n += s[i].n;
-    }
-    if (ok) {
-        r->comparable = 1;
-        r->moved = sqrt(m2);
-        r->overall = m2 > 0 ? sqrt(d2 / m2) : d2 == 0 ? 0 : INFINITY;
-        r->worst_tensor = 0;
-        for (size_t i = 0; i < a.n_tensors; i++) {
-            if (!s[i].n) continue;
-            const double floor2 = (double)s[i].n / (double)r->n * m2;
-            const double den2 = s[i].m2 > floor2 ? s[i].m2 : floor2;
-            const double rt = den2 > 0 ? sqrt(s[i].d2 / den2) : s[i].d2 == 0 ? 0 : INFINITY;
-            if (!(rt <= r->worst_tensor)) {
-                r->worst_tensor = rt;
-                snprintf(r->worst_name, sizeof r->worst_name, "%s", s[i].name);
-            }
-        }
-        if (m2 == 0) r->overall = INFINITY; /* nothing moved: the comparison shows nothing */
-    }
+    if (ok) ratios_of(r, s, a.n_tensors);
     free(s);
     safetensors_close(&a);
     safetensors_close(&b);
     safetensors_close(&z);
     return r->comparable;
+}
+
+int tc_weights_compare_views(tc_weights_result *r, const tc_tensor_view *v, size_t n) {
+    memset(r, 0, sizeof *r);
+    r->overall = r->worst_tensor = INFINITY;
+    tc_tensor_sums *s = calloc(n ? n : 1, sizeof *s);
+    if (!s || n == 0) {
+        free(s);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        s[i].name = v[i].name;
+        sums_of(v[i].got, v[i].ref, v[i].init, v[i].n, &s[i], &r->max_abs);
+    }
+    ratios_of(r, s, n);
+    free(s);
+    return 1;
 }
 
 int tc_weights_pass(const tc_weights_result *r, double rtol) {

@@ -49,6 +49,16 @@ typedef struct tc_weights_result {
  * start of all zeros (optimizer moments). Returns r->comparable. */
 int tc_weights_compare(tc_weights_result *r, const char *got, const char *ref, const char *init);
 
+/* The same on tensors in memory (a test holding both runs' arenas): view i is one tensor's n
+ * values of the run under test, the reference and the start (init NULL: zeros). Returns 0
+ * when n is 0 or out of memory. */
+typedef struct tc_tensor_view {
+    const char *name;
+    size_t n;
+    const float *got, *ref, *init;
+} tc_tensor_view;
+int tc_weights_compare_views(tc_weights_result *r, const tc_tensor_view *v, size_t n);
+
 /* 1 when R <= rtol and every r_T <= TC_TENSOR_BOUND (a tu_check case named `what` that prints
  * both and the worst tensor). */
 int tc_weights_pass(const tc_weights_result *r, double rtol);
