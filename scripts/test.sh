@@ -38,8 +38,12 @@ done
 # class), where a thread count or ISA changes its ranks' sums as well.
 if [ "${BT_SKIP_PERTURB:-0}" != 1 ]; then
     perturb_train="bt_train step_parity model_phases model_memory eval_cli"
-    perturb_runs=("gemm_openblas $perturb_train dist" "threads_1 $perturb_train"
-                  "threads_3 $perturb_train")
+    perturb_runs=("threads_1 $perturb_train" "threads_3 $perturb_train")
+    if BT_GEMM=openblas build/src/model/bt-forward --info | grep -q "^gemm backend: openblas"; then
+        perturb_runs+=("gemm_openblas $perturb_train dist")
+    else
+        echo "perturbation stage: OpenBLAS not built (BT_GEMM=openblas), that setup not run"
+    fi
     for lv in $levels; do
         [ "$lv" = "${levels##* }" ] && break
         perturb_runs+=("isa_$lv bt_train eval_cli$([ "$lv" = avx2 ] && echo " dist")")
