@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: the test command of the README. On a fresh Debian 12 machine it installs the
 # dependencies, builds bt (release and ASan/UBSan), runs the default test suite, runs the op,
-# reference and determinism suites again at each lower CPU ISA level, runs the
+# reference and determinism suites again at each lower CPU ISA level, runs the training-level
+# tests again with another GEMM backend, thread count and ISA level (perturbation stage), runs the
 # bad-input suite again under the sanitizers (leaks included), runs each libFuzzer target for
 # a bounded time, and ends with 'N passed, N failed, N skipped'.
 # Exit status is non-zero on any failure.
@@ -29,6 +30,32 @@ for lv in $levels; do
         --print-errorlogs --num-processes 2 || status=1
     logs+=("build/meson-logs/testlog-isa_$lv.json")
 done
+# Perturbation stage (docs/determinism.md "Comparing two training runs"): the training-level
+# tests again with another summation order (tests/meson.build setups gemm_openblas, threads_1,
+# threads_3, isa_*), so that a bound tuned to one order fails here, not on a user's CPU. The op
+# and reference suites (model_phases, model_memory, step_parity) already ran under the ISA caps
+# above; test_dist (~75 s a run) runs with OpenBLAS and under the AVX2 cap (issue 21's CPU
+# class), where a thread count or ISA changes its ranks' sums as well.
+if [ "${BT_SKIP_PERTURB:-0}" != 1 ]; then
+    perturb_train="bt_train step_parity model_phases model_memory eval_cli"
+    perturb_runs=("threads_1 $perturb_train" "threads_3 $perturb_train")
+    if BT_GEMM=openblas build/src/model/bt-forward --info | grep -q "^gemm backend: openblas"; then
+        perturb_runs+=("gemm_openblas $perturb_train dist")
+    else
+        echo "perturbation stage: OpenBLAS not built (BT_GEMM=openblas), that setup not run"
+    fi
+    for lv in $levels; do
+        [ "$lv" = "${levels##* }" ] && break
+        perturb_runs+=("isa_$lv bt_train eval_cli$([ "$lv" = avx2 ] && echo " dist")")
+    done
+    for run in "${perturb_runs[@]}"; do
+        read -r setup tests <<<"$run"
+        # shellcheck disable=SC2086 # the test names are words
+        meson test -C build --setup "$setup" --logbase perturb --print-errorlogs \
+            --num-processes 2 $tests || status=1
+        logs+=("build/meson-logs/perturb-$setup.json")
+    done
+fi
 # The malformed-input tests again under AddressSanitizer + UBSan (docs/style.md 9).
 if [ "${BT_SKIP_SANITIZE:-0}" != 1 ]; then
     meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debug \

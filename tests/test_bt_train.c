@@ -134,12 +134,12 @@ static void setup(void) {
              "  \"train\": {\"batch_size\": 8, \"max_steps\": 8, \"lr\": 1e-3, \"warmup_steps\": 2,\n"
              "            \"weight_decay\": 0.01, \"max_grad_norm\": 1.0,\n"
              "            \"loss_weights\": {\"itc\": 1, \"itm\": 0.5, \"mlm\": 0.5},\n"
-             "            \"seed\": 5, \"dropout\": true, \"threads\": 2},\n"
+             "            \"seed\": 5, \"dropout\": true, \"threads\": %d},\n"
              "  \"logging\": {\"steps\": 1, \"tensorboard\": true, \"report\": false},\n"
              "  \"eval\": {\"strategy\": \"no\", \"at_end\": false},\n"
              "  \"save\": {\"strategy\": \"steps\", \"steps\": 2, \"total_limit\": 2}\n"
              "}\n",
-             model_dir, data_dir, data_dir, data_dir);
+             model_dir, data_dir, data_dir, data_dir, tu_test_threads(2));
     tu_setup_text(base_cfg, text);
 }
 
@@ -292,6 +292,16 @@ int main(int argc, char **argv) {
         tu_check(st == 130, "SIGINT: exit status 130 (got %d)", st);
         tu_check(strstr(err, "SIGINT") != NULL, "SIGINT: the message says so: %.200s", err);
         free(err);
+        /* the summary line names the step once: "summary: interrupted by SIGINT at step N (" */
+        snprintf(errp, sizeof errp, "%s.log", intr);
+        char *log = read_text(errp);
+        const char *sum = strstr(log, "summary: interrupted by SIGINT at step ");
+        long long at = -1;
+        char after[3] = "";
+        if (sum) sscanf(sum + strlen("summary: interrupted by SIGINT at step "), "%lld%2c", &at, after);
+        tu_check(at >= 2 && !strcmp(after, " ("), "SIGINT: the summary line says \"interrupted by "
+                 "SIGINT at step %lld\" once, the step not repeated: %.120s", at, sum ? sum : log);
+        free(log);
         rc = run_train(intr, NULL, 0);
         tu_check(rc == 0, "SIGINT: resumed run exits 0 (got %d)", rc);
         same_file("SIGINT + resume", ref, intr, "model.safetensors");

@@ -40,6 +40,12 @@ void tu_fill_uniform_f64(tu_rng *r, double *x, size_t n, double lo, double hi) {
     for (size_t i = 0; i < n; i++) x[i] = tu_rng_uniform(r, lo, hi);
 }
 
+int tu_test_threads(int dflt) {
+    const char *v = getenv("BT_TEST_THREADS");
+    const int n = v ? atoi(v) : 0;
+    return n > 0 ? n : dflt;
+}
+
 static void tu_record(int ok, const char *line) {
     tu_case++;
     if (ok) {

@@ -53,6 +53,11 @@ int tu_check_bytes_equal(const char *name, const void *got, const void *want, si
 float tu_sentinel_f32(void);
 void tu_fill_sentinel_f32(float *x, size_t n);
 
+/* The thread count a test pins in its run configs (train.threads): BT_TEST_THREADS when it is
+ * set to a positive integer (the perturbation setups threads_1 / threads_3 of tests/meson.build
+ * set it), else dflt. */
+int tu_test_threads(int dflt);
+
 /* Marks the whole binary as skipped (exit 77) with a reason, e.g. a missing backend. */
 void tu_skip(const char *reason);
 

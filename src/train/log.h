@@ -217,7 +217,8 @@ void bt_log_message(bt_log *log, bt_log_level level, const char *fmt, ...)
 
 typedef struct bt_log_summary_in {
     double flops_per_sample; /* training FLOPs (forward + backward) per sample; 0: unknown */
-    const char *status;      /* "completed", "interrupted by SIGINT at step 120", ... */
+    const char *status;      /* "completed", "interrupted by SIGINT", ... (the summary line
+                              * adds " at step N") */
     const struct cJSON *environment; /* copied to summary.json "environment", or NULL */
 } bt_log_summary_in;
 

@@ -1205,9 +1205,9 @@ static bt_status end_of_run(job *j, bt_train_outcome *out) {
         bt_log_message(&j->log, BT_LOG_WARN, "stopped by %s at step %lld; checkpoint %s; run "
                        "bt-train again with the same config to resume", signal_name(j->stop),
                        (long long)j->tr.step, j->last_saved);
+        /* the summary line adds "at step N" itself, summary.json has last_step */
         char status[128];
-        snprintf(status, sizeof status, "interrupted by %s at step %lld", signal_name(j->stop),
-                 (long long)j->tr.step);
+        snprintf(status, sizeof status, "interrupted by %s", signal_name(j->stop));
         write_summary(j, status);
         return bt_fail(BT_ERR_INTERRUPTED, "stopped by %s at step %lld after saving %s",
                        signal_name(j->stop), (long long)j->tr.step, j->last_saved);
