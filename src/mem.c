@@ -8,6 +8,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "settings.h"
+
 uint64_t bt_mul_sat(uint64_t a, uint64_t b) {
     uint64_t r;
     return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
@@ -120,7 +122,7 @@ bt_status bt_mem_check_runtime(const char *tool, int threads) {
 uint64_t bt_mem_available(const char **source) {
     const char *src = "nothing measurable";
     uint64_t best = UINT64_MAX;
-    const char *env = getenv("BT_MEM_AVAILABLE");
+    const char *env = bt_setting_value(BT_SET_MEM_AVAILABLE);
     uint64_t v;
     if (env && parse_bytes(env, &v)) {
         if (source) *source = "BT_MEM_AVAILABLE";
@@ -206,13 +208,13 @@ const char *bt_mem_format(char *buf, int cap, uint64_t bytes) {
 }
 
 bt_status bt_mem_env_check(void) {
-    const char *a = getenv("BT_MEM_AVAILABLE");
+    const char *a = bt_setting_value(BT_SET_MEM_AVAILABLE);
     uint64_t v;
     if (a && !parse_bytes(a, &v))
         return bt_fail(BT_ERR_ARG, "environment variable BT_MEM_AVAILABLE: '%s' is not a byte "
                        "count; expected digits with an optional K, M, G or T suffix (e.g. "
                        "40000000 or 8G), or unset (measured)", a);
-    const char *c = getenv("BT_MEM_CHECK");
+    const char *c = bt_setting_value(BT_SET_MEM_CHECK);
     if (c && strcmp(c, "0") != 0 && strcmp(c, "1") != 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_MEM_CHECK: '%s' is unknown; expected "
                        "0 (no memory check) or 1, or unset", c);
@@ -220,7 +222,7 @@ bt_status bt_mem_env_check(void) {
 }
 
 bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint) {
-    const char *off = getenv("BT_MEM_CHECK");
+    const char *off = bt_setting_value(BT_SET_MEM_CHECK);
     if (off && strcmp(off, "0") == 0) return BT_OK;
     const char *src;
     uint64_t avail = bt_mem_available(&src);

@@ -81,7 +81,7 @@ static void test_args(void) {
 }
 
 static void test_mem(void) {
-    setenv("BT_MEM_AVAILABLE", "3G", 1);
+    tu_setenv("BT_MEM_AVAILABLE", "3G", 1);
     const char *src = NULL;
     tu_check(bt_mem_available(&src) == 3ull << 30 && strcmp(src, "BT_MEM_AVAILABLE") == 0,
              "BT_MEM_AVAILABLE=3G read as 3 GiB");
@@ -99,10 +99,10 @@ static void test_mem(void) {
     st = bt_mem_check(UINT64_MAX, "overflowing plan", "everything");
     tu_check(st == BT_ERR_NOMEM && strstr(bt_error_message(), "more than"),
              "a saturated size is refused: %s", bt_error_message());
-    setenv("BT_MEM_CHECK", "0", 1);
+    tu_setenv("BT_MEM_CHECK", "0", 1);
     tu_check(bt_mem_check(UINT64_MAX, "x", "y") == BT_OK, "BT_MEM_CHECK=0 turns the check off");
-    unsetenv("BT_MEM_CHECK");
-    unsetenv("BT_MEM_AVAILABLE");
+    tu_unsetenv("BT_MEM_CHECK");
+    tu_unsetenv("BT_MEM_AVAILABLE");
     uint64_t real = bt_mem_available(&src);
     tu_check(real > (64ull << 20) && real != UINT64_MAX, "this machine: %.1f GB available (%s)",
              (double)real / 1e9, src);

@@ -304,10 +304,10 @@ int main(int argc, char **argv) {
      * bitwise reproducible only for the same thread count, ISA level and GEMM backend (the
      * GEMM libraries block and split their sums by thread count, e.g. oneDNN's AVX2 sgemm;
      * docs/determinism.md). Bitwise comparisons below always compare like with like. */
-    setenv("OMP_NUM_THREADS", "1", 1);
+    tu_setenv("OMP_NUM_THREADS", "1", 1);
     /* Under AddressSanitizer a leak or error exits 1, like an input error: make it distinct
      * so the error cases (which expect 1) cannot pass by accident. No effect otherwise. */
-    setenv("ASAN_OPTIONS", "exitcode=86", 0);
+    tu_setenv("ASAN_OPTIONS", "exitcode=86", 0);
     tmp = tu_tmpdir();
     snprintf(model_dir, sizeof model_dir, "%s", tu_fixture_path("tiny"));
     char iopath[1200];

@@ -216,9 +216,9 @@ int main(int argc, char **argv) {
         /* 40 MB available: the weights fit, the full activations (~0.1 GB) do not */
         char small[1200];
         snprintf(small, sizeof small, "%s", out_path("small_memory"));
-        setenv("BT_MEM_AVAILABLE", "40000000", 1);
+        tu_setenv("BT_MEM_AVAILABLE", "40000000", 1);
         const int rs = run_train(small, NULL, 0);
-        unsetenv("BT_MEM_AVAILABLE");
+        tu_unsetenv("BT_MEM_AVAILABLE");
         snprintf(p, sizeof p, "%s.err", small);
         char *err = read_text(p);
         tu_check(rs == 1 && strstr(err, "activations of one micro-batch") &&

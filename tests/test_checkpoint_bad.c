@@ -226,13 +226,13 @@ static void test_memory_estimate(void) {
                  strstr(msg, "available") && strstr(msg, "reduce"),
              "config.json beyond memory: refused before allocating: %s", msg);
     bt_checkpoint_weights_free(&w);
-    setenv("BT_MEM_AVAILABLE", "1M", 1);
+    tu_setenv("BT_MEM_AVAILABLE", "1M", 1);
     bt_error_clear();
     s = bt_checkpoint_load(&w, fixture_dir, NULL, NULL);
     msg = bt_error_message();
     tu_check(s == BT_ERR_NOMEM && strstr(msg, "BT_MEM_AVAILABLE") && strstr(msg, "1.0 MB"),
              "tiny model on a 1 MB machine: refused: %s", msg);
-    unsetenv("BT_MEM_AVAILABLE");
+    tu_unsetenv("BT_MEM_AVAILABLE");
     s = bt_checkpoint_load(&w, fixture_dir, NULL, NULL);
     tu_check(s == BT_OK, "the same load with the machine's real memory succeeds");
     bt_checkpoint_weights_free(&w);

@@ -118,11 +118,11 @@ static void test_bt_data(const char *model) {
     expect("batch --output \"\"", 1, "the --output path is empty", NULL, bt_data,
            "batch --data '%s' --model '%s' --batch-size 2 --output ''", data, model);
     /* memory estimates, on a "machine" of 1 GB */
-    setenv("BT_MEM_AVAILABLE", "1G", 1);
+    tu_setenv("BT_MEM_AVAILABLE", "1G", 1);
     expect("batch --batch-size 65536", 1, "--batch-size 65536", "needs", bt_data,
            "batch --data '%s' --model '%s' --batch-size 65536 --output '%s'", data, model,
            path_in("b.safetensors"));
-    unsetenv("BT_MEM_AVAILABLE");
+    tu_unsetenv("BT_MEM_AVAILABLE");
     expect("batch ok", 0, NULL, NULL, bt_data,
            "batch --data '%s' --model '%s' --batch-size 2 --output '%s'", data, model,
            path_in("b.safetensors"));
@@ -139,11 +139,11 @@ static void test_bt_data(const char *model) {
     mkdir(big, 0755);
     tu_setup_text(path_in("big_model/preprocessor_config.json"),
                   "{\"size\": {\"shortest_edge\": 32768}}");
-    setenv("BT_MEM_AVAILABLE", "8G", 1);
+    tu_setenv("BT_MEM_AVAILABLE", "8G", 1);
     expect("preprocess, shortest_edge 32768", 1, "shortest_edge 32768", "needs 41.9 GB",
            bt_data, "preprocess --model '%s' --image '%s' --output '%s'", big, img,
            path_in("p.safetensors"));
-    unsetenv("BT_MEM_AVAILABLE");
+    tu_unsetenv("BT_MEM_AVAILABLE");
     tu_setup_text(path_in("big_model/preprocessor_config.json"),
                   "{\"size\": 32, \"size\": {\"shortest_edge\": 64}}");
     expect("preprocessor config with a duplicate key", 1, "\"size\" appears twice", NULL,

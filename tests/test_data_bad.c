@@ -401,7 +401,7 @@ static void test_loader_memory(const manifest *m, const tokenizer *tok,
     o.batch_size = 65536; /* 65536 x 3 x 32 x 32 x 4 bytes = 805 MB per batch slot */
     o.prefetch = 2;
     loader *l = NULL;
-    setenv("BT_MEM_AVAILABLE", "64M", 1);
+    tu_setenv("BT_MEM_AVAILABLE", "64M", 1);
     bt_status st = loader_init(&l, m, tok, img, &o);
     /* What batch_alloc allocates per row: pixels (3 x 32 x 32 fp32), ids and mask (T int32
      * each), sampled and record (int64) and the id pointer, and with choices 5 x T ids and
@@ -413,12 +413,12 @@ static void test_loader_memory(const manifest *m, const tokenizer *tok,
                  strstr(bt_error_message(), want) &&
                  strstr(bt_error_message(), "reduce the batch size"),
              "loader estimate (%s) refuses it on 64 MB: %s", want, bt_error_message());
-    unsetenv("BT_MEM_AVAILABLE");
+    tu_unsetenv("BT_MEM_AVAILABLE");
 #if defined(__SANITIZE_ADDRESS__)
     /* Not a check: ASan reserves the address space itself, so RLIMIT_AS cannot be used. */
     printf("# RLIMIT_AS case not run under ASan\n");
 #else
-    setenv("BT_MEM_CHECK", "0", 1);
+    tu_setenv("BT_MEM_CHECK", "0", 1);
     if (tu_check(tu_cap_address_space((size_t)512 << 20), "cap the address space")) {
         st = loader_init(&l, m, tok, img, &o);
         tu_uncap_address_space();
@@ -428,7 +428,7 @@ static void test_loader_memory(const manifest *m, const tokenizer *tok,
                  st ? bt_error_message() : "succeeded");
         if (st == BT_OK) loader_free(l);
     }
-    unsetenv("BT_MEM_CHECK");
+    tu_unsetenv("BT_MEM_CHECK");
 #endif
 }
 

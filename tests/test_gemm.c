@@ -329,19 +329,19 @@ static void test_split_k(void) {
     }
     gemm_split_k_request(1);
     /* the environment switch: a bad value is an error naming variable and value */
-    setenv("BT_GEMM_SPLIT_K", "maybe", 1);
+    tu_setenv("BT_GEMM_SPLIT_K", "maybe", 1);
     bt_status st = gemm_init_from_env();
     tu_check(st == BT_ERR_ARG && strstr(bt_error_message(), "BT_GEMM_SPLIT_K") != NULL &&
                  strstr(bt_error_message(), "maybe") != NULL,
              "BT_GEMM_SPLIT_K=maybe is an error naming variable and value: %s",
              bt_error_message());
-    setenv("BT_GEMM_SPLIT_K", "off", 1);
+    tu_setenv("BT_GEMM_SPLIT_K", "off", 1);
     tu_check(gemm_init_from_env() == BT_OK && !gemm_split_k_requested(),
              "BT_GEMM_SPLIT_K=off turns the split off");
-    setenv("BT_GEMM_SPLIT_K", "on", 1);
+    tu_setenv("BT_GEMM_SPLIT_K", "on", 1);
     tu_check(gemm_init_from_env() == BT_OK && gemm_split_k_requested(),
              "BT_GEMM_SPLIT_K=on turns it on");
-    unsetenv("BT_GEMM_SPLIT_K");
+    tu_unsetenv("BT_GEMM_SPLIT_K");
 }
 
 /* bf16: rounding of fp32 operands, bf16 operands, mixed operands; vs the ref in the same
@@ -613,7 +613,7 @@ static void test_threads(void) {
  * where the ISA lacks native bf16), so the same bounds hold. */
 static void test_bf16_widen(void) {
     if (!gemm_backend_available(GEMM_BACKEND_ONEDNN)) return;
-    setenv("BT_GEMM_BF16", "fp16", 1);
+    tu_setenv("BT_GEMM_BF16", "fp16", 1);
     bt_status s = gemm_init_from_env();
     tu_check(s == BT_ERR_ARG && strstr(bt_error_message(), "BT_GEMM_BF16") != NULL &&
                  strstr(bt_error_message(), "'fp16'") != NULL,
@@ -626,7 +626,7 @@ static void test_bf16_widen(void) {
              "gemm_bf16_route_pick: native only when >= 10%% faster");
     /* the AUTO measurement: both routes timed (where the CPU has native bf16), and the route
      * it picked is the one the next primitive is built on */
-    setenv("BT_GEMM_BF16", "auto", 1);
+    tu_setenv("BT_GEMM_BF16", "auto", 1);
     tu_check(gemm_init_from_env() == BT_OK, "BT_GEMM_BF16=auto accepted");
     gemm_release();
     double ns = -1.0, fs = -1.0;
@@ -644,7 +644,7 @@ static void test_bf16_widen(void) {
          * there (nothing measured) */
         const gemm_bf16_route want[4] = {has ? GEMM_BF16_NATIVE : GEMM_BF16_WIDENED,
                                          GEMM_BF16_FP32, active, GEMM_BF16_WIDENED};
-        setenv("BT_GEMM_BF16", names[mode], 1);
+        tu_setenv("BT_GEMM_BF16", names[mode], 1);
         tu_check(gemm_init_from_env() == BT_OK, "BT_GEMM_BF16=%s accepted", names[mode]);
         tu_check(gemm_bf16_route_active() == want[mode], "BT_GEMM_BF16=%s: active route %s",
                  names[mode], gemm_bf16_route_name(gemm_bf16_route_active()));
@@ -685,7 +685,7 @@ static void test_bf16_widen(void) {
     tu_check(gemm_bf16_route_from_name("widened", &(gemm_bf16_route){0}) == BT_OK &&
                  strcmp(gemm_bf16_route_name(GEMM_BF16_WIDENED), "widened") == 0,
              "route name widened round-trips");
-    unsetenv("BT_GEMM_BF16");
+    tu_unsetenv("BT_GEMM_BF16");
     gemm_init_from_env();
     gemm_release();
 }
@@ -706,23 +706,23 @@ static void test_selection(void) {
              "names are exact (case-sensitive): %s", bt_error_message());
 
     gemm_backend prev = gemm_get_backend();
-    setenv("BT_GEMM", "fastest", 1);
+    tu_setenv("BT_GEMM", "fastest", 1);
     s = gemm_init_from_env();
     tu_check(s == BT_ERR_ARG && strstr(bt_error_message(), "BT_GEMM") != NULL &&
                  strstr(bt_error_message(), "'fastest'") != NULL && gemm_get_backend() == prev,
              "BT_GEMM=fastest is an error naming variable and value, backend unchanged: %s",
              bt_error_message());
-    setenv("BT_GEMM", "ref", 1);
+    tu_setenv("BT_GEMM", "ref", 1);
     tu_check(gemm_init_from_env() == BT_OK && gemm_get_backend() == GEMM_BACKEND_REF,
              "BT_GEMM=ref selects ref");
-    setenv("BT_GEMM", "onednn", 1);
+    tu_setenv("BT_GEMM", "onednn", 1);
     s = gemm_init_from_env();
     if (BT_HAVE_ONEDNN)
         tu_check(s == BT_OK && gemm_get_backend() == GEMM_BACKEND_ONEDNN, "BT_GEMM=onednn selects onednn");
     else
         tu_check(s == BT_ERR_UNSUPPORTED && strstr(bt_error_message(), "onednn") != NULL,
                  "BT_GEMM=onednn without oneDNN is an error: %s", bt_error_message());
-    unsetenv("BT_GEMM");
+    tu_unsetenv("BT_GEMM");
     tu_check(gemm_init_from_env() == BT_OK &&
                  gemm_get_backend() == (BT_HAVE_ONEDNN ? GEMM_BACKEND_ONEDNN : GEMM_BACKEND_OPENBLAS),
              "BT_GEMM unset selects the fastest built backend (%s)", gemm_backend_name(gemm_get_backend()));

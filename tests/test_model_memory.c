@@ -706,13 +706,13 @@ static void check_act16_base(void) {
     char *saved_env = env ? strdup(env) : NULL;
     size_t b[2][3];
     for (int on = 0; on < 2; on++) {
-        setenv("BT_ACT_BF16", on ? "1" : "0", 1);
+        tu_setenv("BT_ACT_BF16", on ? "1" : "0", 1);
         for (int mode = 0; mode < 3; mode++)
             b[on][mode] = bt_model_activation_bytes_mode(&c, BT_HEADS_ITC, BT_PRECISION_BF16,
                                                          (bt_act_mode)mode, 8, 8, 8, 0, 40);
     }
-    if (saved_env) setenv("BT_ACT_BF16", saved_env, 1);
-    else unsetenv("BT_ACT_BF16");
+    if (saved_env) tu_setenv("BT_ACT_BF16", saved_env, 1);
+    else tu_unsetenv("BT_ACT_BF16");
     free(saved_env);
     printf("# base B 8 T 40 ITC bf16 activations, fp32 -> bf16 storage: full %.3f -> %.3f GB, "
            "checkpoint %.3f -> %.3f GB, forward-only %.3f -> %.3f GB\n", b[0][0] * 1e-9,
@@ -729,13 +729,13 @@ static void check_act16_env(void) {
     bt_model_config c;
     if (fd_tiny_config(&c)) {
         bt_model m;
-        setenv("BT_ACT_BF16", "0", 1);
+        tu_setenv("BT_ACT_BF16", "0", 1);
         if (tu_check(bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_BF16) == BT_OK,
                      "5: BT_ACT_BF16=0: init: %s", bt_error_message())) {
             tu_check(!bt_model_act_bf16(&m), "5: BT_ACT_BF16=0: storage off");
             bt_model_free(&m);
         }
-        setenv("BT_ACT_BF16", "yes", 1);
+        tu_setenv("BT_ACT_BF16", "yes", 1);
         const bt_status st = bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_BF16);
         tu_check(st != BT_OK && strstr(bt_error_message(), "BT_ACT_BF16=yes") &&
                      strstr(bt_error_message(), "expected 0"),
@@ -743,8 +743,8 @@ static void check_act16_env(void) {
                  st != BT_OK ? bt_error_message() : "accepted");
         if (st == BT_OK) bt_model_free(&m);
     }
-    if (saved_env) setenv("BT_ACT_BF16", saved_env, 1);
-    else unsetenv("BT_ACT_BF16");
+    if (saved_env) tu_setenv("BT_ACT_BF16", saved_env, 1);
+    else tu_unsetenv("BT_ACT_BF16");
     free(saved_env);
 }
 

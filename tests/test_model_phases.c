@@ -734,10 +734,10 @@ static void test_memory(const bt_model_config *c) {
     {
         /* the weights themselves: a machine with 64 KiB free cannot hold the tiny model's
          * weights and gradients; bt_model_init says so instead of aborting in calloc */
-        setenv("BT_MEM_AVAILABLE", "65536", 1);
+        tu_setenv("BT_MEM_AVAILABLE", "65536", 1);
         bt_model small;
         s = bt_model_init(&small, &m.cfg, BT_HEADS_ALL, BT_PRECISION_FP32);
-        unsetenv("BT_MEM_AVAILABLE");
+        tu_unsetenv("BT_MEM_AVAILABLE");
         tu_check(s == BT_ERR_NOMEM && strstr(bt_error_message(), "model config") &&
                      small.params == NULL,
                  "5: weights beyond the machine's memory -> BT_ERR_NOMEM at init (%s)",

@@ -523,18 +523,18 @@ static void run_auto(void) {
     const char *term = getenv("TERM");
     char saved[256] = "";
     if (term) snprintf(saved, sizeof saved, "%s", term);
-    setenv("TERM", "xterm", 1);
+    tu_setenv("TERM", "xterm", 1);
     bt_progress p;
     bt_progress_init(&p, tty, BT_PROGRESS_AUTO, 0);
     tu_check(p.live == 1 && p.columns == 77, "AUTO on a terminal: live %d, %d columns (want 77)",
              p.live, p.columns);
-    setenv("TERM", "dumb", 1);
+    tu_setenv("TERM", "dumb", 1);
     bt_progress_init(&p, tty, BT_PROGRESS_AUTO, 0);
     tu_check(p.live == 0, "AUTO on a terminal with TERM=dumb: plain");
     if (term)
-        setenv("TERM", saved, 1);
+        tu_setenv("TERM", saved, 1);
     else
-        unsetenv("TERM");
+        tu_unsetenv("TERM");
     FILE *file = tmpfile();
     bt_progress_init(&p, file, BT_PROGRESS_AUTO, 0);
     tu_check(p.live == 0, "AUTO on a file: plain");

@@ -563,10 +563,10 @@ static void test_strict(void) {
     for (size_t i = 0; i < sizeof env / sizeof *env; i++) {
         char out[1200];
         snprintf(out, sizeof out, "%s", tu_tmp_path("strict-env"));
-        setenv(env[i][0], env[i][1], 1);
+        tu_setenv(env[i][0], env[i][1], 1);
         char *err;
         const int rc = train(out, &err, NULL, NULL);
-        unsetenv(env[i][0]);
+        tu_unsetenv(env[i][0]);
         tu_check(rc == 1 && strstr(err, env[i][0]) && strstr(err, env[i][2]) && !exists(out),
                  "%s=%s: exit 1 naming it before anything is written (%d): %.300s", env[i][0],
                  env[i][1], rc, err);
@@ -593,9 +593,9 @@ static void test_strict(void) {
              "train.gradient_accumulation_steps 65: trains (%d): %.300s", rc, err);
     free(err);
     snprintf(out, sizeof out, "%s", tu_tmp_path("accum-4097"));
-    setenv("BT_MEM_AVAILABLE", "20M", 1);
+    tu_setenv("BT_MEM_AVAILABLE", "20M", 1);
     rc = train(out, &err, NULL, SETS("train.gradient_accumulation_steps=4097", "train.batch_size=1"));
-    unsetenv("BT_MEM_AVAILABLE");
+    tu_unsetenv("BT_MEM_AVAILABLE");
     tu_check(rc == 1 && strstr(err, "train.gradient_accumulation_steps 4097") &&
                  strstr(err, "needs") && !strstr(err, "prefetch ="),
              "train.gradient_accumulation_steps 4097 beyond memory: refused in its own terms "

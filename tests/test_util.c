@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "settings.h"
+
 static int tu_passed, tu_failed, tu_case, tu_skipped;
 static char tu_skip_reason[256];
 static char tu_tmp[512];
@@ -293,4 +295,16 @@ double tu_clock_seconds(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int tu_setenv(const char *name, const char *value, int overwrite) {
+    const int rc = setenv(name, value, overwrite);
+    bt_settings_reload();
+    return rc;
+}
+
+int tu_unsetenv(const char *name) {
+    const int rc = unsetenv(name);
+    bt_settings_reload();
+    return rc;
 }

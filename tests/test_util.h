@@ -58,6 +58,11 @@ void tu_fill_sentinel_f32(float *x, size_t n);
  * set it), else dflt. */
 int tu_test_threads(int dflt);
 
+/* setenv / unsetenv, then bt_settings_reload (src/settings.h): bt reads its environment once,
+ * so a test that changes a variable in-process takes a new snapshot. */
+int tu_setenv(const char *name, const char *value, int overwrite);
+int tu_unsetenv(const char *name);
+
 /* Marks the whole binary as skipped (exit 77) with a reason, e.g. a missing backend. */
 void tu_skip(const char *reason);
 

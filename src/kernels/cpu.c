@@ -23,6 +23,7 @@
 #include "gemm.h"
 #include "mem.h"
 #include "ops.h"
+#include "settings.h"
 
 static const char *const isa_names[BT_ISA_COUNT] = {"scalar", "avx2", "avx512", "avx512_bf16"};
 static const char *const isa_onednn[BT_ISA_COUNT] = {"SSE41", "AVX2", "AVX512_CORE",
@@ -90,7 +91,7 @@ static bt_isa isa_cap = BT_ISA_COUNT;  /* none */
 static const char *isa_dnnl_note = ""; /* how DNNL_MAX_CPU_ISA came to be */
 
 static void isa_init_once(void) {
-    const char *v = getenv("BT_CPU_ISA");
+    const char *v = bt_setting_value(BT_SET_CPU_ISA);
     if (!v || !*v) return;
     bt_isa cap;
     if (bt_isa_from_name(v, &cap) != BT_OK) {
@@ -105,11 +106,10 @@ static void isa_init_once(void) {
     isa_cap = cap;
     /* oneDNN reads DNNL_MAX_CPU_ISA once, at its first ISA query; nothing in bt queries it
      * before this runs (gemm_init_from_env calls here first). */
-    const char *d = getenv("DNNL_MAX_CPU_ISA");
-    if (d && *d) {
+    if (bt_setting_value(BT_SET_DNNL_MAX_CPU_ISA)) {
         isa_dnnl_note = "set by the user";
     } else {
-        setenv("DNNL_MAX_CPU_ISA", bt_isa_onednn_cap(cap), 1);
+        bt_settings_set_dnnl_isa(bt_isa_onednn_cap(cap)); /* recorded, printed by --info */
         isa_dnnl_note = "set from BT_CPU_ISA";
     }
 }
@@ -135,9 +135,9 @@ bt_isa bt_cpu_isa_active(void) {
 
 /* --- the report ---------------------------------------------------------------------- */
 
-static const char *env_or(const char *name, const char *dflt) {
-    const char *v = getenv(name);
-    return v && *v ? v : dflt;
+static const char *env_or(bt_setting id, const char *dflt) {
+    const char *v = bt_setting_value(id);
+    return v ? v : dflt;
 }
 
 /* The routes of a typical Linear product (256^3), as the backend runs them. */
@@ -224,21 +224,21 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
         fprintf(out, "best of this CPU; BT_CPU_ISA unset");
     fprintf(out, ")\n");
     fprintf(out, "bt kernels: %s (BT_KERNELS=%s)\n", ops_kernels_name(),
-            env_or("BT_KERNELS", "unset"));
+            env_or(BT_SET_KERNELS, "unset"));
     fprintf(out, "bf16 conversion: %s\n", ops_bf16_conversion_name());
     fprintf(out, "attention threads: %s\n", ops_attention_threads_name());
     fprintf(out, "attention products: %s (BT_ATTENTION_PRODUCTS=%s)\n",
-            ops_attention_products_name(), env_or("BT_ATTENTION_PRODUCTS", "unset"));
+            ops_attention_products_name(), env_or(BT_SET_ATTENTION_PRODUCTS, "unset"));
     const gemm_backend b = gemm_get_backend();
     fprintf(out, "gemm backend: %s (BT_GEMM=%s)\n", gemm_backend_name(b),
-            env_or("BT_GEMM", "unset"));
+            env_or(BT_SET_GEMM, "unset"));
     fprintf(out, "onednn isa: %s (DNNL_MAX_CPU_ISA=%s%s%s)\n", gemm_cpu_isa_name(),
-            env_or("DNNL_MAX_CPU_ISA", "unset"), *isa_dnnl_note ? ", " : "", isa_dnnl_note);
+            env_or(BT_SET_DNNL_MAX_CPU_ISA, "unset"), *isa_dnnl_note ? ", " : "", isa_dnnl_note);
     const char *route_f32, *route_bf16;
     gemm_routes(b, &route_f32, &route_bf16);
     fprintf(out, "gemm fp32 route: %s\n", route_f32);
     fprintf(out, "gemm bf16 route: %s (BT_GEMM_BF16=%s)\n", route_bf16,
-            env_or("BT_GEMM_BF16", "auto"));
+            env_or(BT_SET_GEMM_BF16, "auto"));
     fprintf(out, "gemm bf16 choice: %s\n", gemm_bf16_route_describe());
     if (!gemm_split_k_requested())
         fprintf(out, "gemm k split: off");
@@ -248,12 +248,14 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     else
         fprintf(out, "gemm k split: on, unused here (only where oneDNN runs fp32 brgemm: isa "
                 "avx512_core or better)");
-    fprintf(out, " (BT_GEMM_SPLIT_K=%s)\n", env_or("BT_GEMM_SPLIT_K", "unset"));
+    fprintf(out, " (BT_GEMM_SPLIT_K=%s)\n", env_or(BT_SET_GEMM_SPLIT_K, "unset"));
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    fprintf(out, "threads: %d (OMP_NUM_THREADS=%s)\n", threads, env_or("OMP_NUM_THREADS", "unset"));
+    fprintf(out, "threads: %d (OMP_NUM_THREADS=%s)\n", threads,
+            env_or(BT_SET_OMP_NUM_THREADS, "unset"));
+    bt_settings_print(out); /* every variable bt read, and what bt set itself */
 }
 
 void bt_version_print(FILE *out, const char *tool) {
@@ -290,7 +292,7 @@ bt_status bt_runtime_check_env(void) {
     bt_status st = bt_cpu_isa_init_from_env();
     if (st == BT_OK) st = gemm_init_from_env();
     if (st == BT_OK) st = bt_mem_env_check();
-    const char *t = getenv("OMP_NUM_THREADS");
+    const char *t = bt_setting_value(BT_SET_OMP_NUM_THREADS);
     if (st == BT_OK && t && *t) { /* libgomp's syntax: N or a list "N,M,..." per level */
         char *end;
         errno = 0;
@@ -327,8 +329,5 @@ int bt_runtime_cli_info(int argc, char **argv, const char *tool) {
 }
 
 void bt_runtime_prefer_passive_openmp(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed: go on with libgomp's defaults */
+    bt_settings_prefer_passive_openmp(argv); /* settings.h: recorded, printed by --info */
 }

@@ -15,6 +15,7 @@
 #include "bt_config.h"
 #include "cpu.h"
 #include "kernel_clock.h"
+#include "settings.h"
 
 /* -1 = not selected yet; otherwise a gemm_backend. Atomic because gemm() may run on many
  * threads while main() selects (selection is meant for program start, see gemm.h). */
@@ -81,20 +82,20 @@ static gemm_backend gemm_default_backend(void) {
 bt_status gemm_init_from_env(void) {
     /* BT_CPU_ISA first: it may set DNNL_MAX_CPU_ISA, which oneDNN reads once (cpu.h) */
     if (bt_cpu_isa_init_from_env() != BT_OK) return BT_ERR_ARG;
-    const char *w = getenv("BT_GEMM_BF16");
+    const char *w = bt_setting_value(BT_SET_GEMM_BF16);
     gemm_bf16_route route = GEMM_BF16_AUTO;
     if (w && *w && gemm_bf16_route_from_name(w, &route) != BT_OK)
         return bt_fail(BT_ERR_ARG,
                        "environment variable BT_GEMM_BF16: '%s' is unknown; expected auto, "
                        "native, fp32 or widened",
                        w);
-    const char *sk = getenv("BT_GEMM_SPLIT_K");
+    const char *sk = bt_setting_value(BT_SET_GEMM_SPLIT_K);
     if (sk && *sk && strcmp(sk, "on") != 0 && strcmp(sk, "off") != 0)
         return bt_fail(BT_ERR_ARG,
                        "environment variable BT_GEMM_SPLIT_K: '%s' is unknown; expected on or off",
                        sk);
     if (sk && *sk) gemm_split_k_request(strcmp(sk, "on") == 0);
-    const char *v = getenv("BT_GEMM");
+    const char *v = bt_setting_value(BT_SET_GEMM);
     if (!v || !*v) {
         atomic_store(&gemm_route_requested, (int)route);
         atomic_store(&gemm_current, (int)gemm_default_backend());

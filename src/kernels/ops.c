@@ -58,6 +58,7 @@
 #include "kernel_clock.h"
 #include "ops_ref.h"
 #include "rng.h"
+#include "settings.h"
 #include "status.h"
 
 /* --- building blocks -------------------------------------------------------------------- */
@@ -2437,16 +2438,16 @@ static void ops_init_once(void) {
     for (int isa = (int)bt_cpu_isa_active(); isa >= 0; isa--)
         if (ops_fast_fill((bt_isa)isa)) break;
 
-    const char *mode = getenv("BT_ATTENTION_THREADS");
+    const char *mode = bt_setting_value(BT_SET_ATTENTION_THREADS);
     if (mode && *mode && !ops_attention_set(mode))
         fprintf(stderr, "bt: warning: environment variable BT_ATTENTION_THREADS=%s is not "
                         "'auto', 'blocks' or 'gemm'; using 'auto'\n", mode);
-    const char *prod = getenv("BT_ATTENTION_PRODUCTS");
+    const char *prod = bt_setting_value(BT_SET_ATTENTION_PRODUCTS);
     if (prod && *prod && !ops_attention_products_set(prod))
         fprintf(stderr, "bt: warning: environment variable BT_ATTENTION_PRODUCTS=%s is not "
                         "'auto', 'amx' or 'gemm'; using 'auto'\n", prod);
 
-    const char *env = getenv("BT_KERNELS");
+    const char *env = bt_setting_value(BT_SET_KERNELS);
     int use_ref = 0;
     if (env && *env) {
         if (strcmp(env, "ref") == 0) {

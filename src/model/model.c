@@ -16,6 +16,7 @@
 
 #include "mem.h"
 #include "rng.h"
+#include "settings.h"
 #include "layout.h"
 #include "towers.h"
 
@@ -199,7 +200,7 @@ static void grads_free(bt_model *m) {
 
 /* BT_ACT_BF16: unset or "1" = 1, "0" = 0, another value -1. */
 static int act_bf16_env(void) {
-    const char *v = getenv("BT_ACT_BF16");
+    const char *v = bt_setting_value(BT_SET_ACT_BF16);
     if (!v || !*v || strcmp(v, "1") == 0) return 1;
     return strcmp(v, "0") == 0 ? 0 : -1;
 }
@@ -211,7 +212,7 @@ bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
     if (act_bf16 < 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_ACT_BF16=%s: expected 0 (fp32 "
                        "activations) or 1 (bf16 storage where bf16 GEMMs read them, the "
-                       "default)", getenv("BT_ACT_BF16"));
+                       "default)", bt_setting_value(BT_SET_ACT_BF16));
     m->act_bf16 = act_bf16;
     m->cfg = *c;
     m->heads = heads & BT_HEADS_ALL;

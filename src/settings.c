@@ -1,0 +1,107 @@
+/* settings.c: the environment snapshot (settings.h). The one place in src/ that calls getenv,
+ * setenv or exec.
+ *
+ * Deliberately not here: checking values (each owner does, naming the variable). */
+#include "settings.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const setting_names[BT_SET_COUNT] = {
+    [BT_SET_CPU_ISA] = "BT_CPU_ISA",
+    [BT_SET_GEMM] = "BT_GEMM",
+    [BT_SET_GEMM_BF16] = "BT_GEMM_BF16",
+    [BT_SET_GEMM_SPLIT_K] = "BT_GEMM_SPLIT_K",
+    [BT_SET_KERNELS] = "BT_KERNELS",
+    [BT_SET_ATTENTION_THREADS] = "BT_ATTENTION_THREADS",
+    [BT_SET_ATTENTION_PRODUCTS] = "BT_ATTENTION_PRODUCTS",
+    [BT_SET_ACT_BF16] = "BT_ACT_BF16",
+    [BT_SET_MEM_AVAILABLE] = "BT_MEM_AVAILABLE",
+    [BT_SET_MEM_CHECK] = "BT_MEM_CHECK",
+    [BT_SET_DIST_NO_PROGRESS_THREAD] = "BT_DIST_NO_PROGRESS_THREAD",
+    [BT_SET_OMP_NUM_THREADS] = "OMP_NUM_THREADS",
+    [BT_SET_OMP_WAIT_POLICY] = "OMP_WAIT_POLICY",
+    [BT_SET_DNNL_MAX_CPU_ISA] = "DNNL_MAX_CPU_ISA",
+    [BT_SET_OMPI_COMM_WORLD_SIZE] = "OMPI_COMM_WORLD_SIZE",
+    [BT_SET_OMPI_COMM_WORLD_LOCAL_SIZE] = "OMPI_COMM_WORLD_LOCAL_SIZE",
+    [BT_SET_PMI_SIZE] = "PMI_SIZE",
+    [BT_SET_COLUMNS] = "COLUMNS",
+    [BT_SET_TERM] = "TERM",
+};
+
+/* Marks a process that bt re-executed to set OMP_WAIT_POLICY (removed again at the snapshot). */
+#define REEXEC_MARK "BT_SETTINGS_REEXEC"
+
+static bt_settings snapshot;
+static pthread_once_t snapshot_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t snapshot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void snapshot_take(void) {
+    for (int i = 0; i < BT_SET_COUNT; i++) {
+        const char *v = getenv(setting_names[i]);
+        snapshot.value[i] = v && *v ? v : NULL;
+    }
+    if (getenv(REEXEC_MARK)) {
+        snapshot.passive_reexec = 1;
+        unsetenv(REEXEC_MARK);
+    }
+}
+
+const bt_settings *bt_settings_get(void) {
+    pthread_once(&snapshot_once, snapshot_take);
+    return &snapshot;
+}
+
+void bt_settings_reload(void) {
+    bt_settings_get();
+    pthread_mutex_lock(&snapshot_lock);
+    const int passive = snapshot.passive_reexec, dnnl = snapshot.dnnl_isa_set_by_bt;
+    snapshot_take();
+    snapshot.passive_reexec |= passive;
+    snapshot.dnnl_isa_set_by_bt = dnnl;
+    pthread_mutex_unlock(&snapshot_lock);
+}
+
+const char *bt_setting_value(bt_setting id) {
+    return (int)id >= 0 && id < BT_SET_COUNT ? bt_settings_get()->value[id] : NULL;
+}
+
+const char *bt_setting_name(bt_setting id) {
+    return (int)id >= 0 && id < BT_SET_COUNT ? setting_names[id] : "?";
+}
+
+void bt_settings_set_dnnl_isa(const char *value) {
+    bt_settings_get();
+    pthread_mutex_lock(&snapshot_lock);
+    if (!snapshot.value[BT_SET_DNNL_MAX_CPU_ISA] && setenv("DNNL_MAX_CPU_ISA", value, 1) == 0) {
+        snapshot.value[BT_SET_DNNL_MAX_CPU_ISA] = getenv("DNNL_MAX_CPU_ISA");
+        snapshot.dnnl_isa_set_by_bt = 1;
+    }
+    pthread_mutex_unlock(&snapshot_lock);
+}
+
+void bt_settings_prefer_passive_openmp(char **argv) {
+    const bt_settings *s = bt_settings_get();
+    if (s->value[BT_SET_OMP_WAIT_POLICY] || s->passive_reexec) return;
+    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+    if (setenv(REEXEC_MARK, "1", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    /* exec failed: go on with libgomp's defaults */
+    unsetenv(REEXEC_MARK);
+}
+
+void bt_settings_print(FILE *out) {
+    const bt_settings *s = bt_settings_get();
+    fprintf(out, "environment:");
+    for (int i = 0; i < BT_SET_COUNT; i++)
+        if (s->value[i]) fprintf(out, " %s=%s", setting_names[i], s->value[i]);
+    fprintf(out, "\n");
+    if (s->dnnl_isa_set_by_bt)
+        fprintf(out, "environment set by bt: DNNL_MAX_CPU_ISA=%s (from BT_CPU_ISA)\n",
+                s->value[BT_SET_DNNL_MAX_CPU_ISA]);
+    if (s->passive_reexec)
+        fprintf(out, "environment set by bt: OMP_WAIT_POLICY=PASSIVE (bt re-executed itself so "
+                     "that libgomp reads it; set OMP_WAIT_POLICY to choose)\n");
+}
