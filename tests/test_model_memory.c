@@ -307,8 +307,8 @@ static int backward_rounds(bt_model *m, const inputs *in, const char *what, int 
     bt_towers_backward(m);
     if (m->act_mode == BT_ACTS_CHECKPOINT) { /* the towers' slots follow the grown scratch */
         const unsigned char *lo = m->layer_act.mem, *hi = lo + m->layer_act.bytes;
-        const unsigned char *q = (const unsigned char *)m->acts.vis_layers[0].qkv;
-        const unsigned char *t = (const unsigned char *)m->acts.text_layers[0].q;
+        const unsigned char *q = (const unsigned char *)m->acts.vit->layers[0].qkv;
+        const unsigned char *t = (const unsigned char *)m->acts.text->layers[0].q;
         tu_check(q >= lo && q < hi && t >= lo && t < hi,
                  "%s: after the towers backward the layer slots lie in the current scratch",
                  what);
@@ -445,9 +445,9 @@ static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
                      inner);
             /* gradients the backward reads where another slot holds them (towers.h
              * post_ln_backward, vit.c) take no gradient slot; their activations stay */
-            const bt_vit_layer_acts *va = &pm.acts.vis_layers[0], *vd = &pm.dacts.vis_layers[0];
-            const bt_text_layer_acts *ta = &pm.acts.text_layers[0];
-            const bt_text_layer_acts *td = &pm.dacts.text_layers[0];
+            const bt_vit_layer_acts *va = &pm.acts.vit->layers[0], *vd = &pm.dacts.vit->layers[0];
+            const bt_text_layer_acts *ta = &pm.acts.text->layers[0];
+            const bt_text_layer_acts *td = &pm.dacts.text->layers[0];
             const bt_cross_layer_acts *xa = &pm.acts.xi[0], *xd = &pm.dacts.xi[0];
             tu_check(va->attn_out && va->mlp_out && ta->res2 && xa->res2 && xa->res3 &&
                          !vd->attn_out && !vd->mlp_out && !td->res2 && !xd->res2 && !xd->res3 &&
@@ -561,13 +561,13 @@ static int act16_pair(bt_model m[2], bt_act_mode mode, const char *what) {
 
 /* The pass backward_rounds makes stored what it should: bf16 slots on, fp32 ones off. */
 static void check_act16_slots(const bt_model m[2], const char *what) {
-    const bt_vit_layer_acts *v0 = &m[0].acts.vis_layers[0], *v1 = &m[1].acts.vis_layers[0];
+    const bt_vit_layer_acts *v0 = &m[0].acts.vit->layers[0], *v1 = &m[1].acts.vit->layers[0];
     const bt_cross_layer_acts *x0 = &m[0].acts.xi[0], *x1 = &m[1].acts.xi[0];
     tu_check(v1->y1_16 && v1->y2_16 && v1->ctx_16 && v1->f_16 && !v1->y1 && !v1->y2 && !v1->f &&
-                 m[1].acts.text_layers[0].f_16 && m[1].acts.text_layers[0].ctx_16 &&
+                 m[1].acts.text->layers[0].f_16 && m[1].acts.text->layers[0].ctx_16 &&
                  x1->f_16 && x1->ctx_16 && x1->cctx_16 && m[1].acts.bridges[0].lnp_16 &&
                  !v0->y1_16 && !v0->f_16 && !x0->cctx_16 && !m[0].acts.bridges[0].lnp_16 &&
-                 m[1].dacts.vis_layers[0].f && !m[1].dacts.vis_layers[0].f_16,
+                 m[1].dacts.vit->layers[0].f && !m[1].dacts.vit->layers[0].f_16,
              "%s: storage on: bf16 slots (ViT y1 y2 ctx f, text ctx f, cross ctx cctx f, "
              "ln_post), fp32 gradients; off: fp32 slots", what);
 }
@@ -607,7 +607,7 @@ static void check_act16_grads(bt_act_mode mode, const char *route) {
             fill_output_grads(&m[1], 31, 1);
             fill_output_grads(&m[1], 41, 0);
             bt_cross_backward_pairs(&m[1]);
-            m[1].acts.vis_layers[0].f_16[3] ^= 1;
+            m[1].acts.vit->layers[0].f_16[3] ^= 1;
             bt_towers_backward(&m[1]);
             tu_check(memcmp(m[1].grads, want, m[1].table.numel * sizeof(float)) != 0,
                      "%s control: one flipped bit of a stored activation changes the gradients",

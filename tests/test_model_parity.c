@@ -38,6 +38,8 @@
 #include "safetensors.h"
 #include "test_fixture.h"
 #include "test_util.h"
+#include "text.h"
+#include "vit.h"
 
 /* --- comparison with per-group statistics -------------------------------------------------- */
 
@@ -210,12 +212,12 @@ static void check_forward(const bt_model *m, const safetensors_file *io, const t
     char name[64];
     for (int l = 0; l <= c->text_layers; l++) {
         snprintf(name, sizeof name, "text_hidden.%d", l);
-        cmp_fx(io, "text tower", name, m->acts.text_h[l], Nt * (size_t)c->text_hidden,
+        cmp_fx(io, "text tower", name, m->acts.text->h[l], Nt * (size_t)c->text_hidden,
                tol->rtol, tol->atol_frac);
     }
     for (int l = 0; l <= c->vision_layers; l++) {
         snprintf(name, sizeof name, "image_hidden.%d", l);
-        cmp_fx(io, "vision tower", name, m->acts.vis_h[l], Nv * (size_t)c->vision_hidden,
+        cmp_fx(io, "vision tower", name, m->acts.vit->h[l], Nv * (size_t)c->vision_hidden,
                tol->rtol, tol->atol_frac);
     }
     for (int k = 0; k < c->cross_layers; k++) {

@@ -1,5 +1,5 @@
 /* cross.c: the bridges and the cross-modal stack of BridgeTower (docs/spec.md §3.5-§3.9):
- *   for k = 0..X-1, with T_k = text_h[S+k] and I_k = vis_h[S+k]:
+ *   for k = 0..X-1, with T_k = text->h[S+k] and I_k = vit->h[S+k]:
  *     ut = Tt(T_k) + tt0,  ui = Ti(ln_post(I_k)) + tt1           (shared Tt, Ti, ln_post)
  *     k = 0:  X'_0 = LN_text(ut),             Y'_0 = LN_image(ui)
  *     k >= 1: X'_k = LinkText_{k-1}(ut, X_{k-1}), Y'_k = LinkImage_{k-1}(ui, Y_{k-1})
@@ -485,13 +485,13 @@ void cross_towers_forward(bt_model *m) {
         bt_bridge_acts *br = &a->bridges[k];
         /* ut = Tt(T_k) + tt0 */
         if (Nt) {
-            lin_forward(m, br->ut, a->text_h[c->split + k], &sp.tt, Nt);
+            lin_forward(m, br->ut, a->text->h[c->split + k], &sp.tt, Nt);
             bias_add_forward(br->ut, br->ut, tt0, Nt, H);
         }
         /* ui = Ti(ln_post(I_k)) + tt1 */
         if (Nv) {
             norm_forward_act(br->lnp, br->lnp_16, br->lnp_mean, br->lnp_rstd,
-                             a->vis_h[c->split + k], &sp.ln_post, Nv);
+                             a->vit->h[c->split + k], &sp.ln_post, Nv);
             lin_forward_act(m, br->ui, br->lnp, br->lnp_16, &sp.ti, Nv);
             bias_add_forward(br->ui, br->ui, tt1, Nv, H);
         }
@@ -513,14 +513,14 @@ void cross_towers_backward(bt_model *m) {
         /* ut = Tt(T_k) + tt0 */
         if (Nt) {
             bias_add_backward(NULL, dtt0, dbr->ut, Nt, H);
-            lin_backward(m, d->text_h[c->split + k], dbr->ut, a->text_h[c->split + k], &sp.tt,
+            lin_backward(m, d->text->h[c->split + k], dbr->ut, a->text->h[c->split + k], &sp.tt,
                          Nt, BT_DX_ADD);
         }
         /* ui = Ti(lnp) + tt1, lnp = ln_post(I_k) */
         if (Nv) {
             bias_add_backward(NULL, dtt1, dbr->ui, Nv, H);
             lin_backward_act(m, dbr->lnp, dbr->ui, br->lnp, br->lnp_16, &sp.ti, Nv, BT_DX_SET);
-            norm_backward(d->vis_h[c->split + k], dbr->lnp, a->vis_h[c->split + k], br->lnp_mean,
+            norm_backward(d->vit->h[c->split + k], dbr->lnp, a->vit->h[c->split + k], br->lnp_mean,
                           br->lnp_rstd, &sp.ln_post, Nv, BT_DX_ADD);
         }
     }

@@ -121,7 +121,7 @@ void heads_towers_forward(bt_model *m) {
     const itc_params p = itc_params_get(m);
     /* text: raw last uni-modal text layer CLS */
     if (Bt) {
-        cls_gather(a->itc_t_cls, a->text_h[c->text_layers], Bt, m->T, H);
+        cls_gather(a->itc_t_cls, a->text->h[c->text_layers], Bt, m->T, H);
         lin_forward(m, a->itc_t_proj, a->itc_t_cls, &p.text, Bt);
         l2_normalize_forward(a->itc_t, a->itc_t_norm, a->itc_t_proj, Bt, C);
     }
@@ -144,7 +144,7 @@ void heads_towers_backward(bt_model *m) {
     if (Bt) {
         l2_normalize_backward(d->itc_t_proj, d->itc_t, a->itc_t, a->itc_t_norm, Bt, C);
         lin_backward(m, d->itc_t_cls, d->itc_t_proj, a->itc_t_cls, &p.text, Bt, BT_DX_ADD);
-        cls_scatter_add(d->text_h[c->text_layers], d->itc_t_cls, Bt, m->T, H);
+        cls_scatter_add(d->text->h[c->text_layers], d->itc_t_cls, Bt, m->T, H);
     }
     if (Bi) {
         l2_normalize_backward(d->itc_i_proj, d->itc_i, a->itc_i, a->itc_i_norm, Bi, C);

@@ -155,22 +155,31 @@ void cls_scatter_add(float *dx, const float *dout, size_t B, size_t T, size_t C)
 
 static void acts_alloc_arrays(bt_acts *a, const bt_model_config *c) {
     memset(a, 0, sizeof *a);
-    a->text_h = calloc((size_t)c->text_layers + 1, sizeof *a->text_h);
-    a->text_layers = calloc((size_t)c->text_layers, sizeof *a->text_layers);
-    a->vis_h = calloc((size_t)c->vision_layers + 1, sizeof *a->vis_h);
-    a->vis_layers = calloc((size_t)c->vision_layers, sizeof *a->vis_layers);
+    a->text = calloc(1, sizeof *a->text);
+    a->vit = calloc(1, sizeof *a->vit);
+    BT_ASSERT(a->text && a->vit);
+    a->text->h = calloc((size_t)c->text_layers + 1, sizeof *a->text->h);
+    a->text->layers = calloc((size_t)c->text_layers, sizeof *a->text->layers);
+    a->vit->h = calloc((size_t)c->vision_layers + 1, sizeof *a->vit->h);
+    a->vit->layers = calloc((size_t)c->vision_layers, sizeof *a->vit->layers);
     a->bridges = calloc((size_t)c->cross_layers, sizeof *a->bridges);
     a->xt = calloc((size_t)c->cross_layers, sizeof *a->xt);
     a->xi = calloc((size_t)c->cross_layers, sizeof *a->xi);
-    BT_ASSERT(a->text_h && a->text_layers && a->vis_h && a->vis_layers && a->bridges && a->xt &&
-              a->xi);
+    BT_ASSERT(a->text->h && a->text->layers && a->vit->h && a->vit->layers && a->bridges &&
+              a->xt && a->xi);
 }
 
 static void acts_free_arrays(bt_acts *a) {
-    free(a->text_h);
-    free(a->text_layers);
-    free(a->vis_h);
-    free(a->vis_layers);
+    if (a->text) {
+        free(a->text->h);
+        free(a->text->layers);
+    }
+    if (a->vit) {
+        free(a->vit->h);
+        free(a->vit->layers);
+    }
+    free(a->text);
+    free(a->vit);
     free(a->bridges);
     free(a->xt);
     free(a->xi);

@@ -98,7 +98,9 @@ typedef struct bt_pair {
  *                 (P rows), MLM (Pm*T rows of the Pm flagged pairs), ITC cross (P rows).
  * In the slot comments below B is the row count of the owning phase (Bt, Bi or P). */
 
-/* Per-block activation structs, defined by their blocks (vit.h, text.h, cross.h). */
+/* Per-block activation structs, defined by their blocks (text.h, vit.h, cross.h). */
+typedef struct bt_text_acts bt_text_acts;
+typedef struct bt_vit_acts bt_vit_acts;
 typedef struct bt_text_layer_acts bt_text_layer_acts;
 typedef struct bt_vit_layer_acts bt_vit_layer_acts;
 typedef struct bt_cross_layer_acts bt_cross_layer_acts;
@@ -106,23 +108,11 @@ typedef struct bt_bridge_acts bt_bridge_acts;
 
 typedef struct bt_acts {
     /* --- tower arena --- */
-    /* text embeddings */
-    float *text_emb;        /* (Nt, Ht) word + position + type (LN input) */
-    float *text_pos_rows;   /* (Nt, Ht) gathered position rows (no grad) */
-    float *text_emb_mean, *text_emb_rstd; /* (Nt) */
-    float *text_emb_ln;     /* (Nt, Ht) LN output, before the embedding dropout */
-    float **text_h;         /* [Lt+1] (Nt, Ht): 0 = embeddings (after dropout), l+1 = layer l */
-    bt_text_layer_acts *text_layers; /* [Lt] */
+    bt_text_acts *text;     /* the text tower's slots (text.h) */
     float *key_bias;        /* (Bt, T) 0 or -FLT_MAX (no grad) */
-    /* vision */
-    float *patches;         /* (Bi*G², 3PP) unfolded pixels, (c, ky, kx) order (no grad) */
-    float *patch_emb;       /* (Bi*G², Hv) */
-    float *vis_emb;         /* (Nv, Hv) [CLS; patches] + positions (ln_pre input) */
-    float *vis_emb_mean, *vis_emb_rstd; /* (Nv) */
-    float **vis_h;          /* [Lv+1] (Nv, Hv): 0 = after ln_pre, l+1 = block l */
-    bt_vit_layer_acts *vis_layers; /* [Lv] */
+    bt_vit_acts *vit;       /* the vision tower's slots (vit.h) */
     /* ITC uni-modal head */
-    float *itc_t_cls;       /* (Bt, H) uni-modal text CLS (text_h[Lt] row 0) */
+    float *itc_t_cls;       /* (Bt, H) uni-modal text CLS (text->h[Lt] row 0) */
     float *itc_i_cls;       /* (Bi, H) image CLS of the last bridge's ui */
     float *itc_t_proj, *itc_i_proj; /* (Bt, C), (Bi, C) head outputs */
     float *itc_t, *itc_i;   /* (Bt, C), (Bi, C) L2-normalized = m->itc_text / m->itc_image */

@@ -2,9 +2,9 @@
  * (word + RoBERTa positions + type 0, LayerNorm, dropout) and Lt post-LN BERT layers.
  *
  * Runs on the Bt texts of the towers phase; dropout masks are keyed by each row's sample key
- * (m->text_keys). The outputs of every layer stay in m->acts.text_h[l+1]; the bridges
+ * (m->text_keys). The outputs of every layer stay in m->acts.text->h[l+1]; the bridges
  * (cross.c) read the last X of them and the ITC head reads the CLS row of the last one, and
- * their gradients arrive in m->dacts.text_h[] before text_backward runs.
+ * their gradients arrive in m->dacts.text->h[] before text_backward runs.
  *
  * Deliberately not here: the text pooler (text_model.pooler is in the weights but unused by
  * BridgeTowerModel), token_type_ids (HF ignores them: every token has type 0). */
@@ -43,18 +43,18 @@ void text_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t Bt, siz
     const size_t Ht = (size_t)c->text_hidden, Nt = Bt * T;
     /* embeddings (LN input / output), hidden states, layers */
     arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
-    a->text_emb = layout_slot_set(e, Nt * Ht);
-    a->text_pos_rows = layout_slot_ng(e, Nt * Ht);
-    a->text_emb_mean = layout_slot_ng(e, Nt);
-    a->text_emb_rstd = layout_slot_ng(e, Nt);
-    a->text_emb_ln = layout_slot_set(e, Nt * Ht);
-    layout_hidden(a->text_h, L, c->text_layers, c->split, Nt * Ht);
+    a->text->emb = layout_slot_set(e, Nt * Ht);
+    a->text->pos_rows = layout_slot_ng(e, Nt * Ht);
+    a->text->emb_mean = layout_slot_ng(e, Nt);
+    a->text->emb_rstd = layout_slot_ng(e, Nt);
+    a->text->emb_ln = layout_slot_set(e, Nt * Ht);
+    layout_hidden(a->text->h, L, c->text_layers, c->split, Nt * Ht);
     for (int l = 0; l < c->text_layers; l++) {
         if (l == 0 || !L->shared)
-            text_layer_layout(&a->text_layers[l], layout_group_open(L, BT_GROUP_TEXT), c, Bt, T,
+            text_layer_layout(&a->text->layers[l], layout_group_open(L, BT_GROUP_TEXT), c, Bt, T,
                               stage);
         else
-            a->text_layers[l] = a->text_layers[0];
+            a->text->layers[l] = a->text->layers[0];
     }
 }
 
@@ -132,7 +132,7 @@ static attention_dims text_attn_dims(const bt_model *m) {
 
 /* One post-LN BERT layer: x (Nt, Ht) -> out (Nt, Ht). */
 static void text_layer_forward(bt_model *m, int l, float *out, const float *x) {
-    bt_text_layer_acts *a = &m->acts.text_layers[l];
+    bt_text_layer_acts *a = &m->acts.text->layers[l];
     const text_layer_params p = text_layer_params_get(m, l);
     const size_t N = m->Bt * m->T, C = (size_t)m->cfg.text_hidden;
     const size_t I = (size_t)m->cfg.text_intermediate;
@@ -160,9 +160,9 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
                                 const float *x) {
     /* checkpointing: the internals again, same dropout masks (the output gets the same bits) */
     if (model_layer_recompute(m, BT_GROUP_TEXT))
-        text_layer_forward(m, l, m->acts.text_h[l + 1], x);
-    bt_text_layer_acts *a = &m->acts.text_layers[l]; /* only read (non-const for post_ln_slots) */
-    bt_text_layer_acts *d = &m->dacts.text_layers[l];
+        text_layer_forward(m, l, m->acts.text->h[l + 1], x);
+    bt_text_layer_acts *a = &m->acts.text->layers[l]; /* only read (non-const for post_ln_slots) */
+    bt_text_layer_acts *d = &m->dacts.text->layers[l];
     const text_layer_params p = text_layer_params_get(m, l);
     const size_t N = m->Bt * m->T;
     const attention_dims ad = text_attn_dims(m);
@@ -199,16 +199,16 @@ void text_forward(bt_model *m) {
     attention_key_bias_from_mask(a->key_bias, m->mask, N);
     /* e = word[id] + position[pos] + type[0]; h0 = dropout(LN(e)) */
     text_position_ids(m->pos_ids, m->ids, m->Bt, m->T, c->pad_token_id);
-    embedding_forward(a->text_emb, m->ids, m->p.text_word_emb, N, C, (size_t)c->vocab_size);
-    embedding_forward(a->text_pos_rows, m->pos_ids, m->p.text_pos_emb, N, C,
+    embedding_forward(a->text->emb, m->ids, m->p.text_word_emb, N, C, (size_t)c->vocab_size);
+    embedding_forward(a->text->pos_rows, m->pos_ids, m->p.text_pos_emb, N, C,
                       (size_t)c->max_position_embeddings);
-    residual_forward(a->text_emb, a->text_emb, a->text_pos_rows, N * C);
-    bias_add_forward(a->text_emb, a->text_emb, m->p.text_type_emb, N, C);
-    norm_forward(a->text_emb_ln, a->text_emb_mean, a->text_emb_rstd, a->text_emb, &ln, N);
-    rows_dropout_forward(a->text_h[0], a->text_emb_ln, m->Bt, m->T * C, &de, m->text_keys);
+    residual_forward(a->text->emb, a->text->emb, a->text->pos_rows, N * C);
+    bias_add_forward(a->text->emb, a->text->emb, m->p.text_type_emb, N, C);
+    norm_forward(a->text->emb_ln, a->text->emb_mean, a->text->emb_rstd, a->text->emb, &ln, N);
+    rows_dropout_forward(a->text->h[0], a->text->emb_ln, m->Bt, m->T * C, &de, m->text_keys);
 
     for (int l = 0; l < c->text_layers; l++)
-        text_layer_forward(m, l, a->text_h[l + 1], a->text_h[l]);
+        text_layer_forward(m, l, a->text->h[l + 1], a->text->h[l]);
 }
 
 void text_backward(bt_model *m) {
@@ -221,16 +221,16 @@ void text_backward(bt_model *m) {
     const bt_dropout de = model_dropout(m, bt_site(BT_SITE_TEXT_EMB, 0, 0), m->hidden_dropout);
 
     for (int l = c->text_layers - 1; l >= 0; l--) {
-        text_layer_backward(m, l, d->text_h[l], d->text_h[l + 1], a->text_h[l]);
+        text_layer_backward(m, l, d->text->h[l], d->text->h[l + 1], a->text->h[l]);
         bt_grads_final(m, BT_GRAD_EV_TEXT_LAYER, l); /* model.h: gradients-final events */
     }
 
     /* h0 = dropout(emb_ln), emb_ln = LN(e) */
-    rows_dropout_backward(d->text_emb_ln, d->text_h[0], m->Bt, m->T * C, &de, m->text_keys,
+    rows_dropout_backward(d->text->emb_ln, d->text->h[0], m->Bt, m->T * C, &de, m->text_keys,
                           BT_DX_SET);
-    norm_backward(d->text_emb, d->text_emb_ln, a->text_emb, a->text_emb_mean, a->text_emb_rstd,
+    norm_backward(d->text->emb, d->text->emb_ln, a->text->emb, a->text->emb_mean, a->text->emb_rstd,
                   &ln, N, BT_DX_SET);
-    const float *d_e = d->text_emb;
+    const float *d_e = d->text->emb;
     /* e = word[id] + pos[pos] + type[0]: padding rows (padding_idx = pad) get no gradient */
     embedding_backward(m->g.text_word_emb, d_e, m->ids, N, C, (size_t)c->vocab_size,
                        c->pad_token_id);

@@ -10,6 +10,16 @@
 #include "layout.h"
 #include "model.h"
 
+/* The tower's slots in the towers phase (rows Nt = Bt*T). */
+struct bt_text_acts {
+    float *emb;             /* (Nt, Ht) word + position + type (LN input) */
+    float *pos_rows;        /* (Nt, Ht) gathered position rows (no grad) */
+    float *emb_mean, *emb_rstd; /* (Nt) */
+    float *emb_ln;          /* (Nt, Ht) LN output, before the embedding dropout */
+    float **h;              /* [Lt+1] (Nt, Ht): 0 = embeddings (after dropout), l+1 = layer l */
+    bt_text_layer_acts *layers; /* [Lt] */
+};
+
 struct bt_text_layer_acts {
     float *q, *k, *v;       /* (Nt, Ht) */
     float *probs;           /* (Bt, NHt, T, T) softmax before dropout (no grad) */

@@ -2,9 +2,9 @@
  * a GEMM over unfolded patches, CLS token, positions, ln_pre, and Lv pre-LN residual blocks
  * with fused [Q;K;V] in_proj and QuickGELU. No masks, no dropout in this tower.
  *
- * Runs on the Bi images of the towers phase. Block outputs stay in m->acts.vis_h[l+1]
+ * Runs on the Bi images of the towers phase. Block outputs stay in m->acts.vit->h[l+1]
  * WITHOUT ln_post: ln_post is applied per bridge (cross.c, which also feeds the ITC image
- * path), and its gradients arrive in m->dacts.vis_h[].
+ * path), and its gradients arrive in m->dacts.vit->h[].
  *
  * Deliberately not here: position-embedding interpolation for other image sizes, gradients
  * w.r.t. pixel values (nothing upstream needs them). */
@@ -42,18 +42,18 @@ void vit_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t Bi,
     const size_t Gp = Bi * (size_t)c->num_patches;
     const size_t PP = (size_t)c->patch_size, CH = (size_t)c->num_channels;
     arena_walk *e = layout_forward_group(L, BT_GROUP_FORWARD);
-    a->patches = layout_slot_ng(e, Gp * CH * PP * PP);
-    a->patch_emb = layout_slot(e, Gp * Hv);
-    a->vis_emb = layout_slot_set(e, Nv * Hv);
-    a->vis_emb_mean = layout_slot_ng(e, Nv);
-    a->vis_emb_rstd = layout_slot_ng(e, Nv);
-    layout_hidden(a->vis_h, L, c->vision_layers, c->split, Nv * Hv);
+    a->vit->patches = layout_slot_ng(e, Gp * CH * PP * PP);
+    a->vit->patch_emb = layout_slot(e, Gp * Hv);
+    a->vit->emb = layout_slot_set(e, Nv * Hv);
+    a->vit->emb_mean = layout_slot_ng(e, Nv);
+    a->vit->emb_rstd = layout_slot_ng(e, Nv);
+    layout_hidden(a->vit->h, L, c->vision_layers, c->split, Nv * Hv);
     for (int l = 0; l < c->vision_layers; l++) {
         if (l == 0 || !L->shared)
-            vit_layer_layout(&a->vis_layers[l], layout_group_open(L, BT_GROUP_VIT), c, Bi,
+            vit_layer_layout(&a->vit->layers[l], layout_group_open(L, BT_GROUP_VIT), c, Bi,
                              stage);
         else
-            a->vis_layers[l] = a->vis_layers[0];
+            a->vit->layers[l] = a->vit->layers[0];
     }
 }
 
@@ -134,7 +134,7 @@ static void vit_assemble_backward(float *dpatch_emb, float *dcls, float *dpos, c
 
 /* One pre-LN CLIP block: x (Nv, Hv) -> out (Nv, Hv). */
 static void vit_layer_forward(bt_model *m, int l, float *out, const float *x) {
-    bt_vit_layer_acts *a = &m->acts.vis_layers[l];
+    bt_vit_layer_acts *a = &m->acts.vit->layers[l];
     const vit_layer_params p = vit_layer_params_get(m, l);
     const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->Bi * (size_t)m->cfg.np;
     const attention_dims ad = vit_attn_dims(m);
@@ -157,9 +157,9 @@ static void vit_layer_forward(bt_model *m, int l, float *out, const float *x) {
 static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
                                const float *x) {
     /* checkpointing: the internals again (the output is rewritten with the same bits) */
-    if (model_layer_recompute(m, BT_GROUP_VIT)) vit_layer_forward(m, l, m->acts.vis_h[l + 1], x);
-    const bt_vit_layer_acts *a = &m->acts.vis_layers[l];
-    bt_vit_layer_acts *d = &m->dacts.vis_layers[l];
+    if (model_layer_recompute(m, BT_GROUP_VIT)) vit_layer_forward(m, l, m->acts.vit->h[l + 1], x);
+    const bt_vit_layer_acts *a = &m->acts.vit->layers[l];
+    bt_vit_layer_acts *d = &m->dacts.vit->layers[l];
     const vit_layer_params p = vit_layer_params_get(m, l);
     const size_t Hv = (size_t)m->cfg.vision_hidden, N = m->Bi * (size_t)m->cfg.np;
     const attention_dims ad = vit_attn_dims(m);
@@ -198,14 +198,14 @@ void vit_forward(bt_model *m, const float *pixel_values) {
     const bt_norm ln_pre = model_norm(m, BT_P_VIS_LN_PRE_W, BT_P_VIS_LN_PRE_B, 0,
                                       c->vision_layer_norm_eps);
     /* conv(stride P, no bias) = unfold · W_patchᵀ */
-    vit_unfold_patches(a->patches, pixel_values, B, CH, (size_t)c->image_size, P);
-    lin_forward(m, a->patch_emb, a->patches, &patch, B * (Np - 1));
+    vit_unfold_patches(a->vit->patches, pixel_values, B, CH, (size_t)c->image_size, P);
+    lin_forward(m, a->vit->patch_emb, a->vit->patches, &patch, B * (Np - 1));
     /* [CLS; patches] + positions, then ln_pre */
-    vit_assemble_forward(a->vis_emb, a->patch_emb, m->p.vis_cls, m->p.vis_pos, B, Np, Hv);
-    norm_forward(a->vis_h[0], a->vis_emb_mean, a->vis_emb_rstd, a->vis_emb, &ln_pre, B * Np);
+    vit_assemble_forward(a->vit->emb, a->vit->patch_emb, m->p.vis_cls, m->p.vis_pos, B, Np, Hv);
+    norm_forward(a->vit->h[0], a->vit->emb_mean, a->vit->emb_rstd, a->vit->emb, &ln_pre, B * Np);
 
     for (int l = 0; l < c->vision_layers; l++)
-        vit_layer_forward(m, l, a->vis_h[l + 1], a->vis_h[l]);
+        vit_layer_forward(m, l, a->vit->h[l + 1], a->vit->h[l]);
 }
 
 void vit_backward(bt_model *m) {
@@ -218,14 +218,14 @@ void vit_backward(bt_model *m) {
                                       c->vision_layer_norm_eps);
 
     for (int l = c->vision_layers - 1; l >= 0; l--) {
-        vit_layer_backward(m, l, d->vis_h[l], d->vis_h[l + 1], a->vis_h[l]);
+        vit_layer_backward(m, l, d->vit->h[l], d->vit->h[l + 1], a->vit->h[l]);
         bt_grads_final(m, BT_GRAD_EV_VIT_LAYER, l); /* model.h: gradients-final events */
     }
 
-    norm_backward(d->vis_emb, d->vis_h[0], a->vis_emb, a->vis_emb_mean, a->vis_emb_rstd,
+    norm_backward(d->vit->emb, d->vit->h[0], a->vit->emb, a->vit->emb_mean, a->vit->emb_rstd,
                   &ln_pre, B * Np, BT_DX_SET);
-    vit_assemble_backward(d->patch_emb, m->g.vis_cls, m->g.vis_pos, d->vis_emb, B, Np, Hv);
+    vit_assemble_backward(d->vit->patch_emb, m->g.vis_cls, m->g.vis_pos, d->vit->emb, B, Np, Hv);
     /* patch_emb = patches · W_patchᵀ: weight gradient only (no pixel gradient) */
-    lin_backward(m, NULL, d->patch_emb, a->patches, &patch, B * (Np - 1), BT_DX_ADD);
+    lin_backward(m, NULL, d->vit->patch_emb, a->vit->patches, &patch, B * (Np - 1), BT_DX_ADD);
     bt_grads_final(m, BT_GRAD_EV_VIT_EMB, 0);
 }

@@ -10,6 +10,16 @@
 #include "layout.h"
 #include "model.h"
 
+/* The tower's slots in the towers phase (rows Nv = Bi*Np). */
+struct bt_vit_acts {
+    float *patches;         /* (Bi*G², 3PP) unfolded pixels, (c, ky, kx) order (no grad) */
+    float *patch_emb;       /* (Bi*G², Hv) */
+    float *emb;             /* (Nv, Hv) [CLS; patches] + positions (ln_pre input) */
+    float *emb_mean, *emb_rstd; /* (Nv) */
+    float **h;              /* [Lv+1] (Nv, Hv): 0 = after ln_pre, l+1 = block l */
+    bt_vit_layer_acts *layers; /* [Lv] */
+};
+
 struct bt_vit_layer_acts {
     float *y1;              /* (Nv, Hv) ln_1(x) */
     bt_bf16 *y1_16;         /* (Nv, Hv) bf16 storage: ln_1(x) (y1 NULL) */
