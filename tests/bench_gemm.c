@@ -38,7 +38,7 @@
 
 #include "bt_config.h"
 #include "clock.h"
-#include "gemm.h"
+#include "kernels/gemm.h"
 
 #if BT_HAVE_OPENMP
 #include <omp.h>

@@ -42,15 +42,15 @@
 #include <omp.h>
 #endif
 
-#include "config.h"
+#include "model/config.h"
 #include "data/image.h"
 #include "data/loader.h"
 #include "data/manifest.h"
 #include "data/shards.h"
 #include "data/synth.h"
 #include "data/tokenizer.h"
-#include "gemm.h"
-#include "model.h"
+#include "kernels/gemm.h"
+#include "model/model.h"
 #include "test_fixture.h"
 #include "test_util.h"
 

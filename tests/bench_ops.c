@@ -28,8 +28,8 @@
 #include <time.h>
 
 #include "bt_config.h"
-#include "ops.h"
-#include "ops_ref.h"
+#include "kernels/ops.h"
+#include "kernels/ops_ref.h"
 #include "test_util.h"
 
 #if BT_HAVE_OPENMP

@@ -22,10 +22,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "config.h"
-#include "ops.h"
-#include "optim.h"
-#include "params.h"
+#include "model/config.h"
+#include "kernels/ops.h"
+#include "train/optim.h"
+#include "model/params.h"
 #include "test_util.h"
 
 static double clock_s(clockid_t id) {

@@ -46,13 +46,13 @@
 #endif
 
 #include "clock.h"
-#include "cpu.h"
-#include "flops.h"
-#include "gemm.h"
-#include "kernel_clock.h"
-#include "model.h"
-#include "ops.h"
-#include "step.h"
+#include "kernels/cpu.h"
+#include "model/flops.h"
+#include "kernels/gemm.h"
+#include "kernels/kernel_clock.h"
+#include "model/model.h"
+#include "kernels/ops.h"
+#include "train/step.h"
 #include "test_util.h"
 
 /* CPU seconds of the whole process (all threads) and its minor page faults so far. */

@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "test_util.h"
-#include "tokenizer.h"
+#include "data/tokenizer.h"
 
 enum { N_CAPTIONS = 20000, REPEATS = 5, MAX_LEN = 50 };
 

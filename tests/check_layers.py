@@ -4,7 +4,9 @@
 The libraries form one line: base (src/*.c) -> kernels -> model; data on base only; dist on
 base (and MPI) only; train on model, data and dist. This script reads every #include "..." of
 src/ and fails, naming the file, the line and the header, when one crosses the line the wrong
-way (a header is found by the folder that holds it, whether it is included bare or by folder).
+way, and when an include does not name its folder: headers of src/kernels, src/model,
+src/data, src/dist and src/train are included as "folder/name.h" everywhere (bt_base's, in
+src/ itself, by name), so a reader sees which library a name comes from.
 A command-line program (a file with main) may also include the libraries below the ones it
 links (bt-data reads a model config). With a build directory as argument it also checks that
 the data library's test binaries link neither oneDNN nor OpenBLAS (ldd).
@@ -69,6 +71,10 @@ def main():
                 target = layer  # a quoted include finds the including file's folder first
             else:
                 target = headers.get(name)
+            if "/" not in name and target not in (None, "base"):
+                print(f"{os.path.relpath(path, ROOT)}:{lineno}: #include \"{name}\": "
+                      f"name its folder (#include \"{target}/{name}\")")
+                bad += 1
             if target is None:
                 print(f"{os.path.relpath(path, ROOT)}:{lineno}: #include \"{name}\": no such "
                       f"header in src/")

@@ -26,10 +26,10 @@
 #include <omp.h>
 #endif
 
-#include "attention_amx.h"
-#include "gemm.h"
-#include "ops.h"
-#include "ops_ref.h"
+#include "kernels/attention_amx.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+#include "kernels/ops_ref.h"
 #include "test_attention_case.h"
 #include "test_util.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h"
+#include "kernels/ops.h"
 #include "test_util.h"
 
 typedef struct {

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "model/config.h"
 #include "data/image.h"
 #include "data/loader.h"
 #include "data/manifest.h"

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
+#include "model/checkpoint.h"
 #include "safetensors.h"
 #include "test_util.h"
 

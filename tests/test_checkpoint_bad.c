@@ -25,7 +25,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "model/checkpoint.h"
 #include "safetensors.h"
 #include "test_util.h"
 

@@ -34,7 +34,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
+#include "model/checkpoint.h"
 #include "test_util.h"
 
 static const char *exe;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "model/checkpoint.h"
 #include "safetensors.h"
 #include "status.h"
 #include "test_util.h"

@@ -46,9 +46,9 @@
 #include <omp.h>
 #endif
 
-#include "cpu.h"
-#include "gemm.h"
-#include "ops.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
 #include "safetensors.h"
 #include "test_fixture.h"
 #include "test_util.h"

@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "bt_config.h"
-#include "gemm.h"
+#include "kernels/gemm.h"
 #include "test_util.h"
 
 #if BT_HAVE_OPENMP

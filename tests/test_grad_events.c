@@ -36,10 +36,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "gemm.h"
-#include "model.h"
-#include "params.h"
+#include "model/config.h"
+#include "kernels/gemm.h"
+#include "model/model.h"
+#include "model/params.h"
 #include "test_model_fd.h"
 #include "test_util.h"
 #include "train/step.h"

@@ -30,9 +30,9 @@
 #endif
 
 #include "clock.h"
-#include "gemm.h"
-#include "kernel_clock.h"
-#include "ops.h"
+#include "kernels/gemm.h"
+#include "kernels/kernel_clock.h"
+#include "kernels/ops.h"
 #include "test_util.h"
 
 #define SLACK_S 1e-3

@@ -29,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm.h"
-#include "loss.h"
+#include "kernels/gemm.h"
+#include "train/loss.h"
 #include "safetensors.h"
 #include "test_fixture.h"
 #include "test_util.h"

@@ -16,9 +16,9 @@
 
 #include <stddef.h>
 
-#include "config.h"
-#include "model.h"
-#include "params.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/params.h"
 #include "test_util.h"
 
 /* configs/tiny/config.json (BT_CONFIGS set by meson, else the source tree's); records a

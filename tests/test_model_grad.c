@@ -27,9 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "model.h"
-#include "params.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/params.h"
 #include "test_model_fd.h"
 #include "test_util.h"
 

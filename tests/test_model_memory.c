@@ -51,16 +51,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "cross.h"
-#include "gemm.h"
-#include "model.h"
-#include "params.h"
-#include "step.h"
+#include "model/config.h"
+#include "model/cross.h"
+#include "kernels/gemm.h"
+#include "model/model.h"
+#include "model/params.h"
+#include "train/step.h"
 #include "test_model_fd.h"
 #include "test_util.h"
-#include "text.h"
-#include "vit.h"
+#include "model/text.h"
+#include "model/vit.h"
 
 enum { T = 8, MAXB = 8, MAXP = 16 };
 

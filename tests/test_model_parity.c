@@ -31,15 +31,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "cross.h"
-#include "model.h"
-#include "params.h"
+#include "model/config.h"
+#include "model/cross.h"
+#include "model/model.h"
+#include "model/params.h"
 #include "safetensors.h"
 #include "test_fixture.h"
 #include "test_util.h"
-#include "text.h"
-#include "vit.h"
+#include "model/text.h"
+#include "model/vit.h"
 
 /* --- comparison with per-group statistics -------------------------------------------------- */
 

@@ -21,10 +21,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "config.h"
-#include "model.h"
-#include "optim.h"
-#include "params.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "train/optim.h"
+#include "model/params.h"
 #include "test_util.h"
 
 static const char *config_path(const char *name) {

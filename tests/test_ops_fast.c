@@ -34,8 +34,8 @@
 #include <omp.h>
 #endif
 
-#include "ops.h"
-#include "ops_ref.h"
+#include "kernels/ops.h"
+#include "kernels/ops_ref.h"
 #include "test_attention_case.h"
 #include "test_util.h"
 

@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h"
-#include "ops_ref.h"
+#include "kernels/ops.h"
+#include "kernels/ops_ref.h"
 #include "test_util.h"
 
 #define FD_H 1e-6

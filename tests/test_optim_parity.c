@@ -30,10 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "model.h"
-#include "optim.h"
-#include "params.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "train/optim.h"
+#include "model/params.h"
 #include "safetensors.h"
 #include "test_fixture.h"
 #include "test_util.h"

@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "train/log.h"
 #include "tb_reader.h"
 #include "test_util.h"
 

@@ -34,8 +34,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "log.h"
-#include "report.h"
+#include "train/log.h"
+#include "train/report.h"
 #include "test_util.h"
 
 enum { TOTAL = 60, LOGEVERY = 2, N_TRAIN = TOTAL / LOGEVERY, N_EVAL = 5 };

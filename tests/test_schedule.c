@@ -14,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "schedule.h"
+#include "train/schedule.h"
 #include "test_util.h"
 
 static void expect(const bt_schedule *s, int64_t step, double want) {

@@ -27,10 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "model/config.h"
 #include "data/loader.h"
-#include "model.h"
-#include "step.h"
+#include "model/model.h"
+#include "train/step.h"
 #include "test_util.h"
 
 enum { B = 4, T = 10, ACCUM = 2 };

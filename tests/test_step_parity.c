@@ -38,10 +38,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "config.h"
-#include "model.h"
+#include "model/config.h"
+#include "model/model.h"
 #include "safetensors.h"
-#include "step.h"
+#include "train/step.h"
 #include "test_compare.h"
 #include "test_fixture.h"
 #include "test_util.h"

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "tb_reader.h"
-#include "tensorboard.h"
+#include "train/tensorboard.h"
 #include "test_util.h"
 
 static void check_crc_vectors(void) {

@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 
 #include "test_util.h"
-#include "tokenizer.h"
+#include "data/tokenizer.h"
 
 enum { MAX_IDS = 4096 };
 

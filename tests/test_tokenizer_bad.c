@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 
 #include "test_util.h"
-#include "tokenizer.h"
+#include "data/tokenizer.h"
 
 static char g_dir[1024];
 

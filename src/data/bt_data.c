@@ -50,7 +50,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/config.h"
-#include "cpu.h"
+#include "kernels/cpu.h"
 #include "data/image.h"
 #include "data/loader.h"
 #include "data/manifest.h"

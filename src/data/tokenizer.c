@@ -6,7 +6,7 @@
  *
  * Deliberately not here: a regex engine (the GPT-2 pattern is a fixed scanner below),
  * offsets, normalizers, BPE dropout, training (scripts/train_bpe.py). */
-#include "tokenizer.h"
+#include "data/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -19,7 +19,7 @@
 
 #include "fileio.h"
 #include "json_util.h"
-#include "unicode_tables.h"
+#include "data/unicode_tables.h"
 
 /* ---------------------------------------------------------------------------------------
  * UTF-8

@@ -8,7 +8,7 @@
  * cross-checked against regex 2.5.123: \s identical; 4388 L/N differences, all on code
  * points unassigned in Unicode 14.0.0 (added in the newer Unicode regex uses).
  * Deliberately not here: any other Unicode property. */
-#include "unicode_tables.h"
+#include "data/unicode_tables.h"
 
 const char unicode_tables_version[] = "14.0.0";
 

@@ -18,12 +18,12 @@
  *
  * Deliberately not here: the reference (the same products run by gemm(), ops.c and
  * tests/test_attention_amx.c's double products), anything but bf16 operands. */
-#include "attention_amx.h"
+#include "kernels/attention_amx.h"
 
 #include <stdint.h>
 #include <string.h>
 
-#include "ops.h"
+#include "kernels/ops.h"
 #include "status.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11

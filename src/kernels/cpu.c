@@ -3,7 +3,7 @@
  *
  * Deliberately not here: picking the kernel table (ops.c reads bt_cpu_isa_active() in
  * kernels_init), the GEMM backend choice (gemm.c). */
-#include "cpu.h"
+#include "kernels/cpu.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -20,9 +20,9 @@
 #include <cjson/cJSON.h>
 
 #include "bt_config.h"
-#include "gemm.h"
+#include "kernels/gemm.h"
 #include "mem.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include "settings.h"
 
 static const char *const isa_names[BT_ISA_COUNT] = {"scalar", "avx2", "avx512", "avx512_bf16"};

@@ -4,7 +4,7 @@
  *
  * Deliberately not here: any arithmetic beyond the trivial k == 0 case (gemm_ref.c,
  * gemm_openblas.c, gemm_onednn.c do the products), oneDNN objects (gemm_onednn.c). */
-#include "gemm_backend.h"
+#include "kernels/gemm_backend.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "bt_config.h"
-#include "cpu.h"
-#include "kernel_clock.h"
+#include "kernels/cpu.h"
+#include "kernels/kernel_clock.h"
 #include "settings.h"
 
 /* -1 = not selected yet; otherwise a gemm_backend. Atomic because gemm() may run on many

@@ -4,7 +4,7 @@
 #ifndef BT_GEMM_BACKEND_H
 #define BT_GEMM_BACKEND_H
 
-#include "gemm.h"
+#include "kernels/gemm.h"
 
 /* Backend entry points, called by gemm_with() after it validated g, resolved batch 0 to 1
  * and handled the empty and k == 0 cases. */

@@ -50,8 +50,8 @@
  * descriptors). */
 #include "bt_config.h"
 #include "clock.h"
-#include "gemm_backend.h"
-#include "ops.h"
+#include "kernels/gemm_backend.h"
+#include "kernels/ops.h"
 
 #if BT_HAVE_ONEDNN
 

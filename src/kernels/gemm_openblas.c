@@ -16,7 +16,7 @@
 #include <cblas.h>
 
 #include "bt_config.h"
-#include "gemm_backend.h"
+#include "kernels/gemm_backend.h"
 
 #if BT_HAVE_OPENMP
 #include <omp.h>

@@ -10,7 +10,7 @@
  * Deliberately not here: speed (no blocking, no threads), batching (gemm.c). */
 #include <stddef.h>
 
-#include "gemm_backend.h"
+#include "kernels/gemm_backend.h"
 
 /* The value of one stored operand element under the product's compute precision. */
 static double gemm_ref_load(const void *p, bt_dtype t, size_t idx, gemm_compute compute) {

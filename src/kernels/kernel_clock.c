@@ -6,7 +6,7 @@
  *
  * Deliberately not here: deciding which kernels belong to which class (ops.c's dispatch
  * wrappers and gemm.c say it where they open their spans). */
-#include "kernel_clock.h"
+#include "kernels/kernel_clock.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -40,7 +40,7 @@
  *
  * Deliberately not here: the reference kernels (ops_ref.inc), the GEMM itself (gemm*.c), the
  * AMX tile products (attention_amx.c), any fast-math. */
-#include "ops.h"
+#include "kernels/ops.h"
 
 #include <float.h>
 #include <math.h>
@@ -54,9 +54,9 @@
 #include <omp.h>
 #endif
 
-#include "attention_amx.h"
-#include "kernel_clock.h"
-#include "ops_ref.h"
+#include "kernels/attention_amx.h"
+#include "kernels/kernel_clock.h"
+#include "kernels/ops_ref.h"
 #include "rng.h"
 #include "settings.h"
 #include "status.h"

@@ -35,9 +35,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu.h"
+#include "kernels/cpu.h"
 #include "dtype.h"
-#include "gemm.h"
+#include "kernels/gemm.h"
 
 /* Fills the kernel table (idempotent; called implicitly on first use). Honors BT_KERNELS,
  * BT_CPU_ISA (cpu.h) and BT_ATTENTION_THREADS. */

@@ -4,7 +4,7 @@
  *
  * Deliberately not here: the kernel bodies (ops_ref.inc, written once), dispatch and the
  * fast kernels (ops.c). */
-#include "ops_ref.h"
+#include "kernels/ops_ref.h"
 
 #include <float.h>
 #include <math.h>
@@ -33,7 +33,7 @@ static void ref_attention_check(const attention_dims *d) {
 #define REF_REAL float
 #define REF_NAME(x) x##_ref
 #define REF_HAS_BF16 1
-#include "ops_ref.inc"
+#include "kernels/ops_ref.inc"
 #undef REF_REAL
 #undef REF_NAME
 #undef REF_HAS_BF16
@@ -41,7 +41,7 @@ static void ref_attention_check(const attention_dims *d) {
 #define REF_REAL double
 #define REF_NAME(x) x##_ref_f64
 #define REF_HAS_BF16 0
-#include "ops_ref.inc"
+#include "kernels/ops_ref.inc"
 #undef REF_REAL
 #undef REF_NAME
 #undef REF_HAS_BF16

@@ -28,8 +28,8 @@
 #ifndef BT_OPS_REF_H
 #define BT_OPS_REF_H
 
-#include "ops.h"
-#include "ops_table.h"
+#include "kernels/ops.h"
+#include "kernels/ops_table.h"
 
 /* --- float references (same signatures as ops.h) ---------------------------------------
  * X_ref for every kernel of ops_table.h, declared from that list. Besides the ops_ref.inc

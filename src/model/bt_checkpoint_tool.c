@@ -23,8 +23,8 @@
 #include <sys/stat.h>
 
 #include "args.h"
-#include "checkpoint.h"
-#include "cpu.h"
+#include "model/checkpoint.h"
+#include "kernels/cpu.h"
 #include "fileio.h"
 
 static void usage(FILE *out) {

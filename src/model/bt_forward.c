@@ -37,14 +37,14 @@
 #endif
 
 #include "args.h"
-#include "checkpoint.h"
-#include "cross.h"
+#include "model/checkpoint.h"
+#include "model/cross.h"
 #include "clock.h"
-#include "cpu.h"
+#include "kernels/cpu.h"
 #include "fileio.h"
 #include "finite.h"
 #include "mem.h"
-#include "model.h"
+#include "model/model.h"
 #include "safetensors.h"
 
 enum { FWD_USAGE = 2, FWD_ERROR = 1 };

@@ -14,7 +14,7 @@
  *
  * Deliberately not here: pickle reading (scripts/convert_checkpoint.py), sharded files,
  * training state. */
-#include "checkpoint.h"
+#include "model/checkpoint.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

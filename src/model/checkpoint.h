@@ -50,9 +50,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config.h"
+#include "model/config.h"
 #include "dtype.h"
-#include "params.h"
+#include "model/params.h"
 #include "safetensors.h"
 #include "status.h"
 

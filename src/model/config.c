@@ -8,7 +8,7 @@
  *
  * Deliberately not here: unknown-key errors (HF files carry many generic keys, see config.h),
  * run configs. */
-#include "config.h"
+#include "model/config.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

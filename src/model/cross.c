@@ -19,7 +19,7 @@
  * acts.bridges[X-1].ui and accumulates into its gradient before cross_towers_backward). */
 #include <stddef.h>
 
-#include "towers.h"
+#include "model/towers.h"
 
 /* --- activation layout (layout.h: each slot with its gradient kind) ---------------------- */
 

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "layout.h"
-#include "model.h"
+#include "model/layout.h"
+#include "model/model.h"
 
 /* One cross-modal layer of one side (pair arena): rows N1 = P*T1 (this modality),
  * N2 = P*T2 (other). */

@@ -6,7 +6,7 @@
  * text-side attention over padding (bt computes full T×T blocks, so this is what runs).
  *
  * Deliberately not here: measured times (the trainer and benchmarks divide by them). */
-#include "flops.h"
+#include "model/flops.h"
 
 /* One transformer layer on n tokens of width h with FFN width f, self-attention over n. */
 static double encoder_layer(double n, double h, double f) {

@@ -12,8 +12,8 @@
 
 #include <stddef.h>
 
-#include "config.h"
-#include "params.h"
+#include "model/config.h"
+#include "model/params.h"
 
 typedef struct bt_flops {
     double text_row; /* text tower + its bridge projections, one caption of T tokens */

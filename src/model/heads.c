@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "towers.h"
+#include "model/towers.h"
 
 /* --- activation layout (layout.h: each slot with its gradient kind) ---------------------- */
 

@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
-#include "layout.h"
-#include "model.h"
+#include "model/layout.h"
+#include "model/model.h"
 
 /* Towers phase: the ITC uni-modal head's slots for Bt texts and Bi images (ITC built). */
 void heads_towers_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t Bt,

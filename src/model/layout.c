@@ -2,7 +2,7 @@
  * GEMM-only inputs, groups of a shared scratch.
  *
  * Deliberately not here: what any block lays out (its own *_layout function). */
-#include "layout.h"
+#include "model/layout.h"
 
 #include <math.h>
 

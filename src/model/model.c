@@ -5,7 +5,7 @@
  *
  * Deliberately not here: the towers themselves (vit.c, text.c, cross.c, heads.c), the
  * trainer's losses (src/train), checkpoint files with key reports, the optimizer. */
-#include "model.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -17,8 +17,8 @@
 #include "mem.h"
 #include "rng.h"
 #include "settings.h"
-#include "layout.h"
-#include "towers.h"
+#include "model/layout.h"
+#include "model/towers.h"
 
 /* --- parameter views -------------------------------------------------------------------- */
 

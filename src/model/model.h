@@ -43,10 +43,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "model/config.h"
 #include "dtype.h"
-#include "gemm.h"
-#include "params.h"
+#include "kernels/gemm.h"
+#include "model/params.h"
 #include "status.h"
 
 typedef enum {

@@ -3,7 +3,7 @@
  *
  * Deliberately not here: checkpoint writing and lenient loading with reports (checkpoint
  * module), the optimizer (src/train/optim.c). */
-#include "params.h"
+#include "model/params.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "mem.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include "rng.h"
 #include "safetensors.h"
 

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "model/config.h"
 #include "dtype.h"
 #include "status.h"
 

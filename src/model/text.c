@@ -10,7 +10,7 @@
  * BridgeTowerModel), token_type_ids (HF ignores them: every token has type 0). */
 #include <stddef.h>
 
-#include "towers.h"
+#include "model/towers.h"
 
 /* --- activation layout (layout.h: each slot with its gradient kind) ---------------------- */
 

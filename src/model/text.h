@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "layout.h"
-#include "model.h"
+#include "model/layout.h"
+#include "model/model.h"
 
 /* The tower's slots in the towers phase (rows Nt = Bt*T). */
 struct bt_text_acts {

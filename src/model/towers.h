@@ -20,13 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cross.h"
-#include "heads.h"
-#include "layout.h"
-#include "model.h"
-#include "ops.h"
-#include "text.h"
-#include "vit.h"
+#include "model/cross.h"
+#include "model/heads.h"
+#include "model/layout.h"
+#include "model/model.h"
+#include "kernels/ops.h"
+#include "model/text.h"
+#include "model/vit.h"
 
 /* One Linear y = x·wᵀ + b as the ops see it. */
 typedef struct bt_linear {

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "layout.h"
-#include "model.h"
+#include "model/layout.h"
+#include "model/model.h"
 
 /* The tower's slots in the towers phase (rows Nv = Bi*Np). */
 struct bt_vit_acts {

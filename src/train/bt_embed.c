@@ -25,7 +25,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "cpu.h"
+#include "kernels/cpu.h"
 #include "fileio.h"
 #include "safetensors.h"
 #include "train/eval.h"

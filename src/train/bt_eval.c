@@ -19,7 +19,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "cpu.h"
+#include "kernels/cpu.h"
 #include "fileio.h"
 #include "train/eval.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu.h"
+#include "kernels/cpu.h"
 #include "fileio.h"
 #include "mem.h"
 #include "train/config.h"

@@ -31,7 +31,7 @@
 #endif
 
 #include "args.h"
-#include "checkpoint.h"
+#include "model/checkpoint.h"
 #include "clock.h"
 #include "data/loader.h"
 #include "json_util.h"

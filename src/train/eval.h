@@ -51,7 +51,7 @@
 #include "data/image.h"
 #include "data/manifest.h"
 #include "data/tokenizer.h"
-#include "model.h"
+#include "model/model.h"
 #include "status.h"
 #include "train/metrics.h"
 

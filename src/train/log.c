@@ -3,7 +3,7 @@
  *
  * Deliberately not here: terminal drawing (progress.c), event-file encoding
  * (tensorboard.c), HTML (report.c). */
-#include "log.h"
+#include "train/log.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

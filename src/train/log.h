@@ -67,9 +67,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "progress.h"
+#include "train/progress.h"
 #include "status.h"
-#include "tensorboard.h"
+#include "train/tensorboard.h"
 
 struct cJSON;
 

@@ -8,13 +8,13 @@
  *
  * Deliberately not here: the ITC embeddings' normalization and heads (src/model), gathering
  * across ranks (src/dist). */
-#include "loss.h"
+#include "train/loss.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm.h"
+#include "kernels/gemm.h"
 #include "rng.h"
 
 void bt_loss_ws_free(bt_loss_ws *ws) {

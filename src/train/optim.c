@@ -1,14 +1,14 @@
 /* optim.c: fused AdamW with parameter groups + global grad norm (see optim.h).
  *
  * Deliberately not here: schedules (schedule.c; the trainer passes lr per step). */
-#include "optim.h"
+#include "train/optim.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h"
+#include "kernels/ops.h"
 #include "status.h"
 
 enum { NORM_CHUNK = 1 << 16 };

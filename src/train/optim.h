@@ -40,7 +40,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
-#include "params.h"
+#include "model/params.h"
 #include "status.h"
 
 /* Doubles, like the Python floats torch receives: scalars such as 1 - beta2 are formed in

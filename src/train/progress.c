@@ -1,5 +1,5 @@
 /* progress.c: live status line and permanent lines (see progress.h). */
-#include "progress.h"
+#include "train/progress.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  *
  * Deliberately not here: reading TensorBoard files (metrics.jsonl holds the same values),
  * any layout engine: every coordinate is computed here. */
-#include "report.h"
+#include "train/report.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -21,7 +21,7 @@
 
 #include "fileio.h"
 #include "json_util.h"
-#include "log.h"
+#include "train/log.h"
 
 enum { SVG_W = 900, SVG_H = 320 };
 #define PLOT_X0 76.0

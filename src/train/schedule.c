@@ -1,7 +1,7 @@
 /* schedule.c: HF learning-rate schedules with warmup (see schedule.h).
  *
  * Deliberately not here: the optimizer step counter (the caller passes the step). */
-#include "schedule.h"
+#include "train/schedule.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  *
  * Deliberately not here: the losses' math (loss.c), the optimizer's (optim.c), the model's
  * phases (src/model), logging. */
-#include "step.h"
+#include "train/step.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,8 +12,8 @@
 
 #include "clock.h"
 #include "data/loader.h"
-#include "kernel_clock.h"
-#include "ops.h"
+#include "kernels/kernel_clock.h"
+#include "kernels/ops.h"
 #include "rng.h"
 
 /* stream tags mixed into the run seed, one per random stream of the step */

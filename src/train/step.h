@@ -88,10 +88,10 @@
 #include <stdint.h>
 
 #include "dist/dist.h"
-#include "loss.h"
-#include "model.h"
-#include "optim.h"
-#include "schedule.h"
+#include "train/loss.h"
+#include "model/model.h"
+#include "train/optim.h"
+#include "train/schedule.h"
 #include "status.h"
 
 typedef enum {

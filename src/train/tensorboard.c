@@ -9,7 +9,7 @@
  *
  * Deliberately not here: a general protobuf encoder (three fixed message shapes), buffering
  * across records (each record is one fwrite + fflush), big-endian hosts. */
-#include "tensorboard.h"
+#include "train/tensorboard.h"
 
 #include <errno.h>
 #include <stdio.h>
