@@ -355,104 +355,97 @@ static void on_grads_final(void *ctx, bt_grad_event ev, int layer) {
 
 /* Forward, losses and backward of one micro-batch; gradients scaled by 1/n_micro. Returns
  * BT_ERR_NUMERIC (message set, nothing accumulated past the losses) on a non-finite loss. */
-static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, size_t n_micro,
-                           micro_losses *out, bt_step_result *res) {
-    bt_model *m = tr->model;
-    const bt_step_config *c = &tr->cfg;
-    const size_t B = b->B, T = b->T, C = (size_t)m->cfg.contrastive_hidden;
-    const int do_itc = c->w_itc > 0.0f, do_itm = c->w_itm > 0.0f, do_mlm = c->w_mlm > 0.0f;
-    const float inv_n = 1.0f / (float)n_micro;
-    memset(out, 0, sizeof *out);
-    bt_kernel_times kt0, kt1;
-    bt_kernel_times_read(&kt0);
-    double t0 = bt_now_s();
-
-    /* keys: dropout / mask keys from the record, duplicate keys given or hashed */
+/* Keys of the micro-batch's rows: dropout / mask keys from the record, and (need_dups) the
+ * duplicate keys of images and captions, given or hashed. */
+static void micro_keys(bt_trainer *tr, const bt_step_batch *b, int need_dups) {
+    const size_t B = b->B, T = b->T;
     for (size_t i = 0; i < B; i++) {
         const uint64_t rec = b->record ? (uint64_t)b->record[i] : (uint64_t)i;
         tr->image_keys[i] = rec;
         tr->text_keys[i] = rec;
         tr->text_keys[B + i] = rec | MLM_KEY_BIT;
     }
-    const int need_dups = (do_itc && c->itc_duplicate_aware) || (do_itm && !b->neg_image);
-    if (need_dups) {
-        const size_t R = (size_t)m->cfg.image_size, npix = 3 * R * R;
-        for (size_t i = 0; i < B; i++) {
-            tr->dup_image[i] = b->image_key ? b->image_key[i]
-                                            : bt_hash_bytes(b->pixel_values + i * npix,
-                                                            npix * sizeof(float), 0);
-            tr->dup_caption[i] = b->caption_key ? b->caption_key[i]
-                                                : bt_hash_bytes(b->input_ids + i * T,
-                                                                T * sizeof(int32_t), 0);
-        }
+    if (!need_dups) return;
+    const size_t R = (size_t)tr->model->cfg.image_size, npix = 3 * R * R;
+    for (size_t i = 0; i < B; i++) {
+        tr->dup_image[i] = b->image_key ? b->image_key[i]
+                                        : bt_hash_bytes(b->pixel_values + i * npix,
+                                                        npix * sizeof(float), 0);
+        tr->dup_caption[i] = b->caption_key ? b->caption_key[i]
+                                            : bt_hash_bytes(b->input_ids + i * T,
+                                                            T * sizeof(int32_t), 0);
     }
+}
 
-    /* texts: the captions, then (MLM) their masked copies */
-    size_t Bt = B;
+/* The texts of the towers pass: the captions, then (MLM) their masked copies and labels.
+ * Returns the number of text rows. */
+static size_t micro_texts(bt_trainer *tr, const bt_step_batch *b, int do_mlm) {
+    const bt_step_config *c = &tr->cfg;
+    const size_t B = b->B, T = b->T;
     memcpy(tr->ids, b->input_ids, B * T * sizeof *tr->ids);
     for (size_t i = 0; i < B * T; i++) tr->mask[i] = b->attention_mask ? b->attention_mask[i] : 1;
-    if (do_mlm) {
-        if (b->mlm_input_ids) {
-            memcpy(tr->ids + B * T, b->mlm_input_ids, B * T * sizeof *tr->ids);
-            memcpy(tr->mlm_labels, b->mlm_labels, B * T * sizeof *tr->mlm_labels);
-        } else {
-            bt_mlm_mask(tr->ids + B * T, tr->mlm_labels, b->input_ids, tr->mask, B, T,
-                        tr->image_keys /* = the records */,
-                        stream_seed(c->seed, STREAM_MLM, tr->step, 0), &c->mlm);
-        }
-        memcpy(tr->mask + B * T, tr->mask, B * T * sizeof *tr->mask);
-        Bt = 2 * B;
+    if (!do_mlm) return B;
+    if (b->mlm_input_ids) {
+        memcpy(tr->ids + B * T, b->mlm_input_ids, B * T * sizeof *tr->ids);
+        memcpy(tr->mlm_labels, b->mlm_labels, B * T * sizeof *tr->mlm_labels);
+    } else {
+        bt_mlm_mask(tr->ids + B * T, tr->mlm_labels, b->input_ids, tr->mask, B, T,
+                    tr->image_keys /* = the records */,
+                    stream_seed(c->seed, STREAM_MLM, tr->step, 0), &c->mlm);
     }
-    /* data parallel: every rank's rows and masked tokens (the global means' denominators) */
-    const bt_dist *d = tr->dist;
-    const int W = d ? d->size : 1;
-    int64_t n_rows_all = (int64_t)B, n_mlm_all = 0, n_mlm = 0, row_offset = 0;
-    if (do_mlm)
-        for (size_t i = 0; i < B * T; i++) n_mlm += tr->mlm_labels[i] != -100;
-    n_mlm_all = n_mlm;
-    if (d) {
-        const double tc = bt_now_s();
-        const int64_t mine[2] = {(int64_t)B, n_mlm};
-        st_ok(bt_dist_allgather_i64(d, mine, 2, tr->counts));
-        n_rows_all = n_mlm_all = 0;
-        for (int r = 0; r < W; r++) {
-            if (r < d->rank) row_offset += tr->counts[2 * r];
-            n_rows_all += tr->counts[2 * r];
-            n_mlm_all += tr->counts[2 * r + 1];
-            tr->counts[W * 2 + r] = tr->counts[2 * r]; /* rows only, for the row gathers */
-        }
-        res->t_comm += bt_now_s() - tc;
-        reserve_gather(tr, (size_t)n_rows_all, C);
-    }
-    const int64_t *rows = d ? tr->counts + 2 * W : NULL;
-    out->rows = (size_t)n_rows_all;
-    bt_text_input ti = {.B = Bt, .T = T, .input_ids = tr->ids, .attention_mask = tr->mask,
-                        .sample_keys = tr->text_keys};
-    bt_image_input ii = {.B = B, .pixel_values = b->pixel_values, .sample_keys = tr->image_keys};
-    bt_status st = bt_towers_forward(m, &ti, &ii);
-    if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
-    double t1 = bt_now_s();
-    res->t_towers_fwd += t1 - t0;
+    memcpy(tr->mask + B * T, tr->mask, B * T * sizeof *tr->mask);
+    return 2 * B;
+}
 
-    /* negatives from the ITC text -> image similarities (no gradient) */
-    if (do_itm) {
-        if (b->neg_image) {
-            memcpy(tr->neg_image, b->neg_image, B * sizeof *tr->neg_image);
-            memcpy(tr->neg_text, b->neg_text, B * sizeof *tr->neg_text);
-        } else {
-            const int hard = c->itm_hard_negatives && (m->heads & BT_HEADS_ITC);
-            if (hard)
-                bt_itc_scores(tr->sims, m->itc_text, m->itc_image, B, B, C, *m->p.logit_scale);
-            st = bt_itm_sample_negatives(tr->neg_image, tr->neg_text, hard ? tr->sims : NULL,
-                                         tr->dup_image, tr->dup_caption, B,
-                                         stream_seed(c->seed, STREAM_NEGATIVES, tr->step, k),
-                                         &out->fallbacks, &tr->ws);
-            if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
-        }
+/* How many rows and masked tokens the micro-batch has over all ranks (the global means'
+ * denominators), and where this rank's rows start. */
+typedef struct micro_counts {
+    int64_t n_rows_all, n_mlm, n_mlm_all, row_offset;
+    const int64_t *rows; /* data parallel: each rank's rows (the row gathers' counts), else NULL */
+} micro_counts;
+
+/* Data parallel: every rank's rows and masked tokens (one all-gather). */
+static void dist_counts(bt_trainer *tr, micro_counts *n, size_t B, bt_step_result *res) {
+    const bt_dist *d = tr->dist;
+    const int W = d->size;
+    const double tc = bt_now_s();
+    const int64_t mine[2] = {(int64_t)B, n->n_mlm};
+    st_ok(bt_dist_allgather_i64(d, mine, 2, tr->counts));
+    n->n_rows_all = n->n_mlm_all = 0;
+    for (int r = 0; r < W; r++) {
+        if (r < d->rank) n->row_offset += tr->counts[2 * r];
+        n->n_rows_all += tr->counts[2 * r];
+        n->n_mlm_all += tr->counts[2 * r + 1];
+        tr->counts[W * 2 + r] = tr->counts[2 * r]; /* rows only, for the row gathers */
     }
-    /* pairs: [positives][negative images][negative texts][MLM] */
+    res->t_comm += bt_now_s() - tc;
+    reserve_gather(tr, (size_t)n->n_rows_all, (size_t)tr->model->cfg.contrastive_hidden);
+    n->rows = tr->counts + 2 * W;
+}
+
+/* ITM negatives from the ITC text -> image similarities (no gradient), or the batch's own. */
+static bt_status micro_negatives(bt_trainer *tr, const bt_step_batch *b, size_t k,
+                                 micro_losses *out) {
+    bt_model *m = tr->model;
+    const bt_step_config *c = &tr->cfg;
+    const size_t B = b->B, C = (size_t)m->cfg.contrastive_hidden;
+    if (b->neg_image) {
+        memcpy(tr->neg_image, b->neg_image, B * sizeof *tr->neg_image);
+        memcpy(tr->neg_text, b->neg_text, B * sizeof *tr->neg_text);
+        return BT_OK;
+    }
+    const int hard = c->itm_hard_negatives && (m->heads & BT_HEADS_ITC);
+    if (hard) bt_itc_scores(tr->sims, m->itc_text, m->itc_image, B, B, C, *m->p.logit_scale);
+    return bt_itm_sample_negatives(tr->neg_image, tr->neg_text, hard ? tr->sims : NULL,
+                                   tr->dup_image, tr->dup_caption, B,
+                                   stream_seed(c->seed, STREAM_NEGATIVES, tr->step, k),
+                                   &out->fallbacks, &tr->ws);
+}
+
+/* The cross-phase pairs: [positives][negative images][negative texts][MLM]; returns P. The
+ * positives start at pair 0. */
+static size_t micro_pairs(bt_trainer *tr, size_t B, int do_itc, int do_itm, int do_mlm) {
     size_t P = 0;
-    const size_t pos0 = P;
     if (do_itc || do_itm)
         for (size_t i = 0; i < B; i++) tr->pairs[P++] = (bt_pair){(int32_t)i, (int32_t)i, 0};
     if (do_itm) {
@@ -463,94 +456,89 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     if (do_mlm)
         for (size_t i = 0; i < B; i++)
             tr->pairs[P++] = (bt_pair){(int32_t)(B + i), (int32_t)i, 1};
-    st = bt_cross_forward_pairs(m, tr->pairs, P);
-    if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
-    double t2 = bt_now_s();
-    res->t_cross_fwd += t2 - t1;
+    return P;
+}
 
-    /* losses: fused forward + backward into the d_* slots. Data parallel: the gradient
-     * average divides by W, so each rank's weights carry W times its share of the global
-     * mean (ITC: its rows' share; ITM: B / N of the pairs; MLM: its tokens / all tokens) */
-    const int itc_local = do_itc && (!d || c->itc_local);
-    if (itc_local) { /* with d: the gradient average divides Σ_r ∇L_r by W, HF's DDP mean */
-        bt_itc_args a = {.n_rows = B, .n_cols = B, .row_offset = 0, .n_total = B, .C = C,
-                         .text_rows = m->itc_text, .image_rows = m->itc_image,
-                         .image_cols = m->itc_image, .cross_cols = m->itc_cross + pos0 * C,
-                         .logit_scale = *m->p.logit_scale,
-                         .image_key = c->itc_duplicate_aware ? tr->dup_image : NULL,
-                         .caption_key = c->itc_duplicate_aware ? tr->dup_caption : NULL,
-                         .weight = c->w_itc * inv_n,
-                         .d_text_rows = m->d_itc_text, .d_image_rows = m->d_itc_image,
-                         .d_image_cols = m->d_itc_image, .d_cross_cols = m->d_itc_cross + pos0 * C,
-                         .d_logit_scale = m->g.logit_scale};
-        out->itc = bt_itc_loss(&a, &tr->ws);
-    } else if (do_itc) {
-        const size_t N = (size_t)n_rows_all;
-        float *img_all = tr->gbuf, *cross_all = img_all + N * C;
-        float *d_img_all = cross_all + N * C, *d_cross_all = d_img_all + N * C;
-        const int dup = c->itc_duplicate_aware;
-        const double tc = bt_now_s();
-        st_ok(bt_dist_allgather_rows_f32(d, m->itc_image, img_all, rows, C));
-        st_ok(bt_dist_allgather_rows_f32(d, m->itc_cross + pos0 * C, cross_all, rows, C));
-        if (dup) {
-            st_ok(bt_dist_allgather_rows_u64(d, tr->dup_image, tr->gkeys, rows, 1));
-            st_ok(bt_dist_allgather_rows_u64(d, tr->dup_caption, tr->gkeys + N, rows, 1));
-        }
-        res->t_comm += bt_now_s() - tc;
-        memset(d_img_all, 0, 2 * N * C * sizeof *d_img_all);
-        bt_itc_args a = {.n_rows = B, .n_cols = N, .row_offset = (size_t)row_offset,
-                         .n_total = N, .C = C,
-                         .text_rows = m->itc_text, .image_rows = m->itc_image,
-                         .image_cols = img_all, .cross_cols = cross_all,
-                         .logit_scale = *m->p.logit_scale,
-                         .image_key = dup ? tr->gkeys : NULL,
-                         .caption_key = dup ? tr->gkeys + N : NULL,
-                         .weight = c->w_itc * inv_n * (float)W,
-                         .d_text_rows = m->d_itc_text, .d_image_rows = m->d_itc_image,
-                         .d_image_cols = d_img_all, .d_cross_cols = d_cross_all,
-                         .d_logit_scale = m->g.logit_scale};
-        out->itc = bt_itc_loss(&a, &tr->ws);
-        const double tr0 = bt_now_s();
-        st_ok(bt_dist_reduce_scatter_add_f32(d, d_img_all, m->d_itc_image, rows, C));
-        st_ok(bt_dist_reduce_scatter_add_f32(d, d_cross_all, m->d_itc_cross + pos0 * C, rows, C));
-        res->t_comm += bt_now_s() - tr0;
-    }
-    /* the shares of the global means (1 alone) */
-    const double itm_share = (double)B / (double)n_rows_all;
-    const double mlm_share = n_mlm_all > 0 ? (double)n_mlm / (double)n_mlm_all : 0.0;
-    if (do_itm)
-        out->itm = bt_itm_loss(m->d_itm_logits + pos0 * 2, m->itm_logits_out + pos0 * 2,
-                               tr->itm_labels, 3 * B,
-                               d ? (float)(c->w_itm * inv_n * W * itm_share)
-                                 : c->w_itm * inv_n, &tr->ws);
-    if (do_mlm)
-        out->mlm = bt_mlm_loss(m->d_mlm_logits, m->mlm_logits_out, tr->mlm_labels, B * T,
-                               (size_t)m->cfg.vocab_size,
-                               d ? (float)(c->w_mlm * inv_n * W * mlm_share)
-                                 : c->w_mlm * inv_n, &out->mlm_tokens, &tr->ws);
-    if (d) { /* global values: Σ over ranks of each rank's share (local ITC: 1/W) */
-        double g[3] = {itc_local ? out->itc / W : out->itc, out->itm * itm_share,
-                       out->mlm * mlm_share};
-        const double tc = bt_now_s();
-        st_ok(bt_dist_sum_f64(d, g, 3));
-        res->t_comm += bt_now_s() - tc;
-        out->itc = g[0];
-        out->itm = g[1];
-        out->mlm = g[2];
-        out->mlm_tokens = (size_t)n_mlm_all;
-    }
-    double t3 = bt_now_s();
-    res->t_losses += t3 - t2;
-    const double terms[3] = {out->itc, out->itm, out->mlm};
-    const char *names[3] = {"itc", "itm", "mlm"};
-    for (int i = 0; i < 3; i++)
-        if (!isfinite(terms[i]))
-            return bt_fail(BT_ERR_NUMERIC, "loss_%s is %s in micro-batch %zu", names[i],
-                           isnan(terms[i]) ? "NaN" : "Inf", k);
+/* ITC on this rank's B pairs alone (one process, or itc_scope "local": with ranks, the
+ * gradient average divides Σ_r ∇L_r by W, HF's DDP mean). */
+static double itc_loss_local(bt_trainer *tr, size_t B, float weight) {
+    bt_model *m = tr->model;
+    const bt_step_config *c = &tr->cfg;
+    const size_t C = (size_t)m->cfg.contrastive_hidden;
+    bt_itc_args a = {.n_rows = B, .n_cols = B, .row_offset = 0, .n_total = B, .C = C,
+                     .text_rows = m->itc_text, .image_rows = m->itc_image,
+                     .image_cols = m->itc_image, .cross_cols = m->itc_cross,
+                     .logit_scale = *m->p.logit_scale,
+                     .image_key = c->itc_duplicate_aware ? tr->dup_image : NULL,
+                     .caption_key = c->itc_duplicate_aware ? tr->dup_caption : NULL,
+                     .weight = weight,
+                     .d_text_rows = m->d_itc_text, .d_image_rows = m->d_itc_image,
+                     .d_image_cols = m->d_itc_image, .d_cross_cols = m->d_itc_cross,
+                     .d_logit_scale = m->g.logit_scale};
+    return bt_itc_loss(&a, &tr->ws);
+}
 
-    /* data parallel, last micro-batch: each bucket is launched as soon as the backward has
-     * finished every tensor it overlaps (step.h, docs/distributed.md) */
-    if (d && k + 1 == n_micro && tr->ov_bucket != tr->red.bucket) { /* once per trainer */
+/* ITC over the global batch (itc_scope "global", OpenCLIP's gather-with-grad): this rank's
+ * texts against every rank's images, gathered; the column gradients go back to the ranks
+ * that own the rows (reduce-scatter). */
+static double itc_loss_global(bt_trainer *tr, size_t B, const micro_counts *n, float weight,
+                              bt_step_result *res) {
+    bt_model *m = tr->model;
+    const bt_dist *d = tr->dist;
+    const size_t C = (size_t)m->cfg.contrastive_hidden, N = (size_t)n->n_rows_all;
+    float *img_all = tr->gbuf, *cross_all = img_all + N * C;
+    float *d_img_all = cross_all + N * C, *d_cross_all = d_img_all + N * C;
+    const int dup = tr->cfg.itc_duplicate_aware;
+    const double tc = bt_now_s();
+    st_ok(bt_dist_allgather_rows_f32(d, m->itc_image, img_all, n->rows, C));
+    st_ok(bt_dist_allgather_rows_f32(d, m->itc_cross, cross_all, n->rows, C));
+    if (dup) {
+        st_ok(bt_dist_allgather_rows_u64(d, tr->dup_image, tr->gkeys, n->rows, 1));
+        st_ok(bt_dist_allgather_rows_u64(d, tr->dup_caption, tr->gkeys + N, n->rows, 1));
+    }
+    res->t_comm += bt_now_s() - tc;
+    memset(d_img_all, 0, 2 * N * C * sizeof *d_img_all);
+    bt_itc_args a = {.n_rows = B, .n_cols = N, .row_offset = (size_t)n->row_offset,
+                     .n_total = N, .C = C,
+                     .text_rows = m->itc_text, .image_rows = m->itc_image,
+                     .image_cols = img_all, .cross_cols = cross_all,
+                     .logit_scale = *m->p.logit_scale,
+                     .image_key = dup ? tr->gkeys : NULL,
+                     .caption_key = dup ? tr->gkeys + N : NULL,
+                     .weight = weight,
+                     .d_text_rows = m->d_itc_text, .d_image_rows = m->d_itc_image,
+                     .d_image_cols = d_img_all, .d_cross_cols = d_cross_all,
+                     .d_logit_scale = m->g.logit_scale};
+    const double loss = bt_itc_loss(&a, &tr->ws);
+    const double tr0 = bt_now_s();
+    st_ok(bt_dist_reduce_scatter_add_f32(d, d_img_all, m->d_itc_image, n->rows, C));
+    st_ok(bt_dist_reduce_scatter_add_f32(d, d_cross_all, m->d_itc_cross, n->rows, C));
+    res->t_comm += bt_now_s() - tr0;
+    return loss;
+}
+
+/* Data parallel: the losses' global values, Σ over ranks of each rank's share. */
+static void dist_sum_losses(bt_trainer *tr, micro_losses *out, int itc_local, double itm_share,
+                            double mlm_share, int64_t n_mlm_all, bt_step_result *res) {
+    const bt_dist *d = tr->dist;
+    const int W = d->size;
+    double g[3] = {itc_local ? out->itc / W : out->itc, out->itm * itm_share,
+                   out->mlm * mlm_share};
+    const double tc = bt_now_s();
+    st_ok(bt_dist_sum_f64(d, g, 3));
+    res->t_comm += bt_now_s() - tc;
+    out->itc = g[0];
+    out->itm = g[1];
+    out->mlm = g[2];
+    out->mlm_tokens = (size_t)n_mlm_all;
+}
+
+/* Data parallel, last micro-batch: each bucket is launched as soon as the backward has
+ * finished every tensor it overlaps (step.h, docs/distributed.md). Returns 1 when the overlap
+ * hook is installed (overlap_end removes it). */
+static int overlap_begin(bt_trainer *tr) {
+    bt_model *m = tr->model;
+    if (tr->ov_bucket != tr->red.bucket) { /* once per trainer */
         free(tr->ov_order);
         free(tr->ov_pos);
         tr->ov_order = malloc((tr->red.n_buckets + 1) * sizeof *tr->ov_order);
@@ -561,19 +549,93 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
         tr->ov_bucket = tr->red.bucket;
         tr->ov_off = getenv("BT_DIST_NO_OVERLAP") != NULL; /* to measure what it saves */
     }
-    const int overlap = d && k + 1 == n_micro && !tr->ov_off;
-    if (overlap) {
-        tr->ov_next = 0;
-        launch_final(tr, -1); /* buckets no backward writes */
-        m->grads_final = on_grads_final;
-        m->grads_final_ctx = tr;
+    if (tr->ov_off) return 0;
+    tr->ov_next = 0;
+    launch_final(tr, -1); /* buckets no backward writes */
+    m->grads_final = on_grads_final;
+    m->grads_final_ctx = tr;
+    return 1;
+}
+
+static void overlap_end(bt_trainer *tr) {
+    tr->model->grads_final = NULL;
+    tr->model->grads_final_ctx = NULL;
+}
+
+/* One micro-batch: towers forward, negatives, cross forward, the fused losses, backward. The
+ * distributed pieces (counts, the global ITC, the loss sums, the overlapped gradient
+ * all-reduce) are the functions above, called only with tr->dist. */
+static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, size_t n_micro,
+                           micro_losses *out, bt_step_result *res) {
+    bt_model *m = tr->model;
+    const bt_step_config *c = &tr->cfg;
+    const bt_dist *d = tr->dist;
+    const size_t B = b->B, T = b->T;
+    const int do_itc = c->w_itc > 0.0f, do_itm = c->w_itm > 0.0f, do_mlm = c->w_mlm > 0.0f;
+    const float inv_n = 1.0f / (float)n_micro;
+    const int W = d ? d->size : 1;
+    memset(out, 0, sizeof *out);
+    bt_kernel_times kt0, kt1;
+    bt_kernel_times_read(&kt0);
+    double t0 = bt_now_s();
+
+    micro_keys(tr, b, (do_itc && c->itc_duplicate_aware) || (do_itm && !b->neg_image));
+    const size_t Bt = micro_texts(tr, b, do_mlm);
+    micro_counts n = {.n_rows_all = (int64_t)B};
+    if (do_mlm)
+        for (size_t i = 0; i < B * T; i++) n.n_mlm += tr->mlm_labels[i] != -100;
+    n.n_mlm_all = n.n_mlm;
+    if (d) dist_counts(tr, &n, B, res);
+    out->rows = (size_t)n.n_rows_all;
+    bt_text_input ti = {.B = Bt, .T = T, .input_ids = tr->ids, .attention_mask = tr->mask,
+                        .sample_keys = tr->text_keys};
+    bt_image_input ii = {.B = B, .pixel_values = b->pixel_values, .sample_keys = tr->image_keys};
+    bt_status st = bt_towers_forward(m, &ti, &ii);
+    if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
+    double t1 = bt_now_s();
+    res->t_towers_fwd += t1 - t0;
+
+    if (do_itm) {
+        st = micro_negatives(tr, b, k, out);
+        if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
     }
+    st = bt_cross_forward_pairs(m, tr->pairs, micro_pairs(tr, B, do_itc, do_itm, do_mlm));
+    if (st != BT_OK) return bt_fail_context(st, "micro-batch %zu", k);
+    double t2 = bt_now_s();
+    res->t_cross_fwd += t2 - t1;
+
+    /* losses: fused forward + backward into the d_* slots. Data parallel: the gradient
+     * average divides by W, so each rank's weights carry W times its share of the global
+     * mean (ITC: its rows' share; ITM: B / N of the pairs; MLM: its tokens / all tokens) */
+    const int itc_local = do_itc && (!d || c->itc_local);
+    if (itc_local) out->itc = itc_loss_local(tr, B, c->w_itc * inv_n);
+    else if (do_itc) out->itc = itc_loss_global(tr, B, &n, c->w_itc * inv_n * (float)W, res);
+    /* the shares of the global means (1 alone) */
+    const double itm_share = (double)B / (double)n.n_rows_all;
+    const double mlm_share = n.n_mlm_all > 0 ? (double)n.n_mlm / (double)n.n_mlm_all : 0.0;
+    if (do_itm)
+        out->itm = bt_itm_loss(m->d_itm_logits, m->itm_logits_out, tr->itm_labels, 3 * B,
+                               d ? (float)(c->w_itm * inv_n * W * itm_share)
+                                 : c->w_itm * inv_n, &tr->ws);
+    if (do_mlm)
+        out->mlm = bt_mlm_loss(m->d_mlm_logits, m->mlm_logits_out, tr->mlm_labels, B * T,
+                               (size_t)m->cfg.vocab_size,
+                               d ? (float)(c->w_mlm * inv_n * W * mlm_share)
+                                 : c->w_mlm * inv_n, &out->mlm_tokens, &tr->ws);
+    if (d) dist_sum_losses(tr, out, itc_local, itm_share, mlm_share, n.n_mlm_all, res);
+    double t3 = bt_now_s();
+    res->t_losses += t3 - t2;
+    const double terms[3] = {out->itc, out->itm, out->mlm};
+    const char *names[3] = {"itc", "itm", "mlm"};
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(terms[i]))
+            return bt_fail(BT_ERR_NUMERIC, "loss_%s is %s in micro-batch %zu", names[i],
+                           isnan(terms[i]) ? "NaN" : "Inf", k);
+
+    const int overlap = d && k + 1 == n_micro && overlap_begin(tr);
     bt_cross_backward_pairs(m);
     bt_towers_backward(m);
-    if (overlap) {
-        m->grads_final = NULL;
-        m->grads_final_ctx = NULL;
-    }
+    if (overlap) overlap_end(tr);
     res->t_backward += bt_now_s() - t3;
     bt_kernel_times_read(&kt1);
     res->t_gemm += kt1.s[BT_KC_GEMM] - kt0.s[BT_KC_GEMM];
