@@ -6,12 +6,14 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "settings.h"
+
 enum { PROGRESS_DEFAULT_COLUMNS = 100, PROGRESS_MIN_COLUMNS = 20 };
 
 static int terminal_columns(FILE *out) {
     struct winsize ws;
     if (ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-    const char *env = getenv("COLUMNS");
+    const char *env = bt_setting_value(BT_SET_COLUMNS);
     int c = env ? atoi(env) : 0;
     return c > 0 ? c : PROGRESS_DEFAULT_COLUMNS;
 }
@@ -20,7 +22,7 @@ void bt_progress_init(bt_progress *p, FILE *out, bt_progress_mode mode, int colu
     memset(p, 0, sizeof *p);
     p->out = out;
     if (mode == BT_PROGRESS_AUTO) {
-        const char *term = getenv("TERM");
+        const char *term = bt_setting_value(BT_SET_TERM);
         p->live = isatty(fileno(out)) && !(term && strcmp(term, "dumb") == 0);
     } else {
         p->live = mode == BT_PROGRESS_LIVE;
