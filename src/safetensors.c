@@ -132,8 +132,10 @@ static size_t st_numel(const int64_t *shape, int ndim, int *overflow) {
 
 /* ---------------------------------------------------------------------------------------
  * Reader
- * --------------------------------------------------------------------------------------- */
-
+ * ---------------------------------------------------------------------------------------
+ * Longer than ~120 lines on purpose: every field of one header entry is checked in turn (dtype,
+ * shape, offsets, their products and the file bounds), each with its own message; the order of
+ * the checks is the order a reader needs them. */
 static bt_status st_parse_entry(safetensors_tensor *t, const cJSON *entry, const char *path,
                                 uint64_t data_size) {
     const char *name = t->name;

@@ -635,6 +635,9 @@ static bt_status read_model_info(model_text_info *mi, const char *model_dir) {
     return st;
 }
 
+/* Longer than ~120 lines on purpose: `bt-data batch` is one sequence (options, model config,
+ * tokenizer, manifest, loader, one batch, the safetensors it writes), each step a call with its
+ * error path. */
 static int cmd_batch(const args *a) {
     if (!a->data || !a->model || !a->output || a->batch_size < 0)
         return usage("batch needs --data MANIFEST --model DIR --batch-size N "

@@ -452,6 +452,9 @@ uint64_t loader_estimate_bytes(size_t n_records, const image_preprocess_config *
     return bt_add_sat(total, bt_mul_sat(per_worker, (uint64_t)(opt->num_workers > 0 ? opt->num_workers : 1)));
 }
 
+/* Longer than ~120 lines on purpose: the options are checked one by one (each with its
+ * message), the memory check runs before any allocation, then the loader, its sampler, ring
+ * and workers are set up in that order, each with its own error path. */
 bt_status loader_init(loader **out, const manifest *m, const tokenizer *tok,
                       const image_preprocess_config *img, const loader_options *opt) {
     *out = NULL;

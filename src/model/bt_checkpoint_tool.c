@@ -76,6 +76,8 @@ static void heads_str(char *out, size_t cap, unsigned m) {
     if (n) out[n - 1] = '\0';
 }
 
+/* Longer than ~120 lines on purpose: the options, then one sequence (load or --init, the load
+ * report, the optional --save), each step a library call with its message. */
 int main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-checkpoint"); /* --info (cpu.h) */

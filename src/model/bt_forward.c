@@ -178,6 +178,9 @@ static void inputs_free(fwd_inputs *in) {
     memset(in, 0, sizeof *in);
 }
 
+/* Longer than ~120 lines on purpose: one check per input tensor of the file (name, dtype,
+ * shape, range), in the order the file documents them; each check is a few lines and
+ * independent. */
 static bt_status read_inputs(fwd_inputs *in, const char *path, const bt_model_config *c,
                              fwd_head head, int backward) {
     memset(in, 0, sizeof *in);
@@ -361,6 +364,9 @@ static void out_add(out_list *o, const char *name, const float *data, int ndim, 
     e->data = data;
 }
 
+/* Longer than ~120 lines on purpose: the tool is one straight sequence (options, model, inputs,
+ * forward, the outputs it writes), each step a call; splitting it would only pass its dozen
+ * locals around. */
 int main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     bt_runtime_prefer_passive_openmp(argv); /* cpu.h */

@@ -691,6 +691,57 @@ static int same_dir(const char *a, const char *b) {
 
 enum { CK_MAX_FILES = 16 };
 
+/* The weights file of a checkpoint: the parameters, then the two persistent int64 buffers of
+ * transformers 4.27's state_dict (from_pretrained there lists them as "newly initialized"
+ * when a file lacks them; later versions drop them as known buffers). Values as HF's __init__
+ * makes them: arange over the text position table and over the image tokens. */
+static bt_status write_weights(FILE *fp, const char *path, const char *dir,
+                               const bt_param_table *t, const float *arena, bt_dtype dtype) {
+    const bt_model_config *c = &t->cfg;
+    int64_t *tpos = malloc((size_t)c->max_position_embeddings * sizeof *tpos);
+    int64_t *vpos = malloc((size_t)c->np * sizeof *vpos);
+    safetensors_entry *e = calloc(t->n_tensors + 2, sizeof *e);
+    if (!tpos || !vpos || !e) {
+        free(tpos);
+        free(vpos);
+        free(e);
+        return bt_fail(BT_ERR_NOMEM, "%s: out of memory preparing the weights file", dir);
+    }
+    for (int i = 0; i < c->max_position_embeddings; i++)
+        tpos[i] = i;
+    for (int i = 0; i < c->np; i++)
+        vpos[i] = i;
+    for (size_t i = 0; i < t->n_tensors; i++) {
+        const bt_param_tensor *x = &t->tensors[i];
+        e[i].name = x->key;
+        e[i].dtype = dtype;
+        e[i].src_dtype = BT_DTYPE_F32;
+        e[i].ndim = x->ndim;
+        for (int k = 0; k < x->ndim; k++)
+            e[i].shape[k] = x->shape[k];
+        e[i].data = arena + x->offset;
+    }
+    e[t->n_tensors] = (safetensors_entry){"bridgetower.text_model.embeddings.position_ids",
+                                          BT_DTYPE_I64,
+                                          BT_DTYPE_I64,
+                                          2,
+                                          {1, c->max_position_embeddings},
+                                          tpos};
+    e[t->n_tensors + 1] =
+        (safetensors_entry){"bridgetower.vision_model.visual.embeddings.position_ids",
+                            BT_DTYPE_I64,
+                            BT_DTYPE_I64,
+                            2,
+                            {1, c->np},
+                            vpos};
+    static const char *const meta[] = {"format", "pt", NULL};
+    const bt_status s = safetensors_write_stream(fp, path, e, t->n_tensors + 2, meta);
+    free(e);
+    free(tpos);
+    free(vpos);
+    return s;
+}
+
 bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const float *arena,
                              const bt_checkpoint_save_options *o) {
     bt_checkpoint_save_options dflt;
@@ -764,53 +815,8 @@ bt_status bt_checkpoint_save(const char *dir, const bt_param_table *t, const flo
         if (CK_WRITES(i)) s = bt_atomic_open(&af[i], finals[i], final_names[i]);
     if (s != BT_OK) goto done;
 
-    /* 1. weights: the parameters, then the two persistent int64 buffers of transformers
-     * 4.27's state_dict (from_pretrained there lists them as "newly initialized" when a file
-     * lacks them; later versions drop them as known buffers). Values as HF's __init__ makes
-     * them: arange over the text position table and over the image tokens. */
-    const bt_model_config *c = &t->cfg;
-    int64_t *tpos = malloc((size_t)c->max_position_embeddings * sizeof *tpos);
-    int64_t *vpos = malloc((size_t)c->np * sizeof *vpos);
-    safetensors_entry *e = calloc(t->n_tensors + 2, sizeof *e);
-    if (!tpos || !vpos || !e) {
-        free(tpos);
-        free(vpos);
-        free(e);
-        s = bt_fail(BT_ERR_NOMEM, "%s: out of memory preparing the weights file", dir);
-        goto done;
-    }
-    for (int i = 0; i < c->max_position_embeddings; i++)
-        tpos[i] = i;
-    for (int i = 0; i < c->np; i++)
-        vpos[i] = i;
-    for (size_t i = 0; i < t->n_tensors; i++) {
-        const bt_param_tensor *x = &t->tensors[i];
-        e[i].name = x->key;
-        e[i].dtype = o->dtype;
-        e[i].src_dtype = BT_DTYPE_F32;
-        e[i].ndim = x->ndim;
-        for (int k = 0; k < x->ndim; k++)
-            e[i].shape[k] = x->shape[k];
-        e[i].data = arena + x->offset;
-    }
-    e[t->n_tensors] = (safetensors_entry){"bridgetower.text_model.embeddings.position_ids",
-                                          BT_DTYPE_I64,
-                                          BT_DTYPE_I64,
-                                          2,
-                                          {1, c->max_position_embeddings},
-                                          tpos};
-    e[t->n_tensors + 1] =
-        (safetensors_entry){"bridgetower.vision_model.visual.embeddings.position_ids",
-                            BT_DTYPE_I64,
-                            BT_DTYPE_I64,
-                            2,
-                            {1, c->np},
-                            vpos};
-    static const char *const meta[] = {"format", "pt", NULL};
-    s = safetensors_write_stream(af[0].fp, finals[0], e, t->n_tensors + 2, meta);
-    free(e);
-    free(tpos);
-    free(vpos);
+    /* 1. weights */
+    s = write_weights(af[0].fp, finals[0], dir, t, arena, o->dtype);
     /* 2. config */
     if (s == BT_OK && fwrite(json, 1, strlen(json), af[1].fp) != strlen(json))
         s = bt_fail(BT_ERR_IO, "%s: write failed: %s", af[1].tmp, strerror(errno ? errno : EIO));

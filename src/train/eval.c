@@ -408,6 +408,10 @@ static bt_status rerank_direction(bt_model *m, const bt_score_view *v, const int
     return st;
 }
 
+/* Longer than ~120 lines on purpose: it allocates the pass's state (embeddings, image groups,
+ * choice scores), runs eval_pass, then builds the retrieval rows, the similarity matrix, the
+ * recalls and the ITM re-ranking over those shared arrays and frees them; splitting it would
+ * pass the dozen arrays between the parts. */
 bt_status bt_eval_run(bt_model *m, const manifest *man, const tokenizer *tok,
                       const image_preprocess_config *img, const bt_eval_options *o,
                       bt_eval_result *r) {
