@@ -280,6 +280,9 @@ static void init_head(const bt_param_table *t, float *arena, bt_head h, uint64_t
     free(sub.tensors);
 }
 
+/* Longer than ~120 lines on purpose: one pass over the file's tensors sorting each into the
+ * load report's lists (loaded, ignored, unexpected, mismatched, skipped buffers), then the
+ * table's tensors the file lacks (missing), then the verdict on what is missing. */
 bt_status bt_checkpoint_read(const bt_checkpoint *ck, const bt_param_table *t, float *arena,
                              const bt_checkpoint_load_options *o, bt_checkpoint_report *r) {
     bt_checkpoint_load_options dflt;
