@@ -413,6 +413,7 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     if (d) {
         const double tc = bt_now_s();
         const int64_t mine[2] = {(int64_t)B, n_mlm};
+        bt_dist_name_next(d, "all-gather of the row and MLM token counts");
         st_ok(bt_dist_allgather_i64(d, mine, 2, tr->counts));
         n_rows_all = n_mlm_all = 0;
         for (int r = 0; r < W; r++) {
@@ -489,6 +490,7 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
         float *d_img_all = cross_all + N * C, *d_cross_all = d_img_all + N * C;
         const int dup = c->itc_duplicate_aware;
         const double tc = bt_now_s();
+        bt_dist_name_next(d, "ITC all-gather of the image embeddings");
         st_ok(bt_dist_allgather_rows_f32(d, m->itc_image, img_all, rows, C));
         st_ok(bt_dist_allgather_rows_f32(d, m->itc_cross + pos0 * C, cross_all, rows, C));
         if (dup) {
@@ -530,6 +532,7 @@ static bt_status run_micro(bt_trainer *tr, const bt_step_batch *b, size_t k, siz
     if (d) { /* global values: Σ over ranks of each rank's share */
         double g[3] = {out->itc, out->itm * itm_share, out->mlm * mlm_share};
         const double tc = bt_now_s();
+        bt_dist_name_next(d, "loss all-reduce");
         st_ok(bt_dist_sum_f64(d, g, 3));
         res->t_comm += bt_now_s() - tc;
         out->itc = g[0];
@@ -589,6 +592,7 @@ static double shard_grad_norm(bt_trainer *tr, bt_step_result *res) {
     memset(tr->norm_parts, 0, (size_t)d->size * sizeof *tr->norm_parts);
     tr->norm_parts[d->rank] = bt_adamw_grad_sumsq(&tr->opt, tr->model->grads);
     const double tc = bt_now_s();
+    bt_dist_name_next(d, "grad-norm all-reduce");
     st_ok(bt_dist_sum_f64(d, tr->norm_parts, (size_t)d->size));
     res->t_comm += bt_now_s() - tc;
     double total = 0.0;
