@@ -9,6 +9,7 @@ set -euo pipefail
 packages=(build-essential meson ninja-build pkg-config python3
           libopenblas-dev libdnnl-dev libjpeg62-turbo-dev libcjson-dev
           libopenmpi-dev openmpi-bin valgrind
+          iproute2  # test only: ip netns, veth (tests/test_netns.sh)
           chromium zlib1g-dev  # test only: report.html rendered headless, PNG decoded
           clang libclang-rt-14-dev)  # test only: libFuzzer + sanitizers of clang 14 (tests/fuzz)
 if [ "${1:-}" = "--python" ]; then
