@@ -12,9 +12,10 @@
 #   - the veth link set down mid-run with dist.timeout_s 3: the job ends with bt's message
 #     naming the timeout and rank 1 on node-b, not after TCP's ~15 minutes;
 #   - output.dir seen by rank 0 only (absent on node-b, then empty there): a fresh run
-#     completes, an auto-resume is refused naming node-b and the checkpoint.
-# Isolation: everything runs inside a new network and mount namespace (unshare -n -m; as a
-# user without root, a user namespace too: unshare -Urnm), with a tmpfs on /run for the
+#     completes, an auto-resume is refused naming node-b and the checkpoint; with the
+#     checkpoint copied to node-b the resume runs.
+# Isolation: everything runs inside a new network, mount and PID namespace (unshare -n -m -p;
+# as a user without root, a user namespace too: unshare -Urnm -p), with a tmpfs on /run for the
 # namespaces' mount points and a private /etc/hosts naming the two hosts. The only network
 # devices are the namespaces' loopbacks and the veth pair (10.231.0.1 and .2, /24), so no
 # traffic can leave. A trap kills every process started in the namespaces, then deletes them.
@@ -27,11 +28,17 @@ if [ -z "${BT_NETNS_INNER:-}" ]; then
     for t in ip unshare mpirun mount; do
         command -v "$t" >/dev/null || skip "$t not found (scripts/install_deps.sh installs it)"
     done
-    if [ "$(id -u)" = 0 ]; then ns=(-n -m); else ns=(-U -r -n -m); fi
+    # root: new network + mount namespaces; else (or where root lacks CAP_SYS_ADMIN, e.g. a
+    # container) the rootless route, a user namespace too
+    # A PID namespace too (-p -f --mount-proc --kill-child): if this script is killed, the
+    # kernel kills every process it started.
+    ns=(-U -r -n -m -p -f --mount-proc)
+    [ "$(id -u)" = 0 ] && unshare -n -m -p -f --mount-proc true 2>/dev/null &&
+        ns=(-n -m -p -f --mount-proc)
     unshare "${ns[@]}" true 2>/dev/null ||
         skip "this kernel or container forbids new namespaces (unshare ${ns[*]}: $(unshare "${ns[@]}" true 2>&1 | head -1))"
     export BT_NETNS_INNER=1
-    exec unshare "${ns[@]}" --propagation private bash "$0" "$@"
+    exec unshare "${ns[@]}" --kill-child --propagation private bash "$0" "$@"
 fi
 
 BT_TRAIN=$(realpath "$1")
@@ -54,9 +61,10 @@ cleanup() {
     sleep 0.2
     ip netns del $NS_A 2>/dev/null
     ip netns del $NS_B 2>/dev/null
-    rm -rf "$W"
+    [ -n "${BT_NETNS_KEEP:-}" ] || rm -rf "$W"  # BT_NETNS_KEEP=1: keep the logs
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM
 
 # --- the two hosts -------------------------------------------------------------------------
 mount -t tmpfs tmpfs /run || skip "cannot mount a tmpfs on /run in the new mount namespace"
@@ -137,12 +145,17 @@ wait_bounded() {
     while kill -0 "$1" 2>/dev/null && [ $t -lt $(($2 * 10)) ]; do sleep 0.1; t=$((t + 1)); done
     if kill -0 "$1" 2>/dev/null; then rc=124; else wait "$1"; rc=$?; fi
 }
-# the pid of bt-train rank $2 in namespace $1
+# the pid of bt-train rank $2 in namespace $1 (`ip netns pids` can miss it when another
+# process ends during its scan of /proc: wait_rank_pid asks again for up to 10 s)
 rank_pid() {
-    for p in $(ip netns pids "$1"); do
+    for p in $(ip netns pids "$1" 2>/dev/null); do
         { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
             grep -q bt-train "/proc/$p/cmdline" 2>/dev/null && { echo "$p"; return; }
     done
+}
+wait_rank_pid() {
+    local p t=0
+    while [ $t -lt 50 ]; do p=$(rank_pid "$1" "$2"); [ -n "$p" ] && { echo "$p"; return; }; sleep 0.2; t=$((t + 1)); done
 }
 same_model() { cmp -s "$W/shared/$1/model.safetensors" "$W/shared/$2/model.safetensors"; }
 
@@ -168,7 +181,7 @@ check "2 hosts x 2 ranks: final model.safetensors equals -np 4 on one host, bit 
 # 2. rank 1 on node-b killed with SIGKILL mid-run
 run_bg kill "-np 2 --host node-a:1,node-b:1" --set output.dir="$W/shared/kill" --set train.max_steps=100000 \
     --set save.strategy=no
-if wait_file "$W/shared/kill/metrics.jsonl" 120 && p=$(rank_pid $NS_B 1) && [ -n "$p" ]; then
+if wait_file "$W/shared/kill/metrics.jsonl" 120 && p=$(wait_rank_pid $NS_B 1) && [ -n "$p" ]; then
     t0=$(date +%s%3N)
     kill -KILL "$p"
     wait_bounded $job 60
@@ -228,6 +241,16 @@ for case in absent empty; do
         grep -qF "$want" "$W/res-$case.err"
     grep -qF "$want" "$W/res-$case.err" || show res-$case
 done
+# the documented way out: the checkpoint copied to the same path on node-b
+cp -r "$W/hosts/node-a/out/checkpoint-2" "$W/hosts/node-b/out/"
+run res-copied "-np 2 --host node-a:1,node-b:1" --set output.dir="$W/private/out" --set train.max_steps=3
+rc=$?
+resumed() {
+    [ $rc = 0 ] && grep -qF "resuming from $W/private/out/checkpoint-2 at step 2" "$W/res-copied.log" &&
+        [ -f "$W/hosts/node-a/out/model.safetensors" ]
+}
+check "checkpoint-2 copied to node-b: the 2-host auto-resume runs from step 2 to the end (rc $rc)" resumed
+[ $rc = 0 ] || show res-copied
 
 echo "1..$n"
 exit $failed

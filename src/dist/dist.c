@@ -115,7 +115,7 @@ enum { WD_TAG_ASK = 1, WD_TAG_ANSWER = 2, WD_WHAT = 112, WD_CONTEXT = 64, WD_LIS
  * checks compare it) */
 typedef struct wd_state {
     int32_t in_coll;           /* 1: inside a blocking collective (or point-to-point) */
-    int32_t pad;
+    int32_t round;             /* the asking round this answers (a late answer is told apart) */
     uint64_t seq;              /* collectives entered so far (every rank enters the same ones) */
     char what[WD_WHAT];        /* the current (or last) collective */
     char context[WD_CONTEXT];  /* bt_dist_set_context */
@@ -197,17 +197,23 @@ static void coll_end(void) {
     pthread_mutex_unlock(&wd.mu);
 }
 
+/* snprintf at the end of buf (cut at cap) */
+static void appendf(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void appendf(char *buf, size_t cap, const char *fmt, ...) {
+    const size_t u = strlen(buf);
+    if (u + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + u, cap - u, fmt, ap);
+    va_end(ap);
+}
+
 /* Appends "rank R (HOST)" for the ranks in list (n of them; the first WD_LIST named). */
 static void append_ranks(char *buf, size_t cap, const bt_dist *d, const int *list, int n) {
-    for (int i = 0; i < n && i < WD_LIST; i++) {
-        const size_t u = strlen(buf);
-        snprintf(buf + u, cap - u, "%s%d (%s)", i ? ", " : "rank ", list[i],
-                 bt_dist_host_of(d, list[i]));
-    }
-    if (n > WD_LIST) {
-        const size_t u = strlen(buf);
-        snprintf(buf + u, cap - u, " and %d more", n - WD_LIST);
-    }
+    for (int i = 0; i < n && i < WD_LIST; i++)
+        appendf(buf, cap, "%s%d (%s)", i ? ", " : "rank ", list[i], bt_dist_host_of(d, list[i]));
+    if (n > WD_LIST) appendf(buf, cap, " and %d more", n - WD_LIST);
 }
 
 static void wd_die(const char *msg) {
@@ -221,7 +227,7 @@ static void wd_die(const char *msg) {
 /* The watchdog's answering side: every ask received gets this rank's state back. */
 typedef struct wd_server {
     MPI_Request ask;
-    char ask_buf;
+    int32_t ask_buf;    /* the asker's round */
     MPI_Request *reply; /* (size) */
     wd_state *out;      /* (size) the reply buffers */
 } wd_server;
@@ -237,9 +243,10 @@ static void wd_serve(wd_server *sv) {
         pthread_mutex_lock(&wd.mu);
         sv->out[q] = wd.me;
         pthread_mutex_unlock(&wd.mu);
+        sv->out[q].round = sv->ask_buf;
         MPI_Isend(&sv->out[q], (int)sizeof(wd_state), MPI_BYTE, q, WD_TAG_ANSWER, wd.comm,
                   &sv->reply[q]);
-        MPI_Irecv(&sv->ask_buf, 1, MPI_CHAR, MPI_ANY_SOURCE, WD_TAG_ASK, wd.comm, &sv->ask);
+        MPI_Irecv(&sv->ask_buf, 1, MPI_INT32_T, MPI_ANY_SOURCE, WD_TAG_ASK, wd.comm, &sv->ask);
     }
 }
 
@@ -250,10 +257,10 @@ static void wd_expired(wd_server *sv, const wd_state *mine, double t_enter) {
     const int W = d->size;
     const double t0 = bt_now_s();
     char msg[4096];
-    int n = snprintf(msg, sizeof msg, "dist.timeout_s (%g s) expired in the %s of %s",
+    snprintf(msg, sizeof msg, "dist.timeout_s (%g s) expired in the %s of %s",
                      wd.timeout, mine->what, mine->context[0] ? mine->context : "the run");
     if (!d->threads_ok) { /* cannot ask (MPI_THREAD_MULTIPLE not provided) */
-        snprintf(msg + n, sizeof msg - (size_t)n, " (the other ranks cannot be asked: MPI "
+        appendf(msg, sizeof msg, " (the other ranks cannot be asked: MPI "
                  "without MPI_THREAD_MULTIPLE)");
         wd_die(msg);
     }
@@ -263,12 +270,18 @@ static void wd_expired(wd_server *sv, const wd_state *mine, double t_enter) {
     int *got = calloc((size_t)W, sizeof *got);
     int *list = malloc((size_t)W * sizeof *list);
     BT_ASSERT(ans && req && got && list);
-    static const char ask = 1;
+    static int32_t rounds; /* asks of earlier rounds may be answered late: told apart */
+    const int32_t round = ++rounds;
+    /* the asks' buffer outlives this call: an ask to an unreachable rank is never completed
+     * (its request is freed); 4 bytes per round, one round per dist.timeout_s at most */
+    int32_t *ask = malloc(sizeof *ask);
+    BT_ASSERT(ask);
+    *ask = round;
     for (int q = 0; q < W; q++) {
         req[2 * q] = req[2 * q + 1] = MPI_REQUEST_NULL;
         if (q == d->rank) continue;
         MPI_Irecv(&ans[q], (int)sizeof *ans, MPI_BYTE, q, WD_TAG_ANSWER, wd.comm, &req[2 * q]);
-        MPI_Isend(&ask, 1, MPI_CHAR, q, WD_TAG_ASK, wd.comm, &req[2 * q + 1]);
+        MPI_Isend(ask, 1, MPI_INT32_T, q, WD_TAG_ASK, wd.comm, &req[2 * q + 1]);
     }
     got[d->rank] = 1;
     int n_got = 1;
@@ -278,7 +291,11 @@ static void wd_expired(wd_server *sv, const wd_state *mine, double t_enter) {
             int flag = 0;
             if (got[q]) continue;
             MPI_Test(&req[2 * q], &flag, MPI_STATUS_IGNORE);
-            if (flag) got[q] = 1, n_got++;
+            if (flag && ans[q].round != round) /* a late answer to an earlier round */
+                MPI_Irecv(&ans[q], (int)sizeof *ans, MPI_BYTE, q, WD_TAG_ANSWER, wd.comm,
+                          &req[2 * q]);
+            else if (flag)
+                got[q] = 1, n_got++;
         }
         const struct timespec ts = {0, 10000000}; /* 10 ms */
         nanosleep(&ts, NULL);
@@ -293,15 +310,15 @@ static void wd_expired(wd_server *sv, const wd_state *mine, double t_enter) {
     for (int q = 0; q < W; q++)
         if (!got[q]) list[n_silent++] = q;
     if (n_silent) {
-        n += snprintf(msg + n, sizeof msg - (size_t)n, ": ");
+        appendf(msg, sizeof msg, ": ");
         append_ranks(msg, sizeof msg, d, list, n_silent);
-        n = (int)strlen(msg);
-        n += snprintf(msg + n, sizeof msg - (size_t)n, " did not arrive and did not answer "
+        appendf(msg, sizeof msg, " did not arrive and did not answer "
                       "within %g s (stopped, hung or unreachable)", grace);
     }
     for (int q = 0; q < W; q++) /* waiting in an earlier collective: the order differs */
-        if (got[q] && q != d->rank && ans[q].in_coll && ans[q].seq < mine->seq) {
-            n += snprintf(msg + n, sizeof msg - (size_t)n, "%s rank %d (%s) waits in the %.*s "
+        if (got[q] && q != d->rank && ans[q].in_coll && ans[q].seq < mine->seq &&
+            n_other < WD_LIST) {
+            appendf(msg, sizeof msg, "%s rank %d (%s) waits in the %.*s "
                           "of %.*s", n_other || n_silent ? ";" : ":", q, bt_dist_host_of(d, q),
                           WD_WHAT - 1, ans[q].what, WD_CONTEXT - 1, ans[q].context);
             n_other++;
@@ -325,19 +342,26 @@ static void wd_expired(wd_server *sv, const wd_state *mine, double t_enter) {
     for (int q = 0; q < W; q++)
         if (got[q] && (q == d->rank || ans[q].seq >= mine->seq)) list[n_arrived++] = q;
     if (!n_silent && !n_other)
-        n += snprintf(msg + n, sizeof msg - (size_t)n, ": every rank arrived and the transfer "
+        appendf(msg, sizeof msg, ": every rank arrived and the transfer "
                       "did not complete (a stalled network?)");
     else if (n_arrived && n_busy == 0) {
-        n += snprintf(msg + n, sizeof msg - (size_t)n, "; arrived: ");
+        appendf(msg, sizeof msg, "; arrived: ");
         append_ranks(msg, sizeof msg, d, list, n_arrived);
     }
-    n = (int)strlen(msg);
-    snprintf(msg + n, sizeof msg - (size_t)n, "; ending the job (raise dist.timeout_s for "
+    appendf(msg, sizeof msg, "; ending the job (raise dist.timeout_s for "
              "longer collectives; docs/distributed.md)");
     wd_die(msg);
-done: /* every rank answered: no request left open */
-    for (int q = 0; q < 2 * W; q++)
-        if (req[q] != MPI_REQUEST_NULL) MPI_Request_free(&req[q]);
+done: /* the receives still open are cancelled (ans is freed below); `ask` stays (above) */
+    for (int q = 0; q < W; q++) {
+        if (req[2 * q] != MPI_REQUEST_NULL && !got[q]) {
+            MPI_Cancel(&req[2 * q]);
+            MPI_Wait(&req[2 * q], MPI_STATUS_IGNORE);
+        }
+        if (req[2 * q + 1] == MPI_REQUEST_NULL) continue;
+        if (got[q]) MPI_Wait(&req[2 * q + 1], MPI_STATUS_IGNORE); /* it was received */
+        else MPI_Request_free(&req[2 * q + 1]);
+    }
+    if (n_got == W) free(ask);
     free(ans);
     free(req);
     free(got);
@@ -353,7 +377,7 @@ static void *wd_main(void *arg) {
     BT_ASSERT(sv.reply && sv.out);
     for (int q = 0; q < W; q++) sv.reply[q] = MPI_REQUEST_NULL;
     const int ask = wd.d->threads_ok; /* else this thread makes no MPI call but MPI_Abort */
-    if (ask) MPI_Irecv(&sv.ask_buf, 1, MPI_CHAR, MPI_ANY_SOURCE, WD_TAG_ASK, wd.comm, &sv.ask);
+    if (ask) MPI_Irecv(&sv.ask_buf, 1, MPI_INT32_T, MPI_ANY_SOURCE, WD_TAG_ASK, wd.comm, &sv.ask);
     while (!wd.stop) {
         if (ask) wd_serve(&sv);
         pthread_mutex_lock(&wd.mu);

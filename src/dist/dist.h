@@ -15,7 +15,9 @@
  * bt_dist_abort, which prints "bt-train: rank R of N: <message>" to stderr and calls
  * MPI_Abort, so the others stop within the runtime's kill delay instead of waiting in a
  * collective. Errors that every rank sees alike (a config that does not resolve, a
- * mismatch found by bt_dist_check_same) return normally on every rank.
+ * mismatch found by bt_dist_check_same) return normally on every rank. A rank that stops
+ * answering (stopped, hung, a cut link) is caught by the collective timeout
+ * (bt_dist_set_timeout below: dist.timeout_s).
  *
  * Gradients: bt_dist_reducer averages a flat fp32 arena in buckets of a fixed byte size,
  * each bucket one MPI_Iallreduce (sum; with the bf16 wire an all-to-all, an fp32 sum and an
