@@ -125,6 +125,7 @@ static struct {
     pthread_mutex_t mu;
     wd_state me;          /* guarded by mu */
     double t_enter;       /* when the current collective was entered (guarded by mu) */
+    uint64_t seq_done;    /* counted collectives entered (guarded by mu) */
     double deadline;      /* guarded by mu */
     const char *next;     /* bt_dist_name_next: the main thread's only */
     const bt_dist *d;
@@ -164,8 +165,11 @@ void bt_dist_name_next(const bt_dist *d, const char *what) {
 }
 
 #if BT_HAVE_MPI
-/* Enters a blocking collective (counted: every rank enters it, so its sequence number is
- * comparable between ranks) named by bt_dist_name_next or else by fmt. */
+/* Enters a blocking collective. counted 1: every rank enters it, so its sequence number is
+ * comparable between ranks; 0: point-to-point (the number of the last one); -1: a wait that
+ * belongs to the next counted one (the reducer launching buckets before its finish: a rank
+ * there has arrived at the gradient all-reduce as far as the others can tell). Named by
+ * bt_dist_name_next, else by fmt. */
 static void coll_begin(int counted, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void coll_begin(int counted, const char *fmt, ...) {
     const char *named = wd.next;
@@ -184,7 +188,8 @@ static void coll_begin(int counted, const char *fmt, ...) {
     pthread_mutex_lock(&wd.mu);
     memcpy(wd.me.what, what, sizeof what);
     wd.me.in_coll = 1;
-    wd.me.seq += (uint64_t)counted;
+    if (counted > 0) wd.seq_done++;
+    wd.me.seq = wd.seq_done + (counted < 0);
     wd.t_enter = t;
     wd.deadline = t + wd.timeout;
     pthread_mutex_unlock(&wd.mu);
@@ -954,7 +959,7 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
         }
         return BT_OK;
     }
-    coll_begin(0, "gradient all-reduce (%zu buckets)", r->n_buckets); /* may wait */
+    coll_begin(-1, "gradient all-reduce (%zu buckets)", r->n_buckets); /* may wait */
     launch_range(r, lo, hi, 0);
     coll_end();
 #endif
