@@ -13,7 +13,8 @@
 #     naming the timeout and rank 1 on node-b, not after TCP's ~15 minutes;
 #   - output.dir seen by rank 0 only (absent on node-b, then empty there): a fresh run
 #     completes, an auto-resume is refused naming node-b and the checkpoint; with the
-#     checkpoint copied to node-b the resume runs.
+#     checkpoint copied to node-b the resume runs; a copy that differs (another step) is
+#     refused with both steps as numbers.
 # Isolation: everything runs inside a new network, mount and PID namespace (unshare -n -m -p;
 # as a user without root, a user namespace too: unshare -Urnm -p), with a tmpfs on /run for the
 # namespaces' mount points and a private /etc/hosts naming the two hosts. The only network
@@ -251,6 +252,15 @@ resumed() {
 }
 check "checkpoint-2 copied to node-b: the 2-host auto-resume runs from step 2 to the end (rc $rc)" resumed
 [ $rc = 0 ] || show res-copied
+# copies that differ: node-b's says step 1 (the resumed step is compared as a number)
+sed -i 's/"global_step":[[:space:]]*2,/"global_step": 1,/' "$W/hosts/node-b/out/checkpoint-2/trainer_state.json"
+run res-differ "-np 2 --host node-a:1,node-b:1" --set output.dir="$W/private/out" \
+    --set output.resume_from="$W/private/out/checkpoint-2" --set train.max_steps=3
+rc=$?
+want="the ranks differ in their resumed step: rank 1 (node-b) read step 1 from $W/private/out/checkpoint-2, rank 0 (node-a) step 2"
+check "node-b's copy of checkpoint-2 says step 1: refused at start, the steps in decimal (rc $rc)" \
+    grep -qF "$want" "$W/res-differ.err"
+grep -qF "$want" "$W/res-differ.err" || show res-differ
 
 echo "1..$n"
 exit $failed
