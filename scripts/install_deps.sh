@@ -11,6 +11,7 @@ packages=(build-essential meson ninja-build pkg-config python3
           libpng-dev libwebp-dev  # PNG and WebP images (src/data/image_png.c, image_webp.c)
           libopenmpi-dev openmpi-bin valgrind help2man
           python3-venv  # test only: scripts/check_doc_commands.sh runs the docs' venv step
+          iproute2  # test only: ip netns, veth (tests/test_netns.sh)
           chromium zlib1g-dev  # test only: report.html rendered headless, PNG decoded
           clang libclang-rt-14-dev)  # test only: libFuzzer + sanitizers of clang 14 (tests/fuzz)
 if [ "${1:-}" = "--python" ]; then

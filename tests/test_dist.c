@@ -394,25 +394,22 @@ static int wait_bounded(pid_t pid, double t0, double limit, int *status, double 
     return ended;
 }
 
-static void test_signal_rank(int sig, int zero, const char *ref_opt) {
-    const char *out = tu_tmp_path(sig == SIGKILL ? "killed" : zero ? "sigterm-zero" : "sigterm");
-    const char *what = sig == SIGKILL ? "killed rank"
-                       : zero         ? "SIGTERM to rank 1, ZeRO-1"
-                                      : "SIGTERM to rank 1";
-    char line[6000], log[1200], err[1200], metrics[1200];
-    snprintf(log, sizeof log, "%s.log", out);
-    snprintf(err, sizeof err, "%s.err", out);
+/* Starts `ENV mpirun -np 2 bt-train ... EXTRA` in the background (stdout / stderr to
+ * out.log / out.err) and waits for its first logged step; *ranks = the pids of rank 0 and
+ * rank 1. Returns mpirun's pid, or -1 (then the job is gone and the check failed). */
+static pid_t start_training(const char *what, const char *out, const char *env,
+                            const char *extra, pid_t ranks[2]) {
+    ranks[0] = ranks[1] = 0;
+    char line[6000], metrics[1200];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
-    snprintf(line, sizeof line, "exec " MPIRUN " -np 2 '%s' --config '%s' --quiet-config --set "
-             "output.dir='%s' --set train.batch_size=4 --set train.max_steps=100000 --set "
-             "save.strategy=no --set dist.zero_stage=%d > '%s' 2> '%s'", exe, base_cfg, out,
-             zero, log, err);
+    snprintf(line, sizeof line, "%s exec " MPIRUN " -np 2 '%s' --config '%s' --quiet-config "
+             "--set output.dir='%s' --set train.batch_size=4 %s > '%s.log' 2> '%s.err'", env,
+             exe, base_cfg, out, extra, out, out);
     const pid_t mpirun = fork();
     if (mpirun == 0) {
         execl("/bin/sh", "sh", "-c", line, (char *)NULL);
         _exit(127);
     }
-    /* wait for a logged step (the ranks are in the training loop) */
     struct stat st;
     int started = 0;
     for (double t0 = now_s(); now_s() - t0 < 120 && !started;) {
@@ -420,20 +417,35 @@ static void test_signal_rank(int sig, int zero, const char *ref_opt) {
         if (waitpid(mpirun, NULL, WNOHANG) == mpirun) break;
         usleep(20000);
     }
-    pid_t ranks[8];
-    const size_t n = started ? children(mpirun, ranks, 8) : 0;
-    if (n == 2 && is_rank(ranks[0], 1)) { /* ranks[1] = rank 1 */
-        const pid_t t = ranks[0];
-        ranks[0] = ranks[1];
-        ranks[1] = t;
+    pid_t found[8];
+    const size_t n = started ? children(mpirun, found, 8) : 0;
+    if (n == 2) {
+        const int swap = is_rank(found[0], 1);
+        ranks[0] = found[swap];
+        ranks[1] = found[!swap];
     }
     if (!tu_check(started && n == 2 && is_rank(ranks[1], 1), "%s: the 2-rank job is training "
                   "(%zu ranks seen)", what, n)) {
         kill(mpirun, SIGKILL);
         waitpid(mpirun, NULL, 0);
         show_err(out);
-        return;
+        return -1;
     }
+    return mpirun;
+}
+
+static void test_signal_rank(int sig, int zero, const char *ref_opt) {
+    const char *out = tu_tmp_path(sig == SIGKILL ? "killed" : zero ? "sigterm-zero" : "sigterm");
+    const char *what = sig == SIGKILL ? "killed rank"
+                       : zero         ? "SIGTERM to rank 1, ZeRO-1"
+                                      : "SIGTERM to rank 1";
+    char extra[200], err[1200];
+    snprintf(err, sizeof err, "%s.err", out);
+    snprintf(extra, sizeof extra, "--set train.max_steps=100000 --set save.strategy=no --set "
+             "dist.zero_stage=%d", zero);
+    pid_t ranks[2];
+    const pid_t mpirun = start_training(what, out, "", extra, ranks);
+    if (mpirun < 0) return;
     const double t_kill = now_s();
     kill(ranks[1], sig);
     int status = 0;
@@ -890,6 +902,92 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
     }
 }
 
+/* --- issue 21: launcher logs and the collective timeout ------------------------------------ */
+
+/* Under mpirun each rank's stdout is a pseudo-terminal even when mpirun writes to a file:
+ * the 2-rank log (r2, logging.progress "auto") must hold plain lines only, and with
+ * logging.progress "live" the status line's redraws must be there (so the check can fail). */
+static void test_launcher_log(const char *r2) {
+    char p[1300];
+    snprintf(p, sizeof p, "%s.log", r2);
+    char *log = read_text(p);
+    tu_check(strstr(log, "step 4/4") && !strchr(log, '\r') && !strchr(log, '\033'),
+             "mpirun -np 2 > log: plain lines (no \\r, no escape sequence) by default");
+    free(log);
+    const char *out = tu_tmp_path("live-line");
+    const int rc = train(out, 2, "", "--set train.batch_size=4 --set save.strategy=no "
+                         "--set logging.progress=live");
+    snprintf(p, sizeof p, "%s.log", out);
+    log = read_text(p);
+    tu_check(rc == 0 && strchr(log, '\r') && strstr(log, "\033[K"),
+             "mpirun -np 2 with logging.progress=live: the status line's redraws are in the log "
+             "(exit %d)", rc);
+    free(log);
+}
+
+/* dist.timeout_s 3, rank 1 stopped (SIGSTOP) mid-run: rank 0's deadline passes in a
+ * collective, rank 1 does not answer its watchdog, the job ends with a message naming the
+ * timeout, the step, rank 1 and its host. Expected: 3 s (the deadline) + 3 s (min(timeout,
+ * 10 s), the wait for answers) + mpirun's kill; no earlier than 3 s after the stop; bound
+ * 60 s for a loaded 2-core CI machine. */
+static void test_timeout_stopped_rank(void) {
+    const char *out = tu_tmp_path("timeout-sigstop");
+    pid_t ranks[2];
+    const pid_t mpirun = start_training("SIGSTOP to rank 1, dist.timeout_s 3", out, "",
+                                        "--set train.max_steps=100000 --set save.strategy=no "
+                                        "--set dist.timeout_s=3", ranks);
+    if (mpirun < 0) return;
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    const double t_stop = now_s();
+    kill(ranks[1], SIGSTOP);
+    int status = 0;
+    double took;
+    const int ended = wait_bounded(mpirun, t_stop, 60, &status, &took);
+    if (alive(ranks[1])) { /* mpirun kills it (SIGKILL works on a stopped process) */
+        kill(ranks[1], SIGKILL);
+        kill(ranks[1], SIGCONT);
+    }
+    char p[1300], want[400];
+    snprintf(p, sizeof p, "%s.err", out);
+    char *e = read_text(p);
+    snprintf(want, sizeof want, "rank 1 (%s) did not arrive", host);
+    tu_check(ended && WIFEXITED(status) && WEXITSTATUS(status) != 0 && took >= 3,
+             "SIGSTOP to rank 1, dist.timeout_s 3: the job ends with a non-zero status %.1f s "
+             "after the stop (expected ~6 s: 3 s deadline + 3 s for answers; bounds [3, 60])",
+             took);
+    const int named = strstr(e, "dist.timeout_s (3 s) expired in the ") && strstr(e, " of step ") &&
+                      strstr(e, want);
+    tu_check(named, "SIGSTOP to rank 1: the message names dist.timeout_s, the operation, the "
+             "step, and rank 1 with its host as not arrived");
+    if (!named) fprintf(stderr, "%s\n", e);
+    free(e);
+}
+
+/* A slow but live rank must not trip the timeout: with dist.timeout_s 2, rank 0 sleeps 8 s
+ * outside any collective when it enters step 3 (BT_TEST_DIST_SLEEP, dist.h), while rank 1
+ * waits in step 3's first collective. Rank 1's watchdog finds rank 0 live and outside the
+ * collectives: a warning, and the run completes. */
+static void test_timeout_live_rank(void) {
+    const char *out = tu_tmp_path("timeout-live");
+    const double t0 = now_s();
+    const int rc = sh(out, "BT_TEST_DIST_SLEEP='0:step 3:8' " MPIRUN " -x BT_TEST_DIST_SLEEP "
+                      "-np 2 '%s' --config '%s' --quiet-config --set output.dir='%s' --set "
+                      "train.batch_size=4 --set save.strategy=no --set dist.timeout_s=2",
+                      exe, base_cfg, out);
+    const double took = now_s() - t0;
+    char p[1300];
+    snprintf(p, sizeof p, "%s.err", out);
+    char *e = read_text(p);
+    const int warned = strstr(e, "rank 1 of 2") && strstr(e, "warning: waited") &&
+                       strstr(e, "for rank 0 (") && strstr(e, "live but not in a collective");
+    tu_check(rc == 0 && warned && took >= 8, "rank 0 busy 8 s outside collectives, "
+             "dist.timeout_s 2: rank 1 warns and waits on, the run completes (exit %d, %.1f s)",
+             rc, took);
+    if (rc != 0 || !warned) fprintf(stderr, "%s\n", e);
+    free(e);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_dist PATH/TO/bt-train\n");
@@ -1012,5 +1110,8 @@ int main(int argc, char **argv) {
     test_signal_rank(SIGTERM, 1, ref_opt);
     test_signal_rank(SIGKILL, 0, ref_opt);
     test_signal_in_stop_check();
+    test_launcher_log(r2);
+    test_timeout_stopped_rank();
+    test_timeout_live_rank();
     return tu_finish();
 }

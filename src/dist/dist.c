@@ -5,6 +5,7 @@
 #include "dist/dist.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@
 #endif
 
 /* a launcher's environment: Open MPI (mpirun / prterun), PMIx, PMI (srun, hydra) */
-static int launched(void) {
+int bt_dist_launched(void) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
                                        "PMI_SIZE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
@@ -41,16 +42,21 @@ bt_status bt_dist_init(bt_dist *d, int *argc, char ***argv) {
     memset(d, 0, sizeof *d);
     d->size = 1;
     if (gethostname(d->host, sizeof d->host - 1) != 0) snprintf(d->host, sizeof d->host, "?");
-    if (!launched()) return BT_OK;
+    if (!bt_dist_launched()) return BT_OK;
 #if BT_HAVE_MPI
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return bt_fail(BT_ERR_UNSUPPORTED, "MPI_Init failed (launched by mpirun?)");
     d->mpi = 1;
-    d->multiple = provided == MPI_THREAD_MULTIPLE && !getenv("BT_DIST_NO_PROGRESS_THREAD");
+    d->threads_ok = provided == MPI_THREAD_MULTIPLE;
+    d->multiple = d->threads_ok && !getenv("BT_DIST_NO_PROGRESS_THREAD");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+    d->hosts = calloc((size_t)d->size, sizeof d->host);
+    BT_ASSERT(d->hosts);
+    MPI_Allgather(d->host, (int)sizeof d->host, MPI_CHAR, d->hosts, (int)sizeof d->host, MPI_CHAR,
+                  MPI_COMM_WORLD);
     return BT_OK;
 #else
     (void)argc;
@@ -63,11 +69,29 @@ bt_status bt_dist_init(bt_dist *d, int *argc, char ***argv) {
 #endif
 }
 
+#if BT_HAVE_MPI
+static void watchdog_stop(void);
+#endif
+
 void bt_dist_finalize(bt_dist *d) {
 #if BT_HAVE_MPI
-    if (d->mpi) MPI_Finalize();
+    if (d->mpi) {
+        /* the last collective runs with the deadline too (MPI_Finalize's own exchange then
+         * finds every rank present); the watchdog ends before MPI does */
+        bt_dist_name_next(d, "final barrier");
+        bt_dist_barrier(d);
+        watchdog_stop();
+        MPI_Finalize();
+    }
 #endif
+    free(d->hosts);
+    d->hosts = NULL;
     d->mpi = 0;
+}
+
+const char *bt_dist_host_of(const bt_dist *d, int r) {
+    if (d->hosts && r >= 0 && r < d->size) return d->hosts + (size_t)r * sizeof d->host;
+    return r == d->rank ? d->host : "?";
 }
 
 void bt_dist_abort(const bt_dist *d, const char *prog, const char *message, int code) {
@@ -83,6 +107,332 @@ void bt_dist_abort(const bt_dist *d, const char *prog, const char *message, int 
     exit(code);
 }
 
+/* --- the collective timeout (dist.h: bt_dist_set_timeout) -------------------------------- */
+
+enum { WD_TAG_ASK = 1, WD_TAG_ANSWER = 2, WD_WHAT = 112, WD_CONTEXT = 64, WD_LIST = 8 };
+
+/* where a rank is: sent as bytes between the watchdogs (same binary on every rank: the start
+ * checks compare it) */
+typedef struct wd_state {
+    int32_t in_coll;           /* 1: inside a blocking collective (or point-to-point) */
+    int32_t round;             /* the asking round this answers (a late answer is told apart) */
+    uint64_t seq;              /* collectives entered so far (every rank enters the same ones) */
+    char what[WD_WHAT];        /* the current (or last) collective */
+    char context[WD_CONTEXT];  /* bt_dist_set_context */
+} wd_state;
+
+static struct {
+    pthread_mutex_t mu;
+    wd_state me;          /* guarded by mu */
+    double t_enter;       /* when the current collective was entered (guarded by mu) */
+    uint64_t seq_done;    /* counted collectives entered (guarded by mu) */
+    double deadline;      /* guarded by mu */
+    const char *next;     /* bt_dist_name_next: the main thread's only */
+    const bt_dist *d;
+    double timeout;       /* seconds; 0: no watchdog */
+    int running;
+    volatile int stop;
+    pthread_t thread;
+#if BT_HAVE_MPI
+    MPI_Comm comm;        /* the watchdogs' own messages */
+#endif
+} wd = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+void bt_dist_set_context(const bt_dist *d, const char *fmt, ...) {
+    char text[WD_CONTEXT];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&wd.mu);
+    memcpy(wd.me.context, text, sizeof text);
+    pthread_mutex_unlock(&wd.mu);
+    /* test hook (tests/test_dist.c): a slow but live rank, outside every collective */
+    const char *hook = getenv("BT_TEST_DIST_SLEEP");
+    int rank = -1;
+    char ctx[WD_CONTEXT] = "";
+    double secs = 0;
+    if (d && hook && sscanf(hook, "%d:%63[^:]:%lf", &rank, ctx, &secs) == 3 &&
+        rank == d->rank && !strcmp(ctx, text)) {
+        const struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void bt_dist_name_next(const bt_dist *d, const char *what) {
+    (void)d;
+    wd.next = what;
+}
+
+#if BT_HAVE_MPI
+/* Enters a blocking collective. counted 1: every rank enters it, so its sequence number is
+ * comparable between ranks; 0: point-to-point (the number of the last one); -1: a wait that
+ * belongs to the next counted one (the reducer launching buckets before its finish: a rank
+ * there has arrived at the gradient all-reduce as far as the others can tell). Named by
+ * bt_dist_name_next, else by fmt. */
+static void coll_begin(int counted, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void coll_begin(int counted, const char *fmt, ...) {
+    const char *named = wd.next;
+    wd.next = NULL;
+    if (!wd.running) return;
+    char what[WD_WHAT];
+    if (named) {
+        snprintf(what, sizeof what, "%s", named);
+    } else {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+    }
+    const double t = bt_now_s();
+    pthread_mutex_lock(&wd.mu);
+    memcpy(wd.me.what, what, sizeof what);
+    wd.me.in_coll = 1;
+    if (counted > 0) wd.seq_done++;
+    wd.me.seq = wd.seq_done + (counted < 0);
+    wd.t_enter = t;
+    wd.deadline = t + wd.timeout;
+    pthread_mutex_unlock(&wd.mu);
+}
+
+static void coll_end(void) {
+    if (!wd.running) return;
+    pthread_mutex_lock(&wd.mu);
+    wd.me.in_coll = 0;
+    pthread_mutex_unlock(&wd.mu);
+}
+
+/* snprintf at the end of buf (cut at cap) */
+static void appendf(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void appendf(char *buf, size_t cap, const char *fmt, ...) {
+    const size_t u = strlen(buf);
+    if (u + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + u, cap - u, fmt, ap);
+    va_end(ap);
+}
+
+/* Appends "rank R (HOST)" for the ranks in list (n of them; the first WD_LIST named). */
+static void append_ranks(char *buf, size_t cap, const bt_dist *d, const int *list, int n) {
+    for (int i = 0; i < n && i < WD_LIST; i++)
+        appendf(buf, cap, "%s%d (%s)", i ? ", " : "rank ", list[i], bt_dist_host_of(d, list[i]));
+    if (n > WD_LIST) appendf(buf, cap, " and %d more", n - WD_LIST);
+}
+
+static void wd_die(const char *msg) {
+    const bt_dist *d = wd.d;
+    fprintf(stderr, "bt-train: rank %d of %d (%s): error: %s\n", d->rank, d->size, d->host, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1); /* not reached */
+}
+
+/* The watchdog's answering side: every ask received gets this rank's state back. */
+typedef struct wd_server {
+    MPI_Request ask;
+    int32_t ask_buf;    /* the asker's round */
+    MPI_Request *reply; /* (size) */
+    wd_state *out;      /* (size) the reply buffers */
+} wd_server;
+
+static void wd_serve(wd_server *sv) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status stt;
+        MPI_Test(&sv->ask, &flag, &stt);
+        if (!flag) return;
+        const int q = stt.MPI_SOURCE;
+        if (sv->reply[q] != MPI_REQUEST_NULL) MPI_Wait(&sv->reply[q], MPI_STATUS_IGNORE);
+        pthread_mutex_lock(&wd.mu);
+        sv->out[q] = wd.me;
+        pthread_mutex_unlock(&wd.mu);
+        sv->out[q].round = sv->ask_buf;
+        MPI_Isend(&sv->out[q], (int)sizeof(wd_state), MPI_BYTE, q, WD_TAG_ANSWER, wd.comm,
+                  &sv->reply[q]);
+        MPI_Irecv(&sv->ask_buf, 1, MPI_INT32_T, MPI_ANY_SOURCE, WD_TAG_ASK, wd.comm, &sv->ask);
+    }
+}
+
+/* This rank's deadline has passed in the collective `mine` (entered t_enter): asks every
+ * other rank where it is, then ends the job or moves the deadline on (dist.h). */
+static void wd_expired(wd_server *sv, const wd_state *mine, double t_enter) {
+    const bt_dist *d = wd.d;
+    const int W = d->size;
+    const double t0 = bt_now_s();
+    char msg[4096];
+    snprintf(msg, sizeof msg, "dist.timeout_s (%g s) expired in the %s of %s",
+                     wd.timeout, mine->what, mine->context[0] ? mine->context : "the run");
+    if (!d->threads_ok) { /* cannot ask (MPI_THREAD_MULTIPLE not provided) */
+        appendf(msg, sizeof msg, " (the other ranks cannot be asked: MPI "
+                 "without MPI_THREAD_MULTIPLE)");
+        wd_die(msg);
+    }
+    const double grace = wd.timeout < 10 ? wd.timeout : 10;
+    wd_state *ans = calloc((size_t)W, sizeof *ans);
+    MPI_Request *req = malloc((size_t)W * 2 * sizeof *req);
+    int *got = calloc((size_t)W, sizeof *got);
+    int *list = malloc((size_t)W * sizeof *list);
+    BT_ASSERT(ans && req && got && list);
+    static int32_t rounds; /* asks of earlier rounds may be answered late: told apart */
+    const int32_t round = ++rounds;
+    /* the asks' buffer outlives this call: an ask to an unreachable rank is never completed
+     * (its request is freed); 4 bytes per round, one round per dist.timeout_s at most */
+    int32_t *ask = malloc(sizeof *ask);
+    BT_ASSERT(ask);
+    *ask = round;
+    for (int q = 0; q < W; q++) {
+        req[2 * q] = req[2 * q + 1] = MPI_REQUEST_NULL;
+        if (q == d->rank) continue;
+        MPI_Irecv(&ans[q], (int)sizeof *ans, MPI_BYTE, q, WD_TAG_ANSWER, wd.comm, &req[2 * q]);
+        MPI_Isend(ask, 1, MPI_INT32_T, q, WD_TAG_ASK, wd.comm, &req[2 * q + 1]);
+    }
+    got[d->rank] = 1;
+    int n_got = 1;
+    while (n_got < W && bt_now_s() - t0 < grace && !wd.stop) {
+        wd_serve(sv); /* the others ask this rank at the same time */
+        for (int q = 0; q < W; q++) {
+            int flag = 0;
+            if (got[q]) continue;
+            MPI_Test(&req[2 * q], &flag, MPI_STATUS_IGNORE);
+            if (flag && ans[q].round != round) /* a late answer to an earlier round */
+                MPI_Irecv(&ans[q], (int)sizeof *ans, MPI_BYTE, q, WD_TAG_ANSWER, wd.comm,
+                          &req[2 * q]);
+            else if (flag)
+                got[q] = 1, n_got++;
+        }
+        const struct timespec ts = {0, 10000000}; /* 10 ms */
+        nanosleep(&ts, NULL);
+    }
+    /* still in the same collective? (it may have completed while the answers came) */
+    pthread_mutex_lock(&wd.mu);
+    const int same = wd.me.in_coll && wd.me.seq == mine->seq && wd.t_enter == t_enter;
+    pthread_mutex_unlock(&wd.mu);
+    if (!same || wd.stop) goto done;
+    /* who did not arrive */
+    int n_silent = 0, n_busy = 0, n_other = 0, n_arrived = 0;
+    for (int q = 0; q < W; q++)
+        if (!got[q]) list[n_silent++] = q;
+    if (n_silent) {
+        appendf(msg, sizeof msg, ": ");
+        append_ranks(msg, sizeof msg, d, list, n_silent);
+        appendf(msg, sizeof msg, " did not arrive and did not answer "
+                      "within %g s (stopped, hung or unreachable)", grace);
+    }
+    for (int q = 0; q < W; q++) /* waiting in an earlier collective: the order differs */
+        if (got[q] && q != d->rank && ans[q].in_coll && ans[q].seq < mine->seq &&
+            n_other < WD_LIST) {
+            appendf(msg, sizeof msg, "%s rank %d (%s) waits in the %.*s "
+                          "of %.*s", n_other || n_silent ? ";" : ":", q, bt_dist_host_of(d, q),
+                          WD_WHAT - 1, ans[q].what, WD_CONTEXT - 1, ans[q].context);
+            n_other++;
+        }
+    for (int q = 0; q < W; q++) /* live, outside collectives, not there yet */
+        if (got[q] && q != d->rank && !ans[q].in_coll && ans[q].seq < mine->seq) list[n_busy++] = q;
+    if (!n_silent && !n_other && n_busy) { /* slow but live: wait on */
+        char warn[2048] = "";
+        append_ranks(warn, sizeof warn, d, list, n_busy);
+        fprintf(stderr, "bt-train: rank %d of %d (%s): warning: waited %.0f s in the %s of %s "
+                "for %s, live but not in a collective yet (at %.*s); waiting another "
+                "dist.timeout_s (%g s)\n", d->rank, W, d->host, bt_now_s() - t_enter,
+                mine->what, mine->context[0] ? mine->context : "the run", warn, WD_CONTEXT - 1,
+                ans[list[0]].context, wd.timeout);
+        fflush(stderr);
+        pthread_mutex_lock(&wd.mu);
+        if (wd.t_enter == t_enter) wd.deadline = bt_now_s() + wd.timeout;
+        pthread_mutex_unlock(&wd.mu);
+        goto done;
+    }
+    for (int q = 0; q < W; q++)
+        if (got[q] && (q == d->rank || ans[q].seq >= mine->seq)) list[n_arrived++] = q;
+    if (!n_silent && !n_other)
+        appendf(msg, sizeof msg, ": every rank arrived and the transfer "
+                      "did not complete (a stalled network?)");
+    else if (n_arrived && n_busy == 0) {
+        appendf(msg, sizeof msg, "; arrived: ");
+        append_ranks(msg, sizeof msg, d, list, n_arrived);
+    }
+    appendf(msg, sizeof msg, "; ending the job (raise dist.timeout_s for "
+             "longer collectives; docs/distributed.md)");
+    wd_die(msg);
+done: /* the receives still open are cancelled (ans is freed below); `ask` stays (above) */
+    for (int q = 0; q < W; q++) {
+        if (req[2 * q] != MPI_REQUEST_NULL && !got[q]) {
+            MPI_Cancel(&req[2 * q]);
+            MPI_Wait(&req[2 * q], MPI_STATUS_IGNORE);
+        }
+        if (req[2 * q + 1] == MPI_REQUEST_NULL) continue;
+        if (got[q]) MPI_Wait(&req[2 * q + 1], MPI_STATUS_IGNORE); /* it was received */
+        else MPI_Request_free(&req[2 * q + 1]);
+    }
+    if (n_got == W) free(ask);
+    free(ans);
+    free(req);
+    free(got);
+    free(list);
+}
+
+static void *wd_main(void *arg) {
+    (void)arg;
+    const int W = wd.d->size;
+    wd_server sv;
+    sv.reply = malloc((size_t)W * sizeof *sv.reply);
+    sv.out = calloc((size_t)W, sizeof *sv.out);
+    BT_ASSERT(sv.reply && sv.out);
+    for (int q = 0; q < W; q++) sv.reply[q] = MPI_REQUEST_NULL;
+    const int ask = wd.d->threads_ok; /* else this thread makes no MPI call but MPI_Abort */
+    if (ask) MPI_Irecv(&sv.ask_buf, 1, MPI_INT32_T, MPI_ANY_SOURCE, WD_TAG_ASK, wd.comm, &sv.ask);
+    while (!wd.stop) {
+        if (ask) wd_serve(&sv);
+        pthread_mutex_lock(&wd.mu);
+        const int expired = wd.me.in_coll && bt_now_s() > wd.deadline;
+        const wd_state mine = wd.me;
+        const double t_enter = wd.t_enter;
+        pthread_mutex_unlock(&wd.mu);
+        if (expired) wd_expired(&sv, &mine, t_enter);
+        const struct timespec ts = {0, 20000000}; /* 20 ms: an ask is answered within that */
+        nanosleep(&ts, NULL);
+    }
+    if (ask) {
+        MPI_Cancel(&sv.ask);
+        MPI_Wait(&sv.ask, MPI_STATUS_IGNORE);
+    }
+    for (int q = 0; q < W; q++)
+        if (sv.reply[q] != MPI_REQUEST_NULL) MPI_Request_free(&sv.reply[q]);
+    free(sv.reply);
+    free(sv.out);
+    return NULL;
+}
+
+static void watchdog_stop(void) {
+    if (!wd.running) return;
+    wd.stop = 1;
+    pthread_join(wd.thread, NULL);
+    wd.running = 0;
+    MPI_Comm_free(&wd.comm);
+}
+#endif
+
+void bt_dist_set_timeout(bt_dist *d, double seconds) {
+#if BT_HAVE_MPI
+    if (!bt_dist_active(d) || !d->mpi || seconds <= 0 || wd.running) return;
+    MPI_Comm_dup(MPI_COMM_WORLD, &wd.comm);
+    wd.d = d;
+    wd.timeout = seconds;
+    wd.stop = 0;
+    wd.running = 1;
+    if (pthread_create(&wd.thread, NULL, wd_main, NULL) != 0) {
+        wd.running = 0;
+        MPI_Comm_free(&wd.comm);
+        fprintf(stderr, "bt-train: rank %d of %d (%s): warning: no watchdog thread: "
+                "dist.timeout_s is not enforced\n", d->rank, d->size, d->host);
+    }
+#else
+    (void)d, (void)seconds;
+#endif
+}
+
 #if BT_HAVE_MPI
 /* MPI counts are int: a message larger than INT_MAX elements is split by the callers below
  * or refused here. */
@@ -96,7 +446,11 @@ static bt_status check_count(size_t n, const char *what) {
 
 bt_status bt_dist_barrier(const bt_dist *d) {
 #if BT_HAVE_MPI
-    if (bt_dist_active(d)) MPI_Barrier(MPI_COMM_WORLD);
+    if (bt_dist_active(d)) {
+        coll_begin(1, "barrier");
+        MPI_Barrier(MPI_COMM_WORLD);
+        coll_end();
+    }
 #endif
     (void)d;
     return BT_OK;
@@ -106,10 +460,25 @@ bt_status bt_dist_bcast_f32(const bt_dist *d, float *buf, size_t n, int root) {
 #if BT_HAVE_MPI
     if (!bt_dist_active(d)) return BT_OK;
     const size_t chunk = (size_t)1 << 28;
+    coll_begin(1, "broadcast of %zu floats from rank %d", n, root);
     for (size_t o = 0; o < n; o += chunk) {
         const size_t c = n - o < chunk ? n - o : chunk;
         MPI_Bcast(buf + o, (int)c, MPI_FLOAT, root, MPI_COMM_WORLD);
     }
+    coll_end();
+#endif
+    (void)d, (void)buf, (void)n, (void)root;
+    return BT_OK;
+}
+
+bt_status bt_dist_bcast_bytes(const bt_dist *d, void *buf, size_t n, int root) {
+#if BT_HAVE_MPI
+    if (!bt_dist_active(d)) return BT_OK;
+    bt_status st = check_count(n, "bt_dist_bcast_bytes");
+    if (st != BT_OK) return st;
+    coll_begin(1, "broadcast of %zu bytes from rank %d", n, root);
+    MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+    coll_end();
 #endif
     (void)d, (void)buf, (void)n, (void)root;
     return BT_OK;
@@ -120,24 +489,39 @@ bt_status bt_dist_sum_f64(const bt_dist *d, double *v, size_t n) {
     if (!bt_dist_active(d)) return BT_OK;
     bt_status st = check_count(n, "bt_dist_sum_f64");
     if (st != BT_OK) return st;
+    coll_begin(1, "all-reduce of %zu doubles", n);
     MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    coll_end();
 #endif
     (void)d, (void)v, (void)n;
     return BT_OK;
 }
 
-bt_status bt_dist_allgather_i64(const bt_dist *d, const int64_t *mine, size_t n, int64_t *out) {
+/* n elements of `size` bytes per rank (MPI type `type`, elements `unit` for messages) */
+static bt_status allgather_n(const bt_dist *d, const void *mine, size_t n, void *out, size_t size,
+                             int type, const char *unit) {
 #if BT_HAVE_MPI
     if (bt_dist_active(d)) {
-        bt_status st = check_count(n, "bt_dist_allgather_i64");
+        bt_status st = check_count(n * (size_t)d->size, "all-gather");
         if (st != BT_OK) return st;
-        MPI_Allgather(mine, (int)n, MPI_INT64_T, out, (int)n, MPI_INT64_T, MPI_COMM_WORLD);
+        const MPI_Datatype t = type ? MPI_INT64_T : MPI_BYTE;
+        coll_begin(1, "all-gather of %zu %s per rank", n, unit);
+        MPI_Allgather(mine, (int)n, t, out, (int)n, t, MPI_COMM_WORLD);
+        coll_end();
         return BT_OK;
     }
 #endif
-    memmove(out, mine, n * sizeof *out);
-    (void)d;
+    (void)d, (void)type, (void)unit;
+    memmove(out, mine, n * size);
     return BT_OK;
+}
+
+bt_status bt_dist_allgather_i64(const bt_dist *d, const int64_t *mine, size_t n, int64_t *out) {
+    return allgather_n(d, mine, n, out, sizeof *out, 1, "integers");
+}
+
+bt_status bt_dist_allgather_bytes(const bt_dist *d, const void *mine, size_t n, void *out) {
+    return allgather_n(d, mine, n, out, 1, 0, "bytes");
 }
 
 #if BT_HAVE_MPI
@@ -162,8 +546,11 @@ static bt_status allgather_rows(const bt_dist *d, const void *mine, void *all,
     BT_ASSERT(cnt);
     int *disp = cnt + d->size;
     bt_status st = row_layout(d, counts, width, cnt, disp);
-    if (st == BT_OK)
+    if (st == BT_OK) {
+        coll_begin(1, "all-gather of rows of %zu", width);
         MPI_Allgatherv(mine, cnt[d->rank], type, all, cnt, disp, type, MPI_COMM_WORLD);
+        coll_end();
+    }
     free(cnt);
     return st;
 }
@@ -199,7 +586,9 @@ bt_status bt_dist_reduce_scatter_add_f32(const bt_dist *d, const float *all, flo
         float *tmp = st == BT_OK ? malloc((n_mine + 1) * sizeof *tmp) : NULL;
         if (st == BT_OK) {
             BT_ASSERT(tmp);
+            coll_begin(1, "reduce-scatter of rows of %zu", width);
             MPI_Reduce_scatter(all, tmp, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            coll_end();
             for (size_t i = 0; i < n_mine; i++) mine[i] += tmp[i];
         }
         free(tmp);
@@ -233,10 +622,12 @@ bt_status bt_dist_check_same(const bt_dist *d, const char *const *names, const u
     uint64_t *all = malloc((size_t)d->size * n_items * sizeof *all);
     char *hosts = malloc((size_t)d->size * sizeof d->host);
     BT_ASSERT(all && hosts);
+    coll_begin(1, "all-gather of the start checks");
     MPI_Allgather(hashes, (int)n_items, MPI_UINT64_T, all, (int)n_items, MPI_UINT64_T,
                   MPI_COMM_WORLD);
     MPI_Allgather(d->host, (int)sizeof d->host, MPI_CHAR, hosts, (int)sizeof d->host, MPI_CHAR,
                   MPI_COMM_WORLD);
+    coll_end();
     bt_status st = BT_OK;
     for (size_t i = 0; i < n_items && st == BT_OK; i++)
         for (int r = 1; r < d->size; r++)
@@ -568,7 +959,9 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
         }
         return BT_OK;
     }
+    coll_begin(-1, "gradient all-reduce (%zu buckets)", r->n_buckets); /* may wait */
     launch_range(r, lo, hi, 0);
+    coll_end();
 #endif
     return BT_OK;
 }
@@ -619,9 +1012,11 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
         free(r->thread);
         r->thread = NULL;
     }
+    coll_begin(1, "gradient all-reduce (%zu buckets)", r->n_buckets);
     launch_range(r, 0, r->n, 1); /* the rest of the queue first (see launch_range) */
     launch_range(r, 0, r->n, 0);
     while (r->seq_done < r->n_seq) wait_oldest(r, 1);
+    coll_end();
     r->t_wait = bt_now_s() - t0;
 #endif
     memset(r->started, 0, r->n_buckets);
@@ -667,6 +1062,7 @@ bt_status bt_dist_reducer_allgather(bt_dist_reducer *r, float *params) {
     const size_t W = (size_t)r->d->size;
     MPI_Request *req = r->requests;
     size_t oldest = 0;
+    coll_begin(1, "ZeRO-1 weight all-gather (%zu buckets)", r->n_buckets);
     for (size_t b = 0; b < r->n_buckets; b++) {
         if (b - oldest >= BT_DIST_MAX_INFLIGHT) MPI_Wait(&req[oldest++], MPI_STATUS_IGNORE);
         MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, params + b * r->bucket,
@@ -674,6 +1070,7 @@ bt_status bt_dist_reducer_allgather(bt_dist_reducer *r, float *params) {
                         &req[b]);
     }
     MPI_Waitall((int)(r->n_buckets - oldest), req + oldest, MPI_STATUSES_IGNORE);
+    coll_end();
     r->t_wait = bt_now_s() - t0;
 #else
     (void)params;
@@ -690,11 +1087,14 @@ bt_status bt_dist_to_root_f32(const bt_dist *d, int from, const float *buf, floa
 #if BT_HAVE_MPI
     if (!bt_dist_active(d) || (me != from && me != 0)) return BT_OK;
     const size_t chunk = (size_t)1 << 28;
+    if (me == from) coll_begin(0, "send of %zu floats to rank 0", n);
+    else coll_begin(0, "receive of %zu floats from rank %d", n, from);
     for (size_t o = 0; o < n; o += chunk) {
         const int c = (int)(n - o < chunk ? n - o : chunk);
         if (me == from) MPI_Send(buf + o, c, MPI_FLOAT, 0, 0, MPI_COMM_WORLD);
         else MPI_Recv(out + o, c, MPI_FLOAT, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
+    coll_end();
 #endif
     return BT_OK;
 }

@@ -15,7 +15,9 @@
  * bt_dist_abort, which prints "bt-train: rank R of N: <message>" to stderr and calls
  * MPI_Abort, so the others stop within the runtime's kill delay instead of waiting in a
  * collective. Errors that every rank sees alike (a config that does not resolve, a
- * mismatch found by bt_dist_check_same) return normally on every rank.
+ * mismatch found by bt_dist_check_same) return normally on every rank. A rank that stops
+ * answering (stopped, hung, a cut link) is caught by the collective timeout
+ * (bt_dist_set_timeout below: dist.timeout_s).
  *
  * Gradients: bt_dist_reducer averages a flat fp32 arena in buckets of a fixed byte size,
  * each bucket one MPI_Iallreduce (sum; with the bf16 wire an all-to-all, an fp32 sum and an
@@ -44,8 +46,15 @@ typedef struct bt_dist {
     int rank, size;
     int mpi;        /* 1: MPI_Init was called by bt_dist_init (finalize calls MPI_Finalize) */
     int multiple;   /* 1: MPI_THREAD_MULTIPLE (the reducer's progress thread may run) */
+    int threads_ok; /* 1: MPI_THREAD_MULTIPLE provided (the watchdog may ask the other ranks) */
     char host[64];  /* this process's host name (messages) */
+    char *hosts;    /* (size x 64) every rank's host name (all-gathered by bt_dist_init) */
 } bt_dist;
+
+/* 1 when a launcher's environment is present (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK or
+ * PMI_SIZE): bt_dist_init starts MPI then, and bt-train prints plain lines instead of the
+ * live line (docs/outputs.md). */
+int bt_dist_launched(void);
 
 /* Starts the world (see above). argc / argv may be NULL. Errors: MPI_Init failed, or a
  * launcher with size > 1 on a build without MPI. */
@@ -60,10 +69,44 @@ static inline int bt_dist_active(const bt_dist *d) { return d && d->size > 1; }
 void bt_dist_abort(const bt_dist *d, const char *prog, const char *message, int code)
     __attribute__((noreturn));
 
+/* --- the collective timeout (dist.timeout_s; docs/distributed.md "Timeout") -------------
+ * bt_dist_set_timeout starts a watchdog thread on every rank (collective: every rank calls
+ * it at the same point; it duplicates the world communicator for its own messages). Every
+ * blocking collective below (and the reducer's finish / all-gather, the point-to-point
+ * bt_dist_to_root_f32) then runs with a deadline of `seconds`. When a rank's deadline
+ * passes, its watchdog asks every other rank's watchdog where it is (in which collective,
+ * or outside them, at which context) and waits min(seconds, 10) s for the answers:
+ *   - a rank that does not answer (stopped, hung in the kernel, dead host, cut link) or that
+ *     waits in another collective: the watchdog prints "bt-train: rank R of N (HOST): error:
+ *     dist.timeout_s (T s) expired in the <operation> of <context>: ..." naming the ranks
+ *     and hosts that did not arrive, and calls MPI_Abort (mpirun ends the job);
+ *   - every late rank answered from outside any collective (live and busy: rank 0 saving a
+ *     checkpoint or evaluating while the others wait in the next step): a warning naming
+ *     them, and the deadline moves on by `seconds` (a slow but live rank never trips it);
+ *   - every rank arrived and the collective still did not complete: the transport stalled;
+ *     the job ends as above.
+ * seconds <= 0, one process, or no MPI: no watchdog. Without MPI_THREAD_MULTIPLE the
+ * watchdog cannot ask: it ends the job on expiry, naming the operation only. */
+void bt_dist_set_timeout(bt_dist *d, double seconds);
+/* The context that timeout messages name ("step 12", "the start checks"); printf format.
+ * Test hook: BT_TEST_DIST_SLEEP="RANK:CONTEXT:SECONDS" makes rank RANK sleep SECONDS when it
+ * enters CONTEXT (a slow but live rank, outside collectives; tests/test_dist.c). */
+void bt_dist_set_context(const bt_dist *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Names the next collective this thread starts (e.g. "loss all-reduce"); the default is
+ * the function's own description. what: a string literal (kept, not copied). */
+void bt_dist_name_next(const bt_dist *d, const char *what);
+
 /* MPI_Barrier. */
 bt_status bt_dist_barrier(const bt_dist *d);
 /* Rank root's n floats into everyone's buf. */
 bt_status bt_dist_bcast_f32(const bt_dist *d, float *buf, size_t n, int root);
+/* Rank root's n bytes into everyone's buf. */
+bt_status bt_dist_bcast_bytes(const bt_dist *d, void *buf, size_t n, int root);
+/* out (size × n bytes) = every rank's n bytes, rank order. */
+bt_status bt_dist_allgather_bytes(const bt_dist *d, const void *mine, size_t n, void *out);
+/* The host name of rank r (all-gathered at init; "?" when unknown). */
+const char *bt_dist_host_of(const bt_dist *d, int r);
 /* In place: v[i] = Σ_ranks v[i] (doubles; blocking). */
 bt_status bt_dist_sum_f64(const bt_dist *d, double *v, size_t n);
 /* out (size × n) = every rank's n int64 values, rank order. */

@@ -42,6 +42,8 @@ static const char *const itc_scope_names[] = {"global", "local", NULL};
 static const char *const policy_names[] = {"stop", "skip", NULL};
 static const char *const interval_names[] = {"no", "steps", "epoch", NULL};
 static const char *const save_dtype_names[] = {"f32", "bf16", NULL};
+/* logging.progress: the order of bt_progress_mode (progress.h) */
+static const char *const progress_names[] = {"auto", "live", "plain", NULL};
 /* Head names in BT_HEAD_* order after the backbone (bit 1 << (i + 1)). */
 static const char *const head_names[] = {"itc", "itm", "mlm", NULL};
 
@@ -135,6 +137,7 @@ static const field FIELDS[] = {
     B_("logging.first_step", logging.first_step, 0, 0, "logging_first_step"),
     B_("logging.tensorboard", logging.tensorboard, 0, 1, "report_to"),
     B_("logging.report", logging.report, 0, 1, ""),
+    E_("logging.progress", logging.progress, 0, progress_names, 0, ""),
     I_("logging.throughput_warmup_steps", logging.throughput_warmup_steps, 0, 0, INT_MAX_JSON,
        0, "throughput_warmup_steps"),
     /* eval */
@@ -153,6 +156,7 @@ static const field FIELDS[] = {
     N_("dist.bucket_mb", dist.bucket_mb, 0, 0, 4096, 25, "ddp_bucket_cap_mb"),
     E_("dist.wire_dtype", dist.wire_dtype, 0, save_dtype_names, BT_SAVE_F32, ""),
     I_("dist.zero_stage", dist.zero_stage, 0, 0, 1, 0, ""),
+    N_("dist.timeout_s", dist.timeout_s, 0, 0, 1e9, 1800, "ddp_timeout"),
     /* output */
     S_("output.dir", output.dir, F_NULL | F_REQUIRED, NULL, "output_dir"),
     B_("output.overwrite", output.overwrite, 0, 0, "overwrite_output_dir"),

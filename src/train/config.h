@@ -110,6 +110,8 @@ typedef struct bt_run_config {
         int first_step;
         int tensorboard;
         int report; /* report.html at the end */
+        int progress; /* bt_progress_mode (progress.h): 0 auto (live on a terminal, plain
+                       * under a launcher), 1 live, 2 plain */
         int64_t throughput_warmup_steps;
     } logging;
     struct {
@@ -131,6 +133,8 @@ typedef struct bt_run_config {
         bt_save_dtype wire_dtype; /* gradients on the wire: f32, or bf16 (each element
                                      rounded once, summed in one fp32 accumulator) */
         int64_t zero_stage;       /* 0: every rank holds the optimizer state; 1: ZeRO-1 */
+        double timeout_s;         /* a collective not done after this many seconds ends the
+                                     job (docs/distributed.md "Timeout"); 0: no deadline */
     } dist;
     struct {
         char *dir;

@@ -410,6 +410,7 @@ static void dist_counts(bt_trainer *tr, micro_counts *n, size_t B, bt_step_resul
     const int W = d->size;
     const double tc = bt_now_s();
     const int64_t mine[2] = {(int64_t)B, n->n_mlm};
+    bt_dist_name_next(d, "all-gather of the row and MLM token counts");
     st_ok(bt_dist_allgather_i64(d, mine, 2, tr->counts));
     n->n_rows_all = n->n_mlm_all = 0;
     for (int r = 0; r < W; r++) {
@@ -490,6 +491,7 @@ static double itc_loss_global(bt_trainer *tr, size_t B, const micro_counts *n, f
     float *d_img_all = cross_all + N * C, *d_cross_all = d_img_all + N * C;
     const int dup = tr->cfg.itc_duplicate_aware;
     const double tc = bt_now_s();
+    bt_dist_name_next(d, "ITC all-gather of the image embeddings");
     st_ok(bt_dist_allgather_rows_f32(d, m->itc_image, img_all, n->rows, C));
     st_ok(bt_dist_allgather_rows_f32(d, m->itc_cross, cross_all, n->rows, C));
     if (dup) {
@@ -525,6 +527,7 @@ static void dist_sum_losses(bt_trainer *tr, micro_losses *out, int itc_local, do
     double g[3] = {itc_local ? out->itc / W : out->itc, out->itm * itm_share,
                    out->mlm * mlm_share};
     const double tc = bt_now_s();
+    bt_dist_name_next(d, "loss all-reduce");
     st_ok(bt_dist_sum_f64(d, g, 3));
     res->t_comm += bt_now_s() - tc;
     out->itc = g[0];
@@ -653,6 +656,7 @@ static double shard_grad_norm(bt_trainer *tr, bt_step_result *res) {
     memset(tr->norm_parts, 0, (size_t)d->size * sizeof *tr->norm_parts);
     tr->norm_parts[d->rank] = bt_adamw_grad_sumsq(&tr->opt, tr->model->grads);
     const double tc = bt_now_s();
+    bt_dist_name_next(d, "grad-norm all-reduce");
     st_ok(bt_dist_sum_f64(d, tr->norm_parts, (size_t)d->size));
     res->t_comm += bt_now_s() - tc;
     double total = 0.0;

@@ -525,6 +525,8 @@ static bt_status memory_plan(job *j) {
  * for any start). */
 static bt_status dist_setup(job *j) {
     if (!bt_dist_active(&j->dist)) return BT_OK;
+    bt_dist_set_timeout(&j->dist, j->rc.dist.timeout_s); /* dist.h: the collective timeout */
+    bt_dist_set_context(&j->dist, "the start");
     char *cfg = bt_run_config_to_string(&j->rc);
     BT_ASSERT(cfg);
     const bt_model_config *c = &j->model.cfg;
@@ -533,9 +535,9 @@ static bt_status dist_setup(job *j) {
                              (int64_t)j->model.table.numel, (int64_t)j->model.heads,
                              (int64_t)j->train_man.n};
     const char *names[] = {"binary (/proc/self/exe)", "resolved config",
-                           "model shape or training set size", "resumed step"};
+                           "model shape or training set size"}; /* the resumed step: resume_agree */
     const uint64_t h[] = {bt_dist_binary_hash(), bt_dist_hash(cfg, strlen(cfg), 0),
-                          bt_dist_hash(shape, sizeof shape, 0), (uint64_t)j->tr.step};
+                          bt_dist_hash(shape, sizeof shape, 0)};
     free(cfg);
     bt_status st = bt_dist_check_same(&j->dist, names, h, sizeof h / sizeof *h);
     if (st != BT_OK) return st;
@@ -646,30 +648,98 @@ static bt_status resume_check_start(job *j, const char *dir) {
     return BT_OK;
 }
 
+/* Several ranks: rank 0 alone picks the checkpoint (only it has to see output.dir) and every
+ * rank loads the one it names; a rank that cannot read it stops every rank at start with the
+ * same message naming that rank's host and the checkpoint (docs/distributed.md "Output
+ * directory"). Returns BT_OK with *loaded set when this rank loaded it. */
+static bt_status resume_agree(job *j, char dir[4096], bt_status st, int *loaded,
+                              const bt_model_config *expect) {
+    enum { MSG = 512 };
+    char mine[MSG + 8] = "";
+    *loaded = 0;
+    bt_dist_bcast_bytes(&j->dist, dir, 4096, 0);
+    dir[4095] = '\0';
+    if (st == BT_OK && dir[0]) {
+        st = bt_train_checkpoint_load_state(dir, expect, &j->resume);
+        *loaded = st == BT_OK;
+    }
+    if (st != BT_OK) snprintf(mine, MSG, "%s", bt_error_message());
+    const int64_t step = *loaded ? j->resume.state.global_step : 0;
+    memcpy(mine + MSG, &step, sizeof step);
+    char *all = malloc((size_t)j->dist.size * sizeof mine);
+    BT_ASSERT(all);
+    bt_dist_allgather_bytes(&j->dist, mine, sizeof mine, all);
+    int64_t step0;
+    memcpy(&step0, all + MSG, sizeof step0);
+    for (int r = 0; r < j->dist.size && st == BT_OK; r++) {
+        const char *e = all + (size_t)r * sizeof mine;
+        int64_t s_r;
+        memcpy(&s_r, e + MSG, sizeof s_r);
+        if (e[0] && r == 0)
+            st = bt_fail(BT_ERR_CONFIG, "rank 0 (%s): %.*s", bt_dist_host_of(&j->dist, 0), MSG,
+                         e);
+        else if (e[0])
+            st = bt_fail(BT_ERR_CONFIG, "rank %d (%s) cannot read the checkpoint that rank 0 "
+                         "(%s) resumes from, %s: %.*s; every rank loads it: give output.dir a "
+                         "directory that every host sees (a shared file system) or copy the "
+                         "checkpoint to the same path on each host (docs/distributed.md)", r,
+                         bt_dist_host_of(&j->dist, r), bt_dist_host_of(&j->dist, 0), dir, MSG, e);
+        else if (s_r != step0)
+            st = bt_fail(BT_ERR_CONFIG, "the ranks differ in their resumed step: rank %d (%s) "
+                         "read step %lld from %s, rank 0 (%s) step %lld: the hosts' copies of "
+                         "the checkpoint differ", r, bt_dist_host_of(&j->dist, r), (long long)s_r,
+                         dir, bt_dist_host_of(&j->dist, 0), (long long)step0);
+    }
+    free(all);
+    if (st != BT_OK && *loaded) {
+        bt_train_resume_free(&j->resume);
+        *loaded = 0;
+    }
+    return st;
+}
+
 static bt_status resume_setup(job *j) {
     bt_run_config *rc = &j->rc;
     const char *dir = NULL;
     char latest[4096];
-    if (rc->output.resume_from) {
+    const int dist = bt_dist_active(&j->dist);
+    bt_model_config expect; /* this run's model: a checkpoint of another shape is refused */
+    bt_status st = run_model_config(rc, &expect);
+    if (st != BT_OK) return st;
+    if (dist && j->dist.rank > 0) {
+        /* rank 0 picks (resume_agree) */
+    } else if (rc->output.resume_from) {
         dir = rc->output.resume_from;
     } else if (rc->output.auto_resume && !rc->output.overwrite) {
         int found = 0;
         size_t n_incomplete = 0;
-        bt_status st = bt_train_checkpoint_latest(rc->output.dir, latest, sizeof latest, &found,
-                                                  &n_incomplete);
-        if (st != BT_OK) return st;
+        st = bt_train_checkpoint_latest(rc->output.dir, latest, sizeof latest, &found,
+                                        &n_incomplete);
+        if (st != BT_OK && !dist) return st;
+        if (st != BT_OK) {
+            latest[0] = '\0';
+            int loaded;
+            return resume_agree(j, latest, st, &loaded, &expect); /* all stop with rank 0 */
+        }
         if (n_incomplete)
             fprintf(stderr, "bt-train: warning: %s: %zu incomplete checkpoint directories "
                             "ignored\n", rc->output.dir, n_incomplete);
         if (found) dir = latest;
     }
+    if (dist) {
+        char pick[4096];
+        snprintf(pick, sizeof pick, "%s", dir ? dir : "");
+        int loaded;
+        st = resume_agree(j, pick, BT_OK, &loaded, &expect);
+        if (st != BT_OK || !loaded) return st;
+        snprintf(latest, sizeof latest, "%s", pick);
+        dir = latest;
+    }
     if (!dir) return BT_OK;
     snprintf(j->resume_dir, sizeof j->resume_dir, "%s", dir);
     /* the moments are read later, straight into the trainer's optimizer (step_setup): under
      * ZeRO-1 a rank reads its shard only */
-    bt_model_config expect;
-    bt_status st = run_model_config(rc, &expect);
-    if (st == BT_OK) st = bt_train_checkpoint_load_state(dir, &expect, &j->resume);
+    if (!dist) st = bt_train_checkpoint_load_state(dir, &expect, &j->resume);
     if (st != BT_OK) return st;
     j->resumed = 1;
     st = resume_check_start(j, dir);
@@ -1012,6 +1082,7 @@ static int stop_requested(job *j) {
     }
     double v[N_STOP_SIGNALS];
     for (size_t i = 0; i < N_STOP_SIGNALS; i++) v[i] = mine == k_stop_signals[i];
+    bt_dist_name_next(&j->dist, "stop-check all-reduce");
     bt_dist_sum_f64(&j->dist, v, N_STOP_SIGNALS);
     /* test hook (tests/test_dist.c): BT_TEST_SIGTERM_IN_STOP_CHECK=N makes rank 1 get a
      * SIGTERM right here, after its flag went into the all-reduce, at step N: the window */
@@ -1060,6 +1131,7 @@ static bt_status train_steps(job *j, bt_train_outcome *out, loader_batch **lb,
                              bt_step_batch *mb, size_t n_micro) {
     const bt_run_config *rc = &j->rc;
     while (j->tr.step < j->max_steps) {
+        bt_dist_set_context(&j->dist, "step %lld", (long long)j->tr.step + 1); /* timeouts */
         if (stop_requested(j)) break;
         const double t0 = bt_now_s();
         loader_stats s0;
@@ -1299,14 +1371,13 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     }
     if (o->install_signals) install_stop_signals();
     bt_runtime_info_print(j->out, "bt-train");
-    if (j->dist.rank == 0) { /* output_dir.h: what may be written into, then the lock */
+    /* rank 0 alone writes into output.dir and picks the checkpoint to resume from
+     * (resume_setup): the other ranks need not see it. output_dir.h: what may be written
+     * into, then the lock. */
+    if (j->dist.rank == 0) {
         st = bt_output_dir_check(rc);
         if (st == BT_OK) st = bt_check_output_dir(rc->output.dir, "output.dir", 1);
         if (st == BT_OK) st = bt_output_lock_take(&j->lock, rc->output.dir, stderr);
-    }
-    if (st == BT_OK && bt_dist_active(&j->dist)) {
-        bt_dist_barrier(&j->dist); /* rank 0 created it */
-        st = bt_check_output_dir(rc->output.dir, "output.dir", 0);
     }
     if (st != BT_OK) goto done;
     st = resume_setup(j);
@@ -1348,6 +1419,11 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     lo.resume_step = j->resumed ? j->tr.step : 0;
     lo.redo_eval_at_resume = j->resumed && j->tr.step >= j->max_steps; /* the end phase again */
     lo.tensorboard = rc->logging.tensorboard;
+    /* logging.progress "auto": no live line under a launcher (Open MPI gives each rank a
+     * pseudo-terminal even when mpirun's output goes to a file; docs/outputs.md) */
+    lo.mode = rc->logging.progress == BT_PROGRESS_AUTO && bt_dist_launched()
+                  ? BT_PROGRESS_PLAIN
+                  : (bt_progress_mode)rc->logging.progress;
     char *run_text = bt_run_config_to_string(rc);
     lo.run_config_text = run_text;
     lo.model_config_text = j->base_config_json;
@@ -1374,6 +1450,7 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
 
     st = train_loop(j, out);
     if (st != BT_OK) goto done;
+    bt_dist_set_context(&j->dist, "the end of the run");
     stop_requested(j); /* the ranks agree on a signal that landed during the last step */
     if (j->tr.zero) { /* rank 0 saves below, after the others have left: gather the moments now
                        * (every end saves a checkpoint) */
