@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_overlap.sh: what the gradient all-reduce's overlap with the backward saves
 # (docs/distributed.md "How much overlaps"): the same data-parallel bt-train job run with the
-# default overlap and with BT_DIST_NO_OVERLAP=1 (every bucket launched at the wait),
+# default overlap and with dist.overlap=false (every bucket launched at the wait),
 # alternating, and the medians over steps 3.. of the exposed communication time
 # (metrics.jsonl phase_s.comm), the backward and the step. --zero adds a third job, the
 # overlapped one with dist.zero_stage 1 (its all-gather of the weights after the optimizer
@@ -79,10 +79,10 @@ PY
 
 for i in $(seq "$REPS"); do
     for mode in $MODES; do
-        env=() extra=()
-        [ $mode = none ] && env=(-x BT_DIST_NO_OVERLAP=1)
+        extra=()
+        [ $mode = none ] && extra=(--set dist.overlap=false)
         [ $mode = zero ] && extra=(--set dist.zero_stage=1)
-        mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "${MCA[@]}" "${env[@]}" \
+        mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "${MCA[@]}" \
             -np "$RANKS" "$BUILD/src/train/bt-train" --quiet-config --config "$WORK/run.json" \
             --set "output.dir=$WORK/$mode$i" "${extra[@]}" >"$WORK/$mode$i.log" 2>&1 ||
             { cat "$WORK/$mode$i.log"; exit 1; }
@@ -102,7 +102,7 @@ for mode in modes:
             comm.append(r["phase_s"]["comm"])
             bwd.append(r["phase_s"]["backward"])
             step.append(r["seconds"] / r["steps"])
-    name = {"none": "BT_DIST_NO_OVERLAP=1", "overlap": "overlap (default)",
+    name = {"none": "dist.overlap=false", "overlap": "overlap (default)",
             "zero": "overlap + ZeRO-1"}[mode]
     print(f"{name:22s} exposed comm {statistics.median(comm) * 1e3:7.1f} ms  backward "
           f"{statistics.median(bwd) * 1e3:7.1f} ms  step {statistics.median(step) * 1e3:7.1f} ms"

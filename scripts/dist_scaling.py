@@ -6,7 +6,7 @@ Data-parallel step time on N ranks = compute + the all-reduce time the step wait
   all-reduce of one bucket of s bytes (ring reduce-scatter + all-gather, with Open MPI's
   log-depth latency for large N):   t(s) = 2 log2(N) * alpha + 2 (N - 1) / N * s / BW
   whole gradient buffer of G bytes in buckets of b:  T = ceil(G / b) * t(b)   (approx.)
-  exposed, no overlap (buckets launched after the backward, BT_DIST_NO_OVERLAP=1):  E = T
+  exposed, no overlap (buckets launched after the backward, dist.overlap=false):  E = T
   exposed, bt now (each bucket launched at the backward event that finishes it; a fraction f
       of the buffer is launched before the backward ends, bench_dist prints it: 99.3% for
       large at 25 MiB, the rest waits for the last event):

@@ -27,6 +27,8 @@ static const char *const setting_names[BT_SET_COUNT] = {
     [BT_SET_OMPI_COMM_WORLD_SIZE] = "OMPI_COMM_WORLD_SIZE",
     [BT_SET_OMPI_COMM_WORLD_LOCAL_SIZE] = "OMPI_COMM_WORLD_LOCAL_SIZE",
     [BT_SET_PMI_SIZE] = "PMI_SIZE",
+    [BT_SET_PMIX_RANK] = "PMIX_RANK",
+    [BT_SET_PMI_RANK] = "PMI_RANK",
     [BT_SET_COLUMNS] = "COLUMNS",
     [BT_SET_TERM] = "TERM",
 };

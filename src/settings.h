@@ -41,6 +41,8 @@ typedef enum {
     BT_SET_OMPI_COMM_WORLD_SIZE,       /* Open MPI launcher: world size */
     BT_SET_OMPI_COMM_WORLD_LOCAL_SIZE, /* ranks on this host */
     BT_SET_PMI_SIZE,            /* other PMI launchers: world size */
+    BT_SET_PMIX_RANK,           /* PMIx launchers: this process's rank */
+    BT_SET_PMI_RANK,            /* PMI launchers (srun, hydra): this process's rank */
     BT_SET_COLUMNS,             /* terminal width */
     BT_SET_TERM,                /* terminal type */
     BT_SET_COUNT

@@ -485,14 +485,15 @@ static void test_signal_rank(int sig, int zero, const char *ref_opt) {
 }
 
 /* A SIGTERM that lands on rank 1 while its stop flag is in the all-reduce of the stop check
- * (BT_TEST_SIGTERM_IN_STOP_CHECK=2: rank 1 raises it right after that all-reduce at step 2):
+ * (--test-hook sigterm_in_stop_check=2: rank 1 raises it right after that all-reduce at
+ * step 2):
  * every rank must still agree, stopping together after step 3 with rank 0's checkpoint-3
  * and exit 143. When rank 1 alone acted on it, it left the loop while rank 0 waited in the
  * next step's gradient all-reduce: a hang, which "SIGTERM to rank 1" above hit now and then. */
 static void test_signal_in_stop_check(void) {
     const char *out = tu_tmp_path("sigterm-in-check");
     char line[6000];
-    snprintf(line, sizeof line, "BT_TEST_SIGTERM_IN_STOP_CHECK=2 exec " MPIRUN " -np 2 '%s' "
+    snprintf(line, sizeof line, "exec " MPIRUN " -np 2 '%s' --test-hook sigterm_in_stop_check=2 "
              "--config '%s' --quiet-config --set output.dir='%s' --set train.batch_size=4 --set "
              "train.max_steps=100000 --set save.strategy=no > '%s.log' 2> '%s.err'", exe,
              base_cfg, out, out, out);
@@ -965,14 +966,14 @@ static void test_timeout_stopped_rank(void) {
 }
 
 /* A slow but live rank must not trip the timeout: with dist.timeout_s 2, rank 0 sleeps 8 s
- * outside any collective when it enters step 3 (BT_TEST_DIST_SLEEP, dist.h), while rank 1
+ * outside any collective when it enters step 3 (--test-hook dist_sleep, dist.h), while rank 1
  * waits in step 3's first collective. Rank 1's watchdog finds rank 0 live and outside the
  * collectives: a warning, and the run completes. */
 static void test_timeout_live_rank(void) {
     const char *out = tu_tmp_path("timeout-live");
     const double t0 = now_s();
-    const int rc = sh(out, "BT_TEST_DIST_SLEEP='0:step 3:8' " MPIRUN " -x BT_TEST_DIST_SLEEP "
-                      "-np 2 '%s' --config '%s' --quiet-config --set output.dir='%s' --set "
+    const int rc = sh(out, MPIRUN " -np 2 '%s' --test-hook 'dist_sleep=0:step 3:8' "
+                      "--config '%s' --quiet-config --set output.dir='%s' --set "
                       "train.batch_size=4 --set save.strategy=no --set dist.timeout_s=2",
                       exe, base_cfg, out);
     const double took = now_s() - t0;

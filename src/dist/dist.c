@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "dtype.h"
 #include "rng.h"
+#include "settings.h"
 
 #if BT_HAVE_MPI
 #include <mpi.h>
@@ -23,17 +24,17 @@
 
 /* a launcher's environment: Open MPI (mpirun / prterun), PMIx, PMI (srun, hydra) */
 int bt_dist_launched(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
-                                       "PMI_SIZE"};
+    static const bt_setting vars[] = {BT_SET_OMPI_COMM_WORLD_SIZE, BT_SET_PMIX_RANK,
+                                      BT_SET_PMI_RANK, BT_SET_PMI_SIZE};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i])) return 1;
+        if (bt_setting_value(vars[i])) return 1;
     return 0;
 }
 
 #if !BT_HAVE_MPI
 static int launcher_size(void) {
-    const char *s = getenv("OMPI_COMM_WORLD_SIZE");
-    if (!s) s = getenv("PMI_SIZE");
+    const char *s = bt_setting_value(BT_SET_OMPI_COMM_WORLD_SIZE);
+    if (!s) s = bt_setting_value(BT_SET_PMI_SIZE);
     return s ? atoi(s) : 1;
 }
 #endif
@@ -49,7 +50,7 @@ bt_status bt_dist_init(bt_dist *d, int *argc, char ***argv) {
         return bt_fail(BT_ERR_UNSUPPORTED, "MPI_Init failed (launched by mpirun?)");
     d->mpi = 1;
     d->threads_ok = provided == MPI_THREAD_MULTIPLE;
-    d->multiple = d->threads_ok && !getenv("BT_DIST_NO_PROGRESS_THREAD");
+    d->multiple = d->threads_ok && !bt_setting_value(BT_SET_DIST_NO_PROGRESS_THREAD);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->size);
@@ -147,13 +148,11 @@ void bt_dist_set_context(const bt_dist *d, const char *fmt, ...) {
     pthread_mutex_lock(&wd.mu);
     memcpy(wd.me.context, text, sizeof text);
     pthread_mutex_unlock(&wd.mu);
-    /* test hook (tests/test_dist.c): a slow but live rank, outside every collective */
-    const char *hook = getenv("BT_TEST_DIST_SLEEP");
-    int rank = -1;
-    char ctx[WD_CONTEXT] = "";
-    double secs = 0;
-    if (d && hook && sscanf(hook, "%d:%63[^:]:%lf", &rank, ctx, &secs) == 3 &&
-        rank == d->rank && !strcmp(ctx, text)) {
+    /* test hook (bt_dist.test_sleep_*, tests/test_dist.c): a slow but live rank, outside
+     * every collective */
+    if (d && d->test_sleep_s > 0 && d->test_sleep_rank == d->rank &&
+        !strcmp(d->test_sleep_ctx, text)) {
+        const double secs = d->test_sleep_s;
         const struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
         nanosleep(&ts, NULL);
     }

@@ -49,6 +49,11 @@ typedef struct bt_dist {
     int threads_ok; /* 1: MPI_THREAD_MULTIPLE provided (the watchdog may ask the other ranks) */
     char host[64];  /* this process's host name (messages) */
     char *hosts;    /* (size x 64) every rank's host name (all-gathered by bt_dist_init) */
+    /* test hook (bt-train --test-hook dist_sleep=RANK:CONTEXT:SECONDS; tests/test_dist.c):
+     * rank test_sleep_rank sleeps test_sleep_s when it enters context test_sleep_ctx */
+    int test_sleep_rank;
+    char test_sleep_ctx[64];
+    double test_sleep_s;
 } bt_dist;
 
 /* 1 when a launcher's environment is present (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK or
@@ -89,8 +94,8 @@ void bt_dist_abort(const bt_dist *d, const char *prog, const char *message, int 
  * watchdog cannot ask: it ends the job on expiry, naming the operation only. */
 void bt_dist_set_timeout(bt_dist *d, double seconds);
 /* The context that timeout messages name ("step 12", "the start checks"); printf format.
- * Test hook: BT_TEST_DIST_SLEEP="RANK:CONTEXT:SECONDS" makes rank RANK sleep SECONDS when it
- * enters CONTEXT (a slow but live rank, outside collectives; tests/test_dist.c). */
+ * With the test hook set (bt_dist.test_sleep_*), that rank sleeps when it enters that
+ * context (a slow but live rank, outside collectives; tests/test_dist.c). */
 void bt_dist_set_context(const bt_dist *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Names the next collective this thread starts (e.g. "loss all-reduce"); the default is

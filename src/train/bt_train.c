@@ -30,7 +30,9 @@ static void usage(FILE *out) {
             "                     --set output.resume_from=DIR); by default a run resumes\n"
             "                     from the latest checkpoint in output.dir\n"
             "  --quiet-config     do not print the resolved config at start\n"
-            "  --help-config      list every config key, its type and default\n");
+            "  --help-config      list every config key, its type and default\n"
+            "  --test-hook H=V    for bt's own tests only (tests/test_dist.c):\n"
+            "                     sigterm_in_stop_check=STEP, dist_sleep=RANK:CONTEXT:SECONDS\n");
 }
 
 static void help_config(void) {
@@ -54,6 +56,8 @@ int main(int argc, char **argv) {
     char *resume_set = NULL;
     size_t n_sets = 0;
     int print_config = 1;
+    long long test_sigterm = 0;
+    const char *test_sleep = NULL;
     if (!sets) return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -67,6 +71,22 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--quiet-config")) {
             print_config = 0;
+        } else if (!strcmp(a, "--test-hook") && i + 1 < argc) {
+            const char *v = argv[++i];
+            char *end = NULL;
+            if (!strncmp(v, "sigterm_in_stop_check=", 22)) {
+                test_sigterm = strtoll(v + 22, &end, 10);
+            } else if (!strncmp(v, "dist_sleep=", 11)) {
+                test_sleep = v + 11;
+                end = "";
+            }
+            if (!end || *end) {
+                fprintf(stderr, "bt-train: --test-hook %s: unknown hook or value\n", v);
+                usage(stderr);
+                free(sets);
+                free(resume_set);
+                return 2;
+            }
         } else if ((!strcmp(a, "--config") || !strcmp(a, "--set") || !strcmp(a, "--resume")) &&
                    i + 1 < argc) {
             const char *v = argv[++i];
@@ -98,6 +118,7 @@ int main(int argc, char **argv) {
     bt_train_options o = {
         .config_path = config, .sets = sets, .n_sets = n_sets, .print_config = print_config,
         .install_signals = 1, .out = stdout,
+        .test_sigterm_in_stop_check = test_sigterm, .test_dist_sleep = test_sleep,
     };
     bt_train_outcome out;
     bt_status st = bt_train_run(&o, &out);

@@ -157,6 +157,7 @@ static const field FIELDS[] = {
     E_("dist.wire_dtype", dist.wire_dtype, 0, save_dtype_names, BT_SAVE_F32, ""),
     I_("dist.zero_stage", dist.zero_stage, 0, 0, 1, 0, ""),
     N_("dist.timeout_s", dist.timeout_s, 0, 0, 1e9, 1800, "ddp_timeout"),
+    B_("dist.overlap", dist.overlap, 0, 1, ""),
     /* output */
     S_("output.dir", output.dir, F_NULL | F_REQUIRED, NULL, "output_dir"),
     B_("output.overwrite", output.overwrite, 0, 0, "overwrite_output_dir"),

@@ -135,6 +135,8 @@ typedef struct bt_run_config {
         int64_t zero_stage;       /* 0: every rank holds the optimizer state; 1: ZeRO-1 */
         double timeout_s;         /* a collective not done after this many seconds ends the
                                      job (docs/distributed.md "Timeout"); 0: no deadline */
+        int overlap;              /* 1: gradient buckets launched during the backward (the
+                                     default); 0: all at the end, to measure what it saves */
     } dist;
     struct {
         char *dir;

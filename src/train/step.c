@@ -550,7 +550,7 @@ static int overlap_begin(bt_trainer *tr) {
         tr->ov_n = bt_step_overlap_schedule(&m->table, tr->red.bucket, tr->ov_order,
                                             tr->ov_pos);
         tr->ov_bucket = tr->red.bucket;
-        tr->ov_off = getenv("BT_DIST_NO_OVERLAP") != NULL; /* to measure what it saves */
+        tr->ov_off = tr->cfg.dist_no_overlap; /* dist.overlap false: to measure what it saves */
     }
     if (tr->ov_off) return 0;
     tr->ov_next = 0;

@@ -61,8 +61,8 @@
  *             backward (dist.h's progress thread). Every rank launches the buckets in the
  *             schedule's order (it depends on the parameter table and bucket size only; an
  *             event that does not fire only delays a prefix of it), as MPI requires
- *             (BT_DIST_NO_OVERLAP=1 in the environment: every bucket is launched at the
- *             wait instead, to measure what the overlap saves). The grad norm, clip and
+ *             (run config dist.overlap false: every bucket is launched at the wait
+ *             instead, to measure what the overlap saves). The grad norm, clip and
  *             AdamW then run on identical gradients on every rank.
  * ZeRO-1 (zero_stage 1 in bt_trainer_set_dist): tr->opt holds the moments of this rank's
  * blocks of the arena only (bt_dist_shard_ranges: block r of every bucket); the buckets are
@@ -106,6 +106,8 @@ typedef struct bt_step_config {
     int itc_local;             /* data parallel: ITC over the rank's own pairs (HF under DDP;
                                   the loss is the mean of the ranks'), not the global batch */
     int itm_hard_negatives;    /* 1: ∝ exp(ITC sims) (needs the ITC head); 0: uniform */
+    int dist_no_overlap;       /* data parallel: launch every gradient bucket at the end of the
+                                  backward (run config dist.overlap false), not during it */
     bt_mlm_spec mlm;           /* probability, <mask>, vocab size (the tokenizer's,
                                   <= the model's), special ids */
     /* optimizer */
@@ -200,7 +202,7 @@ typedef struct bt_trainer {
     size_t *ov_order;                      /* (ov_n) bucket indices in launch order */
     int *ov_pos;                           /* (ov_n) event position each one waits for */
     size_t ov_n, ov_next, ov_bucket;       /* buckets, launched so far, bucket floats */
-    int ov_off;                            /* BT_DIST_NO_OVERLAP set: all launched at the wait */
+    int ov_off;                            /* dist.overlap false: all launched at the wait */
     int64_t *counts;                       /* (2 · size) rows and masked tokens per rank */
     float *gbuf;                           /* (4, N, C) gathered image / cross cols + grads */
     uint64_t *gkeys;                       /* (2, N) gathered duplicate keys */

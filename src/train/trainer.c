@@ -29,6 +29,7 @@
 #include "finite.h"
 #include "json_util.h"
 #include "mem.h"
+#include "settings.h"
 #include "model/checkpoint.h"
 #include "kernels/cpu.h"
 #include "model/flops.h"
@@ -117,7 +118,7 @@ typedef struct job {
     char best_checkpoint[4096];
     bt_dist dist;            /* the world (docs/distributed.md); rank 0 logs and saves */
     int stop;                /* the stop signal every rank agreed on (stop_requested), or 0 */
-    long long test_raise_at; /* BT_TEST_SIGTERM_IN_STOP_CHECK (stop_requested), or 0 */
+    long long test_raise_at; /* --test-hook sigterm_in_stop_check (stop_requested), or 0 */
     bt_adamw optim_full;     /* ZeRO-1: the moments gathered on rank 0 for a checkpoint */
     int have_full;           /* optim_full is gathered (rank 0) / sent (other ranks) */
     FILE *devnull;           /* j->out of ranks > 0 */
@@ -415,6 +416,7 @@ static bt_status step_setup(job *j) {
     sc.w_mlm = (float)rc->train.loss_weights.mlm;
     sc.itc_duplicate_aware = rc->train.itc_variant == BT_ITC_DEDUP;
     sc.itc_local = rc->train.itc_scope == BT_ITC_SCOPE_LOCAL;
+    sc.dist_no_overlap = !rc->dist.overlap;
     sc.itm_hard_negatives = (rc->model.heads & BT_HEADS_ITC) != 0;
     sc.mlm.probability = rc->train.mlm_probability;
     sc.mlm.mask_id = j->tok.mask_id;
@@ -545,9 +547,8 @@ static bt_status dist_setup(job *j) {
     bt_model_refresh_bf16(&j->model);
     const size_t bucket = bt_dist_bucket_floats(j->model.table.numel,
                                                 (size_t)(j->rc.dist.bucket_mb * 1048576.0));
-    const double early = getenv("BT_DIST_NO_OVERLAP") ? 0.0 /* step.c: all at the wait */
-                                                      : bt_step_overlap_share(&j->model.table,
-                                                                              bucket);
+    const double early = !j->rc.dist.overlap ? 0.0 /* step.c: all at the wait */
+                                             : bt_step_overlap_share(&j->model.table, bucket);
     say(j, "bt-train: %d ranks (data parallel, docs/distributed.md): train.batch_size %lld per "
            "rank, global batch %lld; gradients averaged in buckets of %g MiB, %.1f%% of the "
            "bytes launched during the backward%s",
@@ -1084,7 +1085,7 @@ static int stop_requested(job *j) {
     for (size_t i = 0; i < N_STOP_SIGNALS; i++) v[i] = mine == k_stop_signals[i];
     bt_dist_name_next(&j->dist, "stop-check all-reduce");
     bt_dist_sum_f64(&j->dist, v, N_STOP_SIGNALS);
-    /* test hook (tests/test_dist.c): BT_TEST_SIGTERM_IN_STOP_CHECK=N makes rank 1 get a
+    /* test hook (tests/test_dist.c): --test-hook sigterm_in_stop_check=N makes rank 1 get a
      * SIGTERM right here, after its flag went into the all-reduce, at step N: the window */
     if (j->test_raise_at > 0 && j->dist.rank == 1 && j->tr.step == j->test_raise_at)
         raise(SIGTERM);
@@ -1327,10 +1328,16 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     j->last_saved_step = -1;
     j->lock.fd = -1;
     g_stop_signal = 0;
-    const char *raise_at = getenv("BT_TEST_SIGTERM_IN_STOP_CHECK");
-    j->test_raise_at = raise_at ? atoll(raise_at) : 0;
+    j->test_raise_at = o->test_sigterm_in_stop_check;
     bt_status st = bt_dist_init(&j->dist, NULL, NULL);
     if (st != BT_OK) goto done;
+    if (o->test_dist_sleep &&
+        sscanf(o->test_dist_sleep, "%d:%63[^:]:%lf", &j->dist.test_sleep_rank,
+               j->dist.test_sleep_ctx, &j->dist.test_sleep_s) != 3) {
+        st = bt_fail(BT_ERR_ARG, "--test-hook dist_sleep=%s: expected RANK:CONTEXT:SECONDS",
+                     o->test_dist_sleep);
+        goto done;
+    }
     if (j->dist.rank > 0) { /* rank 0 speaks; the others' warnings and errors use stderr */
         j->devnull = fopen("/dev/null", "w");
         if (j->devnull) j->out = j->devnull;
@@ -1348,10 +1355,10 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
 #ifdef _OPENMP
     if (rc->train.threads > 0) {
         omp_set_num_threads((int)rc->train.threads);
-    } else if (bt_dist_active(&j->dist) && !getenv("OMP_NUM_THREADS")) {
+    } else if (bt_dist_active(&j->dist) && !bt_setting_value(BT_SET_OMP_NUM_THREADS)) {
         /* several ranks: the cores this rank is bound to, or an equal share of the machine
          * when mpirun did not bind (--bind-to none) */
-        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        const char *ls = bt_setting_value(BT_SET_OMPI_COMM_WORLD_LOCAL_SIZE);
         const int local = ls && atoi(ls) > 0 ? atoi(ls) : 1;
         const int mine = omp_get_num_procs(), all = (int)sysconf(_SC_NPROCESSORS_ONLN);
         const int n = mine < all ? mine : all / local;

@@ -42,6 +42,10 @@ typedef struct bt_train_options {
     int print_config;          /* 1: print the resolved config at start (default) */
     int install_signals;       /* 1: SIGINT / SIGTERM save and stop (bt-train) */
     FILE *out;                 /* progress and info (NULL: stdout) */
+    /* test hooks (bt-train --test-hook; only tests set them, docs/guarantees.md) */
+    long long test_sigterm_in_stop_check; /* > 0: rank 1 raises SIGTERM right after the stop
+                                             check's all-reduce of that step */
+    const char *test_dist_sleep;          /* "RANK:CONTEXT:SECONDS": bt_dist.test_sleep_* */
 } bt_train_options;
 
 /* What a run ended with. */
