@@ -8,7 +8,8 @@ way, and when an include does not name its folder: headers of src/kernels, src/m
 src/data, src/dist and src/train are included as "folder/name.h" everywhere (bt_base's, in
 src/ itself, by name), so a reader sees which library a name comes from.
 A command-line program (a file with main) may also include the libraries below the ones it
-links (bt-data reads a model config). With a build directory as argument it also checks that
+links (bt-data reads a model config). No file but src/settings.c calls getenv, setenv or
+exec (the environment is read once, there). With a build directory as argument it also checks that
 the data library's test binaries link neither oneDNN nor OpenBLAS (ldd).
 
     python3 tests/check_layers.py [BUILD_DIR]
@@ -82,6 +83,17 @@ def main():
             elif target not in allowed:
                 print(f"{os.path.relpath(path, ROOT)}:{lineno}: #include \"{name}\": {layer} "
                       f"may not include {target} (allowed: {', '.join(sorted(allowed))})")
+                bad += 1
+    # the environment is read in one place (src/settings.h)
+    env_call = re.compile(r"\b(getenv|secure_getenv|setenv|unsetenv|putenv|execv|execvp|execl)\s*\(")
+    for layer, path in sorted(files):
+        if os.path.relpath(path, SRC) == "settings.c":
+            continue
+        for lineno, line in enumerate(open(path, encoding="utf-8").read().splitlines(), 1):
+            code = line.split("//")[0]
+            if env_call.search(code) and not code.lstrip().startswith(("*", "/*")):
+                print(f"{os.path.relpath(path, ROOT)}:{lineno}: {env_call.search(code).group(1)}: "
+                      f"the environment is read and written in src/settings.c alone")
                 bad += 1
     if len(sys.argv) > 1:
         tests = os.path.join(sys.argv[1], "tests")
