@@ -85,7 +85,8 @@ def main():
                       f"may not include {target} (allowed: {', '.join(sorted(allowed))})")
                 bad += 1
     # the environment is read in one place (src/settings.h)
-    env_call = re.compile(r"\b(getenv|secure_getenv|setenv|unsetenv|putenv|execv|execvp|execl)\s*\(")
+    env_call = re.compile(
+        r"\b(getenv|secure_getenv|setenv|unsetenv|putenv|execv|execvp|execl)\s*\(")
     for layer, path in sorted(files):
         if os.path.relpath(path, SRC) == "settings.c":
             continue
@@ -97,8 +98,8 @@ def main():
                 bad += 1
     if len(sys.argv) > 1:
         tests = os.path.join(sys.argv[1], "tests")
-        data_tests = ["test_manifest", "test_sampler", "test_loader", "test_data_bad", "test_shards",
-                      "test_image", "test_image_bad", "test_image_formats",
+        data_tests = ["test_manifest", "test_sampler", "test_loader", "test_data_bad",
+                      "test_shards", "test_image", "test_image_bad", "test_image_formats",
                       "test_image_formats_bad", "test_tokenizer", "test_tokenizer_bad"]
         for t in data_tests:
             exe = os.path.join(tests, t)
