@@ -33,6 +33,7 @@
 
 #include "model/config.h"
 #include "model/cross.h"
+#include "model/heads.h"
 #include "model/model.h"
 #include "model/params.h"
 #include "safetensors.h"
@@ -237,27 +238,28 @@ static void check_forward(const bt_model *m, const safetensors_file *io, const t
            tol->atol_frac);
     cmp_fx(io, "outputs", "image_features", m->acts.xi[last].out, Nv * H, tol->rtol,
            tol->atol_frac);
-    cmp_fx(io, "outputs", "pooler_output", m->acts.pooler, B * 2 * H, tol->rtol, tol->atol_frac);
-    cmp_fx(io, "head outputs", "itm_logits", m->acts.itm_logits, B * 2, tol->rtol,
+    cmp_fx(io, "outputs", "pooler_output", m->acts.cross->pooler, B * 2 * H, tol->rtol,
+           tol->atol_frac);
+    cmp_fx(io, "head outputs", "itm_logits", m->acts.heads->itm_logits, B * 2, tol->rtol,
            tol->atol_frac);
     cmp_loss(io, "loss_itm", m->loss_itm, tol->loss_rtol);
     if (!full) return;
-    cmp_fx(io, "head outputs", "mlm_logits", m->acts.mlm_logits, Nt * (size_t)c->vocab_size,
+    cmp_fx(io, "head outputs", "mlm_logits", m->acts.heads->mlm_logits, Nt * (size_t)c->vocab_size,
            tol->rtol, tol->atol_frac);
     cmp_loss(io, "loss_mlm", m->loss_mlm, tol->loss_rtol);
     const size_t C = (size_t)c->contrastive_hidden;
-    cmp_fx(io, "head outputs", "itc_text_embeds", m->acts.itc_t, B * C, tol->rtol,
+    cmp_fx(io, "head outputs", "itc_text_embeds", m->acts.heads->itc_t, B * C, tol->rtol,
            tol->atol_frac);
-    cmp_fx(io, "head outputs", "itc_image_embeds", m->acts.itc_i, B * C, tol->rtol,
+    cmp_fx(io, "head outputs", "itc_image_embeds", m->acts.heads->itc_i, B * C, tol->rtol,
            tol->atol_frac);
-    cmp_fx(io, "head outputs", "itc_cross_embeds", m->acts.itc_c, B * C, tol->rtol,
+    cmp_fx(io, "head outputs", "itc_cross_embeds", m->acts.heads->itc_c, B * C, tol->rtol,
            tol->atol_frac);
     /* HF's `logits` field: the three embeds stacked, (B, 3, C) */
     float *stacked = malloc(B * 3 * C * sizeof *stacked);
     for (size_t b = 0; b < B; b++) {
-        memcpy(stacked + (b * 3 + 0) * C, m->acts.itc_t + b * C, C * sizeof *stacked);
-        memcpy(stacked + (b * 3 + 1) * C, m->acts.itc_i + b * C, C * sizeof *stacked);
-        memcpy(stacked + (b * 3 + 2) * C, m->acts.itc_c + b * C, C * sizeof *stacked);
+        memcpy(stacked + (b * 3 + 0) * C, m->acts.heads->itc_t + b * C, C * sizeof *stacked);
+        memcpy(stacked + (b * 3 + 1) * C, m->acts.heads->itc_i + b * C, C * sizeof *stacked);
+        memcpy(stacked + (b * 3 + 2) * C, m->acts.heads->itc_c + b * C, C * sizeof *stacked);
     }
     cmp_fx(io, "head outputs", "itc_logits", stacked, B * 3 * C, tol->rtol, tol->atol_frac);
     free(stacked);

@@ -42,6 +42,8 @@
 
 #include "model/config.h"
 #include "kernels/gemm.h"
+#include "model/cross.h"
+#include "model/heads.h"
 #include "model/model.h"
 #include "model/params.h"
 #include "test_model_fd.h"
@@ -212,25 +214,26 @@ static void check_pairs_vs_gathered(const char *title, bt_precision prec, const 
         const double rt = prec == BT_PRECISION_BF16 ? 0.0 : 1e-5;
         char name[160];
         snprintf(name, sizeof name, "%s: pooler (P, 2H)", title);
-        same(name, a.pooler, m.acts.pooler, P * a.H2, bitwise, af, rt);
+        same(name, a.pooler, m.acts.cross->pooler, P * a.H2, bitwise, af, rt);
         snprintf(name, sizeof name, "%s: ITM logits (P, 2)", title);
-        same(name, a.itm, m.acts.itm_logits, P * 2, bitwise, af, rt);
+        same(name, a.itm, m.acts.heads->itm_logits, P * 2, bitwise, af, rt);
         snprintf(name, sizeof name, "%s: ITC cross (P, C)", title);
-        same(name, a.itc_c, m.acts.itc_c, P * a.C, bitwise, af, rt);
+        same(name, a.itc_c, m.acts.heads->itc_c, P * a.C, bitwise, af, rt);
         for (size_t p = 0, j = 0; p < P; p++) {
             if (pairs[p].mlm) {
                 snprintf(name, sizeof name, "%s: MLM logits of pair %zu (MLM row %zu)", title, p, j);
-                same(name, a.mlm + j * a.TV, m.acts.mlm_logits + p * a.TV, a.TV, bitwise, af, rt);
+                same(name, a.mlm + j * a.TV, m.acts.heads->mlm_logits + p * a.TV, a.TV, bitwise,
+                     af, rt);
                 j++;
             }
             snprintf(name, sizeof name, "%s: ITC text of row %d (pair %zu)", title,
                      pairs[p].text_row, p);
-            same(name, a.itc_t + (size_t)pairs[p].text_row * a.C, m.acts.itc_t + p * a.C, a.C,
-                 bitwise, af, rt);
+            same(name, a.itc_t + (size_t)pairs[p].text_row * a.C, m.acts.heads->itc_t + p * a.C,
+                 a.C, bitwise, af, rt);
             snprintf(name, sizeof name, "%s: ITC image of row %d (pair %zu)", title,
                      pairs[p].image_row, p);
-            same(name, a.itc_i + (size_t)pairs[p].image_row * a.C, m.acts.itc_i + p * a.C, a.C,
-                 bitwise, af, rt);
+            same(name, a.itc_i + (size_t)pairs[p].image_row * a.C, m.acts.heads->itc_i + p * a.C,
+                 a.C, bitwise, af, rt);
         }
     }
     snap_free(&a);

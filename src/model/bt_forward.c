@@ -474,12 +474,12 @@ int main(int argc, char **argv) {
         out_add(&o, "image_features", ac->xi[cfg.cross_layers - 1].out, 3, (int64_t)B, cfg.np, H);
         break;
     case HEAD_ITM:
-        out_add(&o, "logits", ac->itm_logits, 2, (int64_t)B, 2, 0);
+        out_add(&o, "logits", m.itm_logits_out, 2, (int64_t)B, 2, 0);
         has_loss = in.labels != NULL;
         loss = m.loss_itm;
         break;
     case HEAD_MLM:
-        out_add(&o, "logits", ac->mlm_logits, 3, (int64_t)B, (int64_t)T, V);
+        out_add(&o, "logits", m.mlm_logits_out, 3, (int64_t)B, (int64_t)T, V);
         has_loss = in.labels != NULL;
         loss = m.loss_mlm;
         break;
@@ -487,22 +487,22 @@ int main(int argc, char **argv) {
         itc_logits = malloc((size_t)(B * 3 * (size_t)C) * sizeof *itc_logits);
         BT_ASSERT(itc_logits); /* B * 3 * C floats, far below the activations just allocated */
         for (size_t b = 0; b < B; b++) {
-            memcpy(itc_logits + (b * 3 + 0) * (size_t)C, ac->itc_t + b * (size_t)C,
+            memcpy(itc_logits + (b * 3 + 0) * (size_t)C, m.itc_text + b * (size_t)C,
                    (size_t)C * sizeof(float));
-            memcpy(itc_logits + (b * 3 + 1) * (size_t)C, ac->itc_i + b * (size_t)C,
+            memcpy(itc_logits + (b * 3 + 1) * (size_t)C, m.itc_image + b * (size_t)C,
                    (size_t)C * sizeof(float));
-            memcpy(itc_logits + (b * 3 + 2) * (size_t)C, ac->itc_c + b * (size_t)C,
+            memcpy(itc_logits + (b * 3 + 2) * (size_t)C, m.itc_cross + b * (size_t)C,
                    (size_t)C * sizeof(float));
         }
         out_add(&o, "logits", itc_logits, 3, (int64_t)B, 3, C);
-        out_add(&o, "text_embeds", ac->itc_t, 2, (int64_t)B, C, 0);
-        out_add(&o, "image_embeds", ac->itc_i, 2, (int64_t)B, C, 0);
-        out_add(&o, "cross_embeds", ac->itc_c, 2, (int64_t)B, C, 0);
+        out_add(&o, "text_embeds", m.itc_text, 2, (int64_t)B, C, 0);
+        out_add(&o, "image_embeds", m.itc_image, 2, (int64_t)B, C, 0);
+        out_add(&o, "cross_embeds", m.itc_cross, 2, (int64_t)B, C, 0);
         has_loss = 1;
         loss = m.loss_itc;
         break;
     }
-    out_add(&o, "pooler_output", ac->pooler, 2, (int64_t)B, 2 * H, 0);
+    out_add(&o, "pooler_output", m.pooler_out, 2, (int64_t)B, 2 * H, 0);
     if (has_loss) out_add(&o, "loss", &loss, 0, 0, 0, 0);
 
     size_t n_out = o.n;

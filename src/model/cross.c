@@ -131,13 +131,13 @@ void cross_pairs_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t 
         a->xi[k].out = fo && k > 0 ? a->xi[0].out : layout_slot(w, Nv * H);
     }
     /* poolers */
-    a->cls_t = layout_slot(w, P * H);
-    a->cls_i = layout_slot(w, P * H);
-    a->pool_t_pre = layout_slot(w, P * H);
-    a->pool_i_pre = layout_slot(w, P * H);
-    a->pool_t = layout_slot(w, P * H);
-    a->pool_i = layout_slot(w, P * H);
-    a->pooler = layout_slot(w, P * 2 * H);
+    a->cross->cls_t = layout_slot(w, P * H);
+    a->cross->cls_i = layout_slot(w, P * H);
+    a->cross->pool_t_pre = layout_slot(w, P * H);
+    a->cross->pool_i_pre = layout_slot(w, P * H);
+    a->cross->pool_t = layout_slot(w, P * H);
+    a->cross->pool_i = layout_slot(w, P * H);
+    a->cross->pooler = layout_slot(w, P * 2 * H);
 }
 
 /* The image-side ids follow the text-side ids in the same order (one macro builds both). */
@@ -555,16 +555,16 @@ void cross_pairs_forward(bt_model *m) {
 
     /* poolers: tanh(dense(CLS)) per side; pooler_output = [text | image] */
     const int last = c->cross_layers - 1;
-    cls_gather(a->cls_t, a->xt[last].out, P, T, H);
-    cls_gather(a->cls_i, a->xi[last].out, P, Np, H);
-    lin_forward(m, a->pool_t_pre, a->cls_t, &sp.pt, P);
-    lin_forward(m, a->pool_i_pre, a->cls_i, &sp.pi, P);
-    tanh_forward(a->pool_t, a->pool_t_pre, P * H);
-    tanh_forward(a->pool_i, a->pool_i_pre, P * H);
+    cls_gather(a->cross->cls_t, a->xt[last].out, P, T, H);
+    cls_gather(a->cross->cls_i, a->xi[last].out, P, Np, H);
+    lin_forward(m, a->cross->pool_t_pre, a->cross->cls_t, &sp.pt, P);
+    lin_forward(m, a->cross->pool_i_pre, a->cross->cls_i, &sp.pi, P);
+    tanh_forward(a->cross->pool_t, a->cross->pool_t_pre, P * H);
+    tanh_forward(a->cross->pool_i, a->cross->pool_i_pre, P * H);
     for (size_t b = 0; b < P; b++)
         for (size_t i = 0; i < H; i++) {
-            a->pooler[b * 2 * H + i] = a->pool_t[b * H + i];
-            a->pooler[b * 2 * H + H + i] = a->pool_i[b * H + i];
+            a->cross->pooler[b * 2 * H + i] = a->cross->pool_t[b * H + i];
+            a->cross->pooler[b * 2 * H + H + i] = a->cross->pool_i[b * H + i];
         }
 }
 
@@ -581,15 +581,15 @@ void cross_pairs_backward(bt_model *m) {
     const int last = c->cross_layers - 1;
     for (size_t b = 0; b < P; b++)
         for (size_t i = 0; i < H; i++) {
-            d->pool_t[b * H + i] += d->pooler[b * 2 * H + i];
-            d->pool_i[b * H + i] += d->pooler[b * 2 * H + H + i];
+            d->cross->pool_t[b * H + i] += d->cross->pooler[b * 2 * H + i];
+            d->cross->pool_i[b * H + i] += d->cross->pooler[b * 2 * H + H + i];
         }
-    tanh_backward(d->pool_t_pre, d->pool_t, a->pool_t, P * H);
-    tanh_backward(d->pool_i_pre, d->pool_i, a->pool_i, P * H);
-    lin_backward(m, d->cls_t, d->pool_t_pre, a->cls_t, &sp.pt, P, BT_DX_ADD);
-    lin_backward(m, d->cls_i, d->pool_i_pre, a->cls_i, &sp.pi, P, BT_DX_ADD);
-    cls_scatter_add(d->xt[last].out, d->cls_t, P, T, H);
-    cls_scatter_add(d->xi[last].out, d->cls_i, P, Np, H);
+    tanh_backward(d->cross->pool_t_pre, d->cross->pool_t, a->cross->pool_t, P * H);
+    tanh_backward(d->cross->pool_i_pre, d->cross->pool_i, a->cross->pool_i, P * H);
+    lin_backward(m, d->cross->cls_t, d->cross->pool_t_pre, a->cross->cls_t, &sp.pt, P, BT_DX_ADD);
+    lin_backward(m, d->cross->cls_i, d->cross->pool_i_pre, a->cross->cls_i, &sp.pi, P, BT_DX_ADD);
+    cls_scatter_add(d->xt[last].out, d->cross->cls_t, P, T, H);
+    cls_scatter_add(d->xi[last].out, d->cross->cls_i, P, Np, H);
 
     for (int k = last; k >= 0; k--) {
         const bt_bridge_acts *br = &a->bridges[k];

@@ -12,6 +12,14 @@
 
 /* One cross-modal layer of one side (pair arena): rows N1 = P*T1 (this modality),
  * N2 = P*T2 (other). */
+/* The poolers' slots (pair arena, P pairs). */
+struct bt_cross_acts {
+    float *cls_t, *cls_i;   /* (P, H) CLS rows of X_{X-1}, Y_{X-1} */
+    float *pool_t_pre, *pool_i_pre; /* (P, H) pooler dense outputs */
+    float *pool_t, *pool_i; /* (P, H) tanh */
+    float *pooler;          /* (P, 2H) [text | image] = pooler_output = m->pooler_out */
+};
+
 struct bt_cross_layer_acts {
     float *q, *k, *v;       /* (N1, H) self-attention */
     float *probs;           /* (P, NHt, T1, T1) */

@@ -28,31 +28,33 @@
 
 void heads_towers_layout(bt_acts *a, layout *L, const bt_model_config *c, size_t Bt,
                          size_t Bi) {
+    bt_heads_acts *ha = a->heads;
     arena_walk *w = L->w;
     const size_t H = (size_t)c->hidden, C = (size_t)c->contrastive_hidden;
-    a->itc_t_cls = layout_slot(w, Bt * H);
-    a->itc_i_cls = layout_slot(w, Bi * H);
-    a->itc_t_proj = layout_slot(w, Bt * C);
-    a->itc_i_proj = layout_slot(w, Bi * C);
-    a->itc_t_norm = layout_slot_ng(w, Bt);
-    a->itc_i_norm = layout_slot_ng(w, Bi);
+    ha->itc_t_cls = layout_slot(w, Bt * H);
+    ha->itc_i_cls = layout_slot(w, Bi * H);
+    ha->itc_t_proj = layout_slot(w, Bt * C);
+    ha->itc_i_proj = layout_slot(w, Bi * C);
+    ha->itc_t_norm = layout_slot_ng(w, Bt);
+    ha->itc_i_norm = layout_slot_ng(w, Bi);
 }
 
 void heads_pairs_layout(bt_acts *a, layout *L, const bt_model_config *c, unsigned heads,
                         size_t P, size_t Pm, size_t T) {
+    bt_heads_acts *ha = a->heads;
     arena_walk *w = L->w;
     const size_t H = (size_t)c->hidden, C = (size_t)c->contrastive_hidden, Nm = Pm * T;
     if (heads & BT_HEADS_MLM) {
-        a->mlm_x = layout_slot_set(w, Nm * H);
-        a->mlm_tr = layout_slot_set(w, Nm * H);
-        a->mlm_act = layout_slot_set(w, Nm * H);
-        a->mlm_ln = layout_slot_set(w, Nm * H);
-        a->mlm_mean = layout_slot_ng(w, Nm);
-        a->mlm_rstd = layout_slot_ng(w, Nm);
+        ha->mlm_x = layout_slot_set(w, Nm * H);
+        ha->mlm_tr = layout_slot_set(w, Nm * H);
+        ha->mlm_act = layout_slot_set(w, Nm * H);
+        ha->mlm_ln = layout_slot_set(w, Nm * H);
+        ha->mlm_mean = layout_slot_ng(w, Nm);
+        ha->mlm_rstd = layout_slot_ng(w, Nm);
     }
     if (heads & BT_HEADS_ITC) {
-        a->itc_c_proj = layout_slot(w, P * C);
-        a->itc_c_norm = layout_slot_ng(w, P);
+        ha->itc_c_proj = layout_slot(w, P * C);
+        ha->itc_c_norm = layout_slot_ng(w, P);
     }
 }
 
@@ -115,21 +117,22 @@ static itc_params itc_params_get(const bt_model *m) {
 void heads_towers_forward(bt_model *m) {
     if (!(m->heads & BT_HEADS_ITC)) return;
     bt_acts *a = &m->acts;
+    bt_heads_acts *ha = a->heads;
     const bt_model_config *c = &m->cfg;
     const size_t Bt = m->Bt, Bi = m->Bi, H = (size_t)c->hidden;
     const size_t C = (size_t)c->contrastive_hidden;
     const itc_params p = itc_params_get(m);
     /* text: raw last uni-modal text layer CLS */
     if (Bt) {
-        cls_gather(a->itc_t_cls, a->text->h[c->text_layers], Bt, m->T, H);
-        lin_forward(m, a->itc_t_proj, a->itc_t_cls, &p.text, Bt);
-        l2_normalize_forward(a->itc_t, a->itc_t_norm, a->itc_t_proj, Bt, C);
+        cls_gather(ha->itc_t_cls, a->text->h[c->text_layers], Bt, m->T, H);
+        lin_forward(m, ha->itc_t_proj, ha->itc_t_cls, &p.text, Bt);
+        l2_normalize_forward(ha->itc_t, ha->itc_t_norm, ha->itc_t_proj, Bt, C);
     }
     /* image: last bridge's Ti(ln_post(I)) + tt1 CLS */
     if (Bi) {
-        cls_gather(a->itc_i_cls, a->bridges[c->cross_layers - 1].ui, Bi, (size_t)c->np, H);
-        lin_forward(m, a->itc_i_proj, a->itc_i_cls, &p.image, Bi);
-        l2_normalize_forward(a->itc_i, a->itc_i_norm, a->itc_i_proj, Bi, C);
+        cls_gather(ha->itc_i_cls, a->bridges[c->cross_layers - 1].ui, Bi, (size_t)c->np, H);
+        lin_forward(m, ha->itc_i_proj, ha->itc_i_cls, &p.image, Bi);
+        l2_normalize_forward(ha->itc_i, ha->itc_i_norm, ha->itc_i_proj, Bi, C);
     }
 }
 
@@ -137,19 +140,21 @@ void heads_towers_backward(bt_model *m) {
     if (!(m->heads & BT_HEADS_ITC)) return;
     const bt_acts *a = &m->acts;
     bt_acts *d = &m->dacts;
+    bt_heads_acts *ha = a->heads;
+    bt_heads_acts *hd = d->heads;
     const bt_model_config *c = &m->cfg;
     const size_t Bt = m->Bt, Bi = m->Bi, H = (size_t)c->hidden;
     const size_t C = (size_t)c->contrastive_hidden;
     const itc_params p = itc_params_get(m);
     if (Bt) {
-        l2_normalize_backward(d->itc_t_proj, d->itc_t, a->itc_t, a->itc_t_norm, Bt, C);
-        lin_backward(m, d->itc_t_cls, d->itc_t_proj, a->itc_t_cls, &p.text, Bt, BT_DX_ADD);
-        cls_scatter_add(d->text->h[c->text_layers], d->itc_t_cls, Bt, m->T, H);
+        l2_normalize_backward(hd->itc_t_proj, hd->itc_t, ha->itc_t, ha->itc_t_norm, Bt, C);
+        lin_backward(m, hd->itc_t_cls, hd->itc_t_proj, ha->itc_t_cls, &p.text, Bt, BT_DX_ADD);
+        cls_scatter_add(d->text->h[c->text_layers], hd->itc_t_cls, Bt, m->T, H);
     }
     if (Bi) {
-        l2_normalize_backward(d->itc_i_proj, d->itc_i, a->itc_i, a->itc_i_norm, Bi, C);
-        lin_backward(m, d->itc_i_cls, d->itc_i_proj, a->itc_i_cls, &p.image, Bi, BT_DX_ADD);
-        cls_scatter_add(d->bridges[c->cross_layers - 1].ui, d->itc_i_cls, Bi, (size_t)c->np, H);
+        l2_normalize_backward(hd->itc_i_proj, hd->itc_i, ha->itc_i, ha->itc_i_norm, Bi, C);
+        lin_backward(m, hd->itc_i_cls, hd->itc_i_proj, ha->itc_i_cls, &p.image, Bi, BT_DX_ADD);
+        cls_scatter_add(d->bridges[c->cross_layers - 1].ui, hd->itc_i_cls, Bi, (size_t)c->np, H);
     }
 }
 
@@ -157,11 +162,12 @@ void heads_towers_backward(bt_model *m) {
 
 void heads_pairs_forward(bt_model *m) {
     bt_acts *a = &m->acts;
+    bt_heads_acts *ha = a->heads;
     const bt_model_config *c = &m->cfg;
     const size_t P = m->P, T = m->T, H = (size_t)c->hidden;
     if (m->heads & BT_HEADS_ITM) {
         const bt_linear fc = model_linear(m, BT_P_ITM_W, BT_P_ITM_B, 0);
-        lin_forward(m, a->itm_logits, a->pooler, &fc, P);
+        lin_forward(m, ha->itm_logits, a->cross->pooler, &fc, P);
     }
     if ((m->heads & BT_HEADS_MLM) && m->Pm) {
         const size_t Nm = m->Pm * T;
@@ -169,18 +175,18 @@ void heads_pairs_forward(bt_model *m) {
         const float *x = a->xt[c->cross_layers - 1].out; /* text_features (P*T, H) */
         /* the flagged pairs' rows, in pair order */
         for (size_t j = 0; j < m->Pm; j++)
-            memcpy(a->mlm_x + j * T * H, x + (size_t)m->mlm_rows[j] * T * H,
-                   T * H * sizeof *a->mlm_x);
+            memcpy(ha->mlm_x + j * T * H, x + (size_t)m->mlm_rows[j] * T * H,
+                   T * H * sizeof *ha->mlm_x);
         /* transform: LN(GELU(dense(x))); decoder (no bias) + the separate mlm_score.bias */
-        lin_forward(m, a->mlm_tr, a->mlm_x, &p.tr, Nm);
-        gelu_forward(a->mlm_act, a->mlm_tr, Nm * H);
-        norm_forward(a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, &p.ln, Nm);
-        lin_forward(m, a->mlm_logits, a->mlm_ln, &p.dec, Nm);
+        lin_forward(m, ha->mlm_tr, ha->mlm_x, &p.tr, Nm);
+        gelu_forward(ha->mlm_act, ha->mlm_tr, Nm * H);
+        norm_forward(ha->mlm_ln, ha->mlm_mean, ha->mlm_rstd, ha->mlm_act, &p.ln, Nm);
+        lin_forward(m, ha->mlm_logits, ha->mlm_ln, &p.dec, Nm);
     }
     if (m->heads & BT_HEADS_ITC) {
         const itc_params p = itc_params_get(m);
-        lin_forward(m, a->itc_c_proj, a->pooler, &p.cross, P);
-        l2_normalize_forward(a->itc_c, a->itc_c_norm, a->itc_c_proj, P,
+        lin_forward(m, ha->itc_c_proj, a->cross->pooler, &p.cross, P);
+        l2_normalize_forward(ha->itc_c, ha->itc_c_norm, ha->itc_c_proj, P,
                              (size_t)c->contrastive_hidden);
     }
 }
@@ -188,33 +194,35 @@ void heads_pairs_forward(bt_model *m) {
 void heads_pairs_backward(bt_model *m) {
     const bt_acts *a = &m->acts;
     bt_acts *d = &m->dacts;
+    bt_heads_acts *ha = a->heads;
+    bt_heads_acts *hd = d->heads;
     const bt_model_config *c = &m->cfg;
     const size_t P = m->P, T = m->T, H = (size_t)c->hidden;
     if (m->heads & BT_HEADS_ITC) {
         const itc_params p = itc_params_get(m);
-        l2_normalize_backward(d->itc_c_proj, d->itc_c, a->itc_c, a->itc_c_norm, P,
+        l2_normalize_backward(hd->itc_c_proj, hd->itc_c, ha->itc_c, ha->itc_c_norm, P,
                               (size_t)c->contrastive_hidden);
-        lin_backward(m, d->pooler, d->itc_c_proj, a->pooler, &p.cross, P, BT_DX_ADD);
+        lin_backward(m, d->cross->pooler, hd->itc_c_proj, a->cross->pooler, &p.cross, P, BT_DX_ADD);
     }
     if ((m->heads & BT_HEADS_MLM) && m->Pm) {
         const size_t Nm = m->Pm * T;
         const mlm_params p = mlm_params_get(m);
         /* the transform's gradients: one writer each (assigned, model.c layout) */
-        lin_backward(m, d->mlm_ln, d->mlm_logits, a->mlm_ln, &p.dec, Nm, BT_DX_SET);
-        norm_backward(d->mlm_act, d->mlm_ln, a->mlm_act, a->mlm_mean, a->mlm_rstd, &p.ln, Nm,
+        lin_backward(m, hd->mlm_ln, hd->mlm_logits, ha->mlm_ln, &p.dec, Nm, BT_DX_SET);
+        norm_backward(hd->mlm_act, hd->mlm_ln, ha->mlm_act, ha->mlm_mean, ha->mlm_rstd, &p.ln, Nm,
                       BT_DX_SET);
-        act_lin_backward(m, d->mlm_x, d->mlm_tr, d->mlm_act, a->mlm_tr, 0, a->mlm_x, NULL,
+        act_lin_backward(m, hd->mlm_x, hd->mlm_tr, hd->mlm_act, ha->mlm_tr, 0, ha->mlm_x, NULL,
                          &p.tr, Nm, BT_DX_SET);
         float *dx = d->xt[c->cross_layers - 1].out;
         for (size_t j = 0; j < m->Pm; j++) {
             float *dst = dx + (size_t)m->mlm_rows[j] * T * H;
-            const float *src = d->mlm_x + j * T * H;
+            const float *src = hd->mlm_x + j * T * H;
             for (size_t i = 0; i < T * H; i++) dst[i] += src[i];
         }
     }
     if (m->heads & BT_HEADS_ITM) {
         const bt_linear fc = model_linear(m, BT_P_ITM_W, BT_P_ITM_B, 0);
-        lin_backward(m, d->pooler, d->itm_logits, a->pooler, &fc, P, BT_DX_ADD);
+        lin_backward(m, d->cross->pooler, hd->itm_logits, a->cross->pooler, &fc, P, BT_DX_ADD);
     }
 }
 

@@ -157,7 +157,9 @@ static void acts_alloc_arrays(bt_acts *a, const bt_model_config *c) {
     memset(a, 0, sizeof *a);
     a->text = calloc(1, sizeof *a->text);
     a->vit = calloc(1, sizeof *a->vit);
-    BT_ASSERT(a->text && a->vit);
+    a->cross = calloc(1, sizeof *a->cross);
+    a->heads = calloc(1, sizeof *a->heads);
+    BT_ASSERT(a->text && a->vit && a->cross && a->heads);
     a->text->h = calloc((size_t)c->text_layers + 1, sizeof *a->text->h);
     a->text->layers = calloc((size_t)c->text_layers, sizeof *a->text->layers);
     a->vit->h = calloc((size_t)c->vision_layers + 1, sizeof *a->vit->h);
@@ -180,6 +182,8 @@ static void acts_free_arrays(bt_acts *a) {
     }
     free(a->text);
     free(a->vit);
+    free(a->cross);
+    free(a->heads);
     free(a->bridges);
     free(a->xt);
     free(a->xi);
@@ -375,8 +379,8 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
     const size_t Nt = Bt * T, Nv = Bi * (size_t)c->np, C = (size_t)c->contrastive_hidden;
     const int itc = (m->heads & BT_HEADS_ITC) != 0, full = !L->shared;
     /* outputs whose gradient a loss writes */
-    a->itc_t = itc ? layout_slot(w, Bt * C) : NULL;
-    a->itc_i = itc ? layout_slot(w, Bi * C) : NULL;
+    a->heads->itc_t = itc ? layout_slot(w, Bt * C) : NULL;
+    a->heads->itc_i = itc ? layout_slot(w, Bi * C) : NULL;
     layout_walk_end(w);
     *head = w->off;
     /* copied inputs */
@@ -412,9 +416,9 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
     const int mlm = (m->heads & BT_HEADS_MLM) != 0;
     const int full = !L->shared;
     /* outputs whose gradient a loss writes */
-    a->itc_c = itc ? layout_slot(w, P * C) : NULL;
-    a->itm_logits = itm ? layout_slot(w, P * 2) : NULL;
-    a->mlm_logits = mlm ? layout_slot(w, Nm * V) : NULL;
+    a->heads->itc_c = itc ? layout_slot(w, P * C) : NULL;
+    a->heads->itm_logits = itm ? layout_slot(w, P * 2) : NULL;
+    a->heads->mlm_logits = mlm ? layout_slot(w, Nm * V) : NULL;
     layout_walk_end(w);
     *head = w->off;
     /* copied inputs */
@@ -802,17 +806,17 @@ static void grad_internal_zero(bt_arena *ar) {
 }
 
 static void outputs_bind(bt_model *m) {
-    m->itc_text = m->acts.itc_t;
-    m->d_itc_text = m->dacts.itc_t;
-    m->itc_image = m->acts.itc_i;
-    m->d_itc_image = m->dacts.itc_i;
-    m->pooler_out = m->acts.pooler;
-    m->itc_cross = m->acts.itc_c;
-    m->d_itc_cross = m->dacts.itc_c;
-    m->itm_logits_out = m->acts.itm_logits;
-    m->d_itm_logits = m->dacts.itm_logits;
-    m->mlm_logits_out = m->acts.mlm_logits;
-    m->d_mlm_logits = m->dacts.mlm_logits;
+    m->itc_text = m->acts.heads->itc_t;
+    m->d_itc_text = m->dacts.heads->itc_t;
+    m->itc_image = m->acts.heads->itc_i;
+    m->d_itc_image = m->dacts.heads->itc_i;
+    m->pooler_out = m->acts.cross->pooler;
+    m->itc_cross = m->acts.heads->itc_c;
+    m->d_itc_cross = m->dacts.heads->itc_c;
+    m->itm_logits_out = m->acts.heads->itm_logits;
+    m->d_itm_logits = m->dacts.heads->itm_logits;
+    m->mlm_logits_out = m->acts.heads->mlm_logits;
+    m->d_mlm_logits = m->dacts.heads->mlm_logits;
 }
 
 bt_status bt_towers_forward(bt_model *m, const bt_text_input *t, const bt_image_input *im) {

@@ -98,48 +98,29 @@ typedef struct bt_pair {
  *                 (P rows), MLM (Pm*T rows of the Pm flagged pairs), ITC cross (P rows).
  * In the slot comments below B is the row count of the owning phase (Bt, Bi or P). */
 
-/* Per-block activation structs, defined by their blocks (text.h, vit.h, cross.h). */
+/* Per-block activation structs, defined by their blocks (text.h, vit.h, cross.h, heads.h). */
 typedef struct bt_text_acts bt_text_acts;
 typedef struct bt_vit_acts bt_vit_acts;
 typedef struct bt_text_layer_acts bt_text_layer_acts;
 typedef struct bt_vit_layer_acts bt_vit_layer_acts;
 typedef struct bt_cross_layer_acts bt_cross_layer_acts;
 typedef struct bt_bridge_acts bt_bridge_acts;
+typedef struct bt_cross_acts bt_cross_acts;
+typedef struct bt_heads_acts bt_heads_acts;
 
 typedef struct bt_acts {
     /* --- tower arena --- */
     bt_text_acts *text;     /* the text tower's slots (text.h) */
     float *key_bias;        /* (Bt, T) 0 or -FLT_MAX (no grad) */
     bt_vit_acts *vit;       /* the vision tower's slots (vit.h) */
-    /* ITC uni-modal head */
-    float *itc_t_cls;       /* (Bt, H) uni-modal text CLS (text->h[Lt] row 0) */
-    float *itc_i_cls;       /* (Bi, H) image CLS of the last bridge's ui */
-    float *itc_t_proj, *itc_i_proj; /* (Bt, C), (Bi, C) head outputs */
-    float *itc_t, *itc_i;   /* (Bt, C), (Bi, C) L2-normalized = m->itc_text / m->itc_image */
-    float *itc_t_norm, *itc_i_norm; /* (Bt), (Bi) (no grad) */
     /* --- both: bridges (see bt_bridge_acts) --- */
     bt_bridge_acts *bridges;       /* [X] */
     /* --- pair arena --- */
     float *pair_key_bias;   /* (P, T) key_bias rows of the pairs' texts (no grad) */
     bt_cross_layer_acts *xt, *xi;  /* [X] text side, image side */
-    /* poolers */
-    float *cls_t, *cls_i;   /* (P, H) CLS rows of X_{X-1}, Y_{X-1} */
-    float *pool_t_pre, *pool_i_pre; /* (P, H) pooler dense outputs */
-    float *pool_t, *pool_i; /* (P, H) tanh */
-    float *pooler;          /* (P, 2H) [text | image] = pooler_output = m->pooler_out */
-    /* ITM head */
-    float *itm_logits;      /* (P, 2) = m->itm_logits_out */
-    /* MLM head, on the Pm pairs flagged mlm, in pair order */
-    float *mlm_x;           /* (Pm*T, H) X_{X-1} rows of those pairs (gathered) */
-    float *mlm_tr;          /* (Pm*T, H) transform.dense */
-    float *mlm_act;         /* (Pm*T, H) GELU */
-    float *mlm_ln;          /* (Pm*T, H) transform.LayerNorm */
-    float *mlm_mean, *mlm_rstd; /* (Pm*T) */
-    float *mlm_logits;      /* (Pm*T, V) = m->mlm_logits_out */
-    /* ITC cross head */
-    float *itc_c_proj;      /* (P, C) */
-    float *itc_c;           /* (P, C) L2-normalized = m->itc_cross */
-    float *itc_c_norm;      /* (P) (no grad) */
+    bt_cross_acts *cross;   /* the poolers' slots (cross.h) */
+    /* --- both: the heads' slots (heads.h) --- */
+    bt_heads_acts *heads;
 } bt_acts;
 
 /* Scratch of the HF-style losses that bt_forward / bt_backward compute (heads.c), sized by
