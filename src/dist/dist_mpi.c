@@ -1,7 +1,10 @@
-/* dist/dist.c: the world, start checks and collectives of dist.h over Open MPI (or the world
- * of one process when no launcher started us / the build has no MPI).
+/* dist/dist_mpi.c: dist.h over Open MPI: the world, the start checks, the collectives with
+ * their timeout watchdog, and the bucketed gradient reducer (this file is built when meson
+ * finds MPI; dist_single.c otherwise). Without a launcher the world is one process and no MPI
+ * call is made.
  *
- * Deliberately not here: what the training step reduces and when (train/step.c). */
+ * Deliberately not here: what needs no MPI in either build (dist_common.c), what the training
+ * step reduces and when (train/step.c). */
 #include "dist/dist.h"
 
 #include <pthread.h>
@@ -12,39 +15,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bt_config.h"
 #include "clock.h"
 #include "dtype.h"
 #include "rng.h"
 #include "settings.h"
 
-#if BT_HAVE_MPI
 #include <mpi.h>
-#endif
-
-/* a launcher's environment: Open MPI (mpirun / prterun), PMIx, PMI (srun, hydra) */
-int bt_dist_launched(void) {
-    static const bt_setting vars[] = {BT_SET_OMPI_COMM_WORLD_SIZE, BT_SET_PMIX_RANK,
-                                      BT_SET_PMI_RANK, BT_SET_PMI_SIZE};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (bt_setting_value(vars[i])) return 1;
-    return 0;
-}
-
-#if !BT_HAVE_MPI
-static int launcher_size(void) {
-    const char *s = bt_setting_value(BT_SET_OMPI_COMM_WORLD_SIZE);
-    if (!s) s = bt_setting_value(BT_SET_PMI_SIZE);
-    return s ? atoi(s) : 1;
-}
-#endif
 
 bt_status bt_dist_init(bt_dist *d, int *argc, char ***argv) {
     memset(d, 0, sizeof *d);
     d->size = 1;
     if (gethostname(d->host, sizeof d->host - 1) != 0) snprintf(d->host, sizeof d->host, "?");
     if (!bt_dist_launched()) return BT_OK;
-#if BT_HAVE_MPI
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return bt_fail(BT_ERR_UNSUPPORTED, "MPI_Init failed (launched by mpirun?)");
@@ -59,23 +41,11 @@ bt_status bt_dist_init(bt_dist *d, int *argc, char ***argv) {
     MPI_Allgather(d->host, (int)sizeof d->host, MPI_CHAR, d->hosts, (int)sizeof d->host, MPI_CHAR,
                   MPI_COMM_WORLD);
     return BT_OK;
-#else
-    (void)argc;
-    (void)argv;
-    if (launcher_size() > 1)
-        return bt_fail(BT_ERR_UNSUPPORTED, "started by an MPI launcher with %d processes, but "
-                       "this bt was built without MPI (install libopenmpi-dev and rebuild)",
-                       launcher_size());
-    return BT_OK;
-#endif
 }
 
-#if BT_HAVE_MPI
 static void watchdog_stop(void);
-#endif
 
 void bt_dist_finalize(bt_dist *d) {
-#if BT_HAVE_MPI
     if (d->mpi) {
         /* the last collective runs with the deadline too (MPI_Finalize's own exchange then
          * finds every rank present); the watchdog ends before MPI does */
@@ -84,15 +54,9 @@ void bt_dist_finalize(bt_dist *d) {
         watchdog_stop();
         MPI_Finalize();
     }
-#endif
     free(d->hosts);
     d->hosts = NULL;
     d->mpi = 0;
-}
-
-const char *bt_dist_host_of(const bt_dist *d, int r) {
-    if (d->hosts && r >= 0 && r < d->size) return d->hosts + (size_t)r * sizeof d->host;
-    return r == d->rank ? d->host : "?";
 }
 
 void bt_dist_abort(const bt_dist *d, const char *prog, const char *message, int code) {
@@ -102,9 +66,7 @@ void bt_dist_abort(const bt_dist *d, const char *prog, const char *message, int 
         fprintf(stderr, "%s: %s\n", prog, message);
     fflush(stderr);
     fflush(stdout);
-#if BT_HAVE_MPI
     if (d && d->mpi && d->size > 1) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
-#endif
     exit(code);
 }
 
@@ -134,9 +96,7 @@ static struct {
     int running;
     volatile int stop;
     pthread_t thread;
-#if BT_HAVE_MPI
     MPI_Comm comm;        /* the watchdogs' own messages */
-#endif
 } wd = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 void bt_dist_set_context(const bt_dist *d, const char *fmt, ...) {
@@ -163,7 +123,6 @@ void bt_dist_name_next(const bt_dist *d, const char *what) {
     wd.next = what;
 }
 
-#if BT_HAVE_MPI
 /* Enters a blocking collective. counted 1: every rank enters it, so its sequence number is
  * comparable between ranks; 0: point-to-point (the number of the last one); -1: a wait that
  * belongs to the next counted one (the reducer launching buckets before its finish: a rank
@@ -411,10 +370,8 @@ static void watchdog_stop(void) {
     wd.running = 0;
     MPI_Comm_free(&wd.comm);
 }
-#endif
 
 void bt_dist_set_timeout(bt_dist *d, double seconds) {
-#if BT_HAVE_MPI
     if (!bt_dist_active(d) || !d->mpi || seconds <= 0 || wd.running) return;
     MPI_Comm_dup(MPI_COMM_WORLD, &wd.comm);
     wd.d = d;
@@ -427,12 +384,8 @@ void bt_dist_set_timeout(bt_dist *d, double seconds) {
         fprintf(stderr, "bt-train: rank %d of %d (%s): warning: no watchdog thread: "
                 "dist.timeout_s is not enforced\n", d->rank, d->size, d->host);
     }
-#else
-    (void)d, (void)seconds;
-#endif
 }
 
-#if BT_HAVE_MPI
 /* MPI counts are int: a message larger than INT_MAX elements is split by the callers below
  * or refused here. */
 static bt_status check_count(size_t n, const char *what) {
@@ -441,22 +394,18 @@ static bt_status check_count(size_t n, const char *what) {
                        what, n);
     return BT_OK;
 }
-#endif
 
 bt_status bt_dist_barrier(const bt_dist *d) {
-#if BT_HAVE_MPI
     if (bt_dist_active(d)) {
         coll_begin(1, "barrier");
         MPI_Barrier(MPI_COMM_WORLD);
         coll_end();
     }
-#endif
     (void)d;
     return BT_OK;
 }
 
 bt_status bt_dist_bcast_f32(const bt_dist *d, float *buf, size_t n, int root) {
-#if BT_HAVE_MPI
     if (!bt_dist_active(d)) return BT_OK;
     const size_t chunk = (size_t)1 << 28;
     coll_begin(1, "broadcast of %zu floats from rank %d", n, root);
@@ -465,33 +414,28 @@ bt_status bt_dist_bcast_f32(const bt_dist *d, float *buf, size_t n, int root) {
         MPI_Bcast(buf + o, (int)c, MPI_FLOAT, root, MPI_COMM_WORLD);
     }
     coll_end();
-#endif
     (void)d, (void)buf, (void)n, (void)root;
     return BT_OK;
 }
 
 bt_status bt_dist_bcast_bytes(const bt_dist *d, void *buf, size_t n, int root) {
-#if BT_HAVE_MPI
     if (!bt_dist_active(d)) return BT_OK;
     bt_status st = check_count(n, "bt_dist_bcast_bytes");
     if (st != BT_OK) return st;
     coll_begin(1, "broadcast of %zu bytes from rank %d", n, root);
     MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
     coll_end();
-#endif
     (void)d, (void)buf, (void)n, (void)root;
     return BT_OK;
 }
 
 bt_status bt_dist_sum_f64(const bt_dist *d, double *v, size_t n) {
-#if BT_HAVE_MPI
     if (!bt_dist_active(d)) return BT_OK;
     bt_status st = check_count(n, "bt_dist_sum_f64");
     if (st != BT_OK) return st;
     coll_begin(1, "all-reduce of %zu doubles", n);
     MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     coll_end();
-#endif
     (void)d, (void)v, (void)n;
     return BT_OK;
 }
@@ -499,7 +443,6 @@ bt_status bt_dist_sum_f64(const bt_dist *d, double *v, size_t n) {
 /* n elements of `size` bytes per rank (MPI type `type`, elements `unit` for messages) */
 static bt_status allgather_n(const bt_dist *d, const void *mine, size_t n, void *out, size_t size,
                              int type, const char *unit) {
-#if BT_HAVE_MPI
     if (bt_dist_active(d)) {
         bt_status st = check_count(n * (size_t)d->size, "all-gather");
         if (st != BT_OK) return st;
@@ -509,7 +452,6 @@ static bt_status allgather_n(const bt_dist *d, const void *mine, size_t n, void 
         coll_end();
         return BT_OK;
     }
-#endif
     (void)d, (void)type, (void)unit;
     memmove(out, mine, n * size);
     return BT_OK;
@@ -523,7 +465,6 @@ bt_status bt_dist_allgather_bytes(const bt_dist *d, const void *mine, size_t n, 
     return allgather_n(d, mine, n, out, 1, 0, "bytes");
 }
 
-#if BT_HAVE_MPI
 /* element counts and displacements of the row layout (int, MPI's type) */
 static bt_status row_layout(const bt_dist *d, const int64_t *counts, size_t width, int *cnt,
                             int *disp) {
@@ -553,22 +494,17 @@ static bt_status allgather_rows(const bt_dist *d, const void *mine, void *all,
     free(cnt);
     return st;
 }
-#endif
 
 bt_status bt_dist_allgather_rows_f32(const bt_dist *d, const float *mine, float *all,
                                      const int64_t *counts, size_t width) {
-#if BT_HAVE_MPI
     if (bt_dist_active(d)) return allgather_rows(d, mine, all, counts, width, MPI_FLOAT);
-#endif
     if (all != mine) memmove(all, mine, (size_t)counts[0] * width * sizeof *all);
     return BT_OK;
 }
 
 bt_status bt_dist_allgather_rows_u64(const bt_dist *d, const uint64_t *mine, uint64_t *all,
                                      const int64_t *counts, size_t width) {
-#if BT_HAVE_MPI
     if (bt_dist_active(d)) return allgather_rows(d, mine, all, counts, width, MPI_UINT64_T);
-#endif
     if (all != mine) memmove(all, mine, (size_t)counts[0] * width * sizeof *all);
     return BT_OK;
 }
@@ -576,7 +512,6 @@ bt_status bt_dist_allgather_rows_u64(const bt_dist *d, const uint64_t *mine, uin
 bt_status bt_dist_reduce_scatter_add_f32(const bt_dist *d, const float *all, float *mine,
                                          const int64_t *counts, size_t width) {
     size_t n_mine = (size_t)counts[d ? d->rank : 0] * width;
-#if BT_HAVE_MPI
     if (bt_dist_active(d)) {
         int *cnt = malloc(2 * (size_t)d->size * sizeof *cnt);
         BT_ASSERT(cnt);
@@ -594,30 +529,13 @@ bt_status bt_dist_reduce_scatter_add_f32(const bt_dist *d, const float *all, flo
         free(cnt);
         return st;
     }
-#endif
     for (size_t i = 0; i < n_mine; i++) mine[i] += all[i];
     return BT_OK;
-}
-
-uint64_t bt_dist_hash(const void *data, size_t n, uint64_t seed) {
-    return bt_hash_bytes(data, n, seed); /* rng.h */
-}
-
-uint64_t bt_dist_binary_hash(void) {
-    FILE *f = fopen("/proc/self/exe", "rb");
-    if (!f) return 0;
-    unsigned char buf[1 << 16];
-    uint64_t h = 0;
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) h = bt_dist_hash(buf, got, h);
-    fclose(f);
-    return h;
 }
 
 bt_status bt_dist_check_same(const bt_dist *d, const char *const *names, const uint64_t *hashes,
                              size_t n_items) {
     if (!bt_dist_active(d)) return BT_OK;
-#if BT_HAVE_MPI
     uint64_t *all = malloc((size_t)d->size * n_items * sizeof *all);
     char *hosts = malloc((size_t)d->size * sizeof d->host);
     BT_ASSERT(all && hosts);
@@ -642,43 +560,6 @@ bt_status bt_dist_check_same(const bt_dist *d, const char *const *names, const u
     free(hosts);
     free(all);
     return st;
-#else
-    (void)names, (void)hashes, (void)n_items;
-    return BT_OK;
-#endif
-}
-
-/* --- reducer ------------------------------------------------------------------------------ */
-
-size_t bt_dist_bucket_floats(size_t n, size_t bucket_bytes) {
-    size_t b = bucket_bytes ? bucket_bytes / sizeof(float) : n;
-    if (b < 1) b = 1;
-    if (b > (size_t)0x7fffffff) b = (size_t)0x7fffffff;
-    return b;
-}
-
-size_t bt_dist_block(size_t c, int size, int rank, size_t *lo) {
-    const size_t blk = (c + (size_t)size - 1) / (size_t)size;
-    const size_t a = (size_t)rank * blk < c ? (size_t)rank * blk : c;
-    const size_t b = a + blk < c ? a + blk : c;
-    *lo = a;
-    return b - a;
-}
-
-size_t bt_dist_shard_ranges(size_t n, size_t bucket, int size, int rank, size_t *lohi) {
-    size_t k = 0;
-    for (size_t o = 0; o < n; o += bucket) {
-        const size_t c = n - o < bucket ? n - o : bucket;
-        size_t lo;
-        const size_t len = bt_dist_block(c, size, rank, &lo);
-        if (!len) continue;
-        if (lohi) {
-            lohi[2 * k] = o + lo;
-            lohi[2 * k + 1] = o + lo + len;
-        }
-        k++;
-    }
-    return k;
 }
 
 static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
@@ -689,22 +570,13 @@ static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena
     r->n = n;
     r->bucket = bt_dist_bucket_floats(n, bucket_bytes);
     r->n_buckets = n ? (n + r->bucket - 1) / r->bucket : 0;
-#if BT_HAVE_MPI
     r->requests = calloc(r->n_buckets + 1, sizeof(MPI_Request));
-#else
-    r->requests = calloc(r->n_buckets + 1, 1);
-#endif
     r->started = calloc(r->n_buckets + 1, 1);
     r->queue = calloc(r->n_buckets + 1, sizeof *r->queue);
     r->seq = calloc(r->n_buckets + 1, sizeof *r->seq);
     BT_ASSERT(r->requests && r->started && r->queue && r->seq);
     r->shard = shard && bt_dist_active(d);
-#if BT_HAVE_MPI
     const int wire = wire_bf16 && bt_dist_active(d);
-#else
-    const int wire = 0;
-    (void)wire_bf16;
-#endif
     if (r->shard || wire) { /* the block layout of every bucket */
         const size_t W = (size_t)d->size, me = (size_t)d->rank;
         r->counts = malloc((r->n_buckets * W + 1) * sizeof *r->counts);
@@ -728,7 +600,6 @@ static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena
         }
         if (!r->shard) r->shard_n = 0;
     }
-#if BT_HAVE_MPI
     if (wire) {
         r->stage = malloc((n + 1) * sizeof *r->stage);
         r->n_slots = r->n_buckets < BT_DIST_MAX_INFLIGHT ? r->n_buckets : BT_DIST_MAX_INFLIGHT;
@@ -742,7 +613,6 @@ static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena
             MPI_Comm_dup(MPI_COMM_WORLD, r->comm2);
         }
     }
-#endif
     return BT_OK;
 }
 
@@ -758,11 +628,9 @@ bt_status bt_dist_reducer_init_sharded(bt_dist_reducer *r, const bt_dist *d, flo
 
 void bt_dist_reducer_free(bt_dist_reducer *r) {
     BT_ASSERT(!r->thread); /* finish joins it */
-#if BT_HAVE_MPI
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (r->comm2 && !finalized) MPI_Comm_free(r->comm2);
-#endif
     free(r->comm2);
     free(r->stage);
     free(r->recv);
@@ -780,7 +648,6 @@ void bt_dist_reducer_free(bt_dist_reducer *r) {
     memset(r, 0, sizeof *r);
 }
 
-#if BT_HAVE_MPI
 /* bf16 wire, bucket b's all-to-all done: this rank's block summed over the ranks' bf16
  * copies in fp32, in rank order (x_0 + x_1 + ... + x_{N-1}, one accumulator per element);
  * plain: the sum rounded to bf16 into the staging copy (the all-gather sends it), ZeRO-1:
@@ -922,15 +789,11 @@ static void *progress_main(void *arg) {
     }
     return NULL;
 }
-#endif
 
-#if BT_HAVE_MPI
 static void launch_range(bt_dist_reducer *r, size_t lo, size_t hi, int queued_only);
-#endif
 
 bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
     if (!bt_dist_active(r->d)) return BT_OK;
-#if BT_HAVE_MPI
     if (r->d->multiple) { /* queue them for the progress thread */
         if (!r->mutex) {
             r->mutex = malloc(sizeof(pthread_mutex_t));
@@ -961,11 +824,9 @@ bt_status bt_dist_reducer_start(bt_dist_reducer *r, size_t lo, size_t hi) {
     coll_begin(-1, "gradient all-reduce (%zu buckets)", r->n_buckets); /* may wait */
     launch_range(r, lo, hi, 0);
     coll_end();
-#endif
     return BT_OK;
 }
 
-#if BT_HAVE_MPI
 /* Launches bucket b once the in-flight window has room: at most BT_DIST_MAX_INFLIGHT
  * buckets in flight (Open MPI's non-blocking all-reduce allocates a temporary of the
  * bucket's size per call, so launching every bucket of a 3.5 GB arena at once doubles its
@@ -996,12 +857,10 @@ static void launch_range(bt_dist_reducer *r, size_t lo, size_t hi, int queued_on
         launch_in_window(r, b);
     }
 }
-#endif
 
 bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     r->t_wait = 0;
     if (!bt_dist_active(r->d)) return BT_OK;
-#if BT_HAVE_MPI
     const double t0 = bt_now_s();
     if (r->thread) { /* stop the progress thread; this thread takes over */
         pthread_mutex_lock(r->mutex);
@@ -1017,7 +876,6 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
     while (r->seq_done < r->n_seq) wait_oldest(r, 1);
     coll_end();
     r->t_wait = bt_now_s() - t0;
-#endif
     memset(r->started, 0, r->n_buckets);
     r->inflight = 0;
     r->n_queue = r->q_next = 0;
@@ -1056,7 +914,6 @@ bt_status bt_dist_reducer_finish(bt_dist_reducer *r) {
 bt_status bt_dist_reducer_allgather(bt_dist_reducer *r, float *params) {
     r->t_wait = 0;
     if (!r->shard) return BT_OK;
-#if BT_HAVE_MPI
     const double t0 = bt_now_s();
     const size_t W = (size_t)r->d->size;
     MPI_Request *req = r->requests;
@@ -1071,9 +928,6 @@ bt_status bt_dist_reducer_allgather(bt_dist_reducer *r, float *params) {
     MPI_Waitall((int)(r->n_buckets - oldest), req + oldest, MPI_STATUSES_IGNORE);
     coll_end();
     r->t_wait = bt_now_s() - t0;
-#else
-    (void)params;
-#endif
     return BT_OK;
 }
 
@@ -1083,7 +937,6 @@ bt_status bt_dist_to_root_f32(const bt_dist *d, int from, const float *buf, floa
         if (me == 0 && out != buf) memmove(out, buf, n * sizeof *out);
         return BT_OK;
     }
-#if BT_HAVE_MPI
     if (!bt_dist_active(d) || (me != from && me != 0)) return BT_OK;
     const size_t chunk = (size_t)1 << 28;
     if (me == from) coll_begin(0, "send of %zu floats to rank 0", n);
@@ -1094,6 +947,5 @@ bt_status bt_dist_to_root_f32(const bt_dist *d, int from, const float *buf, floa
         else MPI_Recv(out + o, c, MPI_FLOAT, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
     coll_end();
-#endif
     return BT_OK;
 }
