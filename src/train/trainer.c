@@ -1319,6 +1319,101 @@ static bt_status end_of_run(job *j, bt_train_outcome *out) {
     return BT_OK;
 }
 
+/* The thread count (train.threads, else OpenMP's, else under a launcher this rank's share of
+ * the cores) and, under ulimit -v, room for the threads and the GEMM libraries before their
+ * probe and JIT start (bt_runtime_info_print; oneDNN's JIT segfaults on a failed mmap). */
+static bt_status threads_setup(job *j) {
+    const bt_run_config *rc = &j->rc;
+    bt_status st = BT_OK;
+    if (rc->train.threads > 0) st = bt_runtime_check_threads((long)rc->train.threads, "train.threads");
+    if (st != BT_OK) return st;
+#ifdef _OPENMP
+    if (rc->train.threads > 0) {
+        omp_set_num_threads((int)rc->train.threads);
+    } else if (bt_dist_active(&j->dist) && !bt_setting_value(BT_SET_OMP_NUM_THREADS)) {
+        /* several ranks: the cores this rank is bound to, or an equal share of the machine
+         * when mpirun did not bind (--bind-to none) */
+        const char *ls = bt_setting_value(BT_SET_OMPI_COMM_WORLD_LOCAL_SIZE);
+        const int local = ls && atoi(ls) > 0 ? atoi(ls) : 1;
+        const int mine = omp_get_num_procs(), all = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        const int n = mine < all ? mine : all / local;
+        omp_set_num_threads(n > 0 ? n : 1);
+    }
+#endif
+    {
+        /* under ulimit -v: room for the threads and the GEMM libraries first (their probe
+         * and JIT start in bt_runtime_info_print; oneDNN's JIT segfaults on a failed mmap) */
+#ifdef _OPENMP
+        const int threads = omp_get_max_threads();
+#else
+        const int threads = 1;
+#endif
+        st = bt_mem_check_runtime("bt-train", threads + 2 * (int)rc->data.num_workers + 1);
+    }
+    return st;
+}
+
+/* A rerun of a finished run: said, exit 0, nothing written (rank 0 decides); 1 when so. */
+static int finished_rerun(job *j, bt_train_outcome *out) {
+    const bt_run_config *rc = &j->rc;
+    double fin = j->dist.rank == 0 && run_finished(j);
+    if (bt_dist_active(&j->dist)) bt_dist_sum_f64(&j->dist, &fin, 1);
+    if (fin <= 0) return 0;
+    out->last_step = j->resume.state.global_step;
+    snprintf(out->final_dir, sizeof out->final_dir, "%s", rc->output.dir);
+    say(j, "bt-train: %s holds a finished run (completed at step %lld of %lld, summary.json): "
+           "nothing to do; nothing was changed. To train again from the start set "
+           "output.overwrite=true (or use another output.dir); to train longer raise "
+           "train.max_steps or train.epochs", rc->output.dir, (long long)out->last_step,
+        (long long)j->max_steps);
+    return 1;
+}
+
+/* Opens the run's logs on rank 0 (metrics.jsonl, TensorBoard, the progress line) and says
+ * what the run will do. */
+static bt_status log_setup(job *j) {
+    const bt_run_config *rc = &j->rc;
+    bt_status st = BT_OK;
+    bt_log_opts lo = bt_log_opts_default();
+    lo.out = j->out;
+    lo.total_steps = j->max_steps;
+    lo.logging_steps = rc->logging.steps;
+    lo.first_step = rc->logging.first_step;
+    lo.throughput_warmup_steps = rc->logging.throughput_warmup_steps;
+    lo.resume_step = j->resumed ? j->tr.step : 0;
+    lo.redo_eval_at_resume = j->resumed && j->tr.step >= j->max_steps; /* the end phase again */
+    lo.tensorboard = rc->logging.tensorboard;
+    /* logging.progress "auto": no live line under a launcher (Open MPI gives each rank a
+     * pseudo-terminal even when mpirun's output goes to a file; docs/outputs.md) */
+    lo.mode = rc->logging.progress == BT_PROGRESS_AUTO && bt_dist_launched()
+                  ? BT_PROGRESS_PLAIN
+                  : (bt_progress_mode)rc->logging.progress;
+    char *run_text = bt_run_config_to_string(rc);
+    lo.run_config_text = run_text;
+    lo.model_config_text = j->base_config_json;
+    if (j->dist.rank == 0) st = bt_log_open(&j->log, rc->output.dir, &lo);
+    free(run_text);
+    if (st != BT_OK) return st;
+    j->have_log = j->dist.rank == 0;
+    {
+        const bt_model_config *c = &j->model.cfg;
+        say(j, "bt-train: %zu training records, %lld batches of %lld per epoch, %lld optimizer "
+               "steps (accumulation %lld), %s, %d threads; model: text %d x %d, vision %d x %d "
+               "(%d px), cross %d x %d, %zu parameters",
+            j->train_man.n, (long long)j->batches_per_epoch, (long long)rc->train.batch_size,
+            (long long)j->max_steps, (long long)rc->train.gradient_accumulation_steps,
+            rc->train.precision == BT_PRECISION_BF16 ? "bf16" : "fp32",
+#ifdef _OPENMP
+            omp_get_max_threads(),
+#else
+            1,
+#endif
+            c->text_layers, c->text_hidden, c->vision_layers, c->vision_hidden, c->image_size,
+            c->cross_layers, c->hidden, j->model.table.numel);
+    }
+    return BT_OK;
+}
+
 bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     job J;
     memset(&J, 0, sizeof J);
@@ -1350,32 +1445,8 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         fprintf(j->out, "bt-train: resolved config:\n%s", text ? text : "");
         free(text);
     }
-    if (rc->train.threads > 0) st = bt_runtime_check_threads((long)rc->train.threads, "train.threads");
+    st = threads_setup(j);
     if (st != BT_OK) goto done;
-#ifdef _OPENMP
-    if (rc->train.threads > 0) {
-        omp_set_num_threads((int)rc->train.threads);
-    } else if (bt_dist_active(&j->dist) && !bt_setting_value(BT_SET_OMP_NUM_THREADS)) {
-        /* several ranks: the cores this rank is bound to, or an equal share of the machine
-         * when mpirun did not bind (--bind-to none) */
-        const char *ls = bt_setting_value(BT_SET_OMPI_COMM_WORLD_LOCAL_SIZE);
-        const int local = ls && atoi(ls) > 0 ? atoi(ls) : 1;
-        const int mine = omp_get_num_procs(), all = (int)sysconf(_SC_NPROCESSORS_ONLN);
-        const int n = mine < all ? mine : all / local;
-        omp_set_num_threads(n > 0 ? n : 1);
-    }
-#endif
-    {
-        /* under ulimit -v: room for the threads and the GEMM libraries first (their probe
-         * and JIT start in bt_runtime_info_print; oneDNN's JIT segfaults on a failed mmap) */
-#ifdef _OPENMP
-        const int threads = omp_get_max_threads();
-#else
-        const int threads = 1;
-#endif
-        st = bt_mem_check_runtime("bt-train", threads + 2 * (int)rc->data.num_workers + 1);
-        if (st != BT_OK) goto done;
-    }
     if (o->install_signals) install_stop_signals();
     bt_runtime_info_print(j->out, "bt-train");
     /* rank 0 alone writes into output.dir and picks the checkpoint to resume from
@@ -1397,63 +1468,14 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     if (j->resumed && j->resume.state.max_steps != j->max_steps)
         fprintf(j->out, "bt-train: note: the run now has %lld steps (the checkpoint's run had "
                         "%lld)\n", (long long)j->max_steps, (long long)j->resume.state.max_steps);
-    {
-        /* a rerun of a finished run: said, exit 0, nothing written (rank 0 decides) */
-        double fin = j->dist.rank == 0 && run_finished(j);
-        if (bt_dist_active(&j->dist)) bt_dist_sum_f64(&j->dist, &fin, 1);
-        if (fin > 0) {
-            out->last_step = j->resume.state.global_step;
-            snprintf(out->final_dir, sizeof out->final_dir, "%s", rc->output.dir);
-            say(j, "bt-train: %s holds a finished run (completed at step %lld of %lld, "
-                   "summary.json): nothing to do; nothing was changed. To train again from the "
-                   "start set output.overwrite=true (or use another output.dir); to train longer "
-                   "raise train.max_steps or train.epochs", rc->output.dir,
-                (long long)out->last_step, (long long)j->max_steps);
-            goto done;
-        }
-    }
+    if (finished_rerun(j, out)) goto done;
     st = step_setup(j);
     if (st == BT_OK) st = memory_plan(j);
     if (st == BT_OK) st = dist_setup(j);
     if (st != BT_OK) goto done;
 
-    bt_log_opts lo = bt_log_opts_default();
-    lo.out = j->out;
-    lo.total_steps = j->max_steps;
-    lo.logging_steps = rc->logging.steps;
-    lo.first_step = rc->logging.first_step;
-    lo.throughput_warmup_steps = rc->logging.throughput_warmup_steps;
-    lo.resume_step = j->resumed ? j->tr.step : 0;
-    lo.redo_eval_at_resume = j->resumed && j->tr.step >= j->max_steps; /* the end phase again */
-    lo.tensorboard = rc->logging.tensorboard;
-    /* logging.progress "auto": no live line under a launcher (Open MPI gives each rank a
-     * pseudo-terminal even when mpirun's output goes to a file; docs/outputs.md) */
-    lo.mode = rc->logging.progress == BT_PROGRESS_AUTO && bt_dist_launched()
-                  ? BT_PROGRESS_PLAIN
-                  : (bt_progress_mode)rc->logging.progress;
-    char *run_text = bt_run_config_to_string(rc);
-    lo.run_config_text = run_text;
-    lo.model_config_text = j->base_config_json;
-    if (j->dist.rank == 0) st = bt_log_open(&j->log, rc->output.dir, &lo);
-    free(run_text);
+    st = log_setup(j);
     if (st != BT_OK) goto done;
-    j->have_log = j->dist.rank == 0;
-    {
-        const bt_model_config *c = &j->model.cfg;
-        say(j, "bt-train: %zu training records, %lld batches of %lld per epoch, %lld optimizer "
-               "steps (accumulation %lld), %s, %d threads; model: text %d x %d, vision %d x %d "
-               "(%d px), cross %d x %d, %zu parameters",
-            j->train_man.n, (long long)j->batches_per_epoch, (long long)rc->train.batch_size,
-            (long long)j->max_steps, (long long)rc->train.gradient_accumulation_steps,
-            rc->train.precision == BT_PRECISION_BF16 ? "bf16" : "fp32",
-#ifdef _OPENMP
-            omp_get_max_threads(),
-#else
-            1,
-#endif
-            c->text_layers, c->text_hidden, c->vision_layers, c->vision_hidden, c->image_size,
-            c->cross_layers, c->hidden, j->model.table.numel);
-    }
 
     st = train_loop(j, out);
     if (st != BT_OK) goto done;
