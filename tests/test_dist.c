@@ -515,20 +515,27 @@ static void test_signal_in_stop_check(void) {
     if (!ended || !WIFEXITED(status) || WEXITSTATUS(status) != 143) show_err(out);
 }
 
+/* The synthetic model's parameter table with the ITC and MLM heads; 0 (a failed check
+ * naming `what`) when its config does not load. */
+static int synthetic_table(bt_param_table *t, const char *what) {
+    char dir[1024], path[1100];
+    tts_synthetic_model_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    bt_model_config mc;
+    if (!tu_check(bt_model_config_load(&mc, path) == BT_OK, "%s: %s loads", what, path))
+        return 0;
+    bt_param_table_init(t, &mc, BT_HEADS_ITC | BT_HEADS_MLM);
+    return 1;
+}
+
 /* ZeRO-1 layout on the synthetic model's table (no MPI): for N ranks and a bucket size,
  * every trained element is in exactly one rank's shard (frozen ones in none), Σ shard
  * moments = the full optimizer's, the largest shard is ~1/N (bound below), and moments
  * saved to optimizer.safetensors, read back shard by shard (the resume path) and gathered
  * into a full optimizer (the checkpoint path) come back bit-identical. */
 static void test_zero_layout(void) {
-    char dir[1024], path[1100];
-    tts_synthetic_model_dir(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    bt_model_config mc;
-    if (!tu_check(bt_model_config_load(&mc, path) == BT_OK, "ZeRO-1 layout: %s loads", path))
-        return;
     bt_param_table t;
-    bt_param_table_init(&t, &mc, BT_HEADS_ITC | BT_HEADS_MLM);
+    if (!synthetic_table(&t, "ZeRO-1 layout")) return;
     static const int ranks[] = {1, 2, 3, 4, 7};
     static const size_t bucket_bytes[] = {262144, 0, 4000};
     for (int frozen = 0; frozen < 2; frozen++) {
@@ -616,6 +623,77 @@ static void test_zero_layout(void) {
         bt_adamw_free(&full);
         bt_adamw_free(&back);
     }
+    bt_param_table_free(&t);
+}
+
+/* The gradient zeroing fused into AdamW (optim.h bt_adamw_step_zero_grad), on the synthetic
+ * model's table, full and as 3 ZeRO-1 shards, vision frozen or not: the step gives the bytes
+ * of bt_adamw_step (weights, moments, bf16 shadow); it sets +0 exactly at the elements its
+ * segments update (the shard's own trained pieces) and leaves every other gradient as it was
+ * (frozen, padding, the other ranks' pieces); bt_adamw_zero_untouched then zeroes the rest,
+ * so the whole arena is +0 as bt_zero_grad leaves it. */
+static void test_zero_grad_fused(void) {
+    bt_param_table t;
+    if (!synthetic_table(&t, "fused zero_grad")) return;
+    const size_t n = t.numel, bucket = bt_dist_bucket_floats(n, 4000), W = 3;
+    float *p1 = malloc(n * sizeof *p1), *p2 = malloc(n * sizeof *p2), *g0 = malloc(n * sizeof *g0);
+    float *g = malloc(n * sizeof *g);
+    bt_bf16 *s1 = calloc(n, sizeof *s1), *s2 = calloc(n, sizeof *s2);
+    size_t *lohi = malloc(2 * (n / bucket + 1) * sizeof *lohi);
+    unsigned char *own = malloc(n);
+    tu_rng rng;
+    tu_rng_seed(&rng, 25);
+    tu_fill_uniform_f32(&rng, p1, n, -0.1f, 0.1f);
+    tu_fill_uniform_f32(&rng, g0, n, -1.0f, 1.0f);
+    const bt_adamw_hparams h = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                .weight_decay = 0.01};
+    for (int frozen = 0; frozen < 2; frozen++)
+        for (size_t q = 0; q <= W; q++) { /* q == W: the full optimizer */
+            bt_optim_groups gr = bt_optim_groups_default();
+            gr.freeze_vision = frozen;
+            bt_adamw a, b;
+            if (q == W) {
+                bt_adamw_init_groups(&a, &t, &gr);
+                bt_adamw_init_groups(&b, &t, &gr);
+            } else {
+                const size_t nr = bt_dist_shard_ranges(n, bucket, (int)W, (int)q, lohi);
+                bt_adamw_init_shard(&a, &t, &gr, lohi, nr);
+                bt_adamw_init_shard(&b, &t, &gr, lohi, nr);
+            }
+            memset(own, 0, n);
+            for (size_t s = 0; s < a.n_segs; s++)
+                if (!a.segs[s].frozen) memset(own + a.segs[s].offset, 1, a.segs[s].numel);
+            memcpy(p2, p1, n * sizeof *p1);
+            memcpy(g, g0, n * sizeof *g);
+            int same = 1;
+            for (int step = 0; step < 2; step++) { /* twice: moments nonzero the second time */
+                bt_adamw_step(&b, p2, g0, 0.5f, &h, s2);
+                bt_adamw_step_zero_grad(&a, p1, g, 0.5f, &h, s1);
+                same &= !memcmp(p1, p2, n * sizeof *p1) && !memcmp(s1, s2, n * sizeof *s1) &&
+                        !memcmp(a.m, b.m, a.mnumel * sizeof *a.m) &&
+                        !memcmp(a.v, b.v, a.mnumel * sizeof *a.v);
+                if (step == 0) memcpy(g, g0, n * sizeof *g); /* the next step's gradients */
+            }
+            size_t wrong = 0, zeroed = 0;
+            const float zero = 0.0f;
+            for (size_t i = 0; i < n; i++) {
+                wrong += memcmp(&g[i], own[i] ? &zero : &g0[i], sizeof zero) != 0;
+                zeroed += own[i];
+            }
+            bt_adamw_zero_untouched(&a, g);
+            size_t left = 0;
+            for (size_t i = 0; i < n; i++) left += memcmp(&g[i], &zero, sizeof zero) != 0;
+            tu_check(same && wrong == 0 && left == 0 && zeroed > 0 && zeroed < n,
+                     "fused zero_grad, %s%s: weights, shadow and moments = bt_adamw_step's "
+                     "(bitwise) %s; %zu of %zu gradients wrong (+0 at the %zu updated, "
+                     "untouched elsewhere); %zu not +0 after bt_adamw_zero_untouched",
+                     q == W ? "full optimizer" : "ZeRO-1 shard", frozen ? ", vision frozen" : "",
+                     same ? "yes" : "NO", wrong, n, zeroed, left);
+            bt_adamw_free(&a);
+            bt_adamw_free(&b);
+            memcpy(p1, p2, n * sizeof *p1);
+        }
+    free(p1), free(p2), free(g0), free(g), free(s1), free(s2), free(lohi), free(own);
     bt_param_table_free(&t);
 }
 
@@ -997,6 +1075,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--wire-rank")) return wire_rank();
     exe = argv[1];
     test_zero_layout();
+    test_zero_grad_fused();
     if (system("mpirun --version > /dev/null 2>&1") != 0)
         tu_skip("mpirun not found (scripts/install_deps.sh installs openmpi-bin)");
     setup();

@@ -913,6 +913,36 @@ static void test_adamw(size_t n, size_t off) {
                  with_shadow);
         tu_check_bytes_equal(name, s1a, s2a, na * sizeof *s1a);
     }
+    /* the fused zeroing: the same p, m, v and shadow bytes as the reference, and the gradient
+     * +0.0f exactly over the span (memcmp against zeros: -0.0f fails), untouched around it */
+    float *g1a = copy_f(ga, na), *g2a = copy_f(ga, na);
+    for (int with_shadow = 0; with_shadow < 2; with_shadow++) {
+        float *gz1 = g1a + og, *gz2 = g2a + og;
+        memcpy(g1a, ga, na * sizeof *ga);
+        memcpy(g2a, ga, na * sizeof *ga);
+        adamw_update_zero_grad(p1, m1, v1, with_shadow ? s1 : NULL, gz1, n, &k);
+        adamw_update_zero_grad_ref(p2, m2, v2, with_shadow ? s2 : NULL, gz2, n, &k);
+        snprintf(name, sizeof name, "adamw zero_grad n=%zu off %zu shadow %d: p, m, v (bitwise)",
+                 n, off, with_shadow);
+        tu_check(memcmp(p1a, p2a, na * sizeof *p1a) == 0 &&
+                     memcmp(m1a, m2a, na * sizeof *m1a) == 0 &&
+                     memcmp(v1a, v2a, na * sizeof *v1a) == 0, "%s", name);
+        snprintf(name, sizeof name, "adamw zero_grad n=%zu off %zu shadow %d: bf16 shadow "
+                 "(bitwise)", n, off, with_shadow);
+        tu_check_bytes_equal(name, s1a, s2a, na * sizeof *s1a);
+        size_t bad = 0;
+        const float zero = 0.0f;
+        for (size_t i = 0; i < na; i++) {
+            const int inside = i >= og && i < og + n;
+            bad += memcmp(&g1a[i], inside ? &zero : &ga[i], sizeof zero) != 0;
+        }
+        tu_check(bad == 0, "adamw zero_grad n=%zu off %zu shadow %d: %zu gradient elements "
+                 "wrong (+0 inside the span, untouched outside)", n, off, with_shadow, bad);
+        snprintf(name, sizeof name, "adamw zero_grad n=%zu off %zu shadow %d: gradient = the "
+                 "reference's (bitwise)", n, off, with_shadow);
+        tu_check_bytes_equal(name, g1a, g2a, na * sizeof *g1a);
+    }
+    free(g1a), free(g2a);
     int written = 1, finite = 1; /* the shadow was written; finite inputs stay finite */
     for (size_t i = 0; i < n; i++) {
         written &= s1[i] == bt_bf16_from_f32(p1[i]);

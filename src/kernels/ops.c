@@ -2031,25 +2031,28 @@ static void zero_fill_fast(void *p, size_t bytes) {
  * ordinary store would first read its line (2 more bytes per parameter): it goes out through
  * an L1 block and streaming stores when the update is large (OPS_STREAM_MIN elements: a model
  * whose optimizer state, 30 B per parameter, is far beyond L2; a small model's next forward
- * reads the shadow back from cache). The pass is bound by memory reads: 18 -> 16 bytes. */
+ * reads the shadow back from cache). The pass is bound by memory reads: 18 -> 16 bytes.
+ * adamw_update_zero_grad also stores +0 to each gradient element it has just read (4 more
+ * bytes written back, 34 per parameter), which takes the place of zero_fill's separate pass
+ * over those elements (4 bytes streamed): the same bytes to memory, one pass fewer. */
 
 /* Elements per shadow block (1 KiB, in L1). */
 #define OPS_ADAMW_BLOCK ((size_t)512)
 /* Elements from which an update streams the shadow. */
 #define OPS_STREAM_MIN ((size_t)1 << 16)
 
-/* One span in place: the reference's expressions element for element (same bytes:
- * -ffp-contract=off, IEEE sqrt and division per lane); the loop has no branch so it
- * vectorizes (meson gives this file -fno-math-errno so sqrtf needs no errno path). The bf16
- * shadow is written from the span while it is in L1, through an L1 block and streaming stores
- * when `stream`. */
-static void adamw_span(float *restrict p, float *restrict m, float *restrict v,
-                       bt_bf16 *restrict shadow, const float *restrict grad, size_t n,
-                       const adamw_coefs *k, int stream) {
+/* The element loop of one span: the reference's expressions element for element (same
+ * bytes: -ffp-contract=off, IEEE sqrt and division per lane); no branch, so it vectorizes
+ * (meson gives this file -fno-math-errno so sqrtf needs no errno path). `zero` (a constant
+ * at each call: the compiler makes two loops) stores +0 to each gradient element right after
+ * its load, to a line just read: its write-back only. */
+OPS_INLINE void adamw_elements(float *restrict p, float *restrict m, float *restrict v,
+                               float *restrict grad, size_t n, const adamw_coefs *k, int zero) {
     const float gs = k->grad_scale, decay = k->decay, b1 = k->b1, ob1 = k->ob1, b2 = k->b2;
     const float ob2 = k->ob2, bc2 = k->bc2_sqrt, eps = k->eps, step = k->step_size;
     for (size_t i = 0; i < n; i++) {
         const float gi = grad[i] * gs;
+        if (zero) grad[i] = 0.0f;
         const float pi = p[i] * decay;
         const float mi = m[i] * b1 + gi * ob1;
         const float vi = v[i] * b2 + ob2 * gi * gi;
@@ -2058,6 +2061,15 @@ static void adamw_span(float *restrict p, float *restrict m, float *restrict v,
         v[i] = vi;
         p[i] = pi - step * (mi / denom);
     }
+}
+
+/* One span in place (adamw_elements; grad is only read unless `zero`), then the bf16 shadow
+ * from the span while it is in L1, through an L1 block and streaming stores when `stream`. */
+static void adamw_span(float *restrict p, float *restrict m, float *restrict v,
+                       bt_bf16 *restrict shadow, float *restrict grad, size_t n,
+                       const adamw_coefs *k, int stream, int zero) {
+    if (zero) adamw_elements(p, m, v, grad, n, k, 1);
+    else adamw_elements(p, m, v, grad, n, k, 0);
     if (!shadow) return;
     if (!stream) {
         for (size_t i = 0; i < n; i++) shadow[i] = bt_bf16_from_f32(p[i]);
@@ -2072,13 +2084,24 @@ static void adamw_span(float *restrict p, float *restrict m, float *restrict v,
     ops_stream_fence();
 }
 
-static void adamw_update_fast(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad,
-                              size_t n, const adamw_coefs *k) {
+/* adamw_update (zero 0: grad is not written) and adamw_update_zero_grad (zero 1). */
+static void adamw_run(float *p, float *m, float *v, bt_bf16 *shadow, float *grad, size_t n,
+                      const adamw_coefs *k, int zero) {
     BT_ASSERT(n == 0 || (p && m && v && grad && k));
     const int stream = OPS_HAVE_STREAM && n >= OPS_STREAM_MIN;
     OPS_FOR_CHUNKS(n, lo, len,
                    adamw_span(p + lo, m + lo, v + lo, shadow ? shadow + lo : NULL, grad + lo, len,
-                              k, stream));
+                              k, stream, zero));
+}
+
+static void adamw_update_fast(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad,
+                              size_t n, const adamw_coefs *k) {
+    adamw_run(p, m, v, shadow, (float *)(uintptr_t)grad, n, k, 0); /* zero 0: never written */
+}
+
+static void adamw_update_zero_grad_fast(float *p, float *m, float *v, bt_bf16 *shadow,
+                                        float *grad, size_t n, const adamw_coefs *k) {
+    adamw_run(p, m, v, shadow, grad, n, k, 1);
 }
 
 /* --- cross entropy -------------------------------------------------------------------------- */
@@ -2362,6 +2385,7 @@ void OPS_FILL(ops_kernels *t) {
     t->l2_normalize_forward = l2_normalize_forward_fast;
     t->l2_normalize_backward = l2_normalize_backward_fast;
     t->adamw_update = adamw_update_fast;
+    t->adamw_update_zero_grad = adamw_update_zero_grad_fast;
     t->sum_squares = sum_squares_fast;
     t->zero_fill = zero_fill_fast;
 }
@@ -2561,6 +2585,7 @@ static bt_kernel_class ops_class(int k) {
     case OPS_K_attention_backward:
         return BT_KC_ATTENTION;
     case OPS_K_adamw_update:
+    case OPS_K_adamw_update_zero_grad:
     case OPS_K_sum_squares:
         return BT_KC_NONE;
     default:

@@ -278,6 +278,13 @@ typedef struct adamw_coefs {
 } adamw_coefs;
 void adamw_update(float *p, float *m, float *v, bt_bf16 *shadow, const float *grad, size_t n,
                   const adamw_coefs *k);
+/* The same update, and grad[0 .. n) = 0 afterwards (+0.0f), in the same pass: each gradient
+ * element is zeroed right after it is read, while its line is in cache, so the step's
+ * zeroing of the gradient arena (bt_zero_grad) needs no separate pass over the trained
+ * elements (src/train/optim.c bt_adamw_step_zero_grad). p, m, v and shadow get the same
+ * bytes as adamw_update's. */
+void adamw_update_zero_grad(float *p, float *m, float *v, bt_bf16 *shadow, float *grad,
+                            size_t n, const adamw_coefs *k);
 
 /* --- fp32 <-> bf16 (round to nearest even; vectorized with run-time dispatch) -------------- */
 void bf16_from_f32(bt_bf16 *out, const float *in, size_t n);

@@ -115,3 +115,9 @@ void adamw_update_ref(float *p, float *m, float *v, bt_bf16 *shadow, const float
         if (shadow) shadow[i] = bt_bf16_from_f32(pi);
     }
 }
+
+void adamw_update_zero_grad_ref(float *p, float *m, float *v, bt_bf16 *shadow, float *grad,
+                                size_t n, const adamw_coefs *k) {
+    adamw_update_ref(p, m, v, shadow, grad, n, k);
+    if (n) memset(grad, 0, n * sizeof *grad); /* optimizer.zero_grad(set_to_none=False) */
+}

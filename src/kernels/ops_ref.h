@@ -40,7 +40,8 @@
  * is memset;
  * adamw_update_ref is the AdamW element loop in torch's fp32 order (float only: the
  * optimizer has no gradient to check, its oracle is PyTorch's AdamW in optim_parity /
- * step_parity). All in ops_ref.c. */
+ * step_parity); adamw_update_zero_grad_ref is that loop, then memset of the gradient. All in
+ * ops_ref.c. */
 OPS_KERNELS(OPS_REF_PROTOTYPE)
 
 /* --- double references (finite-difference oracles) -------------------------------------- */

@@ -124,6 +124,10 @@
     X(void, adamw_update,                                                                      \
       (float *p, float *m, float *v, bt_bf16 *shadow, const float *grad, size_t n,             \
        const adamw_coefs *k),                                                                  \
+      (p, m, v, shadow, grad, n, k))                                                           \
+    X(void, adamw_update_zero_grad,                                                            \
+      (float *p, float *m, float *v, bt_bf16 *shadow, float *grad, size_t n,                   \
+       const adamw_coefs *k),                                                                  \
       (p, m, v, shadow, grad, n, k))
 
 /* A wrapper that does work after the call keeps the kernel's value (OPS_KEEP_<ret> before the

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -238,8 +239,10 @@ float bt_clip_coef(double norm, float max_norm) {
     return coef < 1.0f ? coef : 1.0f;
 }
 
-void bt_adamw_step(bt_adamw *o, float *params, const float *grads, float grad_scale,
-                   const bt_adamw_hparams *h, bt_bf16 *shadow) {
+/* bt_adamw_step, and with zero_grad also the gradient of every element it updates set to +0
+ * in the same pass (grads is written only then). */
+static void adamw_step(bt_adamw *o, float *params, float *grads, float grad_scale,
+                       const bt_adamw_hparams *h, bt_bf16 *shadow, int zero_grad) {
     o->t++;
     /* scalars in double as torch forms them from Python floats, each rounded to fp32 once;
      * then the per-element math in fp32 in torch's order */
@@ -256,7 +259,32 @@ void bt_adamw_step(bt_adamw *o, float *params, const float *grads, float grad_sc
         k.step_size = (float)(lr / bc1);
         k.decay = seg->decay ? (float)(1.0 - lr * h->weight_decay) : 1.0f;
         /* the element loop in torch's order: ops.h adamw_update (vectorized, threaded) */
-        adamw_update(params + seg->offset, o->m + seg->moff, o->v + seg->moff,
-                     shadow ? shadow + seg->offset : NULL, grads + seg->offset, seg->numel, &k);
+        float *p = params + seg->offset, *m = o->m + seg->moff, *v = o->v + seg->moff;
+        bt_bf16 *sh = shadow ? shadow + seg->offset : NULL;
+        if (zero_grad) adamw_update_zero_grad(p, m, v, sh, grads + seg->offset, seg->numel, &k);
+        else adamw_update(p, m, v, sh, grads + seg->offset, seg->numel, &k);
     }
+}
+
+void bt_adamw_step(bt_adamw *o, float *params, const float *grads, float grad_scale,
+                   const bt_adamw_hparams *h, bt_bf16 *shadow) {
+    /* zero_grad 0: grads is never written */
+    adamw_step(o, params, (float *)(uintptr_t)grads, grad_scale, h, shadow, 0);
+}
+
+void bt_adamw_step_zero_grad(bt_adamw *o, float *params, float *grads, float grad_scale,
+                             const bt_adamw_hparams *h, bt_bf16 *shadow) {
+    adamw_step(o, params, grads, grad_scale, h, shadow, 1);
+}
+
+void bt_adamw_zero_untouched(const bt_adamw *o, float *grads) {
+    size_t at = 0; /* o->segs are sorted and disjoint: fill the gaps between trained ones */
+    for (size_t s = 0; s < o->n_segs; s++) {
+        const bt_optim_segment *seg = &o->segs[s];
+        if (seg->frozen) continue;
+        BT_ASSERT(seg->offset >= at);
+        if (seg->offset > at) zero_fill(grads + at, (seg->offset - at) * sizeof *grads);
+        at = seg->offset + seg->numel;
+    }
+    if (o->numel > at) zero_fill(grads + at, (o->numel - at) * sizeof *grads);
 }

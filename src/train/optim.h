@@ -133,5 +133,14 @@ float bt_clip_coef(double norm, float max_norm);
  * touched; shadow (numel) gets the bf16 copy of the new weights when non-NULL. */
 void bt_adamw_step(bt_adamw *o, float *params, const float *grads, float grad_scale,
                    const bt_adamw_hparams *h, bt_bf16 *shadow);
+/* The same step (the same bytes in params, moments and shadow), and grads set to +0 over every
+ * element the step updates (the trained segments; a shard's own pieces), in the same pass
+ * (ops.h adamw_update_zero_grad). The rest of the arena (frozen segments, padding outside
+ * the segments, the other ranks' pieces) keeps its values: bt_adamw_zero_untouched zeroes
+ * exactly that, so the two together leave the arena as bt_zero_grad does. */
+void bt_adamw_step_zero_grad(bt_adamw *o, float *params, float *grads, float grad_scale,
+                             const bt_adamw_hparams *h, bt_bf16 *shadow);
+/* grads (numel) = +0 outside the elements bt_adamw_step_zero_grad zeroes. */
+void bt_adamw_zero_untouched(const bt_adamw *o, float *grads);
 
 #endif

@@ -703,7 +703,11 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
         if (st != BT_OK) return st;
     }
     bt_model_set_dropout(m, c->dropout, c->seed, (uint64_t)tr->step);
-    bt_zero_grad(m);
+    /* the gradients zeroed: after an applied step its AdamW pass already zeroed the elements
+     * it updated (bt_adamw_step_zero_grad), the rest of the arena is zeroed here */
+    if (tr->grads_zeroed) bt_adamw_zero_untouched(&tr->opt, m->grads);
+    else bt_zero_grad(m);
+    tr->grads_zeroed = 0;
     if (tr->dist && !tr->have_red) {
         st_ok((tr->zero ? bt_dist_reducer_init_sharded : bt_dist_reducer_init)(
             &tr->red, tr->dist, m->grads, m->table.numel, tr->bucket_bytes, tr->wire_bf16));
@@ -764,7 +768,8 @@ bt_status bt_train_step(bt_trainer *tr, const bt_step_batch *micro, size_t n_mic
     res->clip_coef = bt_clip_coef(res->grad_norm, (float)c->max_grad_norm);
     bt_adamw_hparams h = c->adamw;
     h.lr = res->lr;
-    bt_adamw_step(&tr->opt, m->params, m->grads, res->clip_coef, &h, m->params_bf16);
+    bt_adamw_step_zero_grad(&tr->opt, m->params, m->grads, res->clip_coef, &h, m->params_bf16);
+    tr->grads_zeroed = 1;
     const double t_gather = tr->zero ? gather_weights(tr, res) : 0.0;
     tr->step++;
     const double t_end = bt_now_s();

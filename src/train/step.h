@@ -180,6 +180,10 @@ typedef struct bt_trainer {
     bt_adamw opt;                  /* moments and opt.t (= schedule position) */
     int64_t step;                  /* steps called (applied or skipped) */
     int64_t n_skipped;
+    /* 1 after an applied step: its AdamW pass zeroed the gradients it updated
+     * (bt_adamw_step_zero_grad), so the next step zeroes only the rest of the arena
+     * (bt_adamw_zero_untouched); nothing but bt_train_step writes the model's gradients */
+    int grads_zeroed;
     bt_loss_ws ws;
     /* scratch sized by the largest micro-batch seen (grow-only) */
     size_t cap_B, cap_T;
