@@ -117,37 +117,6 @@ static char *read_text(const char *path) {
     return t ? t : strdup("");
 }
 
-static void show_err(const char *out) {
-    char p[1200];
-    snprintf(p, sizeof p, "%s.err", out);
-    char *e = read_text(p);
-    fprintf(stderr, "--- %s ---\n%s\n", p, e);
-    free(e);
-}
-
-/* losses[step - 1] (key "loss" or "grad_norm") of the "train" records of metrics.jsonl;
- * returns the count. */
-static size_t logged(const char *out, const char *key, double *l, size_t cap) {
-    char p[1200];
-    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
-    char *text = read_text(p);
-    size_t n = 0;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-        const cJSON *loss = cJSON_GetObjectItemCaseSensitive(j, key);
-        const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
-        if (cJSON_IsString(type) && !strcmp(type->valuestring, "train") && cJSON_IsNumber(loss) &&
-            cJSON_IsNumber(step) && step->valuedouble >= 1 && step->valuedouble <= (double)cap) {
-            l[(size_t)step->valuedouble - 1] = loss->valuedouble;
-            n++;
-        }
-        cJSON_Delete(j);
-    }
-    free(text);
-    return n;
-}
-
 /* 1 when b holds exactly a's tensors (names, dtypes, shapes) and b's fp32 values are all
  * finite: the structure check of a checkpoint written at another step than a's. */
 static int same_tensor_set(const char *a_path, const char *b_path) {
@@ -182,7 +151,7 @@ static void check_close_run(const char *what, const char *ref, const char *got, 
     static const char *const keys[2] = {"loss", "grad_norm"};
     for (int k = 0; k < 2; k++) {
         double lr[16], lg[16];
-        const size_t nr = logged(ref, keys[k], lr, 16), ng = logged(got, keys[k], lg, 16);
+        const size_t nr = tts_logged(ref, keys[k], lr, 16), ng = tts_logged(got, keys[k], lg, 16);
         const int ok = nr == n_steps && ng == n_steps;
         const double worst = ok ? tc_worst_relative(lg, lr, n_steps) : INFINITY;
         tu_check(ok && worst <= rtol, "%s: the %zu steps' %s equal the reference run's "
@@ -202,7 +171,7 @@ static void check_same_run(const char *what, const char *ref, const char *got, s
  * ends with the weights of the uninterrupted 1-rank run ref (the rule of check_close_run). */
 static void check_resumed(const char *what, int rc, const char *ref, const char *out) {
     if (!tu_check(rc == 0, "%s exits 0 (got %d)", what, rc)) {
-        show_err(out);
+        tts_show_err(out);
         return;
     }
     char a[1200], b[1200];
@@ -240,7 +209,7 @@ static void run_pair(const char *what, const char *mca, const char *a_name, int 
     if (tu_check(rc == 0 && rc2 == 0, "%s: both runs exit 0 (got %d, %d)", what, rc, rc2))
         check_same_run(what, a, b, 4);
     else
-        show_err(rc ? a : b);
+        tts_show_err(rc ? a : b);
 }
 
 static void setup(void) {
@@ -428,7 +397,7 @@ static pid_t start_training(const char *what, const char *out, const char *env,
                   "(%zu ranks seen)", what, n)) {
         kill(mpirun, SIGKILL);
         waitpid(mpirun, NULL, 0);
-        show_err(out);
+        tts_show_err(out);
         return -1;
     }
     return mpirun;
@@ -512,7 +481,7 @@ static void test_signal_in_stop_check(void) {
              "SIGTERM on rank 1 during the stop check's all-reduce: both ranks stop after step "
              "3, exit 143 (ended %d, status %d, %.1f s, bound 120 s) with checkpoint-3", ended,
              ended && WIFEXITED(status) ? WEXITSTATUS(status) : -1, took);
-    if (!ended || !WIFEXITED(status) || WEXITSTATUS(status) != 143) show_err(out);
+    if (!ended || !WIFEXITED(status) || WEXITSTATUS(status) != 143) tts_show_err(out);
 }
 
 /* The synthetic model's parameter table with the ITC and MLM heads; 0 (a failed check
@@ -832,7 +801,7 @@ static void test_wire(const char *self) {
                      thread ? "progress thread" : "no progress thread", rc, n_ok, 4 * W);
             if (rc != 0) {
                 fprintf(stderr, "%s\n", log);
-                show_err(out);
+                tts_show_err(out);
             }
             free(log);
         }
@@ -865,13 +834,13 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
                  "start line says ZeRO-1 and the memory plan the optimizer state per rank");
         free(log);
     } else {
-        show_err(z2);
+        tts_show_err(z2);
     }
     rc = train(z4, 4, "--mca btl self,tcp", "--set train.batch_size=2 --set dist.zero_stage=1");
     if (tu_check(rc == 0, "ZeRO-1: mpirun -np 4 --mca btl self,tcp, batch 2 exits 0 (got %d)", rc))
         check_same_run("ZeRO-1 4 x 2 over TCP", ref, z4, 4);
     else
-        show_err(z4);
+        tts_show_err(z4);
     {
         char za[1200];
         snprintf(za, sizeof za, "%s", tu_tmp_path("zero-acc"));
@@ -880,7 +849,7 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
         if (tu_check(rc == 0, "ZeRO-1, accumulation 2: 2 ranks x 2 exits 0 (got %d)", rc))
             check_same_run("ZeRO-1 accumulation 2, 2 x 2", acc1, za, 4);
         else
-            show_err(za);
+            tts_show_err(za);
     }
     { /* bf16 wire: the bounds of the plain bf16-wire run (check_wire_run) */
         char zw[1200];
@@ -890,7 +859,7 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
         if (tu_check(rc == 0, "ZeRO-1, bf16 wire: 2 ranks x 4 exits 0 (got %d)", rc))
             check_wire_run("ZeRO-1 2 x 4, bf16 wire", ref, zw);
         else
-            show_err(zw);
+            tts_show_err(zw);
     }
     /* 3 ranks: blocks of unequal length (0.25 MiB = 65536 floats is no multiple of 3, nor is
      * the last bucket), without the progress thread (the launch path of the caller); against
@@ -908,7 +877,7 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
         if (tu_check(rc == 0, "bf16 wire: 3 ranks x 2 exits 0 (got %d)", rc))
             check_wire_run("3 x 2, bf16 wire, against fp32 3 x 2", tu_tmp_path("r3"), w3);
         else
-            show_err(w3);
+            tts_show_err(w3);
     }
     /* bf16 compute: the shadow of the blocks received must be refreshed after the all-gather,
      * or the next forward uses stale weights; against the plain 2 x 4 bf16 run (the same sums
@@ -1089,7 +1058,7 @@ int main(int argc, char **argv) {
     snprintf(r4, sizeof r4, "%s", tu_tmp_path("r4"));
     int rc = train(ref, 0, "", "");
     if (!tu_check(rc == 0, "1 process x batch 8 (no mpirun) exits 0 (got %d)", rc)) {
-        show_err(ref);
+        tts_show_err(ref);
         return tu_finish();
     }
     { /* the control: a deliberately wrong setting (lr x 1.01, every update 1% longer) must
@@ -1109,11 +1078,11 @@ int main(int argc, char **argv) {
     /* equivalence: 2 ranks over shared memory, 4 ranks over TCP */
     rc = train(r2, 2, "", "--set train.batch_size=4");
     if (tu_check(rc == 0, "mpirun -np 2, batch 4 exits 0 (got %d)", rc)) check_same_run("2 x 4", ref, r2, 4);
-    else show_err(r2);
+    else tts_show_err(r2);
     rc = train(r4, 4, "--mca btl self,tcp", "--set train.batch_size=2");
     if (tu_check(rc == 0, "mpirun -np 4 --mca btl self,tcp, batch 2 exits 0 (got %d)", rc))
         check_same_run("4 x 2 over TCP", ref, r4, 4);
-    else show_err(r4);
+    else tts_show_err(r4);
     /* bf16 on the wire (the bounds: check_wire_run) */
     {
         char w16[1200];
@@ -1122,7 +1091,7 @@ int main(int argc, char **argv) {
         if (tu_check(rc == 0, "mpirun -np 2, batch 4, bf16 on the wire exits 0 (got %d)", rc))
             check_wire_run("2 x 4, bf16 wire", ref, w16);
         else
-            show_err(w16);
+            tts_show_err(w16);
     }
 
     /* gradient accumulation: 1 x (4 x 2 micro-batches) = 2 x (2 x 2 micro-batches) */

@@ -3,9 +3,10 @@
  * hashes, and the bucket / block / shard layout every rank computes alike.
  *
  * Deliberately not here: anything that talks to another rank. */
-#include "dist/dist.h"
+#include "dist/dist_common.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "rng.h"
 #include "settings.h"
@@ -72,3 +73,12 @@ size_t bt_dist_shard_ranges(size_t n, size_t bucket, int size, int rank, size_t 
     return k;
 }
 
+void dist_reducer_layout(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
+                         size_t bucket_bytes) {
+    memset(r, 0, sizeof *r);
+    r->d = d;
+    r->arena = arena;
+    r->n = n;
+    r->bucket = bt_dist_bucket_floats(n, bucket_bytes);
+    r->n_buckets = n ? (n + r->bucket - 1) / r->bucket : 0;
+}

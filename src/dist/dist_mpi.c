@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "dtype.h"
 #include "rng.h"
+#include "dist/dist_common.h"
 #include "settings.h"
 
 #include <mpi.h>
@@ -564,12 +565,7 @@ bt_status bt_dist_check_same(const bt_dist *d, const char *const *names, const u
 
 static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
                               size_t bucket_bytes, int wire_bf16, int shard) {
-    memset(r, 0, sizeof *r);
-    r->d = d;
-    r->arena = arena;
-    r->n = n;
-    r->bucket = bt_dist_bucket_floats(n, bucket_bytes);
-    r->n_buckets = n ? (n + r->bucket - 1) / r->bucket : 0;
+    dist_reducer_layout(r, d, arena, n, bucket_bytes);
     r->requests = calloc(r->n_buckets + 1, sizeof(MPI_Request));
     r->started = calloc(r->n_buckets + 1, 1);
     r->queue = calloc(r->n_buckets + 1, sizeof *r->queue);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dist/dist_common.h"
 #include "settings.h"
 
 static int launcher_size(void) {
@@ -126,12 +127,7 @@ bt_status bt_dist_check_same(const bt_dist *d, const char *const *names, const u
  * divides by 1, so start and finish have nothing to do (as dist_mpi.c's inactive world). */
 static bt_status reducer_init(bt_dist_reducer *r, const bt_dist *d, float *arena, size_t n,
                               size_t bucket_bytes) {
-    memset(r, 0, sizeof *r);
-    r->d = d;
-    r->arena = arena;
-    r->n = n;
-    r->bucket = bt_dist_bucket_floats(n, bucket_bytes);
-    r->n_buckets = n ? (n + r->bucket - 1) / r->bucket : 0;
+    dist_reducer_layout(r, d, arena, n, bucket_bytes);
     return BT_OK;
 }
 
