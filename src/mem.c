@@ -114,7 +114,7 @@ bt_status bt_mem_check_runtime(const char *tool, int threads) {
                    "are mapped already; %s needs about %s more before any data: %d threads' "
                    "stacks and heaps (72 MiB each) and the GEMM libraries' code and buffers "
                    "(128 MiB); raise the limit (ulimit -v unlimited, or prlimit --as) or use "
-                   "fewer threads (train.threads, data.num_workers)",
+                   "fewer threads (OMP_NUM_THREADS, train.threads, data.num_workers)",
                    bt_mem_format(l, sizeof l, limit), bt_mem_format(m, sizeof m, mapped),
                    tool, bt_mem_format(n, sizeof n, need), threads);
 }
@@ -240,4 +240,11 @@ bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint) {
                    "(BT_MEM_CHECK=0 skips this check)",
                    what, bytes == UINT64_MAX ? "more than " : "", bytes == UINT64_MAX ? "16 EB" : need,
                    have, src, hint);
+}
+
+int bt_mem_exit(int code) {
+    if (!bt_mem_address_space_limited()) return code;
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code);
 }

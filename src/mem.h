@@ -34,9 +34,14 @@ bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint);
  * the limit and `tool`. Without such a limit it only records the reserve. */
 bt_status bt_mem_check_runtime(const char *tool, int threads);
 /* 1 under an address-space limit. (OpenBLAS's worker threads then may loop forever on a
- * failed buffer mmap, so that its exit handler's join never returns: bt-train leaves with
- * _exit after flushing, docs/guarantees.md "Memory".) */
+ * failed buffer mmap, so that its exit handler's join never returns: the tools leave with
+ * _exit after flushing, bt_mem_exit, docs/guarantees.md "Memory".) */
 int bt_mem_address_space_limited(void);
+/* Every command-line tool's way out of main (`return bt_mem_exit(tool_main(argc, argv))`):
+ * under an address-space limit, flushes stdout and stderr and leaves with _exit(code), since
+ * the GEMM libraries' exit handlers may never return there (even after --help: OpenBLAS
+ * starts its threads when it loads); otherwise returns code. */
+int bt_mem_exit(int code);
 
 /* BT_MEM_AVAILABLE and BT_MEM_CHECK, when set, are well-formed (a byte count such as 40000000
  * or 8G; "0" or "1"): a garbage value is an error naming it (BT_ERR_ARG), never silently

@@ -663,6 +663,31 @@ static void test_errors(const char *manifest) {
     tu_check(rc == 1 && strstr(err_text, "nowhere"), "a missing model directory: exit 1 naming it");
 }
 
+/* Under a tight address-space limit (prlimit --as 100 MiB; issue 26 item 8) every tool ends
+ * with its exit code instead of hanging in the GEMM libraries' exit handlers (OpenBLAS starts
+ * its threads when it loads: before the fix even --help hung), and bt-eval / bt-embed refuse
+ * with a message naming the limit before the GEMM libraries start. `timeout 60` turns a hang
+ * into status 124. */
+static void test_address_space_limit(const char *model, const char *manifest) {
+    const char *tools[] = {exe_eval, exe_embed, exe_data, exe_ckpt, exe_fwd};
+    const char *names[] = {"bt-eval", "bt-embed", "bt-data", "bt-checkpoint", "bt-forward"};
+    for (int i = 0; i < 5; i++) {
+        const int rc = run("timeout", "60 prlimit --as=104857600 '%s' --help", tools[i]);
+        tu_check(rc == 0, "%s --help under a 100 MiB address-space limit exits 0 (got %d; 124: "
+                 "hung at exit)", names[i], rc);
+    }
+    int rc = run("timeout", "60 prlimit --as=104857600 '%s' --model '%s' --data '%s'", exe_eval,
+                 model, manifest);
+    tu_check(rc == 1 && strstr(err_text, "address-space limit"),
+             "bt-eval under a 100 MiB address-space limit: exit 1 naming the limit (got %d: "
+             "%.200s)", rc, err_text);
+    rc = run("timeout", "60 prlimit --as=104857600 '%s' --model '%s' --data '%s' --output "
+             "'%s/limited.safetensors'", exe_embed, model, manifest, tmp);
+    tu_check(rc == 1 && strstr(err_text, "address-space limit"),
+             "bt-embed under a 100 MiB address-space limit: exit 1 naming the limit (got %d: "
+             "%.200s)", rc, err_text);
+}
+
 int main(int argc, char **argv) {
     if (argc != 6) {
         fprintf(stderr, "usage: test_eval_cli BT_EVAL BT_EMBED BT_DATA BT_CHECKPOINT BT_FORWARD\n");
@@ -698,5 +723,6 @@ int main(int argc, char **argv) {
     test_rerank(model, small, pairs);
     test_collapsed(model, evalm);
     test_errors(evalm);
+    test_address_space_limit(model, evalm);
     return tu_finish();
 }

@@ -177,14 +177,39 @@ check "2 hosts x 2 ranks and -np 4 on one host exit 0 (got $rc1, $rc2)" [ $rc1 =
 check "2 hosts x 2 ranks: final model.safetensors equals -np 4 on one host, bit for bit" \
     same_model one4 two4
 
-# 2. rank 1 on node-b killed with SIGKILL mid-run
-run_bg kill "-np 2 --host node-a:1,node-b:1" --set output.dir="$W/shared/kill" --set train.max_steps=100000 \
-    --set save.strategy=no
-if wait_file "$W/shared/kill/metrics.jsonl" 120 && p=$(wait_rank_pid $NS_B 1) && [ -n "$p" ]; then
-    t0=$(date +%s%3N)
-    kill -KILL "$p"
-    wait_bounded $job 60
-    took=$(since $t0)
+# 2. rank 1 on node-b killed with SIGKILL mid-run. Open MPI 4.1's mpirun itself sometimes
+#    crashes (SIGSEGV in its runtime's logging, orte_rml_oob_send_buffer_nb under
+#    pmix_server_log) while it reports a dead rank, before it prints the report: that run
+#    says nothing of bt, so it is tried again (at most 3 attempts, each said below).
+for attempt in 1 2 3; do
+    rm -rf "$W/shared/kill"
+    run_bg kill "-np 2 --host node-a:1,node-b:1" --set output.dir="$W/shared/kill" \
+        --set train.max_steps=100000 --set save.strategy=no
+    started=0
+    if wait_file "$W/shared/kill/metrics.jsonl" 120 && p=$(wait_rank_pid $NS_B 1) && [ -n "$p" ]; then
+        started=1
+        t0=$(date +%s%3N)
+        kill -KILL "$p"
+        wait_bounded $job 60
+        took=$(since $t0)
+        if [ $rc = 139 ] && grep -q "orte_rml_oob\|pmix_server_log" "$W/kill.err" &&
+            [ $attempt -lt 3 ]; then
+            echo "# attempt $attempt: mpirun itself crashed in Open MPI's runtime (rc 139," \
+                "backtrace in orte_rml_oob / pmix_server_log) while reporting the dead rank;" \
+                "trying again"
+            for s in $NS_A $NS_B; do # what the crashed run left behind
+                for q in $(ip netns pids $s 2>/dev/null); do
+                    grep -q "bt-train\|orted\|mpirun" "/proc/$q/cmdline" 2>/dev/null &&
+                        kill -KILL "$q" 2>/dev/null
+                done
+            done
+            sleep 1
+            continue
+        fi
+    fi
+    break
+done
+if [ $started = 1 ]; then
     check "SIGKILL of rank 1 on node-b: the job ends non-zero (rc $rc, $took s, bound 60 s)" \
         [ $rc != 0 -a $rc != 124 ]
     check "SIGKILL of rank 1 on node-b: the message names rank 1 and node-b" \

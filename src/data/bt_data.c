@@ -823,7 +823,7 @@ release:
     return rc;
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-data"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
@@ -841,4 +841,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "batch")) return cmd_batch(&a);
     if (!strcmp(cmd, "shards")) return cmd_shards(&a);
     return usage("unknown command '%s'", cmd);
+}
+
+int main(int argc, char **argv) {
+    return bt_mem_exit(tool_main(argc, argv)); /* mem.h: no hang at exit under ulimit -v */
 }

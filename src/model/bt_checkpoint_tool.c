@@ -26,6 +26,7 @@
 #include "model/checkpoint.h"
 #include "kernels/cpu.h"
 #include "fileio.h"
+#include "mem.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -78,7 +79,7 @@ static void heads_str(char *out, size_t cap, unsigned m) {
 
 /* Longer than ~120 lines on purpose: the options, then one sequence (load or --init, the load
  * report, the optional --save), each step a library call with its message. */
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-checkpoint"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
@@ -217,4 +218,8 @@ int main(int argc, char **argv) {
     bt_checkpoint_report_free(&r);
     bt_checkpoint_weights_free(&w);
     return rc;
+}
+
+int main(int argc, char **argv) {
+    return bt_mem_exit(tool_main(argc, argv)); /* mem.h: no hang at exit under ulimit -v */
 }

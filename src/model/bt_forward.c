@@ -77,7 +77,7 @@ static int parse_args(fwd_args *a, int argc, char **argv) {
         const char *o = argv[i];
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             usage(stdout);
-            exit(0);
+            exit(bt_mem_exit(0)); /* mem.h: no hang at exit under ulimit -v */
         }
         if (strcmp(o, "--backward") == 0) {
             a->backward = 1;
@@ -367,7 +367,7 @@ static void out_add(out_list *o, const char *name, const float *data, int ndim, 
 /* Longer than ~120 lines on purpose: the tool is one straight sequence (options, model, inputs,
  * forward, the outputs it writes), each step a call; splitting it would only pass its dozen
  * locals around. */
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     bt_runtime_prefer_passive_openmp(argv); /* cpu.h */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-forward"); /* --info (cpu.h) */
@@ -579,4 +579,8 @@ int main(int argc, char **argv) {
     inputs_free(&in);
     bt_model_free(&m);
     return rc;
+}
+
+int main(int argc, char **argv) {
+    return bt_mem_exit(tool_main(argc, argv)); /* mem.h: no hang at exit under ulimit -v */
 }

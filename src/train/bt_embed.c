@@ -29,6 +29,7 @@
 #include "fileio.h"
 #include "safetensors.h"
 #include "train/eval.h"
+#include "mem.h"
 
 static char *json_take(cJSON *item) {
     char *t = cJSON_PrintUnformatted(item);
@@ -70,7 +71,7 @@ static bt_status write_embeddings(const char *path, const bt_eval_result *r, con
     return st;
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     bt_runtime_prefer_passive_openmp(argv); /* cpu.h */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-embed"); /* --info (cpu.h) */
@@ -98,4 +99,8 @@ int main(int argc, char **argv) {
     bt_eval_result_free(&r);
     bt_eval_setup_close(&s);
     return st == BT_OK ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    return bt_mem_exit(tool_main(argc, argv)); /* mem.h: no hang at exit under ulimit -v */
 }

@@ -16,6 +16,7 @@
 #include "json_util.h"
 #include "kernels/cpu.h"
 #include "train/report.h"
+#include "mem.h"
 
 /* The usage on `out`; returns the exit status (0 for --help on stdout, 2 for a usage error). */
 static int usage(FILE *out, int rc) {
@@ -29,7 +30,7 @@ static int usage(FILE *out, int rc) {
     return rc;
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-report"); /* --version (cpu.h) */
     if (info_rc >= 0) return info_rc;
@@ -56,4 +57,8 @@ int main(int argc, char **argv) {
     }
     printf("bt-report: wrote %s/report.html\n", dir);
     return 0;
+}
+
+int main(int argc, char **argv) {
+    return bt_mem_exit(tool_main(argc, argv)); /* mem.h: no hang at exit under ulimit -v */
 }

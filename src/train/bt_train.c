@@ -46,7 +46,7 @@ static void help_config(void) {
     }
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
     bt_runtime_prefer_passive_openmp(argv); /* cpu.h */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-train"); /* --info (cpu.h) */
@@ -133,10 +133,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bt-train: error: %s\n", bt_error_message());
         code = 1;
     }
-    if (bt_mem_address_space_limited()) { /* mem.h: OpenBLAS's exit handler may never return */
-        fflush(stdout);
-        fflush(stderr);
-        _exit(code);
-    }
     return code;
+}
+
+int main(int argc, char **argv) {
+    return bt_mem_exit(tool_main(argc, argv)); /* mem.h: no hang at exit under ulimit -v */
 }

@@ -35,6 +35,7 @@
 #include "clock.h"
 #include "data/loader.h"
 #include "json_util.h"
+#include "mem.h"
 #include "train/loss.h"
 
 void bt_eval_options_default(bt_eval_options *o) {
@@ -791,7 +792,7 @@ static int cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed) {
         const char *o = argv[i];
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             bt_eval_cli_usage(stdout, embed);
-            exit(0);
+            exit(bt_mem_exit(0)); /* mem.h: no hang at exit under ulimit -v */
         }
         if (!strcmp(o, "--skip-bad")) {
             a->opt.on_error = MANIFEST_ON_ERROR_SKIP;
@@ -918,6 +919,16 @@ static bt_status default_batch_size(const char *model_dir, int *bs) {
 
 bt_status bt_eval_cli_setup(bt_eval_setup *s, bt_eval_cli_args *a, int embed) {
     const char *who = embed ? "bt-embed" : "bt-eval";
+    memset(s, 0, sizeof *s); /* bt_eval_setup_close works on it whatever fails below */
+    /* under ulimit -v: room for the threads and the GEMM libraries before they start (mem.h;
+     * a message and exit 1, as bt-train) */
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    bt_status rt = bt_mem_check_runtime(who, threads + 1);
+    if (rt != BT_OK) return rt;
     unsigned heads = BT_HEADS_ITC;
     if (!embed && (a->opt.itm_rerank_k > 0 ||
                    (a->opt.choices && a->opt.choice_score == BT_EVAL_CHOICE_ITM)))
