@@ -88,27 +88,14 @@ static char base_cfg[1100], data_dir[1024], init_weights[1200];
 
 static double now_s(void) { return tu_clock_seconds(CLOCK_MONOTONIC); }
 
-/* Runs a shell command line, stdout and stderr to <out>.log / <out>.err; exit status. */
-static int sh(const char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int sh(const char *out, const char *fmt, ...) {
-    char cmd[6000], line[7000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(line, sizeof line, "%s > '%s.log' 2> '%s.err'", cmd, out, out);
-    const int st = system(line);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* mpirun prefix: oversubscribed (CI has 2 cores), no binding (ranks share the cores) */
 #define MPIRUN "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1"
 
 static int train(const char *out, int ranks, const char *mca, const char *extra) {
     if (ranks == 0)
-        return sh(out, "'%s' --config '%s' --quiet-config --set output.dir='%s' %s", exe,
+        return tts_sh(out, "'%s' --config '%s' --quiet-config --set output.dir='%s' %s", exe,
                   base_cfg, out, extra);
-    return sh(out, MPIRUN " -np %d %s '%s' --config '%s' --quiet-config --set output.dir='%s' %s",
+    return tts_sh(out, MPIRUN " -np %d %s '%s' --config '%s' --quiet-config --set output.dir='%s' %s",
               ranks, mca, exe, base_cfg, out, extra);
 }
 
@@ -788,7 +775,7 @@ static void test_wire(const char *self) {
             char name[64];
             snprintf(name, sizeof name, "wire-rank-%d-%d", W, thread);
             const char *out = tu_tmp_path(name);
-            const int rc = sh(out, MPIRUN " -np %d %s '%s' --wire-rank", W,
+            const int rc = tts_sh(out, MPIRUN " -np %d %s '%s' --wire-rank", W,
                               thread ? "" : "-x BT_DIST_NO_PROGRESS_THREAD=1", self);
             char p[1300];
             snprintf(p, sizeof p, "%s.log", out);
@@ -1019,7 +1006,7 @@ static void test_timeout_stopped_rank(void) {
 static void test_timeout_live_rank(void) {
     const char *out = tu_tmp_path("timeout-live");
     const double t0 = now_s();
-    const int rc = sh(out, MPIRUN " -np 2 '%s' --test-hook 'dist_sleep=0:step 3:8' "
+    const int rc = tts_sh(out, MPIRUN " -np 2 '%s' --test-hook 'dist_sleep=0:step 3:8' "
                       "--config '%s' --quiet-config --set output.dir='%s' --set "
                       "train.batch_size=4 --set save.strategy=no --set dist.timeout_s=2",
                       exe, base_cfg, out);
@@ -1139,7 +1126,7 @@ int main(int argc, char **argv) {
     {
         const char *out = tu_tmp_path("mismatch");
         const double t0 = now_s();
-        rc = sh(out, MPIRUN " -np 1 '%s' --config '%s' --quiet-config --set output.dir='%s' : "
+        rc = tts_sh(out, MPIRUN " -np 1 '%s' --config '%s' --quiet-config --set output.dir='%s' : "
                 "-np 1 '%s' --config '%s' --quiet-config --set output.dir='%s' --set train.lr=2e-3",
                 exe, base_cfg, out, exe, base_cfg, out);
         char p[1300];
