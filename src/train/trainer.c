@@ -652,7 +652,9 @@ static bt_status resume_check_start(job *j, const char *dir) {
 /* Several ranks: rank 0 alone picks the checkpoint (only it has to see output.dir) and every
  * rank loads the one it names; a rank that cannot read it stops every rank at start with the
  * same message naming that rank's host and the checkpoint (docs/distributed.md "Output
- * directory"). Returns BT_OK with *loaded set when this rank loaded it. */
+ * directory"). expect: this run's model config, which the checkpoint must match (unused when
+ * st is an error: nothing is loaded then). Returns BT_OK with *loaded set when this rank
+ * loaded it. */
 static bt_status resume_agree(job *j, char dir[4096], bt_status st, int *loaded,
                               const bt_model_config *expect) {
     enum { MSG = 512 };
@@ -704,9 +706,7 @@ static bt_status resume_setup(job *j) {
     const char *dir = NULL;
     char latest[4096];
     const int dist = bt_dist_active(&j->dist);
-    bt_model_config expect; /* this run's model: a checkpoint of another shape is refused */
-    bt_status st = run_model_config(rc, &expect);
-    if (st != BT_OK) return st;
+    bt_status st = BT_OK;
     if (dist && j->dist.rank > 0) {
         /* rank 0 picks (resume_agree) */
     } else if (rc->output.resume_from) {
@@ -720,13 +720,17 @@ static bt_status resume_setup(job *j) {
         if (st != BT_OK) {
             latest[0] = '\0';
             int loaded;
-            return resume_agree(j, latest, st, &loaded, &expect); /* all stop with rank 0 */
+            return resume_agree(j, latest, st, &loaded, NULL); /* all stop with rank 0 */
         }
         if (n_incomplete)
             fprintf(stderr, "bt-train: warning: %s: %zu incomplete checkpoint directories "
                             "ignored\n", rc->output.dir, n_incomplete);
         if (found) dir = latest;
     }
+    if (!dist && !dir) return BT_OK; /* nothing to resume */
+    bt_model_config expect; /* this run's model: a checkpoint of another shape is refused */
+    st = run_model_config(rc, &expect);
+    if (st != BT_OK) return st;
     if (dist) {
         char pick[4096];
         snprintf(pick, sizeof pick, "%s", dir ? dir : "");
