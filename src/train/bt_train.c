@@ -74,13 +74,15 @@ static int tool_main(int argc, char **argv) {
         } else if (!strcmp(a, "--test-hook") && i + 1 < argc) {
             const char *v = argv[++i];
             char *end = NULL;
+            int ok = 0;
             if (!strncmp(v, "sigterm_in_stop_check=", 22)) {
                 test_sigterm = strtoll(v + 22, &end, 10);
+                ok = end != v + 22 && !*end;
             } else if (!strncmp(v, "dist_sleep=", 11)) {
-                test_sleep = v + 11;
-                end = "";
+                test_sleep = v + 11; /* checked by the trainer */
+                ok = 1;
             }
-            if (!end || *end) {
+            if (!ok) {
                 fprintf(stderr, "bt-train: --test-hook %s: unknown hook or value\n", v);
                 usage(stderr);
                 free(sets);
