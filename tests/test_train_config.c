@@ -141,6 +141,18 @@ static void test_file_errors(void) {
     expect_file_error("enum.json", "{\"train\": {\"schedule\": \"step\"}}",
                       "train.schedule: expected one of \"linear\", \"cosine\", \"constant\", "
                       "got \"step\"");
+    /* the keys this session added, through the same table rules */
+    expect_file_error("scope.json", "{\"train\": {\"itc_scope\": \"both\"}}",
+                      "train.itc_scope: expected one of \"global\", \"local\", got \"both\"");
+    expect_file_error("overlap.json", "{\"dist\": {\"overlap\": 1}}",
+                      "dist.overlap: expected true or false, got 1");
+    expect_file_error("timeout.json", "{\"dist\": {\"timeout_s\": -1}}",
+                      "dist.timeout_s: expected a number in [0, 1000000000], got -1");
+    expect_file_error("progress.json", "{\"logging\": {\"progress\": \"fancy\"}}",
+                      "logging.progress: expected one of \"auto\", \"live\", \"plain\", got "
+                      "\"fancy\"");
+    expect_file_error("shufbuf.json", "{\"data\": {\"shuffle_buffer\": 0}}",
+                      "data.shuffle_buffer: expected an integer in [1, 1000000], got 0");
     expect_file_error("bool.json", "{\"data\": {\"shuffle\": 1}}",
                       "data.shuffle: expected true or false, got 1");
     expect_file_error("nullbool.json", "{\"data\": {\"shuffle\": null}}",
