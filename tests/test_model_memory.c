@@ -32,7 +32,11 @@
  *      cross rounds): the parameter gradients equal those of an untouched model bit for bit,
  *      so every assigned slot is written before it is read (a writer that accumulated into
  *      one would carry the NaN); and that region holds most of the gradient bytes; the
- *      gradients read in place (a residual sum's, an output projection's) have no slot.
+ *      gradients read in place (a residual sum's, an output projection's) have no slot;
+ *   7. attention probabilities (model.h): a model that keeps them and one that recomputes
+ *      them in the backward (the default) give the same parameter gradients (full and
+ *      checkpoint, fp32 and bf16, dropout on) and the same three bt_train_step steps, bit
+ *      for bit; the full arenas differ by exactly the probabilities' slots.
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -785,6 +789,116 @@ static void check_act16(void) {
     gemm_init_from_env(); /* the route the environment asks for again */
 }
 
+/* --- 7: attention probabilities recomputed == kept, bit for bit ---------------------------
+ * (model.h "Attention probabilities") m[0] keeps P, m[1] (the default) recomputes it in the
+ * backward. The kernel-level check and its control (a recompute without the key bias
+ * differs) are test_ops_fast's; here the model's layouts and call sites. */
+
+static int probs_pair(bt_model m[2], cfg_kind k, bt_precision prec, bt_act_mode mode) {
+    if (!model_pair_make(&m[0], mode, &m[1], mode, k, prec)) return 0;
+    bt_model_set_keep_probs(&m[0], 1);
+    bt_model_set_keep_probs(&m[1], 0);
+    return 1;
+}
+
+static void check_probs_grads(cfg_kind k, bt_precision prec, bt_act_mode mode) {
+    char what[128];
+    snprintf(what, sizeof what, "7: %s %s %s dropout on, P recomputed vs kept", cfg_names[k],
+             prec == BT_PRECISION_BF16 ? "bf16" : "fp32", bt_act_mode_name(mode));
+    bt_model m[2];
+    if (!probs_pair(m, k, prec, mode)) return;
+    inputs in;
+    inputs_make(&in, &m[0].cfg, 6, 3, 14, 8);
+    for (int v = 0; v < 2; v++) bt_model_set_dropout(&m[v], 1, 1234, 5);
+    if (backward_rounds(&m[0], &in, what, 0) && backward_rounds(&m[1], &in, what, 0)) {
+        tu_check(m[0].acts.vit->layers[0].probs && m[0].acts.text->layers[0].probs &&
+                     m[0].acts.xi[0].probs && m[0].acts.xi[0].cprobs &&
+                     !m[1].acts.vit->layers[0].probs && !m[1].acts.text->layers[0].probs &&
+                     !m[1].acts.xi[0].probs && !m[1].acts.xi[0].cprobs,
+                 "%s: probs slots (ViT, text, cross self and cross) only where kept", what);
+        char name[256];
+        snprintf(name, sizeof name, "%s: parameter gradients", what);
+        tu_check_bytes_equal(name, m[1].grads, m[0].grads, m[0].table.numel * sizeof(float));
+    }
+    free(in.pix);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
+/* align64(4 n) summed over every attention's probabilities of the full layout (tiny and
+ * base: the text tower's Lt layers, the ViT's Lv, and per cross layer and side a self and a
+ * cross attention over the P pairs, with the text heads) */
+static size_t probs_bytes(const bt_model_config *c, size_t Bt, size_t Bi, size_t P, size_t Tt) {
+    const size_t NHt = (size_t)c->text_heads, NHv = (size_t)c->vision_heads, Np = (size_t)c->np;
+    size_t b = (size_t)c->text_layers * align64(4 * Bt * NHt * Tt * Tt) +
+               (size_t)c->vision_layers * align64(4 * Bi * NHv * Np * Np);
+    b += (size_t)c->cross_layers *
+         (align64(4 * P * NHt * Tt * Tt) + align64(4 * P * NHt * Tt * Np) +
+          align64(4 * P * NHt * Np * Np) + align64(4 * P * NHt * Np * Tt));
+    return b;
+}
+
+static void check_probs_bytes(void) {
+    enum { Bt = 6, Bi = 3, P = 7, Pm = 2 };
+    bt_model m[2];
+    if (!probs_pair(m, CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL)) return;
+    size_t got[2];
+    for (int v = 0; v < 2; v++) {
+        const bt_status s = bt_model_reserve_phases(&m[v], Bt, Bi, P, Pm, T);
+        tu_check(s == BT_OK, "7: reserve: %s", s ? bt_error_message() : "ok");
+        got[v] = arenas_bytes(&m[v]);
+    }
+    const size_t want = probs_bytes(&m[0].cfg, Bt, Bi, P, T);
+    tu_check(got[0] - got[1] == want,
+             "7: tiny full: kept - recomputed = %zu bytes = the probabilities' slots (%zu)",
+             got[0] - got[1], want);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
+/* BT_ATTENTION_PROBS=keep keeps them; another value is refused naming the variable */
+static void check_probs_env(void) {
+    const char *env = getenv("BT_ATTENTION_PROBS");
+    char *saved_env = env ? strdup(env) : NULL;
+    bt_model_config c;
+    if (fd_tiny_config(&c)) {
+        bt_model m;
+        tu_setenv("BT_ATTENTION_PROBS", "keep", 1);
+        if (tu_check(bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_FP32) == BT_OK,
+                     "7: BT_ATTENTION_PROBS=keep: init: %s", bt_error_message())) {
+            tu_check(m.keep_probs, "7: BT_ATTENTION_PROBS=keep: kept");
+            bt_model_free(&m);
+        }
+        tu_setenv("BT_ATTENTION_PROBS", "yes", 1);
+        const bt_status st = bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_FP32);
+        tu_check(st != BT_OK && strstr(bt_error_message(), "BT_ATTENTION_PROBS=yes") &&
+                     strstr(bt_error_message(), "'recompute'"),
+                 "7: BT_ATTENTION_PROBS=yes refused naming the variable and the values (%s)",
+                 st != BT_OK ? bt_error_message() : "accepted");
+        if (st == BT_OK) bt_model_free(&m);
+    }
+    if (saved_env) tu_setenv("BT_ATTENTION_PROBS", saved_env, 1);
+    else tu_unsetenv("BT_ATTENTION_PROBS");
+    free(saved_env);
+}
+
+static void check_probs(void) {
+    check_probs_env();
+    check_probs_grads(CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL);
+    check_probs_grads(CFG_TINY, BT_PRECISION_FP32, BT_ACTS_CHECKPOINT);
+    check_probs_grads(CFG_TINY, BT_PRECISION_BF16, BT_ACTS_FULL);
+    check_probs_grads(CFG_FIXTURE, BT_PRECISION_FP32, BT_ACTS_FULL);
+    check_probs_bytes();
+    bt_model m[2];
+    if (probs_pair(m, CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL))
+        compare_steps(m, "7: P recomputed vs kept");
+    /* base, batch 8, T 40: what the recompute saves, printed */
+    bt_model_config c;
+    if (!base_config(&c)) return;
+    printf("# base B 8 T 40: attention probabilities of the full layout %.2f GB\n",
+           probs_bytes(&c, 8, 8, 8, 40) * 1e-9);
+}
+
 /* --- 4: a backward in forward-only mode aborts with a message -------------------------------
  * Run in a fresh process (this binary re-executed with --refuse N: OpenMP's threads do not
  * survive a fork). */
@@ -860,6 +974,7 @@ int main(int argc, char **argv) {
             check_assigned_slots(prec ? BT_PRECISION_BF16 : BT_PRECISION_FP32, (bt_act_mode)mode);
     check_sizes();
     check_act16();
+    check_probs();
     check_backward_refused(0);
     check_backward_refused(1);
     return tu_finish();

@@ -125,10 +125,11 @@ void rows_attention_forward(float *out, float *probs, const float *q, const floa
 
 void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *probs, const float *q, const float *k,
-                             const float *v, const attention_dims *d, const bt_dropout *site,
-                             const uint64_t *keys, gemm_compute compute, bt_dx_mode mode) {
+                             const float *v, const float *key_bias, const attention_dims *d,
+                             const bt_dropout *site, const uint64_t *keys,
+                             gemm_compute compute, bt_dx_mode mode) {
     if (site->p <= 0.0f) {
-        attention_backward(dq, dk, dv, dout, probs, q, k, v, d, NULL, compute, mode);
+        attention_backward(dq, dk, dv, dout, probs, q, k, v, key_bias, d, NULL, compute, mode);
         return;
     }
     attention_dims d1 = *d;
@@ -137,8 +138,9 @@ void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     for (size_t b = 0; b < d->B; b++) {
         const bt_dropout r = row_dropout(site, keys[b]);
         const size_t oq = b * d->Tq * d->ldq, ok = b * d->Tk * d->ldk, ov = b * d->Tk * d->ldv;
-        attention_backward(dq + oq, dk + ok, dv + ov, dout + b * d->Tq * d->ldo, probs + b * pb,
-                           q + oq, k + ok, v + ov, &d1, &r, compute, mode);
+        attention_backward(dq + oq, dk + ok, dv + ov, dout + b * d->Tq * d->ldo,
+                           probs ? probs + b * pb : NULL, q + oq, k + ok, v + ov,
+                           key_bias ? key_bias + b * d->Tk : NULL, &d1, &r, compute, mode);
     }
 }
 
@@ -218,15 +220,28 @@ static int act_bf16_env(void) {
     return strcmp(v, "0") == 0 ? 0 : -1;
 }
 
+/* BT_ATTENTION_PROBS: unset or "recompute" = 0, "keep" = 1, another value -1. */
+static int keep_probs_env(void) {
+    const char *v = bt_setting_value(BT_SET_ATTENTION_PROBS);
+    if (!v || !*v || strcmp(v, "recompute") == 0) return 0;
+    return strcmp(v, "keep") == 0 ? 1 : -1;
+}
+
 bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
                         bt_precision precision) {
     memset(m, 0, sizeof *m);
-    const int act_bf16 = act_bf16_env();
+    const int act_bf16 = act_bf16_env(), keep_probs = keep_probs_env();
     if (act_bf16 < 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_ACT_BF16=%s: expected 0 (fp32 "
                        "activations) or 1 (bf16 storage where bf16 GEMMs read them, the "
                        "default)", bt_setting_value(BT_SET_ACT_BF16));
+    if (keep_probs < 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_ATTENTION_PROBS=%s: expected "
+                       "'recompute' (the backward recomputes attention probabilities, the "
+                       "default) or 'keep' (the forward keeps them)",
+                       bt_setting_value(BT_SET_ATTENTION_PROBS));
     m->act_bf16 = act_bf16;
+    m->keep_probs = keep_probs;
     m->cfg = *c;
     m->heads = heads & BT_HEADS_ALL;
     m->precision = precision;
@@ -315,6 +330,12 @@ void bt_model_set_act_bf16(bt_model *m, int on) {
     m->have_towers = m->have_pairs = 0; /* the slots move: the next forward places them */
 }
 
+void bt_model_set_keep_probs(bt_model *m, int on) {
+    if (!on == !m->keep_probs) return;
+    m->keep_probs = on != 0;
+    m->have_towers = m->have_pairs = 0; /* the slots move: the next forward places them */
+}
+
 int bt_model_act_bf16(const bt_model *m) {
     return m->act_bf16 && m->precision == BT_PRECISION_BF16 &&
            model_compute(m) == GEMM_COMPUTE_BF16;
@@ -394,7 +415,7 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
     a->key_bias = layout_slot_ng(w, Nt);
     /* bf16 storage, BT_ACTS_FULL: the fp32 attention output of the layer running now, before
      * its out-projection rounds it (layout_attn_out_slot) */
-    attn_stage stage = {full, NULL};
+    attn_stage stage = {full, NULL, m->keep_probs && !L->forward_only};
     if (full && w->bf16) stage.p = layout_slot_ng(w, Nt * Ht > Nv * Hv ? Nt * Ht : Nv * Hv);
     text_layout(a, L, c, Bt, T, &stage);
     vit_layout(a, L, c, Bi, &stage);
@@ -430,7 +451,7 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
     a->pair_key_bias = layout_slot_ng(w, Nt);
     /* bf16 storage, BT_ACTS_FULL: the fp32 attention output of the cross layer side running
      * now (towers_layout) */
-    attn_stage stage = {full, NULL};
+    attn_stage stage = {full, NULL, m->keep_probs && !L->forward_only};
     if (full && w->bf16) stage.p = layout_slot_ng(w, (Nt > Nv ? Nt : Nv) * H);
     cross_pairs_layout(a, L, c, P, T, &stage);
     heads_pairs_layout(a, L, c, m->heads, P, Pm, T);
@@ -543,6 +564,7 @@ size_t bt_model_activation_bytes_mode(const bt_model_config *c, unsigned heads,
     m.heads = heads & BT_HEADS_ALL;
     m.precision = prec;
     m.act_bf16 = act_bf16_env() != 0; /* what bt_model_init sets (a bad value: it refuses) */
+    m.keep_probs = keep_probs_env() > 0;
     const phase_dims d = {Bt, Bi, T, P, Pm};
     bt_acts scratch;
     acts_alloc_arrays(&scratch, c);

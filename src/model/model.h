@@ -192,6 +192,8 @@ typedef struct bt_model {
     bt_act_mode act_mode;    /* bt_model_set_act_mode (default BT_ACTS_FULL) */
     int act_bf16;            /* bf16 activation storage requested (bt_model_set_act_bf16;
                                 default 1, BT_ACT_BF16=0 at bt_model_init: 0) */
+    int keep_probs;          /* attention keeps P for the backward (bt_model_set_keep_probs;
+                                default 0: recomputed; BT_ATTENTION_PROBS=keep: 1) */
     bt_arena layer_act, layer_dact; /* shared layer scratch and its gradients (checkpoint) */
     bt_arena *scratch;       /* where the shared scratch lives now (layer_act, or in forward-
                                 only mode an unused gradient arena large enough); NULL: none */
@@ -459,6 +461,17 @@ void bt_model_set_act_bf16(bt_model *m, int on);
 /* 1 when the next placement stores those activations in bf16 (requested, bf16 precision and
  * bf16 GEMM compute now). */
 int bt_model_act_bf16(const bt_model *m);
+
+/* Attention probabilities. The training layouts (full and checkpoint) used to keep every
+ * attention's P = softmax(S) (B*NH*Tq*Tk floats per attention; 0.8 GB of base's 7.8 GB of
+ * activations at batch 8, 288 px) for the backward. By default none is kept: each
+ * attention's backward recomputes its P block by block from q, k and the key bias with the
+ * forward's own product and row pass (flash attention's trade: one more score product per
+ * block), so gradients, losses and weights are the same bits (tests/test_ops_fast.c,
+ * tests/test_model_memory.c). BT_ATTENTION_PROBS=keep at bt_model_init, or
+ * bt_model_set_keep_probs(m, 1), keeps them (for A/B measurements: docs/benchmarks.md
+ * "Attention probabilities recomputed"). Changing it ends the current phases. */
+void bt_model_set_keep_probs(bt_model *m, int on);
 
 /* Dropout row key of a pair (text key, image key); order matters. */
 uint64_t bt_pair_key(uint64_t text_key, uint64_t image_key);
