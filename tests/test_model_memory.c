@@ -36,7 +36,11 @@
  *   7. attention probabilities (model.h): a model that keeps them and one that recomputes
  *      them in the backward (the default) give the same parameter gradients (full and
  *      checkpoint, fp32 and bf16, dropout on) and the same three bt_train_step steps, bit
- *      for bit; the full arenas differ by exactly the probabilities' slots.
+ *      for bit; the full arenas differ by exactly the probabilities' slots;
+ *   8. BT_ACTS_FULL with the layers' internal gradients in one shared scratch (the default)
+ *      against one slot set per layer: the same parameter gradients (fp32, bf16, dropout on,
+ *      a pair phase that grows the scratch after the towers placed theirs) and three
+ *      bt_train_step steps, bit for bit; fewer bytes, and the estimate follows.
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -284,7 +288,7 @@ static void poison_assigned(bt_model *m) {
     for (int i = 0; i < 2; i++)
         tu_fill_sentinel_f32((float *)((unsigned char *)ars[i]->mem + ars[i]->acc_end),
                              assigned_bytes(ars[i]) / sizeof(float));
-    if (m->act_mode == BT_ACTS_CHECKPOINT)
+    if (m->layer_dact.bytes) /* checkpointing, and FULL with shared layer gradients */
         tu_fill_sentinel_f32(m->layer_dact.mem, m->layer_dact.bytes / sizeof(float));
 }
 
@@ -439,11 +443,13 @@ static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
         tu_check(n2 > 0 && isfinite(n2), "%s: the gradients are finite, not all zero (norm "
                  "%.4g)", what, sqrt(n2));
         if (mode == BT_ACTS_FULL) {
-            /* the towers arena as the last pass left it: the assigned region is most of it */
+            /* the towers arena as the last pass left it with the layer gradient scratch:
+             * the assigned bytes are most of them */
             const bt_arena *t = &pm.tower_dact;
-            const size_t inner = t->used - t->head, set = assigned_bytes(t);
-            printf("# %s: towers gradient arena: %zu of %zu internal bytes assigned (not "
-                   "zeroed)\n", what, set, inner);
+            const size_t lay = pm.layer_dact.bytes;
+            const size_t inner = t->used - t->head + lay, set = assigned_bytes(t) + lay;
+            printf("# %s: towers gradient arena + layer gradient scratch: %zu of %zu internal "
+                   "bytes assigned (not zeroed)\n", what, set, inner);
             tu_check(set * 2 > inner && assigned_bytes(&pm.pair_dact) > 0,
                      "%s: most internal gradient bytes are assigned (%zu of %zu)", what, set,
                      inner);
@@ -459,12 +465,11 @@ static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
                      "%s: no gradient slot for ViT attn_out / mlp_out, text res2, cross res2 / "
                      "res3 (activations kept; res1's gradient, which the stream adds, kept)",
                      what);
-        } else {
-            size_t acc = 0;
-            for (int g = 0; g < BT_GROUP_COUNT; g++) acc += pm.group_grad_bytes[g];
-            tu_check(acc == 0, "%s: the layer gradient scratch has no accumulated slot (no "
-                     "per-layer zeroing; %zu bytes)", what, acc);
         }
+        size_t acc = 0;
+        for (int g = 0; g < BT_GROUP_COUNT; g++) acc += pm.group_grad_bytes[g];
+        tu_check(acc == 0, "%s: the layer gradient scratch has no accumulated slot (no "
+                 "per-layer zeroing; %zu bytes)", what, acc);
     }
     free(in.pix);
     bt_model_free(&ref);
@@ -899,6 +904,67 @@ static void check_probs(void) {
            probs_bytes(&c, 8, 8, 8, 40) * 1e-9);
 }
 
+/* --- 8: FULL with the layers' internal gradients shared == one per layer, bit for bit ------
+ * (model.h "Memory modes") m[0] gives every layer its own gradient slots, m[1] (the default)
+ * one shared scratch per kind of layer. */
+
+static int share_pair(bt_model m[2], cfg_kind k, bt_precision prec) {
+    if (!model_pair_make(&m[0], BT_ACTS_FULL, &m[1], BT_ACTS_FULL, k, prec)) return 0;
+    bt_model_set_share_layer_grads(&m[0], 0);
+    bt_model_set_share_layer_grads(&m[1], 1);
+    return 1;
+}
+
+static void check_share_grads(cfg_kind k, bt_precision prec) {
+    char what[128];
+    snprintf(what, sizeof what, "8: %s %s dropout on, layer gradients shared vs own",
+             cfg_names[k], prec == BT_PRECISION_BF16 ? "bf16" : "fp32");
+    bt_model m[2];
+    if (!share_pair(m, k, prec)) return;
+    inputs in;
+    inputs_make(&in, &m[0].cfg, 6, 3, 14, 8); /* the pair phase grows the shared scratch */
+    for (int v = 0; v < 2; v++) bt_model_set_dropout(&m[v], 1, 1234, 5);
+    if (backward_rounds(&m[0], &in, what, 0) && backward_rounds(&m[1], &in, what, 0)) {
+        tu_check(m[0].layer_dact.bytes == 0 && m[1].layer_dact.bytes > 0 &&
+                     m[1].dacts.vit->layers[1].qkv == m[1].dacts.vit->layers[0].qkv &&
+                     m[0].dacts.vit->layers[1].qkv != m[0].dacts.vit->layers[0].qkv,
+                 "%s: one layer gradient scratch (%zu bytes) only where shared", what,
+                 m[1].layer_dact.bytes);
+        char name[256];
+        snprintf(name, sizeof name, "%s: parameter gradients", what);
+        tu_check_bytes_equal(name, m[1].grads, m[0].grads, m[0].table.numel * sizeof(float));
+    }
+    free(in.pix);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
+static void check_share(void) {
+    check_share_grads(CFG_TINY, BT_PRECISION_FP32);
+    check_share_grads(CFG_TINY, BT_PRECISION_BF16);
+    check_share_grads(CFG_FIXTURE, BT_PRECISION_FP32);
+    bt_model m[2];
+    if (share_pair(m, CFG_TINY, BT_PRECISION_FP32))
+        compare_steps(m, "8: layer gradients shared vs own");
+    /* the sizes: the estimate follows (tiny), and what sharing saves at base, printed */
+    enum { Bt = 6, Bi = 3, P = 7, Pm = 2 };
+    if (share_pair(m, CFG_TINY, BT_PRECISION_FP32)) {
+        const size_t want = bt_model_activation_bytes_mode(&m[1].cfg, BT_HEADS_ALL,
+                                                           BT_PRECISION_FP32, BT_ACTS_FULL, Bt,
+                                                           Bi, P, Pm, T);
+        size_t got[2];
+        for (int v = 0; v < 2; v++) {
+            tu_check(bt_model_reserve_phases(&m[v], Bt, Bi, P, Pm, T) == BT_OK, "8: reserve");
+            got[v] = arenas_bytes(&m[v]);
+        }
+        tu_check(got[1] == want && got[1] < got[0],
+                 "8: tiny full: shared %zu bytes (= the estimate %zu) < own %zu", got[1], want,
+                 got[0]);
+        bt_model_free(&m[0]);
+        bt_model_free(&m[1]);
+    }
+}
+
 /* --- 4: a backward in forward-only mode aborts with a message -------------------------------
  * Run in a fresh process (this binary re-executed with --refuse N: OpenMP's threads do not
  * survive a fork). */
@@ -975,6 +1041,7 @@ int main(int argc, char **argv) {
     check_sizes();
     check_act16();
     check_probs();
+    check_share();
     check_backward_refused(0);
     check_backward_refused(1);
     return tu_finish();

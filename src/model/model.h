@@ -194,7 +194,10 @@ typedef struct bt_model {
                                 default 1, BT_ACT_BF16=0 at bt_model_init: 0) */
     int keep_probs;          /* attention keeps P for the backward (bt_model_set_keep_probs;
                                 default 0: recomputed; BT_ATTENTION_PROBS=keep: 1) */
-    bt_arena layer_act, layer_dact; /* shared layer scratch and its gradients (checkpoint) */
+    int share_layer_grads;   /* BT_ACTS_FULL: layer internal gradients in the shared scratch
+                                layer_dact (bt_model_set_share_layer_grads; default 1) */
+    bt_arena layer_act, layer_dact; /* shared layer scratch (checkpoint) and layer gradients
+                                       (checkpoint; full when shared) */
     bt_arena *scratch;       /* where the shared scratch lives now (layer_act, or in forward-
                                 only mode an unused gradient arena large enough); NULL: none */
     size_t group_grad_bytes[BT_GROUP_COUNT]; /* checkpoint: gradient bytes of each group */
@@ -395,7 +398,13 @@ bt_status bt_model_reserve_phases(bt_model *m, size_t Bt, size_t Bi, size_t P, s
 
 /* --- Memory modes --------------------------------------------------------------------------
  * BT_ACTS_FULL keeps, for every layer, every internal slot its backward reads (q, k, v,
- * probabilities, FFN intermediates, LayerNorm statistics, ...). The two other modes place the
+ * FFN intermediates, LayerNorm statistics, ...; attention probabilities only with
+ * bt_model_set_keep_probs). The gradients of those internals are dead once their layer's
+ * backward is done (each is assigned and read inside that backward), so by default they live
+ * in one shared gradient scratch per kind of layer, as when checkpointing (2.6 GB less at
+ * base, batch 8: docs/benchmarks.md "Layer gradients shared"; PyTorch's autograd frees them
+ * likewise); bt_model_set_share_layer_grads(m, 0) gives every layer its own (for A/B
+ * checks: the same bits, tests/test_model_memory.c 8). The two other modes place the
  * internals of the ViT blocks, text layers and cross layers (both sides) in ONE shared scratch
  * holding a single layer's worth (the largest of them; layer l overwrites layer l-1's):
  *   BT_ACTS_FORWARD_ONLY: no backward will run. No gradient arenas; besides the layer
@@ -421,6 +430,9 @@ bt_status bt_model_reserve_phases(bt_model *m, size_t Bt, size_t Bi, size_t P, s
  * arenas only grow, so a model that trained in BT_ACTS_FULL evaluates in BT_ACTS_FORWARD_ONLY
  * without allocating. */
 void bt_model_set_act_mode(bt_model *m, bt_act_mode mode);
+/* BT_ACTS_FULL's layer internal gradients in one shared scratch (on, the default) or one per
+ * layer (off). Changing it ends the current phases. */
+void bt_model_set_share_layer_grads(bt_model *m, int on);
 /* "full", "checkpoint", "forward-only". */
 const char *bt_act_mode_name(bt_act_mode mode);
 
