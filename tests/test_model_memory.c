@@ -799,6 +799,26 @@ static void check_act16(void) {
  * backward. The kernel-level check and its control (a recompute without the key bias
  * differs) are test_ops_fast's; here the model's layouts and call sites. */
 
+/* Sections 7 and 8: the towers and two cross rounds, forward and backward, on m[0] and m[1]
+ * (the same weights; dropout on; 6 texts, 3 images, 14 pairs): 1 when both ran. */
+static int pair_backward(bt_model m[2], inputs *in, const char *what) {
+    inputs_make(in, &m[0].cfg, 6, 3, 14, 8);
+    for (int v = 0; v < 2; v++) bt_model_set_dropout(&m[v], 1, 1234, 5);
+    return backward_rounds(&m[0], in, what, 0) && backward_rounds(&m[1], in, what, 0);
+}
+
+/* After pair_backward: the same parameter gradients, bit for bit; frees both and in. */
+static void pair_grads_equal_free(bt_model m[2], inputs *in, const char *what, int ran) {
+    if (ran) {
+        char name[256];
+        snprintf(name, sizeof name, "%s: parameter gradients", what);
+        tu_check_bytes_equal(name, m[1].grads, m[0].grads, m[0].table.numel * sizeof(float));
+    }
+    free(in->pix);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
 static int probs_pair(bt_model m[2], cfg_kind k, bt_precision prec, bt_act_mode mode) {
     if (!model_pair_make(&m[0], mode, &m[1], mode, k, prec)) return 0;
     bt_model_set_keep_probs(&m[0], 1);
@@ -813,21 +833,14 @@ static void check_probs_grads(cfg_kind k, bt_precision prec, bt_act_mode mode) {
     bt_model m[2];
     if (!probs_pair(m, k, prec, mode)) return;
     inputs in;
-    inputs_make(&in, &m[0].cfg, 6, 3, 14, 8);
-    for (int v = 0; v < 2; v++) bt_model_set_dropout(&m[v], 1, 1234, 5);
-    if (backward_rounds(&m[0], &in, what, 0) && backward_rounds(&m[1], &in, what, 0)) {
+    const int ran = pair_backward(m, &in, what);
+    if (ran)
         tu_check(m[0].acts.vit->layers[0].probs && m[0].acts.text->layers[0].probs &&
                      m[0].acts.xi[0].probs && m[0].acts.xi[0].cprobs &&
                      !m[1].acts.vit->layers[0].probs && !m[1].acts.text->layers[0].probs &&
                      !m[1].acts.xi[0].probs && !m[1].acts.xi[0].cprobs,
                  "%s: probs slots (ViT, text, cross self and cross) only where kept", what);
-        char name[256];
-        snprintf(name, sizeof name, "%s: parameter gradients", what);
-        tu_check_bytes_equal(name, m[1].grads, m[0].grads, m[0].table.numel * sizeof(float));
-    }
-    free(in.pix);
-    bt_model_free(&m[0]);
-    bt_model_free(&m[1]);
+    pair_grads_equal_free(m, &in, what, ran);
 }
 
 /* align64(4 n) summed over every attention's probabilities of the full layout (tiny and
@@ -922,21 +935,14 @@ static void check_share_grads(cfg_kind k, bt_precision prec) {
     bt_model m[2];
     if (!share_pair(m, k, prec)) return;
     inputs in;
-    inputs_make(&in, &m[0].cfg, 6, 3, 14, 8); /* the pair phase grows the shared scratch */
-    for (int v = 0; v < 2; v++) bt_model_set_dropout(&m[v], 1, 1234, 5);
-    if (backward_rounds(&m[0], &in, what, 0) && backward_rounds(&m[1], &in, what, 0)) {
+    const int ran = pair_backward(m, &in, what); /* its pair phase grows the shared scratch */
+    if (ran)
         tu_check(m[0].layer_dact.bytes == 0 && m[1].layer_dact.bytes > 0 &&
                      m[1].dacts.vit->layers[1].qkv == m[1].dacts.vit->layers[0].qkv &&
                      m[0].dacts.vit->layers[1].qkv != m[0].dacts.vit->layers[0].qkv,
                  "%s: one layer gradient scratch (%zu bytes) only where shared", what,
                  m[1].layer_dact.bytes);
-        char name[256];
-        snprintf(name, sizeof name, "%s: parameter gradients", what);
-        tu_check_bytes_equal(name, m[1].grads, m[0].grads, m[0].table.numel * sizeof(float));
-    }
-    free(in.pix);
-    bt_model_free(&m[0]);
-    bt_model_free(&m[1]);
+    pair_grads_equal_free(m, &in, what, ran);
 }
 
 static void check_share(void) {
