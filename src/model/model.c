@@ -383,9 +383,10 @@ int model_layer_recompute(bt_model *m, int group) {
  * X'_k / Y'_k, the cross layers' outputs, heads' rows), zeroed by the backward before it
  * starts ([head, acc_end)); the assigned ones (every internal of a ViT block, text layer and
  * cross layer, the GEMM-only inputs, the embeddings' LayerNorm slots, the link towers' sums,
- * the MLM transform) are written by their first writer and never zeroed: at base B 8 T 40,
- * 2.91 of the 3.20 GB of internal gradient slots, which a threaded memset once cleared each
- * step.
+ * the MLM transform) are written by their first writer and never zeroed (at base B 8 T 40
+ * they were 2.91 of the 3.20 GB of internal gradient slots, which a threaded memset once
+ * cleared each step; the layers' share now lives in the layer gradient scratch, one layer's
+ * worth).
  *
  * Memory modes (model.h): in BT_ACTS_FULL every activation goes to the phase arena's walk,
  * and the layer internals' gradients (unless bt_model_set_share_layer_grads(m, 0)) to the
