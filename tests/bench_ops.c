@@ -305,11 +305,11 @@ static void run_att_fwd(void *p) {
 static void run_att_bwd(void *p) {
     at *a = p;
     if (a->ref)
-        attention_backward_ref(a->dq, a->dk, a->dv, a->dout, a->probs, a->q, a->k, a->v, &a->d,
-                               &a->drop, a->compute, BT_DX_ADD);
+        attention_backward_ref(a->dq, a->dk, a->dv, a->dout, a->probs, a->q, a->k, a->v, a->kb,
+                               &a->d, &a->drop, a->compute, BT_DX_ADD);
     else
-        attention_backward(a->dq, a->dk, a->dv, a->dout, a->probs, a->q, a->k, a->v, &a->d,
-                           &a->drop, a->compute, BT_DX_ADD);
+        attention_backward(a->dq, a->dk, a->dv, a->dout, a->probs, a->q, a->k, a->v, a->kb,
+                           &a->d, &a->drop, a->compute, BT_DX_ADD);
 }
 
 static void bench_attention(int quick) {

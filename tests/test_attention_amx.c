@@ -192,7 +192,8 @@ static void attn_run(attn_result *r, const attn_case *a, const float *dout,
     float *dq = r->gq, *dk = r->gkv ? r->gkv : r->gq + C, *dv = r->gkv ? r->gkv + C : r->gq + 2 * C;
     for (int pass = 0; pass < 2; pass++)
         (ref ? attention_backward_ref : attention_backward)(
-            dq, dk, dv, dout, r->probs, a->q, a->k, a->v, &a->d, drop, GEMM_COMPUTE_BF16,
+            dq, dk, dv, dout, r->probs, a->q, a->k, a->v, a->key_bias, &a->d, drop,
+            GEMM_COMPUTE_BF16,
             pass ? BT_DX_ADD : BT_DX_SET);
 }
 
@@ -275,8 +276,9 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
             const float *fv = f.gkv ? f.gkv + C : f.gq + 2 * C;
             for (int pass = 0; pass < 2; pass++)
                 attention_backward(which == 0 ? dq : NULL, which == 1 ? dk : NULL,
-                                   which == 2 ? dv : NULL, dout, f.probs, a.q, a.k, a.v, &a.d,
-                                   drop, GEMM_COMPUTE_BF16, pass ? BT_DX_ADD : BT_DX_SET);
+                                   which == 2 ? dv : NULL, dout, f.probs, a.q, a.k, a.v,
+                                   a.key_bias, &a.d, drop, GEMM_COMPUTE_BF16,
+                                   pass ? BT_DX_ADD : BT_DX_SET);
             const float *got = which == 0 ? dq : which == 1 ? dk : dv;
             const float *want = which == 0 ? fq : which == 1 ? fk : fv;
             const size_t rows = which == 0 ? a.d.B * a.d.Tq : a.d.B * a.d.Tk;
@@ -287,6 +289,17 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
             tu_check(same, "attention amx bwd %s alone = with all three, bitwise %s",
                      which == 0 ? "dq" : which == 1 ? "dk" : "dv", label);
         }
+        /* without probs: each block recomputes P on AMX tiles (ops.h), the same bits */
+        tu_check(ops_attention_products_select("amx"), "products 'amx' selected");
+        tu_fill_sentinel_f32(gq, a.qn);
+        if (gkv) tu_fill_sentinel_f32(gkv, a.kvn);
+        float *dq = gq, *dk = gkv ? gkv : gq + C, *dv = gkv ? gkv + C : gq + 2 * C;
+        for (int pass = 0; pass < 2; pass++)
+            attention_backward(dq, dk, dv, dout, NULL, a.q, a.k, a.v, a.key_bias, &a.d, drop,
+                               GEMM_COMPUTE_BF16, pass ? BT_DX_ADD : BT_DX_SET);
+        tu_check(memcmp(gq, f.gq, a.qn * sizeof(float)) == 0 &&
+                     (!a.kvn || memcmp(gkv, f.gkv, a.kvn * sizeof(float)) == 0),
+                 "attention amx bwd, P recomputed = P kept, bitwise %s", label);
         free(gq), free(gkv);
     }
 

@@ -122,7 +122,8 @@ static void k_attention(float *o, const float *in) {
     const attention_dims d = {AB, AT, AT, AH, AD, AC, AC, AC, AC};
     const bt_dropout drop = {0.1f, 12345};
     attention_forward(out, probs, q, k, v, kb, &d, &drop, GEMM_COMPUTE_F32);
-    attention_backward(dq, dk, dv, dout, probs, q, k, v, &d, &drop, GEMM_COMPUTE_F32, BT_DX_ADD);
+    attention_backward(dq, dk, dv, dout, probs, q, k, v, kb, &d, &drop, GEMM_COMPUTE_F32,
+                       BT_DX_ADD);
 }
 static void k_cross_entropy(float *o, const float *in) {
     size_t nv = 0;

@@ -32,7 +32,15 @@
  *      cross rounds): the parameter gradients equal those of an untouched model bit for bit,
  *      so every assigned slot is written before it is read (a writer that accumulated into
  *      one would carry the NaN); and that region holds most of the gradient bytes; the
- *      gradients read in place (a residual sum's, an output projection's) have no slot.
+ *      gradients read in place (a residual sum's, an output projection's) have no slot;
+ *   7. attention probabilities (model.h): a model that keeps them and one that recomputes
+ *      them in the backward (the default) give the same parameter gradients (full and
+ *      checkpoint, fp32 and bf16, dropout on) and the same three bt_train_step steps, bit
+ *      for bit; the full arenas differ by exactly the probabilities' slots;
+ *   8. BT_ACTS_FULL with the layers' internal gradients in one shared scratch (the default)
+ *      against one slot set per layer: the same parameter gradients (fp32, bf16, dropout on,
+ *      a pair phase that grows the scratch after the towers placed theirs) and three
+ *      bt_train_step steps, bit for bit; fewer bytes, and the estimate follows.
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -280,7 +288,7 @@ static void poison_assigned(bt_model *m) {
     for (int i = 0; i < 2; i++)
         tu_fill_sentinel_f32((float *)((unsigned char *)ars[i]->mem + ars[i]->acc_end),
                              assigned_bytes(ars[i]) / sizeof(float));
-    if (m->act_mode == BT_ACTS_CHECKPOINT)
+    if (m->layer_dact.bytes) /* checkpointing, and FULL with shared layer gradients */
         tu_fill_sentinel_f32(m->layer_dact.mem, m->layer_dact.bytes / sizeof(float));
 }
 
@@ -435,11 +443,13 @@ static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
         tu_check(n2 > 0 && isfinite(n2), "%s: the gradients are finite, not all zero (norm "
                  "%.4g)", what, sqrt(n2));
         if (mode == BT_ACTS_FULL) {
-            /* the towers arena as the last pass left it: the assigned region is most of it */
+            /* the towers arena as the last pass left it with the layer gradient scratch:
+             * the assigned bytes are most of them */
             const bt_arena *t = &pm.tower_dact;
-            const size_t inner = t->used - t->head, set = assigned_bytes(t);
-            printf("# %s: towers gradient arena: %zu of %zu internal bytes assigned (not "
-                   "zeroed)\n", what, set, inner);
+            const size_t lay = pm.layer_dact.bytes;
+            const size_t inner = t->used - t->head + lay, set = assigned_bytes(t) + lay;
+            printf("# %s: towers gradient arena + layer gradient scratch: %zu of %zu internal "
+                   "bytes assigned (not zeroed)\n", what, set, inner);
             tu_check(set * 2 > inner && assigned_bytes(&pm.pair_dact) > 0,
                      "%s: most internal gradient bytes are assigned (%zu of %zu)", what, set,
                      inner);
@@ -455,12 +465,11 @@ static void check_assigned_slots(bt_precision prec, bt_act_mode mode) {
                      "%s: no gradient slot for ViT attn_out / mlp_out, text res2, cross res2 / "
                      "res3 (activations kept; res1's gradient, which the stream adds, kept)",
                      what);
-        } else {
-            size_t acc = 0;
-            for (int g = 0; g < BT_GROUP_COUNT; g++) acc += pm.group_grad_bytes[g];
-            tu_check(acc == 0, "%s: the layer gradient scratch has no accumulated slot (no "
-                     "per-layer zeroing; %zu bytes)", what, acc);
         }
+        size_t acc = 0;
+        for (int g = 0; g < BT_GROUP_COUNT; g++) acc += pm.group_grad_bytes[g];
+        tu_check(acc == 0, "%s: the layer gradient scratch has no accumulated slot (no "
+                 "per-layer zeroing; %zu bytes)", what, acc);
     }
     free(in.pix);
     bt_model_free(&ref);
@@ -785,6 +794,183 @@ static void check_act16(void) {
     gemm_init_from_env(); /* the route the environment asks for again */
 }
 
+/* --- 7: attention probabilities recomputed == kept, bit for bit ---------------------------
+ * (model.h "Attention probabilities") m[0] keeps P, m[1] (the default) recomputes it in the
+ * backward. The kernel-level check and its control (a recompute without the key bias
+ * differs) are test_ops_fast's; here the model's layouts and call sites. */
+
+/* Sections 7 and 8: the towers and two cross rounds, forward and backward, on m[0] and m[1]
+ * (the same weights; dropout on; 6 texts, 3 images, 14 pairs): 1 when both ran. */
+static int pair_backward(bt_model m[2], inputs *in, const char *what) {
+    inputs_make(in, &m[0].cfg, 6, 3, 14, 8);
+    for (int v = 0; v < 2; v++) bt_model_set_dropout(&m[v], 1, 1234, 5);
+    return backward_rounds(&m[0], in, what, 0) && backward_rounds(&m[1], in, what, 0);
+}
+
+/* After pair_backward: the same parameter gradients, bit for bit; frees both and in. */
+static void pair_grads_equal_free(bt_model m[2], inputs *in, const char *what, int ran) {
+    if (ran) {
+        char name[256];
+        snprintf(name, sizeof name, "%s: parameter gradients", what);
+        tu_check_bytes_equal(name, m[1].grads, m[0].grads, m[0].table.numel * sizeof(float));
+    }
+    free(in->pix);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
+static int probs_pair(bt_model m[2], cfg_kind k, bt_precision prec, bt_act_mode mode) {
+    if (!model_pair_make(&m[0], mode, &m[1], mode, k, prec)) return 0;
+    bt_model_set_keep_probs(&m[0], 1);
+    bt_model_set_keep_probs(&m[1], 0);
+    return 1;
+}
+
+static void check_probs_grads(cfg_kind k, bt_precision prec, bt_act_mode mode) {
+    char what[128];
+    snprintf(what, sizeof what, "7: %s %s %s dropout on, P recomputed vs kept", cfg_names[k],
+             prec == BT_PRECISION_BF16 ? "bf16" : "fp32", bt_act_mode_name(mode));
+    bt_model m[2];
+    if (!probs_pair(m, k, prec, mode)) return;
+    inputs in;
+    const int ran = pair_backward(m, &in, what);
+    if (ran)
+        tu_check(m[0].acts.vit->layers[0].probs && m[0].acts.text->layers[0].probs &&
+                     m[0].acts.xi[0].probs && m[0].acts.xi[0].cprobs &&
+                     !m[1].acts.vit->layers[0].probs && !m[1].acts.text->layers[0].probs &&
+                     !m[1].acts.xi[0].probs && !m[1].acts.xi[0].cprobs,
+                 "%s: probs slots (ViT, text, cross self and cross) only where kept", what);
+    pair_grads_equal_free(m, &in, what, ran);
+}
+
+/* align64(4 n) summed over every attention's probabilities of the full layout (tiny and
+ * base: the text tower's Lt layers, the ViT's Lv, and per cross layer and side a self and a
+ * cross attention over the P pairs, with the text heads) */
+static size_t probs_bytes(const bt_model_config *c, size_t Bt, size_t Bi, size_t P, size_t Tt) {
+    const size_t NHt = (size_t)c->text_heads, NHv = (size_t)c->vision_heads, Np = (size_t)c->np;
+    size_t b = (size_t)c->text_layers * align64(4 * Bt * NHt * Tt * Tt) +
+               (size_t)c->vision_layers * align64(4 * Bi * NHv * Np * Np);
+    b += (size_t)c->cross_layers *
+         (align64(4 * P * NHt * Tt * Tt) + align64(4 * P * NHt * Tt * Np) +
+          align64(4 * P * NHt * Np * Np) + align64(4 * P * NHt * Np * Tt));
+    return b;
+}
+
+static void check_probs_bytes(void) {
+    enum { Bt = 6, Bi = 3, P = 7, Pm = 2 };
+    bt_model m[2];
+    if (!probs_pair(m, CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL)) return;
+    size_t got[2];
+    for (int v = 0; v < 2; v++) {
+        const bt_status s = bt_model_reserve_phases(&m[v], Bt, Bi, P, Pm, T);
+        tu_check(s == BT_OK, "7: reserve: %s", s ? bt_error_message() : "ok");
+        got[v] = arenas_bytes(&m[v]);
+    }
+    const size_t want = probs_bytes(&m[0].cfg, Bt, Bi, P, T);
+    tu_check(got[0] - got[1] == want,
+             "7: tiny full: kept - recomputed = %zu bytes = the probabilities' slots (%zu)",
+             got[0] - got[1], want);
+    bt_model_free(&m[0]);
+    bt_model_free(&m[1]);
+}
+
+/* BT_ATTENTION_PROBS=keep keeps them; another value is refused naming the variable */
+static void check_probs_env(void) {
+    const char *env = getenv("BT_ATTENTION_PROBS");
+    char *saved_env = env ? strdup(env) : NULL;
+    bt_model_config c;
+    if (fd_tiny_config(&c)) {
+        bt_model m;
+        tu_setenv("BT_ATTENTION_PROBS", "keep", 1);
+        if (tu_check(bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_FP32) == BT_OK,
+                     "7: BT_ATTENTION_PROBS=keep: init: %s", bt_error_message())) {
+            tu_check(m.keep_probs, "7: BT_ATTENTION_PROBS=keep: kept");
+            bt_model_free(&m);
+        }
+        tu_setenv("BT_ATTENTION_PROBS", "yes", 1);
+        const bt_status st = bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_FP32);
+        tu_check(st != BT_OK && strstr(bt_error_message(), "BT_ATTENTION_PROBS=yes") &&
+                     strstr(bt_error_message(), "'recompute'"),
+                 "7: BT_ATTENTION_PROBS=yes refused naming the variable and the values (%s)",
+                 st != BT_OK ? bt_error_message() : "accepted");
+        if (st == BT_OK) bt_model_free(&m);
+    }
+    if (saved_env) tu_setenv("BT_ATTENTION_PROBS", saved_env, 1);
+    else tu_unsetenv("BT_ATTENTION_PROBS");
+    free(saved_env);
+}
+
+static void check_probs(void) {
+    check_probs_env();
+    check_probs_grads(CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL);
+    check_probs_grads(CFG_TINY, BT_PRECISION_FP32, BT_ACTS_CHECKPOINT);
+    check_probs_grads(CFG_TINY, BT_PRECISION_BF16, BT_ACTS_FULL);
+    check_probs_grads(CFG_FIXTURE, BT_PRECISION_FP32, BT_ACTS_FULL);
+    check_probs_bytes();
+    bt_model m[2];
+    if (probs_pair(m, CFG_TINY, BT_PRECISION_FP32, BT_ACTS_FULL))
+        compare_steps(m, "7: P recomputed vs kept");
+    /* base, batch 8, T 40: what the recompute saves, printed */
+    bt_model_config c;
+    if (!base_config(&c)) return;
+    printf("# base B 8 T 40: attention probabilities of the full layout %.2f GB\n",
+           probs_bytes(&c, 8, 8, 8, 40) * 1e-9);
+}
+
+/* --- 8: FULL with the layers' internal gradients shared == one per layer, bit for bit ------
+ * (model.h "Memory modes") m[0] gives every layer its own gradient slots, m[1] (the default)
+ * one shared scratch per kind of layer. */
+
+static int share_pair(bt_model m[2], cfg_kind k, bt_precision prec) {
+    if (!model_pair_make(&m[0], BT_ACTS_FULL, &m[1], BT_ACTS_FULL, k, prec)) return 0;
+    bt_model_set_share_layer_grads(&m[0], 0);
+    bt_model_set_share_layer_grads(&m[1], 1);
+    return 1;
+}
+
+static void check_share_grads(cfg_kind k, bt_precision prec) {
+    char what[128];
+    snprintf(what, sizeof what, "8: %s %s dropout on, layer gradients shared vs own",
+             cfg_names[k], prec == BT_PRECISION_BF16 ? "bf16" : "fp32");
+    bt_model m[2];
+    if (!share_pair(m, k, prec)) return;
+    inputs in;
+    const int ran = pair_backward(m, &in, what); /* its pair phase grows the shared scratch */
+    if (ran)
+        tu_check(m[0].layer_dact.bytes == 0 && m[1].layer_dact.bytes > 0 &&
+                     m[1].dacts.vit->layers[1].qkv == m[1].dacts.vit->layers[0].qkv &&
+                     m[0].dacts.vit->layers[1].qkv != m[0].dacts.vit->layers[0].qkv,
+                 "%s: one layer gradient scratch (%zu bytes) only where shared", what,
+                 m[1].layer_dact.bytes);
+    pair_grads_equal_free(m, &in, what, ran);
+}
+
+static void check_share(void) {
+    check_share_grads(CFG_TINY, BT_PRECISION_FP32);
+    check_share_grads(CFG_TINY, BT_PRECISION_BF16);
+    check_share_grads(CFG_FIXTURE, BT_PRECISION_FP32);
+    bt_model m[2];
+    if (share_pair(m, CFG_TINY, BT_PRECISION_FP32))
+        compare_steps(m, "8: layer gradients shared vs own");
+    /* the sizes: the estimate follows (tiny), and what sharing saves at base, printed */
+    enum { Bt = 6, Bi = 3, P = 7, Pm = 2 };
+    if (share_pair(m, CFG_TINY, BT_PRECISION_FP32)) {
+        const size_t want = bt_model_activation_bytes_mode(&m[1].cfg, BT_HEADS_ALL,
+                                                           BT_PRECISION_FP32, BT_ACTS_FULL, Bt,
+                                                           Bi, P, Pm, T);
+        size_t got[2];
+        for (int v = 0; v < 2; v++) {
+            tu_check(bt_model_reserve_phases(&m[v], Bt, Bi, P, Pm, T) == BT_OK, "8: reserve");
+            got[v] = arenas_bytes(&m[v]);
+        }
+        tu_check(got[1] == want && got[1] < got[0],
+                 "8: tiny full: shared %zu bytes (= the estimate %zu) < own %zu", got[1], want,
+                 got[0]);
+        bt_model_free(&m[0]);
+        bt_model_free(&m[1]);
+    }
+}
+
 /* --- 4: a backward in forward-only mode aborts with a message -------------------------------
  * Run in a fresh process (this binary re-executed with --refuse N: OpenMP's threads do not
  * survive a fork). */
@@ -860,6 +1046,8 @@ int main(int argc, char **argv) {
             check_assigned_slots(prec ? BT_PRECISION_BF16 : BT_PRECISION_FP32, (bt_act_mode)mode);
     check_sizes();
     check_act16();
+    check_probs();
+    check_share();
     check_backward_refused(0);
     check_backward_refused(1);
     return tu_finish();

@@ -663,8 +663,11 @@ static void test_dropout_keys(const bt_model_config *c) {
 
 /* --- 5: memory ------------------------------------------------------------------------------ */
 
+/* the phase arenas and the layer gradient scratch (BT_ACTS_FULL shares the layers' internal
+ * gradients there: model.h "Memory modes") */
 static size_t arenas_bytes(const bt_model *m) {
-    return m->tower_act.bytes + m->tower_dact.bytes + m->pair_act.bytes + m->pair_dact.bytes;
+    return m->tower_act.bytes + m->tower_dact.bytes + m->pair_act.bytes + m->pair_dact.bytes +
+           m->layer_dact.bytes;
 }
 
 static void test_memory(const bt_model_config *c) {

@@ -587,6 +587,62 @@ static void attn_grads(const attn_case *a, float *gq, float *gkv, float **dq, fl
     else *dq = gq, *dk = gq + C, *dv = gq + 2 * C;
 }
 
+/* The backward without probs (P recomputed per block from q, k and the key bias) against
+ * the backward reading the forward's own probs p_fast: the same bits, in both dx modes,
+ * since the recompute runs the forward's product and row pass. The reference likewise
+ * recomputes P in double; against the reference reading p_ref (P rounded to fp32, a
+ * relative change of 2^-24 per probability) it agrees to fp32 rounding. The check can
+ * fail: with a key mask, recomputing without the key bias must change the gradients. */
+static void test_attention_recompute(const char *label, const attn_case *a, const float *p_fast,
+                                     const float *p_ref, const float *dout,
+                                     const bt_dropout *drop, gemm_compute compute) {
+    char name[240];
+    const attention_dims *d = &a->d;
+    float *g[2][2]; /* [kept, recomputed][q, kv] */
+    for (int mo = 0; mo < 2; mo++) {
+        const bt_dx_mode md = mo ? BT_DX_SET : BT_DX_ADD;
+        for (int r = 0; r < 2; r++) {
+            g[r][0] = md == BT_DX_SET ? sentinel_f(a->qn) : calloc(a->qn, sizeof(float));
+            g[r][1] = !a->kvn ? NULL : md == BT_DX_SET ? sentinel_f(a->kvn)
+                                                      : calloc(a->kvn, sizeof(float));
+            float *eq, *ek, *ev;
+            attn_grads(a, g[r][0], g[r][1], &eq, &ek, &ev);
+            attention_backward(eq, ek, ev, dout, r ? NULL : p_fast, a->q, a->k, a->v,
+                               a->key_bias, d, drop, compute, md);
+        }
+        snprintf(name, sizeof name, "attention bwd, P recomputed = P kept, bitwise (%s) %s",
+                 mo ? "set" : "add", label);
+        tu_check(memcmp(g[1][0], g[0][0], a->qn * sizeof(float)) == 0 &&
+                     (!a->kvn || memcmp(g[1][1], g[0][1], a->kvn * sizeof(float)) == 0),
+                 "%s", name);
+        if (mo == 0 && a->key_bias) { /* the control: the mask left out must show */
+            float *w0 = calloc(a->qn, sizeof(float)), *w1 = a->kvn ? calloc(a->kvn, sizeof(float)) : NULL;
+            float *eq, *ek, *ev;
+            attn_grads(a, w0, w1, &eq, &ek, &ev);
+            attention_backward(eq, ek, ev, dout, NULL, a->q, a->k, a->v, NULL, d, drop, compute,
+                               BT_DX_ADD);
+            snprintf(name, sizeof name, "attention bwd recomputed without the key bias differs %s",
+                     label);
+            tu_check(memcmp(w0, g[0][0], a->qn * sizeof(float)) != 0, "%s", name);
+            free(w0), free(w1);
+        }
+        for (int r = 0; r < 2; r++) free(g[r][0]), free(g[r][1]);
+    }
+    /* the reference: recomputed (double P) against P read back from fp32 */
+    for (int r = 0; r < 2; r++) {
+        g[r][0] = calloc(a->qn, sizeof(float));
+        g[r][1] = a->kvn ? calloc(a->kvn, sizeof(float)) : NULL;
+        float *eq, *ek, *ev;
+        attn_grads(a, g[r][0], g[r][1], &eq, &ek, &ev);
+        attention_backward_ref(eq, ek, ev, dout, r ? NULL : p_ref, a->q, a->k, a->v, a->key_bias,
+                               d, drop, compute, BT_DX_ADD);
+    }
+    snprintf(name, sizeof name, "attention bwd reference, P recomputed ~ P kept %s", label);
+    close_f32(name, g[1][0], g[0][0], a->qn, RTOL_F32);
+    if (a->kvn) close_f32(name, g[1][1], g[0][1], a->kvn, RTOL_F32);
+    for (int r = 0; r < 2; r++) free(g[r][0]), free(g[r][1]);
+}
+
 static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, size_t Tk, size_t D,
                            int self, int masked, const bt_dropout *drop, gemm_compute compute) {
     char name[200];
@@ -617,8 +673,10 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
     attn_grads(&a, gq1, gkv1, &dq1, &dk1, &dv1);
     attn_grads(&a, gq2, gkv2, &dq2, &dk2, &dv2);
     /* both backwards read the same (reference) probs, so only the backward is compared */
-    attention_backward(dq1, dk1, dv1, dout, p2, a.q, a.k, a.v, d, drop, compute, BT_DX_ADD);
-    attention_backward_ref(dq2, dk2, dv2, dout, p2, a.q, a.k, a.v, d, drop, compute, BT_DX_ADD);
+    attention_backward(dq1, dk1, dv1, dout, p2, a.q, a.k, a.v, a.key_bias, d, drop, compute,
+                       BT_DX_ADD);
+    attention_backward_ref(dq2, dk2, dv2, dout, p2, a.q, a.k, a.v, a.key_bias, d, drop, compute,
+                           BT_DX_ADD);
     if (self) {
         snprintf(name, sizeof name, "attention bwd d(qkv) %s", label);
         close_f32(name, gq1, gq2, a.qn, rt_b);
@@ -640,7 +698,7 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
             float *eq, *ek, *ev;
             attn_grads(&a, gm[mo][v][0], gm[mo][v][1], &eq, &ek, &ev);
             (v ? attention_backward_ref : attention_backward)(eq, ek, ev, dz, p2, a.q, a.k, a.v,
-                                                              d, drop, compute,
+                                                              a.key_bias, d, drop, compute,
                                                               mo ? BT_DX_SET : BT_DX_ADD);
         }
     for (int v = 0; v < 2; v++) {
@@ -652,6 +710,7 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
         for (int mo = 0; mo < 2; mo++) free(gm[mo][v][0]), free(gm[mo][v][1]);
     }
     free(dz);
+    test_attention_recompute(label, &a, p1, p2, dout, drop, compute);
 
     /* determinism: the same call again gives the same bits (fp32 and bf16 alike) */
     float *o3 = sentinel_f(on), *p3 = sentinel_f(pn);
@@ -708,10 +767,10 @@ static void test_attention_partial_grads(void) {
     float *o = sentinel_f(on), *p = sentinel_f(pn), *dout = rand_f(on, -1, 1);
     attention_forward_ref(o, p, a.q, a.k, a.v, a.key_bias, &a.d, &drop, GEMM_COMPUTE_F32);
     float *g1 = rand_f(a.kvn, -1, 1), *g2 = copy_f(g1, a.kvn), *gq = rand_f(a.qn, -1, 1);
-    attention_backward(NULL, NULL, g1 + C, dout, p, a.q, a.k, a.v, &a.d, &drop, GEMM_COMPUTE_F32,
-                       BT_DX_ADD);
-    attention_backward_ref(gq, g2, g2 + C, dout, p, a.q, a.k, a.v, &a.d, &drop, GEMM_COMPUTE_F32,
-                           BT_DX_ADD);
+    attention_backward(NULL, NULL, g1 + C, dout, p, a.q, a.k, a.v, a.key_bias, &a.d, &drop,
+                       GEMM_COMPUTE_F32, BT_DX_ADD);
+    attention_backward_ref(gq, g2, g2 + C, dout, p, a.q, a.k, a.v, a.key_bias, &a.d, &drop,
+                           GEMM_COMPUTE_F32, BT_DX_ADD);
     /* compare the dv columns only; the dk columns of g1 must be untouched */
     float *dv1 = fvec(2 * 13 * C), *dv2 = fvec(2 * 13 * C);
     int dk_untouched = 1;
@@ -752,8 +811,8 @@ static void test_attention_block_products(gemm_compute compute) {
     float *dg = rand_f(B * T * 3 * C, -1, 1), *dg2 = copy_f(dg, B * T * 3 * C);
     float *out2 = sentinel_f(B * T * C);
     attention_forward(out, probs, qkv, qkv + C, qkv + 2 * C, NULL, &d, NULL, compute);
-    attention_backward(NULL, NULL, dg + 2 * C, dout, probs, qkv, qkv + C, qkv + 2 * C, &d, NULL,
-                       compute, BT_DX_ADD);
+    attention_backward(NULL, NULL, dg + 2 * C, dout, probs, qkv, qkv + C, qkv + 2 * C, NULL, &d,
+                       NULL, compute, BT_DX_ADD);
 #ifdef _OPENMP
 #pragma omp parallel if (omp_get_max_threads() > 1)
 #endif

@@ -447,22 +447,30 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
     double *dq, *dk, *dv;
     if (self) dq = dqbuf, dk = dqbuf + C, dv = dqbuf + 2 * C;
     else dq = dqbuf, dk = dkvbuf, dv = dkvbuf + C;
-    attention_backward_ref_f64(dq, dk, dv, t.wt, t.probs, t.q, t.k, t.v, d, drop, BT_DX_ADD);
     char name[128];
-    if (self) {
-        snprintf(name, sizeof name, "attention %s: d(qkv) packed", label);
-        check_grad(name, dqbuf, qn, qbuf, attn_loss, &t, FD_H);
-    } else {
-        snprintf(name, sizeof name, "attention %s: dq", label);
-        check_grad(name, dqbuf, qn, qbuf, attn_loss, &t, FD_H);
-        snprintf(name, sizeof name, "attention %s: d(kv) packed", label);
-        check_grad(name, dkvbuf, kvn, kvbuf, attn_loss, &t, FD_H);
+    /* P kept (t.probs), then P recomputed from q, k and the key bias (probs NULL) */
+    for (int recompute = 0; recompute < 2; recompute++) {
+        const char *how = recompute ? ", P recomputed" : "";
+        prefill(dqbuf, qn);
+        prefill(dkvbuf, kvn);
+        attention_backward_ref_f64(dq, dk, dv, t.wt, recompute ? NULL : t.probs, t.q, t.k, t.v,
+                                   t.key_bias, d, drop, BT_DX_ADD);
+        if (self) {
+            snprintf(name, sizeof name, "attention %s: d(qkv) packed%s", label, how);
+            check_grad(name, dqbuf, qn, qbuf, attn_loss, &t, FD_H);
+        } else {
+            snprintf(name, sizeof name, "attention %s: dq%s", label, how);
+            check_grad(name, dqbuf, qn, qbuf, attn_loss, &t, FD_H);
+            snprintf(name, sizeof name, "attention %s: d(kv) packed%s", label, how);
+            check_grad(name, dkvbuf, kvn, kvbuf, attn_loss, &t, FD_H);
+        }
     }
     /* BT_DX_SET: every column of the packed buffers is one of dq, dk, dv */
     double *sq = nan_vec(qn), *skv = nan_vec(kvn);
     if (self) dq = sq, dk = sq + C, dv = sq + 2 * C;
     else dq = sq, dk = skv, dv = skv + C;
-    attention_backward_ref_f64(dq, dk, dv, t.wt, t.probs, t.q, t.k, t.v, d, drop, BT_DX_SET);
+    attention_backward_ref_f64(dq, dk, dv, t.wt, t.probs, t.q, t.k, t.v, t.key_bias, d, drop,
+                               BT_DX_SET);
     snprintf(name, sizeof name, "attention %s: dq%s", label, self ? ", dk, dv" : "");
     check_grad_set(name, sq, qn, qbuf, attn_loss, &t);
     if (!self) {

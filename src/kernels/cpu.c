@@ -229,6 +229,11 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     fprintf(out, "attention threads: %s\n", ops_attention_threads_name());
     fprintf(out, "attention products: %s (BT_ATTENTION_PRODUCTS=%s)\n",
             ops_attention_products_name(), env_or(BT_SET_ATTENTION_PRODUCTS, "unset"));
+    const char *probs = env_or(BT_SET_ATTENTION_PROBS, "unset");
+    fprintf(out, "attention probabilities: %s (BT_ATTENTION_PROBS=%s)\n",
+            strcmp(probs, "keep") == 0 ? "kept by the forward for the backward"
+                                       : "recomputed by the backward (model.h)",
+            probs);
     const gemm_backend b = gemm_get_backend();
     fprintf(out, "gemm backend: %s (BT_GEMM=%s)\n", gemm_backend_name(b),
             env_or(BT_SET_GEMM, "unset"));

@@ -1217,9 +1217,9 @@ typedef struct attention_vnni {
 } attention_vnni;
 
 OPS_VEC static void attention_rows_backward(float *ds, size_t lds, float *pd, size_t pd_step,
-                                            bt_bf16 *pd16,
-                                            bt_bf16 *ds16, size_t ld16, const float *p, size_t tq,
-                                            size_t tk, const ops_drop *dr, uint64_t base,
+                                            bt_bf16 *pd16, bt_bf16 *ds16, size_t ld16,
+                                            const float *p, size_t ldp, size_t tq, size_t tk,
+                                            const ops_drop *dr, uint64_t base,
                                             const attention_vnni *vnni) {
     const ops_drop r = *dr;
     const int ring = vnni && vnni->pd; /* pd16: two rows */
@@ -1230,10 +1230,10 @@ OPS_VEC static void attention_rows_backward(float *ds, size_t lds, float *pd, si
      * AVX512-BF16 without AMX; native bf16 within noise. A hint: no result depends on it. */
     enum { OPS_ATTN_P_AHEAD = 6 };
     for (size_t i = 0; i < tq; i++) {
-        const float *pi = p + i * tk;
+        const float *pi = p + i * ldp;
         if (i + OPS_ATTN_P_AHEAD < tq)
             for (size_t j = 0; j < tk; j += 64 / sizeof(float))
-                __builtin_prefetch(pi + OPS_ATTN_P_AHEAD * tk + j, 0, 3);
+                __builtin_prefetch(pi + OPS_ATTN_P_AHEAD * ldp + j, 0, 3);
         float *pdi = r.on && pd ? pd + i * pd_step : NULL, *dsi = ds ? ds + i * lds : NULL;
         if (pdi && dsi) dropout_span_pair(pdi, pi, dsi, dsi, tk, &r, base + i * tk);
         else if (pdi) dropout_span(pdi, pi, tk, &r, base + i * tk);
@@ -1323,6 +1323,19 @@ static size_t attention_ldt(size_t Tk) { return (Tk + OPS_LANES - 1) / OPS_LANES
  * tile16, on the native bf16 route only (else NULL): Tq x Tk + (Tq + 2 Tk) x D bf16, P·V's
  * operand written in bf16 by the row pass (the bytes gemm would round P or dropout(P) to,
  * without a second pass over it), then the bf16 q_h, k_h, v_h. */
+/* S = q_h k_hᵀ / √D into tile (row stride ldt) for block (b, h); q16 / k16 (Tq x D, Tk x D
+ * bf16, the native route's rounded operands) or NULL. The forward's product, and the
+ * backward's when it recomputes P (probs NULL): one call, so the same bits. */
+static void attention_block_scores(float *tile, size_t ldt, const float *q, const float *k,
+                                   const attention_dims *d, gemm_compute compute, bt_bf16 *q16,
+                                   bt_bf16 *k16, size_t b, size_t h) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
+    attention_product(0, 1, Tq, Tk, D,
+                      attention_operand_of(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D),
+                      attention_operand_of(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D),
+                      tile, ldt, (float)(1.0 / sqrt((double)D)), 0.0f, compute);
+}
+
 static void attention_block_forward(float *out, float *probs, const float *q, const float *k,
                                     const float *v, const float *key_bias,
                                     const attention_dims *d, const ops_drop *dr,
@@ -1333,10 +1346,7 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
     bt_bf16 *q16 = tile16 ? tile16 + Tq * Tk : NULL, *k16 = tile16 ? q16 + Tq * D : NULL;
     bt_bf16 *v16 = tile16 ? k16 + Tk * D : NULL;
     /* S = q_h k_hᵀ / √D + key_bias[b] */
-    attention_product(0, 1, Tq, Tk, D,
-                      attention_operand_of(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D),
-                      attention_operand_of(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D),
-                      tile, ldt, (float)(1.0 / sqrt((double)D)), 0.0f, compute);
+    attention_block_scores(tile, ldt, q, k, d, compute, q16, k16, b, h);
     /* fetched during the row pass: v_h (P·V's operand, or on the native route the rows
      * rounded into v16 after the pass) and the product's cold output rows */
     attention_ahead ahead = {.x = {v + b * Tk * d->ldv + h * D, out + b * Tq * d->ldo + h * D},
@@ -1357,6 +1367,29 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
                       out + b * Tq * d->ldo + h * D, d->ldo, 1.0f, 0.0f, compute);
 }
 
+/* Recomputing P in the backward (probs NULL: the forward kept none; ops.h). ptile: Tq x ldt
+ * fp32 (ldt = attention_ldt(Tk), the padding columns zeroed by the caller). The forward's
+ * score product (attention_block_scores) and its row pass without a dropout output: the row
+ * pass writes P as y = e * (1/Σ) with or without dropout, so P has the bits the forward's
+ * had (tests/test_ops_fast.c checks the whole backward against the kept-probs one).
+ * Returns ptile. */
+static const float *attention_probs_of_scores(float *ptile, size_t ldt, const float *key_bias,
+                                              const attention_dims *d, size_t b) {
+    const ops_drop none = ops_drop_make(NULL);
+    attention_rows_forward(ptile, ldt, NULL, 0, NULL, 0, key_bias ? key_bias + b * d->Tk : NULL,
+                           d->Tq, d->Tk, &none, 0, NULL);
+    return ptile;
+}
+
+static const float *attention_block_recompute(float *ptile, const float *q, const float *k,
+                                              const float *key_bias, const attention_dims *d,
+                                              gemm_compute compute, bt_bf16 *q16, bt_bf16 *k16,
+                                              size_t b, size_t h) {
+    const size_t ldt = attention_ldt(d->Tk);
+    attention_block_scores(ptile, ldt, q, k, d, compute, q16, k16, b, h);
+    return attention_probs_of_scores(ptile, ldt, key_bias, d, b);
+}
+
 /* forward, per block: S = q kᵀ/√D + bias, P = softmax(S), Pd = dropout(P), out = Pd v.
  * (beta: 1 accumulates into dq, dk, dv (BT_DX_ADD), 0 assigns them (BT_DX_SET))
  *   dv += Pdᵀ dout;  dPd = dout vᵀ;  dS = P ⊙ (dP - rowsum(dP ⊙ P)), dP = dropout(dPd);
@@ -1371,30 +1404,37 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
  * (attention_round), so the results are the same bits. */
 static void attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
                                      const float *probs, const float *q, const float *k,
-                                     const float *v, const attention_dims *d,
-                                     const ops_drop *dr, gemm_compute compute, float beta,
-                                     float *tile, float *prow, bt_bf16 *t16, size_t b,
-                                     size_t h) {
+                                     const float *v, const float *key_bias,
+                                     const attention_dims *d, const ops_drop *dr,
+                                     gemm_compute compute, float beta, float *tile, float *prow,
+                                     bt_bf16 *t16, float *ptile, size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
-    const float *p = probs + pbase;
     const float scale = (float)(1.0 / sqrt((double)D));
+    bt_bf16 *q16 = t16 ? t16 + Tq * D : NULL, *k16 = t16 ? q16 + Tq * D : NULL;
+    bt_bf16 *v16 = t16 ? k16 + Tk * D : NULL;
+    /* P: the kept probs slice, or recomputed into ptile (its q16 / k16 rounding is the
+     * forward's and is made again below for the dk and dq products) */
+    const float *p = probs ? probs + pbase
+                           : attention_block_recompute(ptile, q, k, key_bias, d, compute, q16,
+                                                       k16, b, h);
+    const size_t ldp = probs ? Tk : attention_ldt(Tk);
     float *ds = dq || dk ? tile : NULL;
     bt_bf16 *pd16 = t16 && dv ? (bt_bf16 *)(tile + Tq * Tk) : NULL;
     bt_bf16 *ds16 = t16 ? (bt_bf16 *)(tile + Tq * Tk) + Tq * Tk : NULL;
     float *pd = dr->on && dv ? (t16 ? prow : tile + Tq * Tk) : NULL;
-    bt_bf16 *q16 = t16 ? t16 + Tq * D : NULL, *k16 = t16 ? q16 + Tq * D : NULL;
-    bt_bf16 *v16 = t16 ? k16 + Tk * D : NULL;
     const attention_operand od =
         attention_operand_of(t16, dout + b * Tq * d->ldo + h * D, d->ldo, Tq, D);
     if (ds) /* dPd = dout_h v_hᵀ */
         attention_product(0, 1, Tq, Tk, D, od,
                           attention_operand_of(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D),
                           ds, Tk, 1.0f, 0.0f, compute);
-    attention_rows_backward(ds, Tk, pd, t16 ? 0 : Tk, pd16, ds16, Tk, p, Tq, Tk, dr, pbase, NULL);
+    attention_rows_backward(ds, Tk, pd, t16 ? 0 : Tk, pd16, ds16, Tk, p, ldp, Tq, Tk, dr, pbase,
+                            NULL);
     if (dv) { /* dv_h += Pdᵀ dout_h */
         const attention_operand a = pd16 ? (attention_operand){BT_DTYPE_BF16, pd16, Tk}
-                                         : (attention_operand){BT_DTYPE_F32, pd ? pd : p, Tk};
+                                 : pd    ? (attention_operand){BT_DTYPE_F32, pd, Tk}
+                                         : (attention_operand){BT_DTYPE_F32, p, ldp};
         attention_product(1, 0, Tk, D, Tq, a, od, dv + b * Tk * d->ldv + h * D, d->ldv, 1.0f,
                           beta, compute);
     }
@@ -1480,6 +1520,21 @@ static size_t attention_amx_thread_bytes(size_t floats, size_t bf16, size_t *til
     return (*tile_b + bf16 * sizeof(bt_bf16) + 63) / 64 * 64;
 }
 
+/* S = q_h k_hᵀ / √D into tile (row stride ldt) on AMX tiles: q_h packed as A rows into qa
+ * (Tq16 x Dp), k_hᵀ as VNNI B into kb (Dp/2 x 2 Tk16), tmp the packing scratch. The
+ * forward's product and, with probs NULL, the backward's recompute of it (the same bits). */
+static void attention_amx_scores(float *tile, size_t ldt, bt_bf16 *qa, bt_bf16 *kb,
+                                 bt_bf16 *tmp, const float *q, const float *k,
+                                 const attention_dims *d, size_t b, size_t h) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
+    const attention_amx_dims z = attention_amx_dims_of(d);
+    attention_amx_pack_rows(qa, z.Dp, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D, z.Dp);
+    attention_amx_pack_vnni_t(kb, 2 * z.Tk16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D, z.Dp,
+                              tmp);
+    attention_amx_gemm(tile, ldt, 0, qa, z.Dp, kb, 2 * z.Tk16, Tq, Tk, z.Dp,
+                       (float)(1.0 / sqrt((double)D)), 0.0f);
+}
+
 /* attention_block_forward with AMX products. tile: Tq x Tk fp32 (S, then P) at row stride
  * attention_ldt(Tk) (as on the gemm() routes; measured 4.50-4.55 -> 4.02-4.04 ms per
  * forward call, native bf16, 1 thread, B 2, T 325, dropout 0.1, key mask, min of 20 calls;
@@ -1494,14 +1549,10 @@ static void attention_block_forward_amx(float *out, float *probs, const float *q
     const size_t pbase = (b * d->NH + h) * Tq * Tk, ldt = attention_ldt(Tk);
     bt_bf16 *p16 = w, *qa = p16 + z.Tq16 * z.Tkp, *kb = qa + z.Tq16 * z.Dp;
     bt_bf16 *vb = kb + z.Dp * z.Tk16, *tmp = vb + z.Tkp * z.D16;
-    const float *q_h = q + b * Tq * d->ldq + h * D, *k_h = k + b * Tk * d->ldk + h * D;
     const float *v_h = v + b * Tk * d->ldv + h * D;
     float *out_h = out + b * Tq * d->ldo + h * D;
     /* S = q_h k_hᵀ / √D */
-    attention_amx_pack_rows(qa, z.Dp, q_h, d->ldq, Tq, D, z.Dp);
-    attention_amx_pack_vnni_t(kb, 2 * z.Tk16, k_h, d->ldk, Tk, D, z.Dp, tmp);
-    attention_amx_gemm(tile, ldt, 0, qa, z.Dp, kb, 2 * z.Tk16, Tq, Tk, z.Dp,
-                       (float)(1.0 / sqrt((double)D)), 0.0f);
+    attention_amx_scores(tile, ldt, qa, kb, tmp, q, k, d, b, h);
     attention_ahead ahead = {.x = {v_h, out_h}, .ld = {d->ldv, d->ldo}, .rows = {Tk, Tq}, .D = D};
     attention_ahead_begin(&ahead, Tq);
     attention_rows_forward(tile, ldt, dr->on ? tile + Tq * ldt : NULL, 0, p16, z.Tkp,
@@ -1531,9 +1582,10 @@ static size_t attention_amx_bwd_n(const attention_dims *d) {
  * + Tk (one row of fp32 Pd); w: attention_amx_bwd_n bf16, 64-byte aligned. */
 static void attention_block_backward_amx(float *dq, float *dk, float *dv, const float *dout,
                                          const float *probs, const float *q, const float *k,
-                                         const float *v, const attention_dims *d,
-                                         const ops_drop *dr, float beta, float *tile,
-                                         bt_bf16 *w, size_t b, size_t h) {
+                                         const float *v, const float *key_bias,
+                                         const attention_dims *d, const ops_drop *dr,
+                                         float beta, float *tile, bt_bf16 *w, float *ptile,
+                                         size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const attention_amx_dims z = attention_amx_dims_of(d);
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
@@ -1544,6 +1596,15 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
     bt_bf16 *tmp = qt + z.D16 * z.Tqp;
     const float *dout_h = dout + b * Tq * d->ldo + h * D, *q_h = q + b * Tq * d->ldq + h * D;
     const float *k_h = k + b * Tk * d->ldk + h * D, *v_h = v + b * Tk * d->ldv + h * D;
+    /* P: the kept probs slice, or recomputed into ptile (Tq x attention_ldt(Tk)) with oa and
+     * vt, packed again below, as the score product's operands */
+    const float *p = probs + pbase;
+    size_t ldp = Tk;
+    if (!probs) {
+        ldp = attention_ldt(Tk);
+        attention_amx_scores(ptile, ldp, oa, vt, tmp, q, k, d, b, h);
+        p = attention_probs_of_scores(ptile, ldp, key_bias, d, b);
+    }
     float *ds = dq || dk ? tile : NULL;
     if (ds) { /* dPd = dout_h v_hᵀ */
         attention_amx_pack_rows(oa, z.Dp, dout_h, d->ldo, Tq, D, z.Dp);
@@ -1554,8 +1615,8 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
     const attention_vnni vnni = {.pd = dv ? pdv : NULL, .ds = dk ? dsv : NULL,
                                  .ld = 2 * z.Tk16, .n16 = z.Tk16, .rows = z.Tqp / 2};
     attention_rows_backward(ds, z.Tk16, dr->on && dv ? tile + Tq * z.Tk16 : NULL, 0,
-                            dv ? pd16 : NULL, ds ? ds16 : NULL, z.Tkp, probs + pbase, Tq, Tk, dr,
-                            pbase, &vnni);
+                            dv ? pd16 : NULL, ds ? ds16 : NULL, z.Tkp, p, ldp, Tq, Tk, dr, pbase,
+                            &vnni);
     if (dv) { /* dv_hᵀ += dout_hᵀ Pd */
         attention_amx_pack_rows_t(ot, z.Tqp, dout_h, d->ldo, Tq, D, z.Tqp, tmp);
         attention_amx_gemm(dv + b * Tk * d->ldv + h * D, d->ldv, 1, ot, z.Tqp, pdv, 2 * z.Tk16,
@@ -1573,6 +1634,21 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
     }
 }
 
+/* S of batch item b's NH heads into pb (NH, Tq, Tk): one batched gemm(). The forward's and,
+ * with probs NULL, the backward's recompute of it. */
+static void attention_batched_scores(float *pb, const float *q, const float *k,
+                                     const attention_dims *d, gemm_compute compute, size_t b) {
+    const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
+    gemm_args s = {
+        .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
+        .a_type = BT_DTYPE_F32, .a = q + b * Tq * d->ldq, .lda = d->ldq,
+        .b_type = BT_DTYPE_F32, .b = k + b * Tk * d->ldk, .ldb = d->ldk,
+        .c = pb, .ldc = Tk, .alpha = (float)(1.0 / sqrt((double)D)), .beta = 0.0f,
+        .compute = compute, .batch = d->NH, .stride_a = D, .stride_b = D, .stride_c = Tq * Tk,
+    };
+    gemm(&s);
+}
+
 /* Strategy (b): batch items one after another; per item, the NH heads' products are one
  * batched gemm() (heads are column slices: stride D), which threads internally; the row
  * work is an OpenMP loop over heads. Scratch holds NH tiles. */
@@ -1585,14 +1661,7 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
     float *own = probs ? NULL : bt_alloc(NH * blk * sizeof(float)); /* P not kept: one item's */
     for (size_t b = 0; b < d->B; b++) {
         float *pb = probs ? probs + b * NH * blk : own; /* (NH, Tq, Tk) */
-        gemm_args s = {
-            .trans_a = 0, .trans_b = 1, .m = Tq, .n = Tk, .k = D,
-            .a_type = BT_DTYPE_F32, .a = q + b * Tq * d->ldq, .lda = d->ldq,
-            .b_type = BT_DTYPE_F32, .b = k + b * Tk * d->ldk, .ldb = d->ldk,
-            .c = pb, .ldc = Tk, .alpha = (float)(1.0 / sqrt((double)D)), .beta = 0.0f,
-            .compute = compute, .batch = NH, .stride_a = D, .stride_b = D, .stride_c = blk,
-        };
-        gemm(&s);
+        attention_batched_scores(pb, q, k, d, compute, b);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
             attention_rows_forward(pb + h * blk, Tk, tile ? tile + h * blk : NULL, Tk, NULL, 0,
@@ -1613,14 +1682,24 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
 
 static void attention_backward_batched(float *dq, float *dk, float *dv, const float *dout,
                                        const float *probs, const float *q, const float *k,
-                                       const float *v, const attention_dims *d,
-                                       const ops_drop *dr, gemm_compute compute, float beta) {
+                                       const float *v, const float *key_bias,
+                                       const attention_dims *d, const ops_drop *dr,
+                                       gemm_compute compute, float beta) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D, NH = d->NH, blk = Tq * Tk;
     const float scale = (float)(1.0 / sqrt((double)D));
     float *ds = bt_alloc(NH * blk * sizeof(float));
     float *pd = dr->on && dv ? bt_alloc(NH * blk * sizeof(float)) : NULL;
+    float *own = probs ? NULL : bt_alloc(NH * blk * sizeof(float)); /* P recomputed: one item's */
+    const ops_drop none = ops_drop_make(NULL);
     for (size_t b = 0; b < d->B; b++) {
-        const float *pb = probs + b * NH * blk;
+        const float *pb = probs ? probs + b * NH * blk : own;
+        if (!probs) { /* the forward's products and row passes, without a dropout output */
+            attention_batched_scores(own, q, k, d, compute, b);
+            OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
+            for (size_t h = 0; h < NH; h++)
+                attention_rows_forward(own + h * blk, Tk, NULL, 0, NULL, 0,
+                                       key_bias ? key_bias + b * Tk : NULL, Tq, Tk, &none, 0, NULL);
+        }
         const float *dout_b = dout + b * Tq * d->ldo;
         if (dv) { /* dv_h += Pd_hᵀ dout_h */
             if (pd)
@@ -1646,8 +1725,8 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
         gemm(&g);
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
-            attention_rows_backward(ds + h * blk, Tk, NULL, 0, NULL, NULL, 0, pb + h * blk, Tq, Tk,
-                                    dr, (b * NH + h) * blk, NULL);
+            attention_rows_backward(ds + h * blk, Tk, NULL, 0, NULL, NULL, 0, pb + h * blk, Tk, Tq,
+                                    Tk, dr, (b * NH + h) * blk, NULL);
         if (dq) { /* dq_h += dS_h k_h / √D */
             gemm_args gq = {
                 .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
@@ -1671,6 +1750,7 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
     }
     bt_free(ds);
     bt_free(pd);
+    bt_free(own);
 }
 
 static void attention_check(const attention_dims *d) {
@@ -1740,51 +1820,59 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
 
 static void attention_backward_fast(float *dq, float *dk, float *dv, const float *dout,
                                     const float *probs, const float *q, const float *k,
-                                    const float *v, const attention_dims *d,
-                                    const bt_dropout *drop, gemm_compute compute,
-                                    bt_dx_mode mode) {
+                                    const float *v, const float *key_bias,
+                                    const attention_dims *d, const bt_dropout *drop,
+                                    gemm_compute compute, bt_dx_mode mode) {
     attention_check(d);
-    BT_ASSERT(dout && probs && q && k && v);
+    BT_ASSERT(dout && q && k && v); /* probs NULL: P recomputed (ops.h) */
     if (!dq && !dk && !dv) return;
     const ops_drop dr = ops_drop_make(drop);
     const float beta = mode == BT_DX_ADD ? 1.0f : 0.0f;
     if (ops_attention_resolve() == OPS_ATTN_GEMM) {
-        attention_backward_batched(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute, beta);
+        attention_backward_batched(dq, dk, dv, dout, probs, q, k, v, key_bias, d, &dr, compute,
+                                   beta);
         return;
     }
     const size_t nblk = d->B * d->NH;
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
+    /* without probs, per thread also the recomputed P: Tq x ldt floats, the padding zeroed */
+    const size_t ldt = attention_ldt(d->Tk);
+    const size_t ptile_b = probs ? 0 : (d->Tq * ldt * sizeof(float) + 63) / 64 * 64;
     if (attention_amx_use(compute)) { /* per thread: Tq x Tk16 + Tk floats, then the bf16 */
         size_t tile_b;
-        const size_t stride = attention_amx_thread_bytes(d->Tq * attention_amx_r16(d->Tk) + d->Tk,
-                                                         attention_amx_bwd_n(d), &tile_b);
+        const size_t stride = ptile_b + attention_amx_thread_bytes(
+                                            d->Tq * attention_amx_r16(d->Tk) + d->Tk,
+                                            attention_amx_bwd_n(d), &tile_b);
         char *tiles = bt_alloc((size_t)nthr * stride);
+        if (ptile_b) attention_tiles_pad(tiles, nthr, stride, d->Tq, d->Tk, ldt);
         OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
         for (size_t blk = 0; blk < nblk; blk++) {
-            char *mine = tiles + (size_t)ops_thread_num() * stride;
-            attention_block_backward_amx(dq, dk, dv, dout, probs, q, k, v, d, &dr, beta,
-                                         (float *)mine, (bt_bf16 *)(mine + tile_b), blk / d->NH,
-                                         blk % d->NH);
+            char *mine = tiles + (size_t)ops_thread_num() * stride, *rest = mine + ptile_b;
+            attention_block_backward_amx(dq, dk, dv, dout, probs, q, k, v, key_bias, d, &dr,
+                                         beta, (float *)rest, (bt_bf16 *)(rest + tile_b),
+                                         (float *)mine, blk / d->NH, blk % d->NH);
         }
         bt_free(tiles);
         return;
     }
-    /* per thread: 2 Tq x Tk floats (tile), Tk floats (row scratch), and on the native route
-     * (2 Tq + 2 Tk) x D bf16 */
+    /* per thread: the recomputed P (ptile_b), 2 Tq x Tk floats (tile), Tk floats (row
+     * scratch), and on the native route (2 Tq + 2 Tk) x D bf16 */
     const int native = ops_bf16_native(compute);
     const size_t tile_b = 2 * d->Tq * d->Tk * sizeof(float);
     const size_t rows_b = d->Tk * sizeof(float);
     const size_t t16_b = native ? 2 * (d->Tq + d->Tk) * d->D * sizeof(bt_bf16) : 0;
-    const size_t stride = (tile_b + rows_b + t16_b + 63) / 64 * 64;
+    const size_t stride = (ptile_b + tile_b + rows_b + t16_b + 63) / 64 * 64;
     char *tiles = bt_alloc((size_t)nthr * stride);
+    if (ptile_b) attention_tiles_pad(tiles, nthr, stride, d->Tq, d->Tk, ldt);
     OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
     for (size_t blk = 0; blk < nblk; blk++) {
-        char *mine = tiles + (size_t)ops_thread_num() * stride;
+        char *mine = tiles + (size_t)ops_thread_num() * stride, *rest = mine + ptile_b;
         const size_t b = blk / d->NH, h = blk % d->NH;
-        attention_block_backward(dq, dk, dv, dout, probs, q, k, v, d, &dr, compute, beta,
-                                 (float *)mine, (float *)(mine + tile_b),
-                                 native ? (bt_bf16 *)(mine + tile_b + rows_b) : NULL, b, h);
+        attention_block_backward(dq, dk, dv, dout, probs, q, k, v, key_bias, d, &dr, compute,
+                                 beta, (float *)rest, (float *)(rest + tile_b),
+                                 native ? (bt_bf16 *)(rest + tile_b + rows_b) : NULL,
+                                 (float *)mine, b, h);
     }
     bt_free(tiles);
 }

@@ -191,11 +191,12 @@ void softmax_backward(float *dx, const float *dout, const float *y, size_t n, si
  * slices of a packed (N, 3C) qkv buffer (ld = 3C).
  *
  *   S = q_h k_hᵀ / √D + key_bias[b]   (key_bias (B, Tk) additive, or NULL)
- *   P = softmax(S)                     saved in probs (B, NH, Tq, Tk), before dropout
+ *   P = softmax(S)                     saved in probs (B, NH, Tq, Tk), before dropout, or not
  *   out_h = dropout(P) v_h             (dropout element index = flat index into probs)
  *
- * Computed per (batch, head) block: only probs is kept for the backward. probs may be NULL
- * when no backward follows (inference): P is then not stored, and out is the same bits. compute =
+ * Computed per (batch, head) block, S and P in a per-thread tile that stays in cache. probs
+ * may be NULL: P is then not stored (inference, or a backward that recomputes it), and out
+ * is the same bits. compute =
  * GEMM_COMPUTE_BF16 permits (does not require) the block GEMMs to round their operands to
  * bf16: the fast kernel does, the reference (ops_ref.h) computes in exact math either way. */
 typedef struct attention_dims {
@@ -207,9 +208,14 @@ void attention_forward(float *out, float *probs, const float *q, const float *k,
                        const float *v, const float *key_bias, const attention_dims *d,
                        const bt_dropout *drop, gemm_compute compute);
 /* dq, dk, dv += ... (same layouts and strides as q, k, v; = with BT_DX_SET: the head
- * columns of each row are written, other columns of a packed buffer are not touched). */
+ * columns of each row are written, other columns of a packed buffer are not touched).
+ * probs: the forward's, or NULL: each block then recomputes its P from q, k and key_bias
+ * (the forward's key_bias; ignored when probs is given) with the forward's own product and
+ * row pass, so the results are the same bits as with the kept probs, for one more score
+ * product and row pass per block instead of B*NH*Tq*Tk saved floats (flash-attention's
+ * trade; docs/model.md "Attention probabilities"). */
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs,
-                        const float *q, const float *k, const float *v,
+                        const float *q, const float *k, const float *v, const float *key_bias,
                         const attention_dims *d, const bt_dropout *drop,
                         gemm_compute compute, bt_dx_mode mode);
 /* key_bias (N) = mask ? 0 : -FLT_MAX  (HF's extended attention mask: (1 - m) * finfo.min). */

@@ -92,8 +92,9 @@ void attention_forward_ref_f64(double *out, double *probs, const double *q, cons
                                const attention_dims *d, const bt_dropout *drop);
 void attention_backward_ref_f64(double *dq, double *dk, double *dv, const double *dout,
                                 const double *probs, const double *q, const double *k,
-                                const double *v, const attention_dims *d,
-                                const bt_dropout *drop, bt_dx_mode mode);
+                                const double *v, const double *key_bias,
+                                const attention_dims *d, const bt_dropout *drop,
+                                bt_dx_mode mode);
 void attention_key_bias_from_mask_ref_f64(double *key_bias, const int32_t *mask, size_t n);
 
 void embedding_forward_ref_f64(double *out, const int32_t *ids, const double *table, size_t n,

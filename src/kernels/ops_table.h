@@ -83,9 +83,9 @@
       (out, probs, q, k, v, key_bias, d, drop, compute))                                       \
     X(void, attention_backward,                                                                \
       (float *dq, float *dk, float *dv, const float *dout, const float *probs, const float *q, \
-       const float *k, const float *v, const attention_dims *d, const bt_dropout *drop,        \
-       gemm_compute compute, bt_dx_mode mode),                                                 \
-      (dq, dk, dv, dout, probs, q, k, v, d, drop, compute, mode))                              \
+       const float *k, const float *v, const float *key_bias, const attention_dims *d,         \
+       const bt_dropout *drop, gemm_compute compute, bt_dx_mode mode),                         \
+      (dq, dk, dv, dout, probs, q, k, v, key_bias, d, drop, compute, mode))                    \
     X(void, attention_key_bias_from_mask, (float *key_bias, const int32_t *mask, size_t n),    \
       (key_bias, mask, n))                                                                     \
     X(void, embedding_forward,                                                                 \

@@ -31,7 +31,7 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
     x->q = layout_slot_set(w, N1 * H);
     x->k = layout_slot_set(w, N1 * H);
     x->v = layout_slot_set(w, N1 * H);
-    x->probs = layout_slot_ng(w, B * NH * T1 * T1);
+    x->probs = layout_probs_slot(w, B * NH * T1 * T1, stage);
     layout_attn_out_slot(w, N1 * H, stage, &x->ctx, &x->ctx_16);
     x->attn_lin = layout_slot_set(w, N1 * H);
     x->res1 = layout_slot_set(w, N1 * H);
@@ -41,7 +41,7 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
     x->cq = layout_slot_set(w, N1 * H);
     x->ck = layout_slot_set(w, N2 * H);
     x->cv = layout_slot_set(w, N2 * H);
-    x->cprobs = layout_slot_ng(w, B * NH * T1 * T2);
+    x->cprobs = layout_probs_slot(w, B * NH * T1 * T2, stage);
     layout_attn_out_slot(w, N1 * H, stage, &x->cctx, &x->cctx_16);
     x->cattn_lin = layout_slot_set(w, N1 * H);
     x->res2 = layout_slot_ng(w, N1 * H); /* d res2 is written into d a (post_ln_backward) */
@@ -299,16 +299,16 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     /* c = LN2(dropout(cctx·Wo2ᵀ + bo2) + a), cctx = CrossAttn(q = a, k/v = e) */
     post_ln_backward(m, d->a, BT_DX_SET, d->c, &cross_out, &d_cross_out, &p.co, &p.ln2,
                      &dr.cross_out, &rows);
-    rows_attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv, &cd,
-                            &dr.cross_probs, m->pair_keys, cp, BT_DX_SET);
+    rows_attention_backward(d->cq, d->ck, d->cv, d->cctx, a->cprobs, a->cq, a->ck, a->cv,
+                            s->enc_bias, &cd, &dr.cross_probs, m->pair_keys, cp, BT_DX_SET);
     lin_backward(m, de, d->ck, e, &p.ck, N2, BT_DX_ADD);
     lin_backward(m, de, d->cv, e, &p.cv, N2, BT_DX_ADD);
     lin_backward(m, d->a, d->cq, a->a, &p.cq, N1, BT_DX_ADD);
     /* a = LN1(dropout(ctx·Woᵀ + bo) + x), ctx = SelfAttn(x) */
     post_ln_backward(m, dx, BT_DX_ADD, d->a, &self_out, &d_self_out, &p.o, &p.ln1, &dr.self_out,
                      &rows);
-    rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &sd,
-                            &dr.self_probs, m->pair_keys, cp, BT_DX_SET);
+    rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, s->self_bias,
+                            &sd, &dr.self_probs, m->pair_keys, cp, BT_DX_SET);
     lin_backward(m, dx, d->q, x, &p.q, N1, BT_DX_ADD);
     lin_backward(m, dx, d->k, x, &p.k, N1, BT_DX_ADD);
     lin_backward(m, dx, d->v, x, &p.v, N1, BT_DX_ADD);

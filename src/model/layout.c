@@ -40,6 +40,10 @@ void layout_attn_out_slot(arena_walk *w, size_t n, const attn_stage *st, float *
     if (layout_gemm_input_slot(w, n, f, h)) *f = st->shared ? st->p : layout_slot_ng(w, n);
 }
 
+float *layout_probs_slot(arena_walk *w, size_t n, const attn_stage *st) {
+    return st->keep_probs ? layout_slot_ng(w, n) : NULL;
+}
+
 void layout_walk_end(arena_walk *w) {
     w->off = (w->off + 63) / 64 * 64;
     w->approx = ceil(w->approx / 64.0) * 64.0;

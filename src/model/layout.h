@@ -77,13 +77,22 @@ float *layout_slot_set(arena_walk *w, size_t n);
  * else an fp32 slot *f (gradient: assigned), *h NULL, returns 0. */
 int layout_gemm_input_slot(arena_walk *w, size_t n, float **f, bt_bf16 **h);
 
-/* Where attention writes its fp32 output before the out-projection rounds it (bf16 storage):
+/* How a phase lays out its attention buffers.
+ * Where attention writes its fp32 output before the out-projection rounds it (bf16 storage):
  * shared = 1: one buffer p for the whole phase, shared by its layers (NULL in a counting
- * walk); shared = 0: a slot of each layer's own walk (a scratch group: one layer's worth). */
+ * walk); shared = 0: a slot of each layer's own walk (a scratch group: one layer's worth).
+ * keep_probs: each attention keeps its probabilities P (B*NH*Tq*Tk floats) for the
+ * backward; 0: no probs slot, the backward recomputes P (ops.h attention_backward, the
+ * same bits; model.h "Attention probabilities"). */
 typedef struct attn_stage {
     int shared;
     float *p;
+    int keep_probs;
 } attn_stage;
+
+/* An attention's probabilities: a slot without gradient, or NULL when the stage does not
+ * keep them. */
+float *layout_probs_slot(arena_walk *w, size_t n, const attn_stage *st);
 
 /* An attention output read only by its out-projection: as layout_gemm_input_slot, and with
  * bf16 storage *f = its fp32 staging (attn_stage). */

@@ -125,10 +125,11 @@ void rows_attention_forward(float *out, float *probs, const float *q, const floa
 
 void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *probs, const float *q, const float *k,
-                             const float *v, const attention_dims *d, const bt_dropout *site,
-                             const uint64_t *keys, gemm_compute compute, bt_dx_mode mode) {
+                             const float *v, const float *key_bias, const attention_dims *d,
+                             const bt_dropout *site, const uint64_t *keys,
+                             gemm_compute compute, bt_dx_mode mode) {
     if (site->p <= 0.0f) {
-        attention_backward(dq, dk, dv, dout, probs, q, k, v, d, NULL, compute, mode);
+        attention_backward(dq, dk, dv, dout, probs, q, k, v, key_bias, d, NULL, compute, mode);
         return;
     }
     attention_dims d1 = *d;
@@ -137,8 +138,9 @@ void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     for (size_t b = 0; b < d->B; b++) {
         const bt_dropout r = row_dropout(site, keys[b]);
         const size_t oq = b * d->Tq * d->ldq, ok = b * d->Tk * d->ldk, ov = b * d->Tk * d->ldv;
-        attention_backward(dq + oq, dk + ok, dv + ov, dout + b * d->Tq * d->ldo, probs + b * pb,
-                           q + oq, k + ok, v + ov, &d1, &r, compute, mode);
+        attention_backward(dq + oq, dk + ok, dv + ov, dout + b * d->Tq * d->ldo,
+                           probs ? probs + b * pb : NULL, q + oq, k + ok, v + ov,
+                           key_bias ? key_bias + b * d->Tk : NULL, &d1, &r, compute, mode);
     }
 }
 
@@ -218,15 +220,29 @@ static int act_bf16_env(void) {
     return strcmp(v, "0") == 0 ? 0 : -1;
 }
 
+/* BT_ATTENTION_PROBS: unset or "recompute" = 0, "keep" = 1, another value -1. */
+static int keep_probs_env(void) {
+    const char *v = bt_setting_value(BT_SET_ATTENTION_PROBS);
+    if (!v || !*v || strcmp(v, "recompute") == 0) return 0;
+    return strcmp(v, "keep") == 0 ? 1 : -1;
+}
+
 bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
                         bt_precision precision) {
     memset(m, 0, sizeof *m);
-    const int act_bf16 = act_bf16_env();
+    const int act_bf16 = act_bf16_env(), keep_probs = keep_probs_env();
     if (act_bf16 < 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_ACT_BF16=%s: expected 0 (fp32 "
                        "activations) or 1 (bf16 storage where bf16 GEMMs read them, the "
                        "default)", bt_setting_value(BT_SET_ACT_BF16));
+    if (keep_probs < 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_ATTENTION_PROBS=%s: expected "
+                       "'recompute' (the backward recomputes attention probabilities, the "
+                       "default) or 'keep' (the forward keeps them)",
+                       bt_setting_value(BT_SET_ATTENTION_PROBS));
     m->act_bf16 = act_bf16;
+    m->keep_probs = keep_probs;
+    m->share_layer_grads = 1;
     m->cfg = *c;
     m->heads = heads & BT_HEADS_ALL;
     m->precision = precision;
@@ -315,6 +331,18 @@ void bt_model_set_act_bf16(bt_model *m, int on) {
     m->have_towers = m->have_pairs = 0; /* the slots move: the next forward places them */
 }
 
+void bt_model_set_share_layer_grads(bt_model *m, int on) {
+    if (!on == !m->share_layer_grads) return;
+    m->share_layer_grads = on != 0;
+    m->have_towers = m->have_pairs = 0; /* the slots move: the next forward places them */
+}
+
+void bt_model_set_keep_probs(bt_model *m, int on) {
+    if (!on == !m->keep_probs) return;
+    m->keep_probs = on != 0;
+    m->have_towers = m->have_pairs = 0; /* the slots move: the next forward places them */
+}
+
 int bt_model_act_bf16(const bt_model *m) {
     return m->act_bf16 && m->precision == BT_PRECISION_BF16 &&
            model_compute(m) == GEMM_COMPUTE_BF16;
@@ -332,11 +360,18 @@ void bt_model_free_grads(bt_model *m) {
     bt_model_set_act_mode(m, BT_ACTS_FORWARD_ONLY);
 }
 
+/* The layers' internal gradients live in the shared layer gradient scratch (layer_dact):
+ * always when checkpointing, and in BT_ACTS_FULL unless bt_model_set_share_layer_grads(m, 0)
+ * (model.h "Memory modes"). */
+static int layer_grads_shared(const bt_model *m, bt_act_mode mode) {
+    return mode == BT_ACTS_CHECKPOINT || (mode == BT_ACTS_FULL && m->share_layer_grads);
+}
+
 int model_layer_recompute(bt_model *m, int group) {
-    if (m->act_mode != BT_ACTS_CHECKPOINT) return 0;
     /* the group's accumulated slots (its assigned ones need no zeroing, model.c layout) */
-    if (m->group_grad_bytes[group]) memset(m->layer_dact.mem, 0, m->group_grad_bytes[group]);
-    return 1;
+    if (layer_grads_shared(m, m->act_mode) && m->group_grad_bytes[group])
+        memset(m->layer_dact.mem, 0, m->group_grad_bytes[group]);
+    return m->act_mode == BT_ACTS_CHECKPOINT;
 }
 
 /* --- activation layout -------------------------------------------------------------------
@@ -348,12 +383,15 @@ int model_layer_recompute(bt_model *m, int group) {
  * X'_k / Y'_k, the cross layers' outputs, heads' rows), zeroed by the backward before it
  * starts ([head, acc_end)); the assigned ones (every internal of a ViT block, text layer and
  * cross layer, the GEMM-only inputs, the embeddings' LayerNorm slots, the link towers' sums,
- * the MLM transform) are written by their first writer and never zeroed: at base B 8 T 40,
- * 2.91 of the 3.20 GB of internal gradient slots, which a threaded memset once cleared each
- * step.
+ * the MLM transform) are written by their first writer and never zeroed (at base B 8 T 40
+ * they were 2.91 of the 3.20 GB of internal gradient slots, which a threaded memset once
+ * cleared each step; the layers' share now lives in the layer gradient scratch, one layer's
+ * worth).
  *
- * Memory modes (model.h): in BT_ACTS_FULL everything goes to the phase arena's walk. In the
- * other modes a second walk lays out the shared scratch as a union of groups (BT_GROUP_*):
+ * Memory modes (model.h): in BT_ACTS_FULL every activation goes to the phase arena's walk,
+ * and the layer internals' gradients (unless bt_model_set_share_layer_grads(m, 0)) to the
+ * shared layer gradient scratch's. In the other modes a second walk lays out the shared
+ * scratch as a union of groups (BT_GROUP_*):
  * each group starts at offset 0, the scratch's size is the largest group. A group's slots are
  * used by one stage of the forward (and, checkpointing, of the backward) only. */
 _Static_assert((int)BT_GROUP_COUNT <= (int)LAYOUT_MAX_GROUPS, "layout.h: too few groups");
@@ -394,7 +432,7 @@ static void towers_layout(const bt_model *m, bt_acts *a, input_slots *in, layout
     a->key_bias = layout_slot_ng(w, Nt);
     /* bf16 storage, BT_ACTS_FULL: the fp32 attention output of the layer running now, before
      * its out-projection rounds it (layout_attn_out_slot) */
-    attn_stage stage = {full, NULL};
+    attn_stage stage = {full, NULL, m->keep_probs && !L->forward_only};
     if (full && w->bf16) stage.p = layout_slot_ng(w, Nt * Ht > Nv * Hv ? Nt * Ht : Nv * Hv);
     text_layout(a, L, c, Bt, T, &stage);
     vit_layout(a, L, c, Bi, &stage);
@@ -430,7 +468,7 @@ static void pairs_layout(const bt_model *m, bt_acts *a, input_slots *in, layout 
     a->pair_key_bias = layout_slot_ng(w, Nt);
     /* bf16 storage, BT_ACTS_FULL: the fp32 attention output of the cross layer side running
      * now (towers_layout) */
-    attn_stage stage = {full, NULL};
+    attn_stage stage = {full, NULL, m->keep_probs && !L->forward_only};
     if (full && w->bf16) stage.p = layout_slot_ng(w, (Nt > Nv ? Nt : Nv) * H);
     cross_pairs_layout(a, L, c, P, T, &stage);
     heads_pairs_layout(a, L, c, m->heads, P, Pm, T);
@@ -466,8 +504,9 @@ static void phase_walk_pass(const bt_model *m, bt_act_mode mode, bt_acts *a, inp
     memset(&L, 0, sizeof L);
     wa->bf16 = ws->bf16 = bt_model_act_bf16(m);
     L.w = wa;
-    L.s = mode == BT_ACTS_FULL ? wa : ws;
-    L.shared = mode != BT_ACTS_FULL;
+    /* FULL: the activations of every layer kept; their gradients shared (or not) */
+    L.shared = mode != BT_ACTS_FULL || (wa->grad && layer_grads_shared(m, mode));
+    L.s = L.shared ? ws : wa;
     L.forward_only = mode == BT_ACTS_FORWARD_ONLY;
     L.group = -1;
     if (phase == PHASE_TOWERS) towers_layout(m, a, in, &L, d, head);
@@ -529,9 +568,25 @@ static size_t phase_count(const bt_model *m, bt_act_mode mode, bt_acts *scratch_
     if (!(grad && mode == BT_ACTS_FORWARD_ONLY))
         phase_walk(m, mode, scratch_acts, &in, phase, &wa, &ws, d, &head, NULL);
     if (approx) *approx = wa.top_approx;
-    if (scratch) *scratch = mode == BT_ACTS_FULL ? 0 : ws.top;
-    if (approx_s) *approx_s = mode == BT_ACTS_FULL ? 0.0 : ws.top_approx;
+    if (scratch) *scratch = ws.top; /* 0 where the walk shares nothing */
+    if (approx_s) *approx_s = ws.top_approx;
     return wa.top;
+}
+
+/* The shared scratch of a forward-only pass over the given phases at dims d (the largest
+ * of theirs; doubles, for overflow detection). BT_ACTS_FULL sizes its layer gradient scratch
+ * to host it at least, so that evaluation inside a training run allocates nothing (the
+ * scratch goes to an idle gradient arena: phases_fit). */
+static double forward_only_scratch(const bt_model *m, bt_acts *scratch_acts, int towers,
+                                   int pairs, const phase_dims *d) {
+    double most = 0.0;
+    for (int phase = PHASE_TOWERS; phase <= PHASE_PAIRS; phase++) {
+        if ((phase == PHASE_TOWERS && !towers) || (phase == PHASE_PAIRS && !pairs)) continue;
+        double s;
+        phase_count(m, BT_ACTS_FORWARD_ONLY, scratch_acts, phase, 0, d, NULL, NULL, &s);
+        if (s > most) most = s;
+    }
+    return most;
 }
 
 size_t bt_model_activation_bytes_mode(const bt_model_config *c, unsigned heads,
@@ -543,6 +598,8 @@ size_t bt_model_activation_bytes_mode(const bt_model_config *c, unsigned heads,
     m.heads = heads & BT_HEADS_ALL;
     m.precision = prec;
     m.act_bf16 = act_bf16_env() != 0; /* what bt_model_init sets (a bad value: it refuses) */
+    m.keep_probs = keep_probs_env() > 0;
+    m.share_layer_grads = 1; /* what bt_model_init sets */
     const phase_dims d = {Bt, Bi, T, P, Pm};
     bt_acts scratch;
     acts_alloc_arrays(&scratch, c);
@@ -553,6 +610,10 @@ size_t bt_model_activation_bytes_mode(const bt_model_config *c, unsigned heads,
             total += phase_count(&m, mode, &scratch, phase, grad, &d, NULL, &s, NULL);
             if (s > shared[grad]) shared[grad] = s;
         }
+    if (layer_grads_shared(&m, mode) && mode == BT_ACTS_FULL) { /* as phases_fit sizes it */
+        const double fo = forward_only_scratch(&m, &scratch, 1, 1, &d);
+        if (fo > (double)shared[1]) shared[1] = (size_t)fo;
+    }
     acts_free_arrays(&scratch);
     return total + shared[0] + shared[1];
 }
@@ -652,7 +713,7 @@ static void phase_place(bt_model *m, int phase, const phase_dims *d) {
     arena_walk wa = {.base = act->mem};
     arena_walk wd = {.base = fo ? NULL : dact->mem, .grad = 1};
     arena_walk sa = {.base = shared ? m->scratch->mem : NULL};
-    arena_walk sd = {.base = mode == BT_ACTS_CHECKPOINT ? m->layer_dact.mem : NULL, .grad = 1};
+    arena_walk sd = {.base = layer_grads_shared(m, mode) ? m->layer_dact.mem : NULL, .grad = 1};
     size_t head_a, head_d;
     input_slots in, unused;
     phase_walk(m, mode, &m->acts, &in, phase, &wa, &sa, d, &head_a, NULL);
@@ -670,7 +731,7 @@ static void phase_place(bt_model *m, int phase, const phase_dims *d) {
     }
     BT_ASSERT(wa.top <= act->bytes && (fo || wd.top <= dact->bytes));
     BT_ASSERT(!shared || sa.top <= m->scratch->bytes);
-    BT_ASSERT(mode != BT_ACTS_CHECKPOINT || sd.top <= m->layer_dact.bytes);
+    BT_ASSERT(!layer_grads_shared(m, mode) || sd.top <= m->layer_dact.bytes);
     act->used = wa.top;
     act->head = head_a;
     dact->used = fo ? 0 : wd.top;
@@ -705,8 +766,15 @@ static bt_status phases_fit(bt_model *m, int towers, int pairs, const phase_dims
         m->scratch = &m->layer_act;
         ars[n] = &m->layer_act;
         need[n++] = shared[0];
+    }
+    if (layer_grads_shared(m, mode)) {
+        /* FULL: also large enough to host the scratch of a forward-only pass at these shapes,
+         * so that evaluation inside a training run allocates nothing (see below) */
+        const double fo = mode == BT_ACTS_FULL ? forward_only_scratch(m, &m->walk_scratch,
+                                                                      towers, pairs, d)
+                                               : 0.0;
         ars[n] = &m->layer_dact;
-        need[n++] = shared[1];
+        need[n++] = fo > shared[1] ? fo : shared[1];
     } else if (mode == BT_ACTS_FORWARD_ONLY) {
         bt_arena *const host[4] = {&m->layer_act, &m->tower_dact, &m->pair_dact, &m->layer_dact};
         bt_arena *h = m->scratch && (double)m->scratch->bytes >= shared[0] ? m->scratch : NULL;
@@ -909,9 +977,11 @@ static void backward_check(const bt_model *m, const char *who) {
     BT_ASSERTF(m->grads, "%s: the parameter gradients were freed (bt_model_free_grads)", who);
 }
 
-/* Checkpointing: the scratch may have grown (and moved) since this phase was placed. */
+/* A shared layer (gradient) scratch may have grown (and moved) since this phase was placed
+ * (checkpointing; FULL with shared layer gradients): the phase is placed again (the same
+ * addresses in its own arenas). */
 static void checkpoint_replace(bt_model *m, int phase) {
-    if (m->act_mode != BT_ACTS_CHECKPOINT) return;
+    if (!layer_grads_shared(m, m->act_mode)) return;
     const phase_dims d = {m->Bt, m->Bi, m->T, m->P, m->Pm};
     phase_place(m, phase, &d);
 }

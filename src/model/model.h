@@ -192,7 +192,12 @@ typedef struct bt_model {
     bt_act_mode act_mode;    /* bt_model_set_act_mode (default BT_ACTS_FULL) */
     int act_bf16;            /* bf16 activation storage requested (bt_model_set_act_bf16;
                                 default 1, BT_ACT_BF16=0 at bt_model_init: 0) */
-    bt_arena layer_act, layer_dact; /* shared layer scratch and its gradients (checkpoint) */
+    int keep_probs;          /* attention keeps P for the backward (bt_model_set_keep_probs;
+                                default 0: recomputed; BT_ATTENTION_PROBS=keep: 1) */
+    int share_layer_grads;   /* BT_ACTS_FULL: layer internal gradients in the shared scratch
+                                layer_dact (bt_model_set_share_layer_grads; default 1) */
+    bt_arena layer_act, layer_dact; /* shared layer scratch (checkpoint) and layer gradients
+                                       (checkpoint; full when shared) */
     bt_arena *scratch;       /* where the shared scratch lives now (layer_act, or in forward-
                                 only mode an unused gradient arena large enough); NULL: none */
     size_t group_grad_bytes[BT_GROUP_COUNT]; /* checkpoint: gradient bytes of each group */
@@ -393,7 +398,13 @@ bt_status bt_model_reserve_phases(bt_model *m, size_t Bt, size_t Bi, size_t P, s
 
 /* --- Memory modes --------------------------------------------------------------------------
  * BT_ACTS_FULL keeps, for every layer, every internal slot its backward reads (q, k, v,
- * probabilities, FFN intermediates, LayerNorm statistics, ...). The two other modes place the
+ * FFN intermediates, LayerNorm statistics, ...; attention probabilities only with
+ * bt_model_set_keep_probs). The gradients of those internals are dead once their layer's
+ * backward is done (each is assigned and read inside that backward), so by default they live
+ * in one shared gradient scratch per kind of layer, as when checkpointing (2.6 GB less at
+ * base, batch 8: docs/benchmarks.md "Layer gradients shared"; PyTorch's autograd frees them
+ * likewise); bt_model_set_share_layer_grads(m, 0) gives every layer its own (for A/B
+ * checks: the same bits, tests/test_model_memory.c 8). The two other modes place the
  * internals of the ViT blocks, text layers and cross layers (both sides) in ONE shared scratch
  * holding a single layer's worth (the largest of them; layer l overwrites layer l-1's):
  *   BT_ACTS_FORWARD_ONLY: no backward will run. No gradient arenas; besides the layer
@@ -419,6 +430,9 @@ bt_status bt_model_reserve_phases(bt_model *m, size_t Bt, size_t Bi, size_t P, s
  * arenas only grow, so a model that trained in BT_ACTS_FULL evaluates in BT_ACTS_FORWARD_ONLY
  * without allocating. */
 void bt_model_set_act_mode(bt_model *m, bt_act_mode mode);
+/* BT_ACTS_FULL's layer internal gradients in one shared scratch (on, the default) or one per
+ * layer (off). Changing it ends the current phases. */
+void bt_model_set_share_layer_grads(bt_model *m, int on);
 /* "full", "checkpoint", "forward-only". */
 const char *bt_act_mode_name(bt_act_mode mode);
 
@@ -459,6 +473,17 @@ void bt_model_set_act_bf16(bt_model *m, int on);
 /* 1 when the next placement stores those activations in bf16 (requested, bf16 precision and
  * bf16 GEMM compute now). */
 int bt_model_act_bf16(const bt_model *m);
+
+/* Attention probabilities. The training layouts (full and checkpoint) used to keep every
+ * attention's P = softmax(S) (B*NH*Tq*Tk floats per attention; 0.8 GB of base's 7.8 GB of
+ * activations at batch 8, 288 px) for the backward. By default none is kept: each
+ * attention's backward recomputes its P block by block from q, k and the key bias with the
+ * forward's own product and row pass (flash attention's trade: one more score product per
+ * block), so gradients, losses and weights are the same bits (tests/test_ops_fast.c,
+ * tests/test_model_memory.c). BT_ATTENTION_PROBS=keep at bt_model_init, or
+ * bt_model_set_keep_probs(m, 1), keeps them (for A/B measurements: docs/benchmarks.md
+ * "Attention probabilities recomputed"). Changing it ends the current phases. */
+void bt_model_set_keep_probs(bt_model *m, int on);
 
 /* Dropout row key of a pair (text key, image key); order matters. */
 uint64_t bt_pair_key(uint64_t text_key, uint64_t image_key);

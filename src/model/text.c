@@ -23,7 +23,7 @@ static void text_layer_layout(bt_text_layer_acts *x, arena_walk *w, const bt_mod
     x->q = layout_slot_set(w, Nt * Ht);
     x->k = layout_slot_set(w, Nt * Ht);
     x->v = layout_slot_set(w, Nt * Ht);
-    x->probs = layout_slot_ng(w, Bt * NH * T * T);
+    x->probs = layout_probs_slot(w, Bt * NH * T * T, stage);
     layout_attn_out_slot(w, Nt * Ht, stage, &x->ctx, &x->ctx_16);
     x->attn_lin = layout_slot_set(w, Nt * Ht);
     x->res1 = layout_slot_set(w, Nt * Ht);
@@ -179,8 +179,9 @@ static void text_layer_backward(bt_model *m, int l, float *dx, const float *dout
     post_ln_backward(m, dx, BT_DX_ADD, d->a, &attn_out, &d_attn_out, &p.o, &p.ln1, &dr.attn_out,
                      &rows);
     /* ctx = attention(q, k, v) */
-    rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, &ad,
-                            &dr.probs, m->text_keys, model_compute(m), BT_DX_SET);
+    rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v,
+                            m->acts.key_bias, &ad, &dr.probs, m->text_keys, model_compute(m),
+                            BT_DX_SET);
     /* q, k, v = x·Wᵀ + b */
     lin_backward(m, dx, d->q, x, &p.q, N, BT_DX_ADD);
     lin_backward(m, dx, d->k, x, &p.k, N, BT_DX_ADD);

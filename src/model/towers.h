@@ -168,8 +168,9 @@ void rows_attention_forward(float *out, float *probs, const float *q, const floa
                             const bt_dropout *site, const uint64_t *keys, gemm_compute compute);
 void rows_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *probs, const float *q, const float *k,
-                             const float *v, const attention_dims *d, const bt_dropout *site,
-                             const uint64_t *keys, gemm_compute compute, bt_dx_mode mode);
+                             const float *v, const float *key_bias, const attention_dims *d,
+                             const bt_dropout *site, const uint64_t *keys,
+                             gemm_compute compute, bt_dx_mode mode);
 
 /* Where an attention forward keeps P for the backward: the layer's probs slot, or NULL in
  * BT_ACTS_FORWARD_ONLY, where no backward reads it (ops.h attention_forward: the output is

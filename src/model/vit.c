@@ -24,7 +24,7 @@ static void vit_layer_layout(bt_vit_layer_acts *x, arena_walk *w, const bt_model
     x->mean1 = layout_slot_ng(w, Nv);
     x->rstd1 = layout_slot_ng(w, Nv);
     x->qkv = layout_slot_set(w, Nv * 3 * Hv);
-    x->probs = layout_slot_ng(w, Bi * NH * Np * Np);
+    x->probs = layout_probs_slot(w, Bi * NH * Np * Np, stage);
     layout_attn_out_slot(w, Nv * Hv, stage, &x->ctx, &x->ctx_16);
     x->attn_out = layout_slot_ng(w, Nv * Hv); /* d attn_out = d x_mid, read in place (vit.c) */
     x->x_mid = layout_slot_set(w, Nv * Hv);
@@ -181,7 +181,8 @@ static void vit_layer_backward(bt_model *m, int l, float *dx, const float *dout,
     lin_backward_act(m, d->ctx, d->x_mid, a->ctx, a->ctx_16, &p.out, N, BT_DX_SET);
     /* ctx = attention(Q, K, V), [Q|K|V] = in_proj(y1), y1 = ln_1(x) */
     attention_backward(d->qkv, d->qkv + Hv, d->qkv + 2 * Hv, d->ctx, a->probs, a->qkv,
-                       a->qkv + Hv, a->qkv + 2 * Hv, &ad, NULL, model_compute(m), BT_DX_SET);
+                       a->qkv + Hv, a->qkv + 2 * Hv, NULL, &ad, NULL, model_compute(m),
+                       BT_DX_SET);
     lin_backward_act(m, d->y1, d->qkv, a->y1, a->y1_16, &p.in, N, BT_DX_SET);
     /* dx += d x_mid (the residual), then += ln_1's backward: one pass, the same two sums in
      * that order (layernorm_backward_residual BT_DX_ADD) */
