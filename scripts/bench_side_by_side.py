@@ -275,7 +275,8 @@ def scaling_points(grid, threads, only):
     for dim in SCALING_DIMS:
         if only and dim not in only:
             continue
-        for v in grid[dim]:
+        # threads: the grid's, and --threads (the base point's, shared with the other tables)
+        for v in sorted(set(grid[dim]) | {threads}) if dim == "threads" else grid[dim]:
             if only and only[dim] and v not in only[dim]:
                 continue
             pt = dict(grid["base"], threads=threads, ranks=1)
