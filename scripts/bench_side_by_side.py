@@ -421,6 +421,7 @@ def scaling_main(a, bench_step, info):
         label = "%s %s (batch %d, image %d, text %d, %d x %d threads)" % (
             grid["config"], point_label(dim, v, pt), B, R, T, nr, th)
         if B % nr:
+            cell["bt_note"] = cell["twin_note"] = "skipped (batch %d over %d ranks)" % (B, nr)
             notes.append("%s: skipped: batch %d does not split over %d ranks" % (label, B, nr))
             continue
         b = B // nr
@@ -441,8 +442,8 @@ def scaling_main(a, bench_step, info):
             failed = True
             continue
         params = e_bt["param_count"]
-        # per process as in the plain mode (main): fp32 weights, gradients, two AdamW moments
-        # and a bf16 shadow plus the activations for bt; the twin keeps more activations
+        # bt per process as in the plain mode (main): fp32 weights, gradients, two AdamW
+        # moments and a bf16 shadow, plus bench_step's activation bytes
         need_bt = nr * (18 * params + e_bt["activation_bytes"])
         need_ck = nr * (18 * params + e_ck["activation_bytes"])
         # the twin: its own RSS beyond the weights, gradients and moments, per byte of bt's

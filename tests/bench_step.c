@@ -478,6 +478,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int rc = bench_main(argc, argv, &d);
+    /* a rank that stopped early must not wait in MPI_Finalize for ranks in a collective */
+    if (rc != 0 && bt_dist_active(&d)) bt_dist_abort(&d, "bench_step", "stopped", rc);
     bt_dist_finalize(&d);
     return rc;
 }
