@@ -4,6 +4,8 @@ count, in one command (issue 9 item 1; results go to docs/benchmarks.md "Side by
 
     /usr/bin/python3 scripts/bench_side_by_side.py [--build build] [--threads N] [--quick]
         [--steps N] [--budget S] [--no-large] [--no-twin] [--isa CLASS] [--json-out FILE]
+    /usr/bin/python3 scripts/bench_side_by_side.py --scaling [--scaling-precision best|fp32|bf16]
+        [--only DIM[=N,...]] [--quick] [--threads N] [--steps N] [--budget S] [--no-twin] ...
 
 Runs, each in its own process (so peak RSS is that run's):
   train  the full training step: forward, ITC loss (HF's three contrastive cross entropies),
@@ -43,6 +45,20 @@ oneDNN as the model calls it and with bf16 operands), and the ratios issue 9 set
 Until session 6 the peak came from the squares alone, which on AMX run well below the Linear
 shapes (docs/benchmarks.md), so the shares of the peak printed before then read too high.
 
+--scaling (issue 25 item 6; docs/benchmarks.md "Scaling"): the training step above, bt and the
+twin each in its best precision here (bt bf16 where bt-forward --info says "gemm bf16 choice:
+native", the twin bf16 autocast where the CPU has AVX512-BF16 or AMX; else fp32), against
+batch 1..32 (image 288, text 40, --threads), image side 224/288/384 and text length 40/128
+(batch 8), threads 1 and 2 (batch 8), and ranks: 1 process x 2 threads against 2 processes x
+1 thread on a global batch of 8 (bt: bench_step under mpirun, bt_train_step data-parallel; the
+twin: DistributedDataParallel over gloo in 2 local processes with torchrun's environment). On
+bridgetower-base (--quick: tiny, batch 1/2, image 32/48, text 16/32). One markdown table per
+dimension: s/step (median, and the first step), samples/s, bt / twin, peak RSS (the ranks'
+summed), their ratio and the share of bt's step in its attention kernels; a point that does not
+fit in memory is skipped with its estimate (bt with --checkpoint when only that fits, marked), a
+twin point past --budget is shown as stopped. Points shared by two tables run once. Exit 0;
+1 when a run failed; 77 when torch is missing (bt's half ran, the twin's was not checked).
+
 Deliberately not here: per-kernel numbers (bench_ops, bench_gemm), the data loader
 (bench_loader), correctness (the test suite).
 """
@@ -50,6 +66,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -91,10 +108,23 @@ def twin_worker(a):
     with open(os.path.join(a.config, "config.json")) as f:
         d = json.load(f)
     d.setdefault("contrastive_hidden_size", 512)  # HF's default, as bt's config loader
+    if a.image:  # --scaling: another image side; the position embeddings follow (bench_step --image)
+        d.setdefault("vision_config", {})["image_size"] = a.image
     cfg = R.config_from_dict(d)
     model = R.BridgeTowerTwin(cfg, heads=("itc",))
     R.hf_init_(model, torch.Generator().manual_seed(1))
-    g = torch.Generator().manual_seed(2026)
+    # torchrun's environment (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT; run_twin_ranks sets
+    # it): DistributedDataParallel over gloo, each rank its own rows, as a torchrun user runs HF
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = 0
+    if world > 1:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        # find_unused_parameters: HF Trainer's choice without gradient checkpointing; the ITC
+        # loss leaves the text model's own pooler without a gradient, which DDP refuses else
+        model = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    g = torch.Generator().manual_seed(2026 + rank)
     B, T, Rpx = a.batch, a.text, cfg.vision.image_size
     ids = torch.randint(3, cfg.text.vocab_size, (B, T), generator=g)
     mask = torch.ones(B, T, dtype=torch.int64)
@@ -121,17 +151,36 @@ def twin_worker(a):
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 model(ids, mask, px, itc_loss=False)
         times.append(time.perf_counter() - t0)
-        print("twin: %s %s step %d: %.3f s" % (a.mode, a.precision, s, times[-1]), file=sys.stderr,
-              flush=True)
+        if rank == 0:
+            print("twin: %s %s step %d: %.3f s" % (a.mode, a.precision, s, times[-1]),
+                  file=sys.stderr, flush=True)
         elapsed = time.perf_counter() - start
-        if s + 1 < a.steps and elapsed + times[-1] > a.budget:
+        stop = s + 1 < a.steps and elapsed + times[-1] > a.budget
+        if world > 1:  # rank 0 decides for all, so no rank waits alone in the next all-reduce
+            flag = torch.tensor([1 if stop else 0])
+            dist.broadcast(flag, 0)
+            stop = bool(flag.item())
+        if stop:
             break
     later = times[1:] or times
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss_sum = rss_max = rss
+    if world > 1:  # the job's memory: every rank's peak, summed (bench_step does the same)
+        v = torch.tensor([float(rss)], dtype=torch.float64)
+        dist.all_reduce(v, op=dist.ReduceOp.SUM)
+        w = torch.tensor([float(rss)], dtype=torch.float64)
+        dist.all_reduce(w, op=dist.ReduceOp.MAX)
+        rss_sum, rss_max = int(v.item()), int(w.item())
+        dist.destroy_process_group()
+        if rank > 0:
+            return 0
     res = dict(impl="twin", mode=a.mode, precision=("bf16-autocast" if bf16 else "fp32"),
                steps=len(times), steps_wanted=a.steps, first_step_s=times[0],
-               median_step_s=statistics.median(later), peak_rss_bytes=resource.getrusage(
-                   resource.RUSAGE_SELF).ru_maxrss * 1024, torch=torch.__version__)
-    res["samples_per_s"] = B / res["median_step_s"]
+               median_step_s=statistics.median(later), peak_rss_bytes=rss_sum,
+               torch=torch.__version__)
+    if world > 1:
+        res.update(ranks=world, peak_rss_rank_max_bytes=rss_max)
+    res["samples_per_s"] = B * world / res["median_step_s"]
     if t_opt:
         res["optimizer_s"] = statistics.median(t_opt[1:] or t_opt)
     print(json.dumps(res), flush=True)
@@ -203,6 +252,321 @@ def fmt(x, spec):
     return spec % x if isinstance(x, (int, float)) else "—"
 
 
+# ----------------------------------------------------------------------------------------------
+# --scaling (issue 25 item 6): how the training step's cost grows with the work
+
+# The grid: one table per dimension; every other dimension stays at the base point. Batch is
+# the global batch (the ranks split it); "ranks" keeps the threads of the base point and divides
+# them among the processes (1 x 2 threads vs 2 x 1 thread on a 2-core machine).
+SCALING_DIMS = ("batch", "image", "text", "threads", "ranks")
+SCALING_GRID = {
+    "full": dict(config="bridgetower-base", base=dict(batch=8, image=288, text=40),
+                 batch=[1, 2, 4, 8, 16, 32], image=[224, 288, 384], text=[40, 128],
+                 threads=[1, 2], ranks=[1, 2]),
+    "quick": dict(config="tiny", base=dict(batch=2, image=32, text=16),
+                  batch=[1, 2], image=[32, 48], text=[16, 32], threads=[1, 2], ranks=[1, 2]),
+}
+
+
+def scaling_points(grid, threads, only):
+    """[(dim, value, point)] in table order; point = dict(batch, image, text, threads, ranks)
+    (threads per process). only: {dim: [values] or None} (--only), empty = everything."""
+    out = []
+    for dim in SCALING_DIMS:
+        if only and dim not in only:
+            continue
+        # threads: the grid's, and --threads (the base point's, shared with the other tables)
+        for v in sorted(set(grid[dim]) | {threads}) if dim == "threads" else grid[dim]:
+            if only and only[dim] and v not in only[dim]:
+                continue
+            pt = dict(grid["base"], threads=threads, ranks=1)
+            if dim == "ranks":
+                pt.update(ranks=v, threads=max(1, threads // v))
+            else:
+                pt[dim] = v
+            out.append((dim, v, pt))
+    return out
+
+
+def point_label(dim, v, pt):
+    if dim == "ranks":
+        return "%d x %d thread%s" % (v, pt["threads"], "s" if pt["threads"] > 1 else "")
+    if dim == "threads":
+        return "%d thread%s" % (v, "s" if v > 1 else "")
+    return {"batch": "batch %d", "image": "image %d", "text": "text %d"}[dim] % v
+
+
+def table_caption(dim, base, threads):
+    fixed = [("batch %d", base["batch"]), ("image %d", base["image"]), ("text %d", base["text"])]
+    fixed = [f % v for (f, v), d in zip(fixed, ("batch", "image", "text")) if d != dim]
+    if dim == "ranks":
+        return "ranks: %d threads in all (%s, global batch %d split over the ranks)" % (
+            threads, ", ".join(fixed[1:]), base["batch"])
+    if dim != "threads":
+        fixed.append("%d threads" % threads)
+    return "%s (%s, 1 process)" % (dim, ", ".join(fixed))
+
+
+def cpu_has_native_bf16(isa):
+    """Whether torch 1.13's oneDNN 2.6 runs bf16 products natively here: AVX512-BF16 or AMX on
+    this CPU, and no --isa cap below that class."""
+    if isa in ("avx512", "avx2"):
+        return False
+    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def scaling_precisions(choice, info, isa):
+    """(bt precision, twin precision, why) for --scaling-precision."""
+    if choice in ("fp32", "bf16"):
+        return choice, choice, "--scaling-precision %s" % choice
+    bt_native = re.search(r"^gemm bf16 choice: native\b", info, re.M) is not None
+    tw_native = cpu_has_native_bf16(isa)
+    return ("bf16" if bt_native else "fp32", "bf16" if tw_native else "fp32",
+            "best on this machine: bt %s (bt-forward --info: gemm bf16 choice %s), twin %s (%s)"
+            % ("bf16" if bt_native else "fp32", "native" if bt_native else "not native",
+               "bf16 autocast" if tw_native else "fp32",
+               "the CPU has AVX512-BF16/AMX" if tw_native else "no native bf16 on this CPU%s"
+               % (" class (--isa %s)" % isa if isa != "native" else "")))
+
+
+def free_port():
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+def run_twin_ranks(cmd, env, ranks, timeout, label):
+    """The twin's DistributedDataParallel job: `ranks` local processes of cmd with torchrun's
+    environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) over gloo on the
+    loopback; rank 0's JSON line is the job's. Returns (result or None, a note), as run()."""
+    port = str(free_port())
+    procs = []
+    for r in range(ranks):
+        e = dict(os.environ, **env)
+        e.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo")
+        procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    t0 = time.time()
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=max(1, timeout - (time.time() - t0))))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+            p.communicate()
+        return None, "did not finish within %d s (killed)" % timeout
+    sys.stderr.write(outs[0][1][-2000:])
+    res = last_json(outs[0][0])
+    bad = [(r, p.returncode, e) for r, (p, (o, e)) in enumerate(zip(procs, outs)) if p.returncode]
+    if bad or res is None or "median_step_s" not in res:
+        r, rc, err = bad[0] if bad else (0, 0, outs[0][1])
+        tail = (err.strip().splitlines() or ["no output"])[-1]
+        return None, "failed (rank %d exit %d after %.0f s): %s" % (r, rc, time.time() - t0, tail)
+    note = ""
+    if res["steps"] != res["steps_wanted"]:
+        note = "stopped after %d of %d steps: the next would pass the time budget" % (
+            res["steps"], res["steps_wanted"])
+    print("  %-5s %-14s %s: %.3f s/step" % (res["impl"], res["precision"], label,
+                                           res["median_step_s"]), file=sys.stderr)
+    return res, note
+
+
+def scaling_main(a, bench_step, info):
+    grid = SCALING_GRID["quick" if a.quick else "full"]
+    cdir = os.path.join(ROOT, "configs", grid["config"])
+    steps = a.steps or 3
+    only = {}
+    for o in a.only or []:
+        dim, _, vals = o.partition("=")
+        if dim not in SCALING_DIMS:
+            print("bench_side_by_side: --only %s: the dimension must be one of %s"
+                  % (o, ", ".join(SCALING_DIMS)), file=sys.stderr)
+            return 2
+        try:
+            only[dim] = [int(v) for v in vals.split(",")] if vals else None
+        except ValueError:
+            print("bench_side_by_side: --only %s: expected DIM or DIM=N[,N...]" % o, file=sys.stderr)
+            return 2
+    points = scaling_points(grid, a.threads, only)
+    if not points:
+        print("bench_side_by_side: --only %s selects no point of the %s grid (%s)" % (
+            " --only ".join(a.only), "--quick" if a.quick else "full", "; ".join(
+                "%s: %s" % (d, ", ".join(map(str, grid[d]))) for d in SCALING_DIMS)), file=sys.stderr)
+        return 2
+    prec_bt, prec_tw, why = scaling_precisions(a.scaling_precision, info, a.isa)
+    twin = not a.no_twin
+    notes = []
+    if twin and subprocess.run(["/usr/bin/python3", "-c", "import torch"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL).returncode != 0:
+        twin = False
+        notes.append("the twin did not run: /usr/bin/python3 cannot import torch "
+                     "(Debian's python3-torch: bash scripts/install_deps.sh --python)")
+    mpirun = shutil.which("mpirun")
+    print("# scaling: the training step (forward, ITC loss, backward, clip, AdamW) of %s; bt %s, "
+          "twin %s (%s); first step and median of the later ones, %d steps a point"
+          % (grid["config"], prec_bt, "bf16 autocast" if prec_tw == "bf16" else prec_tw, why, steps))
+    done = {}  # (batch, image, text, threads, ranks) -> the point's results
+    twin_fit = None  # (bt's fp32 activation bytes, twin RSS per such byte) of the largest twin run
+    failed = False
+    for dim, v, pt in points:
+        key = tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))
+        if key in done:
+            continue
+        cell = done[key] = dict(point=pt)
+        B, R, T, th, nr = key
+        label = "%s %s (batch %d, image %d, text %d, %d x %d threads)" % (
+            grid["config"], point_label(dim, v, pt), B, R, T, nr, th)
+        if B % nr:
+            cell["bt_note"] = cell["twin_note"] = "skipped (batch %d over %d ranks)" % (B, nr)
+            notes.append("%s: skipped: batch %d does not split over %d ranks" % (label, B, nr))
+            continue
+        b = B // nr
+        geo = ["--config", cdir, "--batch", str(b), "--text", str(T), "--image", str(R)]
+
+        def estimate(prec, ckpt):
+            out = subprocess.run([bench_step] + geo + ["--precision", prec, "--flops-only", "--estimate"]
+                                 + (["--checkpoint"] if ckpt else []), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            e = last_json(out.stdout)
+            if e is None:
+                raise RuntimeError((out.stderr.strip().splitlines() or ["no output"])[-1])
+            return e
+        try:
+            e_bt, e_ck, e_tw = estimate(prec_bt, 0), estimate(prec_bt, 1), estimate("fp32", 0)
+        except RuntimeError as err:
+            notes.append("%s: bench_step --estimate failed: %s" % (label, err))
+            failed = True
+            continue
+        params = e_bt["param_count"]
+        # bt per process as in the plain mode (main): fp32 weights, gradients, two AdamW
+        # moments and a bf16 shadow, plus bench_step's activation bytes
+        need_bt = nr * (18 * params + e_bt["activation_bytes"])
+        need_ck = nr * (18 * params + e_ck["activation_bytes"])
+        # the twin: its own RSS beyond the weights, gradients and moments, per byte of bt's
+        # fp32 activation estimate, as measured at the point with the most activations so far
+        # in this run (x1.25 for what that ratio does not follow, e.g. PyTorch's attention
+        # probabilities growing as R^4); the plain mode's 2x until a twin point has run
+        per_act = 1.25 * twin_fit[1] if twin_fit else 2.0
+        need_tw = nr * (16 * params + per_act * e_tw["activation_bytes"])
+        avail = mem_available()
+        ckpt = need_bt > 0.9 * avail and need_ck <= 0.9 * avail
+        if ckpt:
+            notes.append("%s: bt with gradient checkpointing (--checkpoint): the full activations "
+                         "need about %.1f GiB, %.1f GiB available" % (label, need_bt / 2**30, avail / 2**30))
+        cell["bt_checkpoint"] = ckpt
+        # bt
+        need = need_ck if ckpt else need_bt
+        if need > 0.9 * avail:
+            cell["bt_note"] = "skipped (memory)"
+            notes.append("%s: bt skipped: needs about %.1f GiB, %.1f GiB available"
+                         % (label, need / 2**30, avail / 2**30))
+        elif nr > 1 and not mpirun:
+            cell["bt_note"] = "skipped (no mpirun)"
+            notes.append("%s: bt skipped: mpirun not found (Debian's openmpi-bin)" % label)
+        else:
+            cmd = [bench_step] + geo + ["--precision", prec_bt, "--steps", str(steps)] + \
+                (["--checkpoint"] if ckpt else [])
+            if nr > 1:  # as tests/test_dist.c starts bt: root allowed, no binding, threads set
+                cmd = [mpirun, "-np", str(nr), "--allow-run-as-root", "--oversubscribe",
+                       "--bind-to", "none", "-x", "OMP_NUM_THREADS=%d" % th] + cmd
+            env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=str(th))
+            print("# running %s bt %s ..." % (label, prec_bt), file=sys.stderr, flush=True)
+            res, note = run(cmd, env, max(a.budget, 3600), label)
+            if res:
+                cell["bt"] = res
+            else:
+                cell["bt_note"] = "failed"
+                failed = True
+            if note:
+                notes.append("%s: bt %s" % (label, note))
+        # the twin
+        if not twin:
+            cell["twin_note"] = "not run"
+            continue
+        if need_tw > 0.9 * avail:
+            cell["twin_note"] = "skipped (memory)"
+            notes.append("%s: twin skipped: needs about %.1f GiB (%s), %.1f GiB available"
+                         % (label, need_tw / 2**30, "%.2f x bt's activations, from its run at %.1f GB of "
+                            "them" % (per_act, twin_fit[0] / 1e9) if twin_fit else "2 x bt's activations",
+                            avail / 2**30))
+            continue
+        cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--twin-worker", "--config", cdir,
+               "--batch", str(b), "--text", str(T), "--image", str(R), "--mode", "train",
+               "--precision", prec_tw, "--steps", str(steps), "--threads", str(th),
+               "--budget", str(a.budget)]
+        env = dict(TWIN_ENV, OMP_NUM_THREADS=str(th))
+        print("# running %s twin %s ..." % (label, prec_tw), file=sys.stderr, flush=True)
+        if nr > 1:
+            res, note = run_twin_ranks(cmd, env, nr, a.budget + 300, label)
+        else:
+            res, note = run(cmd, env, a.budget + 300, label)
+        if res and res["steps"] != res["steps_wanted"]:
+            cell["twin_stopped"] = res  # a stopped twin is reported as stopped, not as a number
+            cell["twin_note"] = "stopped after %d of %d steps (budget %d s)" % (res["steps"], steps, a.budget)
+        elif res:
+            cell["twin"] = res
+            act = e_tw["activation_bytes"]
+            if not twin_fit or act > twin_fit[0]:
+                rank_rss = res.get("peak_rss_rank_max_bytes", res["peak_rss_bytes"])
+                twin_fit = (act, max(0.0, (rank_rss - 16 * params) / act))
+        else:
+            cell["twin_note"] = "failed" if not note.startswith("did not finish") else "stopped (killed)"
+            failed = failed or cell["twin_note"] == "failed"
+        if note:
+            notes.append("%s: twin %s" % (label, note))
+
+    tables = {}
+    for dim, v, pt in points:
+        key = tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))
+        tables.setdefault(dim, []).append((v, key))
+    for dim, rows in tables.items():
+        print("\n### %s\n" % table_caption(dim, grid["base"], a.threads))
+        print("| point | bt s/step | twin s/step | bt samples/s | twin samples/s | bt/twin speed ratio "
+              "| bt peak RSS GB | twin peak RSS GB | RSS ratio | bt attention share |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for v, key in rows:
+            c = done[key]
+            bt, tw = c.get("bt"), c.get("twin")
+            name = point_label(dim, v, c["point"]) + (" (bt: --checkpoint)" if c.get("bt_checkpoint") else "")
+            def step(r, why):
+                return "%.3f (first %.3f)" % (r["median_step_s"], r["first_step_s"]) if r else why or "—"
+            both = bt is not None and tw is not None
+            print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                name, step(bt, c.get("bt_note")), step(tw, c.get("twin_note")),
+                fmt(bt["samples_per_s"] if bt else None, "%.3f"),
+                fmt(tw["samples_per_s"] if tw else None, "%.3f"),
+                fmt(bt["samples_per_s"] / tw["samples_per_s"] if both else None, "%.2f"),
+                fmt(bt["peak_rss_bytes"] / 1e9 if bt else None, "%.2f"),
+                fmt(tw["peak_rss_bytes"] / 1e9 if tw else None, "%.2f"),
+                fmt(bt["peak_rss_bytes"] / tw["peak_rss_bytes"] if both else None, "%.2f"),
+                fmt(100 * bt["attention_s"] / bt["median_step_s"] if bt and "attention_s" in bt else None,
+                    "%.0f%%")))
+    print("\n# s/step: median of the steps after the first (first: the first step alone); samples/s: "
+          "the global batch over that median; peak RSS: the process's, or the ranks' summed; "
+          "bt attention share: bt's attention kernels (scores, softmax, dropout, value product, "
+          "forward and backward; rank 0's under mpirun) over its whole step")
+    for n in notes:
+        print("# note: " + n)
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(dict(mode="scaling", config=grid["config"], steps=steps, threads=a.threads,
+                           precision=dict(bt=prec_bt, twin=prec_tw, why=why),
+                           base=grid["base"], tables={d: [dict(value=v, batch=k[0], image=k[1], text=k[2],
+                                                               threads=k[3], ranks=k[4]) for v, k in rows]
+                                                      for d, rows in tables.items()},
+                           points=list(done.values()), notes=notes, bt_info=info, isa=a.isa,
+                           isa_env=ISA_CLASSES[a.isa]), f, indent=1)
+    if failed:
+        return 1
+    if not twin and not a.no_twin:
+        return 77  # bt's half ran; the twin's was not checked (meson: skipped, not passed)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--twin-worker", action="store_true", help=argparse.SUPPRESS)
@@ -211,6 +575,7 @@ def main():
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=8, help=argparse.SUPPRESS)
     ap.add_argument("--text", type=int, default=40, help=argparse.SUPPRESS)
+    ap.add_argument("--image", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="bt build directory")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both (default: all cores)")
     ap.add_argument("--quick", action="store_true", help="tiny config, 3 steps: a smoke test")
@@ -226,6 +591,14 @@ def main():
     ap.add_argument("--isa", choices=sorted(ISA_CLASSES), default="native",
                     help="run both as on a CPU of this class (capped ISA; default: this CPU's own)")
     ap.add_argument("--json-out", help="write every result here")
+    ap.add_argument("--scaling", action="store_true",
+                    help="the training step against batch, image size, text length, threads and "
+                         "ranks (issue 25 item 6; --quick: the tiny config's reduced grid)")
+    ap.add_argument("--scaling-precision", choices=("best", "fp32", "bf16"), default="best",
+                    help="--scaling: each in its best precision here (default), or both in this one")
+    ap.add_argument("--only", action="append", metavar="DIM[=N,...]",
+                    help="--scaling: only this table (batch, image, text, threads, ranks), or only "
+                         "these of its points; repeatable")
     a = ap.parse_args()
     if a.twin_worker:
         a.steps = a.steps or 4
@@ -252,6 +625,8 @@ def main():
     print("# twin environment: %s; bt environment: %s" % (
         " ".join("%s=%s" % kv for kv in TWIN_ENV.items()),
         "the same" if a.same_env else "as inherited (OMP_NUM_THREADS only; bench_step waits passively as bt's tools do)"))
+    if a.scaling:
+        return scaling_main(a, bench_step, info)
 
     if a.quick:
         setups = [("tiny", 4, 16)]

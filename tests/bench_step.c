@@ -1,9 +1,11 @@
 /* bench_step.c: samples/s of bt's full training step and of its inference (embedding) path on
  * a randomly initialized BridgeTower, the bt half of scripts/bench_side_by_side.py.
  *
- *   bench_step [--config NAME|DIR] [--batch B] [--text T] [--steps N] [--mode train|infer]
- *              [--precision fp32|bf16] [--memory full|checkpoint|forward-only] [--checkpoint]
- *              [--quick] [--flops-only] [--estimate] [--kernels]
+ *   bench_step [--config NAME|DIR] [--batch B] [--text T] [--image R] [--steps N]
+ *              [--mode train|infer] [--precision fp32|bf16]
+ *              [--memory full|checkpoint|forward-only] [--checkpoint] [--quick] [--flops-only]
+ *              [--estimate] [--kernels]
+ *   mpirun -np N [--bind-to none -x OMP_NUM_THREADS=K] bench_step ... (train: data parallel)
  *
  * train: the project's one training step, bt_train_step (src/train/step.h): ITC loss only
  *   (HF's three contrastive cross entropies; the ITC head is built, ITM and MLM are not),
@@ -17,6 +19,17 @@
  * Inputs: token ids uniform over the vocabulary (not the 3 special ids), all-ones mask,
  * pixels N(0, 1); weights by HF's init rules (seed 1). Defaults: bridgetower-base, B 8, T 40,
  * 4 steps. --quick: the tiny config (32 px), B 4, T 16, 3 steps (a smoke test in seconds).
+ * --image R: the vision tower's image side instead of the config's vision_config.image_size
+ *   (a multiple of its patch size), set before the model is built, so the position embeddings
+ *   ((R/P)² + 1 rows), the activations and the FLOP count follow (scripts/bench_side_by_side.py
+ *   --scaling: cost against image size). Random weights either way, so no checkpoint is
+ *   stretched.
+ * Under mpirun (train only): every rank runs bt_train_step on its own B rows (inputs seeded by
+ *   the rank) with bt_trainer_set_dist as bt-train sets it by default (25 MiB buckets, fp32
+ *   wire, no ZeRO, the overlap on): the data-parallel step of a global batch of N·B. Rank 0
+ *   prints; its step times are the job's (every step ends in the gradient all-reduce), samples/s
+ *   count the global batch, the FLOPs are the global batch's, and peak RSS is the sum over the
+ *   ranks (the machine's memory for the job; the largest rank's is peak_rss_rank_max_bytes).
  *
  * Prints one line per step, then one JSON line (`{"impl": "bt", ...}`) with: first step
  * seconds, median of the later steps, samples/s from that median, peak RSS (getrusage), the
@@ -46,6 +59,7 @@
 #endif
 
 #include "clock.h"
+#include "dist/dist.h"
 #include "kernels/cpu.h"
 #include "model/flops.h"
 #include "kernels/gemm.h"
@@ -185,19 +199,16 @@ static void gemm_profile_print(long steps) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench_step [--config NAME|DIR] [--batch B] [--text T] [--steps N] "
-                    "[--mode train|infer] [--precision fp32|bf16] "
+    fprintf(stderr, "usage: [mpirun -np N] bench_step [--config NAME|DIR] [--batch B] [--text T] "
+                    "[--image R] [--steps N] [--mode train|infer] [--precision fp32|bf16] "
                     "[--memory full|checkpoint|forward-only] [--checkpoint] [--quick] "
                     "[--flops-only] [--estimate] [--kernels]\n");
 }
 
-int main(int argc, char **argv) {
-    /* OpenMP as bt's tools run it (cpu.h: passive waits unless OMP_WAIT_POLICY is set), so the
-     * numbers are what bt-train gets, and a busy machine does not turn spinning threads into
-     * seconds per step */
-    bt_runtime_prefer_passive_openmp(argv);
+/* The benchmark proper, on the world d (one process, or mpirun's ranks: rank 0 prints). */
+static int bench_main(int argc, char **argv, const bt_dist *d) {
     const char *config = "bridgetower-base", *mode = "train", *prec = "fp32", *memory = NULL;
-    long B = 8, T = 40, steps = 4;
+    long B = 8, T = 40, steps = 4, image = 0;
     int flops_only = 0, estimate = 0, kernels = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -220,14 +231,17 @@ int main(int argc, char **argv) {
         } else if (v && strcmp(a, "--precision") == 0) {
             prec = argv[++i];
         } else if (v && (strcmp(a, "--batch") == 0 || strcmp(a, "--text") == 0 ||
-                         strcmp(a, "--steps") == 0)) {
+                         strcmp(a, "--steps") == 0 || strcmp(a, "--image") == 0)) {
             char *end;
             const long n = strtol(argv[++i], &end, 10);
             if (*end || n < 1 || n > 100000) {
                 fprintf(stderr, "bench_step: %s '%s': expected a positive integer\n", a, v);
                 return 2;
             }
-            *(strcmp(a, "--batch") == 0 ? &B : strcmp(a, "--text") == 0 ? &T : &steps) = n;
+            *(strcmp(a, "--batch") == 0   ? &B
+              : strcmp(a, "--text") == 0  ? &T
+              : strcmp(a, "--image") == 0 ? &image
+                                          : &steps) = n;
         } else {
             usage();
             return 2;
@@ -248,6 +262,11 @@ int main(int argc, char **argv) {
         usage();
         return 2;
     }
+    const int ranks = d->size, rank = d->rank;
+    if (ranks > 1 && !train) {
+        fprintf(stderr, "bench_step: --mode infer runs in one process (mpirun: --mode train)\n");
+        return 2;
+    }
     if (gemm_init_from_env() != BT_OK) {
         fprintf(stderr, "bench_step: %s\n", bt_error_message());
         return 1;
@@ -258,33 +277,44 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_step: %s\n", bt_error_message());
         return 1;
     }
+    if (image > 0) { /* --image: before anything is sized from the config */
+        c.image_size = (int)image;
+        if (bt_model_config_finish(&c, path) != BT_OK) {
+            fprintf(stderr, "bench_step: --image %ld: %s\n", image, bt_error_message());
+            return 2;
+        }
+    }
     if (T + 2 > c.max_position_embeddings) {
         fprintf(stderr, "bench_step: --text %ld: the config allows at most %d tokens\n", T,
                 c.max_position_embeddings - 2);
         return 2;
     }
     const size_t R = (size_t)c.image_size, nb = (size_t)B, nt = (size_t)T;
-    /* the model's analytic count (flops.h): B captions, B images, B pairs; training x3 */
+    /* the model's analytic count (flops.h): B captions, B images, B pairs (of every rank);
+     * training x3 */
     const bt_flops fl = bt_model_flops(&c, BT_HEADS_ITC, nt);
-    const double flops = bt_flops_forward(&fl, nb, nb, nb, 0) * (train ? 3.0 : 1.0);
+    const size_t ng = nb * (size_t)ranks;
+    const double flops = bt_flops_forward(&fl, ng, ng, ng, 0) * (train ? 3.0 : 1.0);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
     const bt_precision precision = bf16 ? BT_PRECISION_BF16 : BT_PRECISION_FP32;
-    if (bf16 && !flops_only) fprintf(stderr, "bench_step: gemm bf16 route: %s\n", gemm_bf16_route_describe());
+    if (bf16 && !flops_only && rank == 0)
+        fprintf(stderr, "bench_step: gemm bf16 route: %s\n", gemm_bf16_route_describe());
     /* the JSON line: what was run, then (unless --flops-only) what was measured */
     char head[1024];
     int hn = snprintf(head, sizeof head,
                       "{\"impl\": \"bt\", \"mode\": \"%s\", \"precision\": \"%s\", "
                       "\"config\": \"%s\", \"B\": %ld, \"T\": %ld, \"R\": %zu, \"threads\": %d, "
                       "\"isa\": \"%s\", \"gemm\": \"%s\", \"gemm_bf16_route\": \"%s\", "
-                      "\"memory\": \"%s\", \"flops_per_step\": %.6e",
+                      "\"memory\": \"%s\", \"ranks\": %d, \"global_B\": %zu, "
+                      "\"flops_per_step\": %.6e",
                       mode, prec, config, B, T, R, threads, bt_isa_name(bt_cpu_isa_active()),
                       gemm_backend_name(gemm_get_backend()),
                       /* bf16 only: the AUTO route is measured on first use (gemm.h) */
                       bf16 ? gemm_bf16_route_name(gemm_bf16_route_active()) : "n/a", memory,
-                      flops);
+                      ranks, ng, flops);
     if (estimate) {
         bt_param_table table;
         bt_param_table_init(&table, &c, BT_HEADS_ITC);
@@ -295,7 +325,7 @@ int main(int argc, char **argv) {
         bt_param_table_free(&table);
     }
     if (flops_only) {
-        printf("%s}\n", head);
+        if (rank == 0) printf("%s}\n", head);
         return 0;
     }
 
@@ -309,7 +339,7 @@ int main(int argc, char **argv) {
     if (act_mode == BT_ACTS_FORWARD_ONLY) bt_model_free_grads(&m);
     bt_model_set_act_mode(&m, act_mode);
     tu_rng rng;
-    tu_rng_seed(&rng, 2026);
+    tu_rng_seed(&rng, 2026 + (uint64_t)rank); /* each rank its own rows */
     int32_t *ids = malloc(nb * nt * sizeof *ids);
     float *pix = malloc(nb * 3 * R * R * sizeof *pix);
     BT_ASSERT(ids && pix);
@@ -328,15 +358,16 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_step: %s\n", bt_error_message());
             return 1;
         }
+        /* bt-train's defaults (train/config.c): dist.bucket_mb 25, fp32 wire, ZeRO off */
+        bt_trainer_set_dist(&tr, d, (size_t)25 * 1048576, 0, 0);
         /* as bt-train does at start: arenas sized and backed before the first step */
         const double r0 = bt_now_s();
-        if (bt_trainer_reserve(&tr, nb, nt) != BT_OK) {
-            fprintf(stderr, "bench_step: %s\n", bt_error_message());
-            return 1;
-        }
+        if (bt_trainer_reserve(&tr, nb, nt) != BT_OK)
+            bt_dist_abort(d, "bench_step", bt_error_message(), 1);
         reserve_s = bt_now_s() - r0;
-        fprintf(stderr, "bench_step: reserve (arenas for B %zu, T %zu): %.3f s\n", nb, nt,
-                reserve_s);
+        if (rank == 0)
+            fprintf(stderr, "bench_step: reserve (arenas for B %zu, T %zu): %.3f s\n", nb, nt,
+                    reserve_s);
     } else {
         bt_model_set_dropout(&m, 0, 0, 0);
     }
@@ -362,7 +393,7 @@ int main(int argc, char **argv) {
             ph[0][s] = res.t_towers_fwd, ph[1][s] = res.t_cross_fwd, ph[2][s] = res.t_losses;
             ph[3][s] = res.t_backward, ph[4][s] = res.t_optimizer;
             ph[5][s] = res.t_gemm, ph[6][s] = res.t_attention, ph[7][s] = res.t_memory;
-            if (st == BT_OK)
+            if (st == BT_OK && rank == 0)
                 fprintf(stderr, "bench_step: step %ld: loss %.5f, grad norm %.4g\n", s, res.loss,
                         res.grad_norm);
         } else {
@@ -375,9 +406,11 @@ int main(int argc, char **argv) {
         t[s] = bt_now_s() - t0;
         cpu[s] = cpu_s(&flt1) - c0;
         if (st != BT_OK) {
-            fprintf(stderr, "bench_step: step %ld: %s\n", s, bt_error_message());
-            return 1;
+            char msg[600];
+            snprintf(msg, sizeof msg, "step %ld: %s", s, bt_error_message());
+            bt_dist_abort(d, "bench_step", msg, 1); /* every rank ends, none waits */
         }
+        if (rank > 0) continue;
         /* CPU time and page faults: on a shared machine wall time measures the load too */
         fprintf(stderr, "bench_step: %s %s step %ld: %.3f s (cpu %.3f s, %ld minor faults)",
                 mode, prec, s, t[s], cpu[s], flt1 - flt0);
@@ -387,27 +420,41 @@ int main(int argc, char **argv) {
         fprintf(stderr, "; kernels: gemm %.3f, attention %.3f, memory-bound %.3f s\n", ph[5][s],
                 ph[6][s], ph[7][s]);
     }
-    if (kernels) {
+    if (kernels && rank == 0) {
         kernel_profile_take(&prof, 1);
         kernel_profile_print(&prof, steps > 1 ? steps - 1 : 1);
         gemm_profile_print(steps > 1 ? steps - 1 : 1);
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    /* peak RSS of every rank (one: this process's), summed: the job's memory on the machine */
+    const int64_t mine = (int64_t)ru.ru_maxrss * 1024;
+    int64_t *rss = calloc((size_t)ranks, sizeof *rss);
+    BT_ASSERT(rss);
+    if (bt_dist_allgather_i64(d, &mine, 1, rss) != BT_OK)
+        bt_dist_abort(d, "bench_step", bt_error_message(), 1);
+    long long rss_sum = 0, rss_max = 0;
+    for (int r = 0; r < ranks; r++) {
+        rss_sum += rss[r];
+        if (rss[r] > rss_max) rss_max = rss[r];
+    }
+    free(rss);
     const double med = steps > 1 ? median(t + 1, (size_t)steps - 1) : t[0];
-    printf("%s, \"steps\": %ld, \"first_step_s\": %.6f, \"median_step_s\": %.6f, "
-           "\"samples_per_s\": %.6f, \"gflops\": %.3f, \"peak_rss_bytes\": %lld, "
-           "\"first_step_cpu_s\": %.6f, \"median_step_cpu_s\": %.6f, \"reserve_s\": %.6f",
-           head, steps, t[0], med, (double)B / med, flops / med * 1e-9,
-           (long long)ru.ru_maxrss * 1024, cpu[0],
-           steps > 1 ? median(cpu + 1, (size_t)steps - 1) : cpu[0], reserve_s);
-    static const char *const names[NPH] = {"towers_fwd_s", "cross_fwd_s", "losses_s",
-                                           "backward_s",   "optimizer_s", "gemm_s",
-                                           "attention_s",  "memory_bound_s"};
-    for (int p = train ? 0 : 5; p < NPH; p++)
-        printf(", \"%s\": %.6f", names[p],
-               steps > 1 ? median(ph[p] + 1, (size_t)steps - 1) : ph[p][0]);
-    printf("}\n");
+    if (rank == 0) {
+        printf("%s, \"steps\": %ld, \"first_step_s\": %.6f, \"median_step_s\": %.6f, "
+               "\"samples_per_s\": %.6f, \"gflops\": %.3f, \"peak_rss_bytes\": %lld, "
+               "\"peak_rss_rank_max_bytes\": %lld, "
+               "\"first_step_cpu_s\": %.6f, \"median_step_cpu_s\": %.6f, \"reserve_s\": %.6f",
+               head, steps, t[0], med, (double)ng / med, flops / med * 1e-9, rss_sum, rss_max,
+               cpu[0], steps > 1 ? median(cpu + 1, (size_t)steps - 1) : cpu[0], reserve_s);
+        static const char *const names[NPH] = {"towers_fwd_s", "cross_fwd_s", "losses_s",
+                                               "backward_s",   "optimizer_s", "gemm_s",
+                                               "attention_s",  "memory_bound_s"};
+        for (int p = train ? 0 : 5; p < NPH; p++)
+            printf(", \"%s\": %.6f", names[p],
+                   steps > 1 ? median(ph[p] + 1, (size_t)steps - 1) : ph[p][0]);
+        printf("}\n");
+    }
     if (train) bt_trainer_free(&tr);
     for (int p = 0; p < NPH; p++) free(ph[p]);
     free(t);
@@ -417,4 +464,22 @@ int main(int argc, char **argv) {
     bt_model_free(&m);
     gemm_release();
     return 0;
+}
+
+int main(int argc, char **argv) {
+    /* OpenMP as bt's tools run it (cpu.h: passive waits unless OMP_WAIT_POLICY is set), so the
+     * numbers are what bt-train gets, and a busy machine does not turn spinning threads into
+     * seconds per step */
+    bt_runtime_prefer_passive_openmp(argv);
+    /* the world: one process without a launcher (no MPI touched), else mpirun's ranks */
+    bt_dist d;
+    if (bt_dist_init(&d, NULL, NULL) != BT_OK) {
+        fprintf(stderr, "bench_step: %s\n", bt_error_message());
+        return 1;
+    }
+    const int rc = bench_main(argc, argv, &d);
+    /* a rank that stopped early must not wait in MPI_Finalize for ranks in a collective */
+    if (rc != 0 && bt_dist_active(&d)) bt_dist_abort(&d, "bench_step", "stopped", rc);
+    bt_dist_finalize(&d);
+    return rc;
 }
