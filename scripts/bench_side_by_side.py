@@ -378,7 +378,9 @@ def run_twin_ranks(cmd, env, ranks, timeout, label):
 def scaling_main(a, bench_step, info):
     grid = SCALING_GRID["quick" if a.quick else "full"]
     cdir = os.path.join(ROOT, "configs", grid["config"])
-    steps = a.steps or 3
+    # 5 (quick: 3): the median of the 4 later steps stays robust to one slow warm-up step
+    # (docs/benchmarks.md "The twin's warm-up on this VM")
+    steps = a.steps or (3 if a.quick else 5)
     only = {}
     for o in a.only or []:
         dim, _, vals = o.partition("=")
