@@ -732,29 +732,42 @@ static void check_act16_base(void) {
 
 /* BT_ACT_BF16: "0" turns the storage off at bt_model_init, another value than 0/1 is refused
  * with a message naming the variable. */
-static void check_act16_env(void) {
-    const char *env = getenv("BT_ACT_BF16");
+/* A setting bt_model_init reads from the environment (section 5: BT_ACT_BF16, 7:
+ * BT_ATTENTION_PROBS): var=good initializes a model on which effect(m) == want ("what": the
+ * effect's name); var=yes is refused naming the variable and, in the message, `values`. The
+ * variable is restored afterwards. */
+static void check_init_env(const char *section, const char *var, const char *good,
+                           int (*effect)(const bt_model *), int want, const char *what,
+                           bt_precision prec, const char *values) {
+    const char *env = getenv(var);
     char *saved_env = env ? strdup(env) : NULL;
     bt_model_config c;
     if (fd_tiny_config(&c)) {
         bt_model m;
-        tu_setenv("BT_ACT_BF16", "0", 1);
-        if (tu_check(bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_BF16) == BT_OK,
-                     "5: BT_ACT_BF16=0: init: %s", bt_error_message())) {
-            tu_check(!bt_model_act_bf16(&m), "5: BT_ACT_BF16=0: storage off");
+        tu_setenv(var, good, 1);
+        if (tu_check(bt_model_init(&m, &c, BT_HEADS_ALL, prec) == BT_OK, "%s: %s=%s: init: %s",
+                     section, var, good, bt_error_message())) {
+            tu_check(!effect(&m) == !want, "%s: %s=%s: %s", section, var, good, what);
             bt_model_free(&m);
         }
-        tu_setenv("BT_ACT_BF16", "yes", 1);
-        const bt_status st = bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_BF16);
-        tu_check(st != BT_OK && strstr(bt_error_message(), "BT_ACT_BF16=yes") &&
-                     strstr(bt_error_message(), "expected 0"),
-                 "5: BT_ACT_BF16=yes refused naming the variable and the values (%s)",
+        tu_setenv(var, "yes", 1);
+        char named[96];
+        snprintf(named, sizeof named, "%s=yes", var);
+        const bt_status st = bt_model_init(&m, &c, BT_HEADS_ALL, prec);
+        tu_check(st != BT_OK && strstr(bt_error_message(), named) &&
+                     strstr(bt_error_message(), values),
+                 "%s: %s refused naming the variable and the values (%s)", section, named,
                  st != BT_OK ? bt_error_message() : "accepted");
         if (st == BT_OK) bt_model_free(&m);
     }
-    if (saved_env) tu_setenv("BT_ACT_BF16", saved_env, 1);
-    else tu_unsetenv("BT_ACT_BF16");
+    if (saved_env) tu_setenv(var, saved_env, 1);
+    else tu_unsetenv(var);
     free(saved_env);
+}
+
+static void check_act16_env(void) {
+    check_init_env("5", "BT_ACT_BF16", "0", bt_model_act_bf16, 0, "storage off",
+                   BT_PRECISION_BF16, "expected 0");
 }
 
 static void check_act16(void) {
@@ -874,30 +887,12 @@ static void check_probs_bytes(void) {
     bt_model_free(&m[1]);
 }
 
+static int keeps_probs(const bt_model *m) { return m->keep_probs; }
+
 /* BT_ATTENTION_PROBS=keep keeps them; another value is refused naming the variable */
 static void check_probs_env(void) {
-    const char *env = getenv("BT_ATTENTION_PROBS");
-    char *saved_env = env ? strdup(env) : NULL;
-    bt_model_config c;
-    if (fd_tiny_config(&c)) {
-        bt_model m;
-        tu_setenv("BT_ATTENTION_PROBS", "keep", 1);
-        if (tu_check(bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_FP32) == BT_OK,
-                     "7: BT_ATTENTION_PROBS=keep: init: %s", bt_error_message())) {
-            tu_check(m.keep_probs, "7: BT_ATTENTION_PROBS=keep: kept");
-            bt_model_free(&m);
-        }
-        tu_setenv("BT_ATTENTION_PROBS", "yes", 1);
-        const bt_status st = bt_model_init(&m, &c, BT_HEADS_ALL, BT_PRECISION_FP32);
-        tu_check(st != BT_OK && strstr(bt_error_message(), "BT_ATTENTION_PROBS=yes") &&
-                     strstr(bt_error_message(), "'recompute'"),
-                 "7: BT_ATTENTION_PROBS=yes refused naming the variable and the values (%s)",
-                 st != BT_OK ? bt_error_message() : "accepted");
-        if (st == BT_OK) bt_model_free(&m);
-    }
-    if (saved_env) tu_setenv("BT_ATTENTION_PROBS", saved_env, 1);
-    else tu_unsetenv("BT_ATTENTION_PROBS");
-    free(saved_env);
+    check_init_env("7", "BT_ATTENTION_PROBS", "keep", keeps_probs, 1, "kept", BT_PRECISION_FP32,
+                   "'recompute'");
 }
 
 static void check_probs(void) {
