@@ -344,6 +344,126 @@ static void test_split_k(void) {
     tu_unsetenv("BT_GEMM_SPLIT_K");
 }
 
+/* Blocked B (gemm.h gemm_pack_b_request): on the native bf16 route a single product with m >=
+ * GEMM_PACK_B_MIN_M reorders B into oneDNN's blocked layout and runs the same kernel, so with
+ * the reorder on and off the outputs must be the same bits, and within the bound of the ref (on
+ * AMX, where AUTO keeps the reorder off, only the bound is claimed). Cases: B bf16 read
+ * transposed (a Linear forward), B bf16 plain with padded rows (an input gradient), B fp32
+ * rounded first, with bias, alpha, beta 1 and beta 0 on NaN. The implementation name shows the
+ * reorder ran, so the comparison is never between two unblocked runs. Where the native route
+ * does not exist (no avx512_core_bf16, or oneDNN not built) only the setting and its parsing
+ * are checked. */
+static void test_blocked_b(void) {
+    tu_setenv("BT_GEMM_PACK_B", "maybe", 1);
+    bt_status st = gemm_init_from_env();
+    tu_check(st == BT_ERR_ARG && strstr(bt_error_message(), "BT_GEMM_PACK_B") != NULL &&
+                 strstr(bt_error_message(), "maybe") != NULL,
+             "BT_GEMM_PACK_B=maybe is an error naming variable and value: %s",
+             bt_error_message());
+    static const char *const names[3] = {"auto", "on", "off"};
+    for (int mode = 0; mode < 3; mode++) {
+        tu_setenv("BT_GEMM_PACK_B", names[mode], 1);
+        tu_check(gemm_init_from_env() == BT_OK && gemm_pack_b_requested() == (gemm_pack_b_mode)mode,
+                 "BT_GEMM_PACK_B=%s is read", names[mode]);
+    }
+    tu_unsetenv("BT_GEMM_PACK_B");
+    gemm_pack_b_request(GEMM_PACK_B_ON);
+    tu_check(gemm_pack_b_active() == gemm_cpu_has_bf16(),
+             "BT_GEMM_PACK_B=on is active (%d) exactly where native bf16 exists (%d)",
+             gemm_pack_b_active(), gemm_cpu_has_bf16());
+    if (!gemm_cpu_has_bf16()) {
+        printf("# NOTE: blocked B: no native bf16 here; the bitwise cases are NOT RUN\n");
+        gemm_pack_b_request(GEMM_PACK_B_AUTO);
+        return;
+    }
+    /* AUTO leaves the reorder off exactly where the ISA has AMX */
+    gemm_pack_b_request(GEMM_PACK_B_AUTO);
+    const int amx = !gemm_pack_b_active();
+    gemm_bf16_route_request(GEMM_BF16_NATIVE);
+    /* clang-format off */
+    const tcase cases[] = {
+        {.tb = 1, .m = GEMM_PACK_B_MIN_M, .n = 200, .k = 96, .batch = 1, .sa = DENSE, .sb = DENSE,
+         .sc = DENSE, .at = BT_DTYPE_F32, .bt = BT_DTYPE_BF16, .compute = GEMM_COMPUTE_BF16,
+         .alpha = 1.0f, .beta = 0.0f, .bias = 1},
+        {.tb = 0, .m = GEMM_PACK_B_MIN_M + 37, .n = 72, .k = 130, .pad_b = 8, .pad_c = 3,
+         .batch = 1, .sa = DENSE, .sb = DENSE, .sc = DENSE, .at = BT_DTYPE_BF16,
+         .bt = BT_DTYPE_BF16, .compute = GEMM_COMPUTE_BF16, .alpha = 0.5f, .beta = 1.0f,
+         .bias = 1},
+        {.tb = 0, .m = GEMM_PACK_B_MIN_M + 3, .n = 64, .k = 90, .pad_a = 5, .batch = 1,
+         .sa = DENSE, .sb = DENSE, .sc = DENSE, .at = BT_DTYPE_F32, .bt = BT_DTYPE_F32,
+         .compute = GEMM_COMPUTE_BF16, .alpha = 1.0f, .beta = 1.0f},
+    };
+    /* clang-format on */
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const tcase *tc = &cases[ci];
+        size_t a_rows = tc->ta ? tc->k : tc->m, a_cols = tc->ta ? tc->m : tc->k;
+        size_t b_rows = tc->tb ? tc->n : tc->k, b_cols = tc->tb ? tc->k : tc->n;
+        size_t lda = a_cols + tc->pad_a, ldb = b_cols + tc->pad_b, ldc = tc->n + tc->pad_c;
+        void *a = make_operand(tc->at, a_rows * lda), *b = make_operand(tc->bt, b_rows * ldb);
+        float *bias = malloc(tc->n * sizeof *bias), *c0 = malloc(tc->m * ldc * sizeof *c0);
+        float *out[2] = {malloc(tc->m * ldc * sizeof(float)), malloc(tc->m * ldc * sizeof(float))};
+        tu_fill_uniform_f32(&rng, bias, tc->n, -1.0f, 1.0f);
+        if (tc->beta == 0.0f) tu_fill_sentinel_f32(c0, tc->m * ldc);
+        else tu_fill_uniform_f32(&rng, c0, tc->m * ldc, -1.0f, 1.0f);
+        int blocked_impl[2] = {0, 0};
+        char impl_on[128] = "";
+        for (int on = 0; on < 2; on++) {
+            gemm_pack_b_request(on ? GEMM_PACK_B_ON : GEMM_PACK_B_OFF);
+            gemm_release(); /* the choice applies to primitives created from now on */
+            memcpy(out[on], c0, tc->m * ldc * sizeof(float));
+            gemm_args g = {.trans_a = tc->ta, .trans_b = tc->tb, .m = tc->m, .n = tc->n,
+                           .k = tc->k, .a_type = tc->at, .b_type = tc->bt, .a = a, .lda = lda,
+                           .b = b, .ldb = ldb, .c = out[on], .ldc = ldc, .alpha = tc->alpha,
+                           .beta = tc->beta, .bias = tc->bias ? bias : NULL,
+                           .compute = tc->compute, .batch = 1};
+            gemm_with(GEMM_BACKEND_ONEDNN, &g);
+            blocked_impl[on] = strstr(gemm_onednn_impl_name(&g), "(blocked B)") != NULL;
+            if (on) snprintf(impl_on, sizeof impl_on, "%s", gemm_onednn_impl_name(&g));
+        }
+        tu_check(blocked_impl[1] && !blocked_impl[0],
+                 "blocked B case %zu: the reorder runs with the setting on (%d: %s) and not "
+                 "off (%d)",
+                 ci, blocked_impl[1], impl_on, blocked_impl[0]);
+        if (amx) /* session 7 saw other bits with k 3072 on AMX; the bound below still holds */
+            printf("# blocked B case %zu: AMX: the same-bits claim is not made (AUTO keeps the "
+                   "reorder off there); checked against the ref only\n", ci);
+        else
+            tu_check(memcmp(out[0], out[1], tc->m * ldc * sizeof(float)) == 0,
+                     "blocked B case %zu (%s%s m=%zu n=%zu k=%zu): same bits as B as given", ci,
+                     tc->ta ? "T" : "N", tc->tb ? "T" : "N", tc->m, tc->n, tc->k);
+        free(a);
+        free(b);
+        free(bias);
+        free(c0);
+        free(out[0]);
+        free(out[1]);
+        /* and against the ref within its bound, blocked (fresh operands) */
+        run_case(GEMM_BACKEND_ONEDNN, tc, MODE_SAME, "blocked B");
+    }
+    /* below GEMM_PACK_B_MIN_M, with A transposed (a weight gradient) and batched, B runs as
+     * given (the descriptions are planned, not run: no operand is read) */
+    gemm_pack_b_request(GEMM_PACK_B_ON);
+    gemm_args plain[3];
+    for (int i = 0; i < 3; i++)
+        plain[i] = (gemm_args){.trans_b = 1, .m = GEMM_PACK_B_MIN_M, .n = 64, .k = 64,
+                               .a_type = BT_DTYPE_F32, .b_type = BT_DTYPE_BF16, .a = plain,
+                               .lda = 64, .b = plain, .ldb = 64, .c = (float *)plain, .ldc = 64,
+                               .alpha = 1.0f, .compute = GEMM_COMPUTE_BF16, .batch = 1};
+    plain[0].m = GEMM_PACK_B_MIN_M - 1;
+    plain[1].trans_a = 1;
+    plain[1].lda = GEMM_PACK_B_MIN_M;
+    plain[2].batch = 2;
+    plain[2].stride_a = plain[2].stride_c = GEMM_PACK_B_MIN_M * 64;
+    plain[2].stride_b = 64 * 64;
+    static const char *const why[3] = {"m below the threshold", "A transposed", "batch 2"};
+    for (int i = 0; i < 3; i++)
+        tu_check(strstr(gemm_onednn_impl_name(&plain[i]), "(blocked B)") == NULL,
+                 "blocked B: %s runs B as given (%s)", why[i], gemm_onednn_impl_name(&plain[i]));
+    gemm_pack_b_request(GEMM_PACK_B_AUTO);
+    gemm_bf16_route_request(GEMM_BF16_AUTO);
+    gemm_release();
+}
+
 /* bf16: rounding of fp32 operands, bf16 operands, mixed operands; vs the ref in the same
  * compute precision and vs the fp32 ref. */
 static void test_bf16(void) {
@@ -794,6 +914,7 @@ int main(void) {
     test_sweep_f32();
     test_bf16();
     test_bf16_strided_c();
+    test_blocked_b();
     test_batched();
     test_cache();
     test_threads();

@@ -557,6 +557,7 @@ static void test_strict(void) {
         {"BT_CPU_ISA", "bogus", "BT_CPU_ISA"},
         {"BT_GEMM_BF16", "bogus", "BT_GEMM_BF16"},
         {"BT_GEMM_SPLIT_K", "maybe", "BT_GEMM_SPLIT_K"},
+        {"BT_GEMM_PACK_B", "maybe", "BT_GEMM_PACK_B"},
         {"BT_MEM_AVAILABLE", "lots", "BT_MEM_AVAILABLE"},
         {"OMP_NUM_THREADS", "100000", "processor"},
     };

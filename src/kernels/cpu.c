@@ -254,6 +254,17 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
         fprintf(out, "gemm k split: on, unused here (only where oneDNN runs fp32 brgemm: isa "
                 "avx512_core or better)");
     fprintf(out, " (BT_GEMM_SPLIT_K=%s)\n", env_or(BT_SET_GEMM_SPLIT_K, "unset"));
+    if (b == GEMM_BACKEND_ONEDNN && gemm_pack_b_active())
+        fprintf(out, "gemm blocked B: on: native bf16 products with m >= %d reorder B into "
+                "oneDNN's blocked layout once per call", GEMM_PACK_B_MIN_M);
+    else if (gemm_pack_b_requested() == GEMM_PACK_B_OFF)
+        fprintf(out, "gemm blocked B: off");
+    else
+        fprintf(out, "gemm blocked B: unused here (%s)",
+                b != GEMM_BACKEND_ONEDNN || !gemm_cpu_has_bf16()
+                    ? "only on oneDNN's native bf16 route"
+                    : "auto: not measured with AMX; BT_GEMM_PACK_B=on turns it on");
+    fprintf(out, " (BT_GEMM_PACK_B=%s)\n", env_or(BT_SET_GEMM_PACK_B, "unset"));
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();

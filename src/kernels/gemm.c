@@ -30,6 +30,13 @@ void gemm_split_k_request(int on) { atomic_store(&gemm_split_k, on ? 1 : 0); }
 
 int gemm_split_k_requested(void) { return atomic_load(&gemm_split_k); }
 
+/* BT_GEMM_PACK_B (or gemm_pack_b_request): a gemm_pack_b_mode */
+static _Atomic int gemm_pack_b = GEMM_PACK_B_AUTO;
+
+void gemm_pack_b_request(gemm_pack_b_mode mode) { atomic_store(&gemm_pack_b, (int)mode); }
+
+gemm_pack_b_mode gemm_pack_b_requested(void) { return (gemm_pack_b_mode)atomic_load(&gemm_pack_b); }
+
 static const char *const gemm_names[GEMM_BACKEND_COUNT] = {"ref", "openblas", "onednn"};
 
 const char *gemm_backend_name(gemm_backend b) {
@@ -95,6 +102,16 @@ bt_status gemm_init_from_env(void) {
                        "environment variable BT_GEMM_SPLIT_K: '%s' is unknown; expected on or off",
                        sk);
     if (sk && *sk) gemm_split_k_request(strcmp(sk, "on") == 0);
+    const char *pb = bt_setting_value(BT_SET_GEMM_PACK_B);
+    if (pb && *pb && strcmp(pb, "auto") != 0 && strcmp(pb, "on") != 0 && strcmp(pb, "off") != 0)
+        return bt_fail(BT_ERR_ARG,
+                       "environment variable BT_GEMM_PACK_B: '%s' is unknown; expected auto, on "
+                       "or off",
+                       pb);
+    if (pb && *pb)
+        gemm_pack_b_request(strcmp(pb, "on") == 0    ? GEMM_PACK_B_ON
+                            : strcmp(pb, "off") == 0 ? GEMM_PACK_B_OFF
+                                                     : GEMM_PACK_B_AUTO);
     const char *v = bt_setting_value(BT_SET_GEMM);
     if (!v || !*v) {
         atomic_store(&gemm_route_requested, (int)route);
@@ -211,10 +228,19 @@ static const struct {
 };
 #define GEMM_ISA_AVX512_CORE_BF16 0xe7u
 #define GEMM_ISA_AVX512_CORE 0x27u
+#define GEMM_ISA_AVX512_CORE_AMX 0x3e7u
 
 int gemm_split_k_isa(void) {
     return gemm_onednn_built() &&
            (gemm_onednn_cpu_isa() & GEMM_ISA_AVX512_CORE) == GEMM_ISA_AVX512_CORE;
+}
+
+int gemm_pack_b_active(void) {
+    const gemm_pack_b_mode mode = gemm_pack_b_requested();
+    if (mode == GEMM_PACK_B_OFF || !gemm_onednn_built()) return 0;
+    const unsigned isa = gemm_onednn_cpu_isa();
+    if ((isa & GEMM_ISA_AVX512_CORE_BF16) != GEMM_ISA_AVX512_CORE_BF16) return 0;
+    return mode == GEMM_PACK_B_ON || (isa & GEMM_ISA_AVX512_CORE_AMX) != GEMM_ISA_AVX512_CORE_AMX;
 }
 
 int gemm_cpu_has_bf16(void) {

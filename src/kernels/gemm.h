@@ -93,11 +93,12 @@ typedef struct gemm_args {
 
 /* Reads BT_GEMM (ref | openblas | onednn) if set, else picks the fastest available backend
  * (oneDNN when built, else OpenBLAS), BT_GEMM_BF16 (auto | native | fp32, default auto;
- * see above) and BT_GEMM_SPLIT_K (on | off, default on; below). Returns an error naming the variable and value if either is not one of its names or
- * BT_GEMM names a backend not built (the settings are then left unchanged). Safe to call
- * more than once. main() should call it so a bad BT_GEMM is reported as an error; a
- * gemm() call before any selection runs this once and, on a bad value, prints the message to
- * stderr and uses the default backend. */
+ * see above), BT_GEMM_SPLIT_K (on | off, default on; below) and BT_GEMM_PACK_B (auto | on |
+ * off, default auto; below). Returns an error naming the variable and value if one is not
+ * one of its names or BT_GEMM names a backend not built (the settings are then left
+ * unchanged). Safe to call more than once. main() should call it so a bad BT_GEMM is
+ * reported as an error; a gemm() call before any selection runs this once and, on a bad
+ * value, prints the message to stderr and uses the default backend. */
 bt_status gemm_init_from_env(void);
 
 /* Backend by name ("ref", "openblas", "onednn"); error naming the value otherwise. */
@@ -164,6 +165,25 @@ int gemm_split_k_requested(void);
 /* 1 when oneDNN's ISA has the fp32 brgemm kernels the split is for (avx512_core or better;
  * 0 when oneDNN is not built) */
 int gemm_split_k_isa(void);
+
+/* Blocked B on the oneDNN backend's native bf16 route (gemm_onednn.c, "Blocked B"). oneDNN
+ * 2.6's bf16 brgemm matmul copies a plain B into its blocked (VNNI) layout inside every call,
+ * per block of rows of C, and runs 12-19% slower than on a B already in that layout. A
+ * single product (batch 1) with m >= GEMM_PACK_B_MIN_M and A not transposed (a Linear's
+ * forward and input gradient, where B is the weight) therefore reorders B once into a
+ * per-thread buffer in the layout oneDNN asks for and runs on that: the same kernel and
+ * summation order, so the same bits (tests/test_gemm.c "blocked B"). AUTO (the default)
+ * does it where oneDNN's ISA is avx512_core_bf16 without AMX (measured there:
+ * docs/benchmarks.md "Blocked B"); ON does it wherever the native route runs (AMX: not
+ * measured); OFF never. BT_GEMM_PACK_B=auto|on|off sets it; applies to shapes not yet
+ * cached (gemm_release() drops cached ones). */
+enum { GEMM_PACK_B_MIN_M = 1024 };
+typedef enum { GEMM_PACK_B_AUTO, GEMM_PACK_B_ON, GEMM_PACK_B_OFF } gemm_pack_b_mode;
+void gemm_pack_b_request(gemm_pack_b_mode mode);
+gemm_pack_b_mode gemm_pack_b_requested(void);
+/* 1 when products on the native bf16 route get a blocked B (the request resolved on this
+ * machine's ISA; 0 when oneDNN is not built or has no native bf16) */
+int gemm_pack_b_active(void);
 
 /* 1 if the CPU executes bf16 dot products natively (oneDNN's detected ISA is
  * avx512_core_bf16 or better), 0 otherwise. */

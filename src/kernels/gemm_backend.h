@@ -31,6 +31,7 @@ enum {
     GEMM_SCRATCH_BIAS,
     GEMM_SCRATCH_DNNL,
     GEMM_SCRATCH_C, /* a dense C for bf16 products whose C is strided (gemm_onednn.c) */
+    GEMM_SCRATCH_B_BLOCKED, /* B reordered into oneDNN's blocked layout (gemm_onednn.c) */
     GEMM_SCRATCH_CALLER, /* gemm_caller_scratch */
     GEMM_SCRATCH_SLOTS
 };

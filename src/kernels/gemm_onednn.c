@@ -85,9 +85,11 @@ typedef struct dn_key {
     int64_t alpha_bits, beta_bits;
     int64_t nthr;       /* threads oneDNN plans for: 1 inside a parallel region */
     int64_t bf16_widen; /* bf16 compute on an fp32 primitive */
+    int64_t block_b;    /* B reordered into the primitive's blocked layout ("Blocked B") */
 } dn_key;
 
-enum { DN_SRC, DN_WEI, DN_DST, DN_BIAS, DN_SCRATCH, DN_MEMS };
+/* DN_PLAIN_B: B as given (or packed dense), the source of the reorder into the blocked B */
+enum { DN_SRC, DN_WEI, DN_DST, DN_BIAS, DN_SCRATCH, DN_PLAIN_B, DN_MEMS };
 
 /* How an operand reaches the primitive: as given (strided), or packed dense into per-thread
  * scratch as bf16 (rounded) or fp32 (widened/rounded). */
@@ -103,6 +105,8 @@ typedef struct dn_entry {
     dn_pack pack_a, pack_b;
     int bias_scaled; /* the primitive gets bias/alpha (alpha != 1, see the top comment) */
     int dense_c;     /* the primitive writes a dense (batch, m, n) scratch, copied to C */
+    dnnl_primitive_t reorder_b; /* plain B -> the blocked md[DN_WEI], or NULL ("Blocked B") */
+    size_t blocked_b_bytes;
     char impl[96];
     struct dn_entry *next;
 } dn_entry;
@@ -248,6 +252,8 @@ static void dn_make_key_route(dn_key *key, const gemm_args *g, int widen) {
     key->beta_bits = dn_float_bits(g->beta);
     key->nthr = dn_threads_now();
     key->bf16_widen = g->compute == GEMM_COMPUTE_BF16 && widen;
+    key->block_b = g->compute == GEMM_COMPUTE_BF16 && !widen && g->batch <= 1 && !g->trans_a &&
+                   g->m >= GEMM_PACK_B_MIN_M && gemm_pack_b_active();
 }
 
 static void dn_make_key(dn_key *key, const gemm_args *g) {
@@ -355,6 +361,58 @@ static dnnl_primitive_desc_t dn_skip_brgemm(dnnl_primitive_desc_t pd, const dnnl
     return pd;
 }
 
+/* The 2-D form (rows, cols) of a plain 3-D md of a single product (batch 1). oneDNN 2.6's
+ * matmul picks a blocked weights layout for format_tag_any only in 2-D: with a batch
+ * dimension, even of 1, it picks a plain one (seen in dn_block_b's result). */
+static void dn_md_drop_batch(dnnl_memory_desc_t *md) {
+    BT_ASSERT(md->ndims == 3 && md->dims[0] == 1 && md->format_kind == dnnl_blocked);
+    dnnl_dims_t dims = {md->dims[1], md->dims[2]};
+    dnnl_dims_t strides = {md->format_desc.blocking.strides[1],
+                           md->format_desc.blocking.strides[2]};
+    const dnnl_data_type_t dt = md->data_type;
+    DN_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides));
+}
+
+/* Blocked B (gemm.h gemm_pack_b_request). oneDNN 2.6's bf16 brgemm matmul copies a plain B
+ * into its VNNI-blocked layout inside every call; given B already blocked it skips the copy
+ * and runs the same kernel in the same order (the bits are the same: tests/test_gemm.c
+ * "blocked B"). Measured (2 threads, AMD EPYC with avx512_core_bf16, best of 5, oneDNN
+ * alone; milliseconds plain -> blocked + the reorder): m 2600: x·Wᵀ 2600x2304x768
+ * 11.33 -> 9.77 + 0.23, 2600x768x3072 14.87 -> 13.17 + 0.61, dX = dY·W 2600x768x2304
+ * 11.13 -> 9.78 + 0.25; m 1300: 6.09 -> 4.77 + 0.24, 7.89 -> 6.33 + 0.62, 5.64 -> 4.67 +
+ * 0.23; m 1024 gains 0.5 / -0.2 / 0.17 ms; m 320 (a text batch) gains nothing or loses
+ * (1.39 -> 1.15 + 0.23, 1.81 -> 1.57 + 0.61): hence GEMM_PACK_B_MIN_M. The reorder's
+ * cost grows with k*n and the saving with m*k*n. In the base bf16 step (B 8: `bench_step
+ * --kernels`, BT_GEMM_PACK_B=off / auto alternated twice) the products this applies to took
+ * 1.987 / 1.888 s off and 1.866 / 1.791 s on. Products with A transposed (the weight
+ * gradients: B is the layer's input, k the 2600 tokens, and its reorder costs up to 1.5 ms)
+ * are left as given: blocking them too moved those products from 1.169 / 1.144 s to
+ * 1.145 / 1.222 s, nothing.
+ * Sets md[DN_WEI] to the layout pd chose and creates the reorder from md[DN_PLAIN_B]; when
+ * pd chose the plain layout itself, B runs as given (no reorder). Fails (the caller plans
+ * the product without blocking) when the reorder cannot be made or would need a scratchpad. */
+static dnnl_status_t dn_block_b(dn_entry *e, const_dnnl_primitive_desc_t pd) {
+    const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (!wmd) return dnnl_unimplemented;
+    e->md[DN_WEI] = *wmd;
+    if (dnnl_memory_desc_equal(&e->md[DN_WEI], &e->md[DN_PLAIN_B])) return dnnl_success;
+    dnnl_primitive_attr_t attr;
+    DN_CHECK(dnnl_primitive_attr_create(&attr));
+    DN_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    dnnl_primitive_desc_t rpd;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&rpd, &e->md[DN_PLAIN_B], dn_engine,
+                                                          &e->md[DN_WEI], dn_engine, attr);
+    DN_CHECK(dnnl_primitive_attr_destroy(attr));
+    if (st != dnnl_success) return st;
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+    if (smd && dnnl_memory_desc_get_size(smd) > 0) st = dnnl_unimplemented;
+    if (st == dnnl_success) st = dnnl_primitive_create(&e->reorder_b, rpd);
+    DN_CHECK(dnnl_primitive_desc_destroy(rpd));
+    if (st != dnnl_success) return st;
+    e->blocked_b_bytes = dnnl_memory_desc_get_size(&e->md[DN_WEI]);
+    return dnnl_success;
+}
+
 /* Creates the primitive for `pa`/`pb`, writing C as given or (dense_c) a dense scratch;
  * returns the oneDNN status (unimplemented when no implementation exists for this
  * combination). */
@@ -369,6 +427,9 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
                               : dnnl_bf16;
     dn_operand_md(&e->md[DN_SRC], oa, (int)k->trans_a, pa, ta);
     dn_operand_md(&e->md[DN_WEI], ob, (int)k->trans_b, pb, tb);
+    memset(&e->md[DN_PLAIN_B], 0, sizeof e->md[DN_PLAIN_B]);
+    const int block_b = k->block_b && tb == dnnl_bf16;
+    if (block_b) e->md[DN_PLAIN_B] = e->md[DN_WEI];
     {
         dnnl_dims_t dims = {k->batch, k->m, k->n};
         dnnl_dims_t strides = {k->batch > 1 ? k->stride_c : k->m * k->ldc, k->ldc, 1};
@@ -383,6 +444,13 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
         dnnl_dims_t dims = {1, 1, k->n};
         dnnl_dims_t strides = {k->n, k->n, 1};
         DN_CHECK(dnnl_memory_desc_init_by_strides(&e->md[DN_BIAS], 3, dims, dnnl_f32, strides));
+    }
+    if (block_b) { /* oneDNN picks the weights layout; B is reordered into it (dn_block_b) */
+        for (int i = 0; i < DN_MEMS; i++)
+            if (i != DN_SCRATCH && (i != DN_BIAS || k->has_bias)) dn_md_drop_batch(&e->md[i]);
+        dnnl_dims_t dims = {k->k, k->n};
+        DN_CHECK(dnnl_memory_desc_init_by_tag(&e->md[DN_WEI], 2, dims, dnnl_bf16,
+                                              dnnl_format_tag_any));
     }
     float alpha, beta;
     uint32_t ab = (uint32_t)k->alpha_bits, bb = (uint32_t)k->beta_bits;
@@ -420,8 +488,15 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
     }
     const char *impl = NULL;
     DN_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-    snprintf(e->impl, sizeof e->impl, "%s%s", impl ? impl : "?",
-             (pa == DN_PACK_F32 || pb == DN_PACK_F32) ? " (bf16 widened to f32)" : "");
+    e->reorder_b = NULL;
+    e->blocked_b_bytes = 0;
+    if (block_b && dn_block_b(e, pd) != dnnl_success) {
+        DN_CHECK(dnnl_primitive_desc_destroy(pd));
+        return dnnl_unimplemented;
+    }
+    snprintf(e->impl, sizeof e->impl, "%s%s%s", impl ? impl : "?",
+             (pa == DN_PACK_F32 || pb == DN_PACK_F32) ? " (bf16 widened to f32)" : "",
+             e->reorder_b ? " (blocked B)" : "");
     st = dnnl_primitive_create(&e->prim, pd);
     DN_CHECK(dnnl_primitive_desc_destroy(pd));
     e->pack_a = pa;
@@ -444,16 +519,22 @@ static int dn_c_strided(const dn_key *k) {
     return k->ldc != k->n || (k->batch > 1 && k->stride_c != k->m * k->n);
 }
 
+static void dn_entry_destroy_primitives(dn_entry *e) {
+    DN_CHECK(dnnl_primitive_destroy(e->prim));
+    if (e->reorder_b) DN_CHECK(dnnl_primitive_destroy(e->reorder_b));
+    e->prim = e->reorder_b = NULL;
+}
+
 static void dn_prefer_dense_c(dn_entry *e) {
     if (!dn_c_strided(&e->key) || strncmp(e->impl, "brg", 3) == 0) return;
     dn_entry alt = *e;
     alt.prim = NULL;
     if (dn_try_create(&alt, e->pack_a, e->pack_b, 1) != dnnl_success) return;
     if (strncmp(alt.impl, "brg", 3) != 0) {
-        DN_CHECK(dnnl_primitive_destroy(alt.prim));
+        dn_entry_destroy_primitives(&alt);
         return;
     }
-    DN_CHECK(dnnl_primitive_destroy(e->prim));
+    dn_entry_destroy_primitives(e);
     *e = alt;
 }
 
@@ -471,6 +552,11 @@ static void dn_create(dn_entry *e) {
     dn_pack pa = k->a_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
     dn_pack pb = k->b_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
     dnnl_status_t st = dn_try_create(e, pa, pb, 0);
+    if (st != dnnl_success && e->key.block_b) { /* no blocked plan: the plain one */
+        e->key.block_b = 0;
+        st = dn_try_create(e, pa, pb, 0);
+        e->key.block_b = 1; /* the cache key stays what dn_lookup looks for */
+    }
     if (st == dnnl_success) {
         dn_prefer_dense_c(e);
         return;
@@ -541,6 +627,7 @@ static dn_slot *dn_thread_slot(dn_thread *t, const dn_entry *e) {
     for (int i = 0; i < DN_MEMS; i++) {
         if (i == DN_BIAS && !e->key.has_bias) continue;
         if (i == DN_SCRATCH && e->scratch_bytes == 0) continue;
+        if (i == DN_PLAIN_B && !e->reorder_b) continue;
         DN_CHECK(dnnl_memory_create(&s->mem[i], &e->md[i], dn_engine, DNNL_MEMORY_NONE));
     }
     s->e = e;
@@ -607,7 +694,16 @@ static void dn_execute(const dn_entry *e, dnnl_memory_t *mem, dnnl_stream_t stre
                                        GEMM_SCRATCH_B);
     /* oneDNN takes non-const handles; it does not write src, weights or bias */
     DN_CHECK(dnnl_memory_set_data_handle(mem[DN_SRC], (void *)a));
-    DN_CHECK(dnnl_memory_set_data_handle(mem[DN_WEI], (void *)b));
+    if (e->reorder_b) { /* B as given (or packed dense) -> the blocked layout ("Blocked B") */
+        void *blocked = gemm_thread_scratch(GEMM_SCRATCH_B_BLOCKED, e->blocked_b_bytes);
+        DN_CHECK(dnnl_memory_set_data_handle(mem[DN_PLAIN_B], (void *)b));
+        DN_CHECK(dnnl_memory_set_data_handle(mem[DN_WEI], blocked));
+        dnnl_exec_arg_t reorder_args[2] = {{DNNL_ARG_FROM, mem[DN_PLAIN_B]},
+                                           {DNNL_ARG_TO, mem[DN_WEI]}};
+        DN_CHECK(dnnl_primitive_execute(e->reorder_b, stream, 2, reorder_args));
+    } else {
+        DN_CHECK(dnnl_memory_set_data_handle(mem[DN_WEI], (void *)b));
+    }
     float *c = g->c;
     const size_t mn = g->m * g->n;
     if (e->dense_c) { /* C as a dense (batch, m, n) scratch; C's values in it for the post-op */
@@ -756,7 +852,8 @@ static int dn_measure_routes(double *native_s, double *fp32_s) {
         dn_make_key_route(&e[r].key, run[r], 0);
         dn_create(&e[r]);
         for (int i = 0; i < DN_MEMS; i++) {
-            if ((i == DN_BIAS && !e[r].key.has_bias) || (i == DN_SCRATCH && !e[r].scratch_bytes))
+            if ((i == DN_BIAS && !e[r].key.has_bias) || (i == DN_SCRATCH && !e[r].scratch_bytes) ||
+                (i == DN_PLAIN_B && !e[r].reorder_b))
                 continue;
             DN_CHECK(dnnl_memory_create(&mem[r][i], &e[r].md[i], dn_engine, DNNL_MEMORY_NONE));
         }
@@ -784,7 +881,7 @@ static int dn_measure_routes(double *native_s, double *fp32_s) {
     for (int r = 0; r < 2; r++) {
         for (int i = 0; i < DN_MEMS; i++)
             if (mem[r][i]) DN_CHECK(dnnl_memory_destroy(mem[r][i]));
-        DN_CHECK(dnnl_primitive_destroy(e[r].prim));
+        dn_entry_destroy_primitives(&e[r]);
     }
     DN_CHECK(dnnl_stream_destroy(stream));
     bt_free(a);
@@ -819,7 +916,7 @@ void gemm_onednn_release(void) {
     for (int b = 0; b < DN_BUCKETS; b++) {
         for (dn_entry *e = dn_table[b]; e;) {
             dn_entry *next = e->next;
-            DN_CHECK(dnnl_primitive_destroy(e->prim));
+            dn_entry_destroy_primitives(e);
             bt_free(e);
             e = next;
         }
