@@ -557,6 +557,9 @@ static void test_batched(void) {
             bb.at = BT_DTYPE_BF16; /* only meaningful under bf16 compute */
             if (cp == GEMM_COMPUTE_F32) bb.at = BT_DTYPE_F32;
             for (int f = 0; f < n_fast; f++) run_case(fast_backends[f], &bb, MODE_SAME, "batch-bcast-B");
+            tcase bab = tc; /* both broadcast: every item the same product, into its own C */
+            bab.sa = bab.sb = 0;
+            for (int f = 0; f < n_fast; f++) run_case(fast_backends[f], &bab, MODE_SAME, "batch-bcast-AB");
         }
         /* attention scores: Q, K (T, NH*D), per head h: S_h (T, T) = Q_h K_hᵀ / sqrt(D) where
          * Q_h = Q + h*D with row stride NH*D; then the value product O_h = P_h V_h written

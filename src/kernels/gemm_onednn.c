@@ -782,6 +782,18 @@ static int dn_split_k(const gemm_args *g) {
 
 void gemm_onednn_run(const gemm_args *g) {
     BT_ASSERT(g->batch >= 1 && g->m > 0 && g->n > 0 && g->k > 0);
+    if (g->batch > 1 && g->stride_a == 0 && g->stride_b == 0) {
+        /* A and B both broadcast: oneDNN 2.6's matmul wants C's batch to be one of its
+         * operands' (invalid_arguments otherwise), so the items run one by one, each into its
+         * own C (with beta, the items' C differ) */
+        gemm_args item = *g;
+        item.batch = 1;
+        for (size_t i = 0; i < g->batch; i++) {
+            item.c = g->c + i * g->stride_c;
+            gemm_onednn_run(&item);
+        }
+        return;
+    }
     if (!dn_split_k(g)) {
         dn_run_one(g);
         return;
