@@ -28,6 +28,9 @@
  *     BT_GEMM_BF16=widened|fp32 (with fp32, bf16 mode itself asks for fp32 compute, so only
  *     explicit GEMM_COMPUTE_BF16 callers get here), and as a fallback if a bf16 primitive is
  *     unimplemented.
+ *   - blocked B ("Blocked B" below): on the native route a single product with m >=
+ *     GEMM_PACK_B_MIN_M and A not transposed plans its weights with format_tag_any on 2-D
+ *     descriptors and reorders B into that layout, per call, into per-thread scratch.
  *   - AUTO (the default where the CPU has native bf16): the first bf16 product (or
  *     gemm_bf16_route_active() at model setup) times native bf16 against plain fp32 on one
  *     Linear-shaped product on private primitives (the cache is not touched) and keeps the
@@ -499,6 +502,10 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
              e->reorder_b ? " (blocked B)" : "");
     st = dnnl_primitive_create(&e->prim, pd);
     DN_CHECK(dnnl_primitive_desc_destroy(pd));
+    if (st != dnnl_success && e->reorder_b) { /* the caller may plan again without blocking */
+        DN_CHECK(dnnl_primitive_destroy(e->reorder_b));
+        e->reorder_b = NULL;
+    }
     e->pack_a = pa;
     e->pack_b = pb;
     e->dense_c = dense_c;
