@@ -1413,11 +1413,12 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
     const float scale = (float)(1.0 / sqrt((double)D));
     bt_bf16 *q16 = t16 ? t16 + Tq * D : NULL, *k16 = t16 ? q16 + Tq * D : NULL;
     bt_bf16 *v16 = t16 ? k16 + Tk * D : NULL;
-    /* P: the kept probs slice, or recomputed into ptile (its q16 / k16 rounding is the
-     * forward's and is made again below for the dk and dq products) */
+    /* P: the kept probs slice, or recomputed into ptile (which leaves q16 / k16 holding the
+     * forward's rounding of q_h / k_h: the dk and dq products below read them as they are) */
     const float *p = probs ? probs + pbase
                            : attention_block_recompute(ptile, q, k, key_bias, d, compute, q16,
                                                        k16, b, h);
+    const int qk16_made = t16 && !probs;
     const size_t ldp = probs ? Tk : attention_ldt(Tk);
     float *ds = dq || dk ? tile : NULL;
     bt_bf16 *pd16 = t16 && dv ? (bt_bf16 *)(tile + Tq * Tk) : NULL;
@@ -1442,11 +1443,15 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
                                       : (attention_operand){BT_DTYPE_F32, ds, Tk};
     if (dq) /* dq_h += dS k_h / √D */
         attention_product(0, 0, Tq, D, Tk, dS,
-                          attention_operand_of(k16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D),
+                          qk16_made ? (attention_operand){BT_DTYPE_BF16, k16, D}
+                                    : attention_operand_of(k16, k + b * Tk * d->ldk + h * D,
+                                                           d->ldk, Tk, D),
                           dq + b * Tq * d->ldq + h * D, d->ldq, scale, beta, compute);
     if (dk) /* dk_h += dSᵀ q_h / √D */
         attention_product(1, 0, Tk, D, Tq, dS,
-                          attention_operand_of(q16, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D),
+                          qk16_made ? (attention_operand){BT_DTYPE_BF16, q16, D}
+                                    : attention_operand_of(q16, q + b * Tq * d->ldq + h * D,
+                                                           d->ldq, Tq, D),
                           dk + b * Tk * d->ldk + h * D, d->ldk, scale, beta, compute);
 }
 
