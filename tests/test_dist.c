@@ -416,9 +416,20 @@ static void test_signal_rank(int sig, int zero, const char *ref_opt) {
         free(m);
         snprintf(p, sizeof p, "%s/checkpoint-%zu/trainer_state.json", out, n_train);
         struct stat cst;
-        tu_check(ended && WIFEXITED(status) && WEXITSTATUS(status) == 143 && n_train > 0 &&
-                 stat(p, &cst) == 0, "%s: the job exits 143 within 60 s (%.1f s) and rank 0 "
-                 "saved the checkpoint of the last logged step %zu", what, took, n_train);
+        /* each condition on its own line, so that a failure says which one */
+        const int exited_143 = ended && WIFEXITED(status) && WEXITSTATUS(status) == 143;
+        tu_check(exited_143, "%s: the job exits 143 within 60 s (%s %d after %.1f s)", what,
+                 !ended ? "still running" : WIFEXITED(status) ? "exit status" : "signal",
+                 !ended ? 0 : WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), took);
+        const int saved = n_train > 0 && stat(p, &cst) == 0;
+        tu_check(saved, "%s: rank 0 saved the checkpoint of the last logged step %zu (%s)", what,
+                 n_train, p);
+        if (!exited_143 || !saved) {
+            char cmd[1400];
+            snprintf(cmd, sizeof cmd, "ls '%s' >&2; tail -n 3 '%s/metrics.jsonl' >&2", out, out);
+            if (system(cmd) != 0) fprintf(stderr, "(listing %s failed)\n", out);
+            tts_show_err(out);
+        }
         if (zero) {
             snprintf(p, sizeof p, "%s/checkpoint-%zu/optimizer.safetensors", out, n_train);
             /* the signal lands at step 2 or 3: compare the structure, not the step */
