@@ -10,7 +10,9 @@
  *                 same weights and moments, bit for bit, as the uninterrupted run, and its
  *                 metrics.jsonl has every step exactly once;
  *   SIGINT        exits 130 after writing a checkpoint of the step it stopped at, and the
- *                 restarted run ends equal to the uninterrupted one;
+ *                 restarted run ends equal to the uninterrupted one; the thread that trains
+ *                 blocks the stop signals (bt-train's signal thread takes them); a second
+ *                 signal ends the process at once, by that signal;
  *   bad input     malformed configs, unknown keys and bad --set values name the key; a
  *                 corrupt image stops the run naming the manifest line (on_bad_record
  *                 "stop") or is replaced with a warning naming it ("skip");
@@ -141,6 +143,27 @@ static void setup(void) {
              "}\n",
              model_dir, data_dir, data_dir, data_dir, tu_test_threads(2));
     tu_setup_text(base_cfg, text);
+}
+
+/* The thread that runs the step (the main thread: task pid) blocks the five stop signals,
+ * so that a signal is never handled on a thread inside one of oneDNN 2.6's generated GEMM
+ * kernels, which point rsp into the heap (src/train/trainer.c, "Where the stop signals are
+ * taken"): the SIGINT below then reaches bt-train's signal thread instead. Read from
+ * /proc/PID/task/PID/status (SigBlk, a hex mask with bit sig - 1 for each blocked signal). */
+static void check_stop_signals_blocked(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)pid);
+    char *st = read_text(path);
+    const char *line = strstr(st, "SigBlk:");
+    unsigned long long mask = 0;
+    const int got = line && sscanf(line + strlen("SigBlk:"), "%llx", &mask) == 1;
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+    int all = got;
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        all = all && (mask >> (sigs[i] - 1) & 1ull);
+    tu_check(all, "bt-train's main thread blocks SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 "
+             "while it trains (%s: SigBlk %s%llx)", path, got ? "" : "unreadable, ", mask);
+    free(st);
 }
 
 static const char *out_path(const char *name) {
@@ -283,6 +306,7 @@ int main(int argc, char **argv) {
         pid_t pid = spawn_train(intr, NULL, 0);
         snprintf(ck, sizeof ck, "%s/checkpoint-2/trainer_state.json", intr);
         wait_for(ck, pid);
+        check_stop_signals_blocked(pid);
         sleep_s(0.05);
         kill(pid, SIGINT);
         int st = wait_exit(pid);
@@ -305,6 +329,30 @@ int main(int argc, char **argv) {
         rc = run_train(intr, NULL, 0);
         tu_check(rc == 0, "SIGINT: resumed run exits 0 (got %d)", rc);
         same_file("SIGINT + resume", ref, intr, "model.safetensors");
+    }
+
+    /* --- two stop signals: the second ends the process at once, by that signal ------------- */
+    {
+        char two[1200], ck[1300];
+        snprintf(two, sizeof two, "%s", out_path("two-signals"));
+        pid_t pid = spawn_train(two, NULL, 0);
+        snprintf(ck, sizeof ck, "%s/checkpoint-2/trainer_state.json", two);
+        wait_for(ck, pid);
+        /* two different signals: two SIGINTs sent together may merge into one pending signal.
+         * The first asks for a stop after the step in flight (milliseconds away), the second
+         * is taken right after it and ends the process by its default action. */
+        kill(pid, SIGINT);
+        kill(pid, SIGTERM);
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        const int by_signal = WIFSIGNALED(status);
+        tu_check(by_signal && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM),
+                 "SIGINT then SIGTERM: the second ends the process by its signal (%s %d)",
+                 by_signal ? "signal" : WIFEXITED(status) ? "exit status" : "status",
+                 by_signal ? WTERMSIG(status) : WIFEXITED(status) ? WEXITSTATUS(status) : status);
+        struct stat cst;
+        tu_check(stat(ck, &cst) == 0, "SIGINT then SIGTERM: the saved %s is still there", ck);
     }
 
     /* --- eval.metric_for_best: the best checkpoint is tracked and survives the rotation ----- */

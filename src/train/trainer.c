@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -51,14 +52,23 @@ static const int k_stop_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 
 static volatile sig_atomic_t g_stop_signal;
 
-static void on_stop_signal(int sig) {
+/* Takes one stop signal: the first asks for a stop after the step in flight, a second one
+ * stops now, by the signal's default action. Runs in the signal thread below (or as the
+ * handler on a thread that does not block the signals). */
+static void stop_signal_taken(int sig) {
     if (g_stop_signal) { /* second signal: stop now */
         signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
         raise(sig);
         return;
     }
     g_stop_signal = sig;
 }
+
+static void on_stop_signal(int sig) { stop_signal_taken(sig); }
 
 static const char *signal_name(int sig) {
     switch (sig) {
@@ -71,7 +81,37 @@ static const char *signal_name(int sig) {
     }
 }
 
-static void install_stop_signals(void) {
+static sigset_t stop_signal_set(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < N_STOP_SIGNALS; i++) sigaddset(&set, k_stop_signals[i]);
+    return set;
+}
+
+/* Where the stop signals are taken. oneDNN 2.6's generated GEMM kernels (gemm:jit: the fp32
+ * products under the AVX2 cap and on AVX2 CPUs, some AVX-512 shapes) point rsp into a heap
+ * workspace while they run, so a signal handled on a thread inside one writes its frame
+ * into the heap (oneDNN issue #4845, fixed in 3.11; Debian 12 ships 2.6): test_bt_train's
+ * SIGINT case under the AVX2 cap then aborted in free() ("corrupted size vs. prev_size"):
+ * 5 of about 400 runs of its scenario on a loaded machine, 0 of 500 since. So the stop
+ * signals are blocked in the thread that starts the job, before it starts any other
+ * (OpenMP's, the loader's, the watchdog's inherit the mask), and one thread that runs no
+ * kernel takes them with sigwait(). The handler stays installed for threads a library
+ * started before (OpenBLAS's, MPI's), which run no oneDNN kernel. Once per process; the
+ * signals stay blocked in the calling thread. */
+static void *stop_signal_thread(void *arg) {
+    (void)arg;
+    const sigset_t set = stop_signal_set();
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) == 0) stop_signal_taken(sig);
+    }
+    return NULL;
+}
+
+static pthread_once_t stop_signals_once = PTHREAD_ONCE_INIT;
+
+static void install_stop_signals_once(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
@@ -81,6 +121,22 @@ static void install_stop_signals(void) {
      * goes on quietly (its files and checkpoints are the record), instead of dying */
     sa.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &sa, NULL);
+    const sigset_t set = stop_signal_set();
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t t;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, stop_signal_thread, NULL) != 0)
+            pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* no thread: the handler takes them */
+        pthread_attr_destroy(&attr);
+    } else {
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    }
+}
+
+static void install_stop_signals(void) {
+    pthread_once(&stop_signals_once, install_stop_signals_once);
 }
 
 /* --- the job's state ------------------------------------------------------------------------ */
@@ -1090,9 +1146,10 @@ static int stop_requested(job *j) {
     bt_dist_name_next(&j->dist, "stop-check all-reduce");
     bt_dist_sum_f64(&j->dist, v, N_STOP_SIGNALS);
     /* test hook (tests/test_dist.c): --test-hook sigterm_in_stop_check=N makes rank 1 get a
-     * SIGTERM right here, after its flag went into the all-reduce, at step N: the window */
+     * SIGTERM right here, after its flag went into the all-reduce, at step N: the window. To
+     * the process, not this thread (raise), which blocks it: the signal thread takes it. */
     if (j->test_raise_at > 0 && j->dist.rank == 1 && j->tr.step == j->test_raise_at)
-        raise(SIGTERM);
+        kill(getpid(), SIGTERM);
     j->stop = 0;
     for (size_t i = 0; i < N_STOP_SIGNALS && !j->stop; i++)
         if (v[i] > 0) j->stop = k_stop_signals[i];
@@ -1428,6 +1485,8 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     j->lock.fd = -1;
     g_stop_signal = 0;
     j->test_raise_at = o->test_sigterm_in_stop_check;
+    /* before any thread of the job starts (install_stop_signals: the mask they inherit) */
+    if (o->install_signals) install_stop_signals();
     bt_status st = bt_dist_init(&j->dist, NULL, NULL);
     if (st != BT_OK) goto done;
     if (o->test_dist_sleep &&
@@ -1451,7 +1510,6 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
     }
     st = threads_setup(j);
     if (st != BT_OK) goto done;
-    if (o->install_signals) install_stop_signals();
     bt_runtime_info_print(j->out, "bt-train");
     /* rank 0 alone writes into output.dir and picks the checkpoint to resume from
      * (resume_setup): the other ranks need not see it. output_dir.h: what may be written
