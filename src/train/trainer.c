@@ -92,11 +92,12 @@ static sigset_t stop_signal_set(void) {
  * products under the AVX2 cap and on AVX2 CPUs, some AVX-512 shapes) point rsp into a heap
  * workspace while they run, so a signal handled on a thread inside one writes its frame
  * into the heap (oneDNN issue #4845, fixed in 3.11; Debian 12 ships 2.6): test_bt_train's
- * SIGINT case under the AVX2 cap then aborted in free() ("corrupted size vs. prev_size"):
- * 5 of about 400 runs of its scenario on a loaded machine, 0 of 500 since. So the stop
- * signals are blocked in the thread that starts the job, before it starts any other
- * (OpenMP's, the loader's, the watchdog's inherit the mask), and one thread that runs no
- * kernel takes them with sigwait(). The handler stays installed for threads a library
+ * SIGINT case under the AVX2 cap then aborted in free() ("corrupted size vs. prev_size";
+ * `meson test -C build --setup isa_avx2 bt_train --repeat 40` beside other load: 1 of the
+ * first 15; its scenario alone, twice in parallel: 5 of ~400 runs, 0 of 500 since). So
+ * the stop signals are blocked in the thread that starts the job, before it starts any
+ * other (OpenMP's, the loader's, the watchdog's inherit the mask), and one thread that runs
+ * no kernel takes them with sigwait(). The handler stays installed for threads a library
  * started before (OpenBLAS's, MPI's), which run no oneDNN kernel. Once per process; the
  * signals stay blocked in the calling thread. */
 static void *stop_signal_thread(void *arg) {
