@@ -94,7 +94,7 @@ static sigset_t stop_signal_set(void) {
  * into the heap (oneDNN issue #4845, fixed in 3.11; Debian 12 ships 2.6): test_bt_train's
  * SIGINT case under the AVX2 cap then aborted in free() ("corrupted size vs. prev_size";
  * `meson test -C build --setup isa_avx2 bt_train --repeat 40` beside other load: 1 of the
- * first 15; its scenario alone, twice in parallel: 5 of ~400 runs, 0 of 500 since). So
+ * first 15; its scenario alone, twice in parallel: 6 of 400 runs, 0 of 500 since). So
  * the stop signals are blocked in the thread that starts the job, before it starts any
  * other (OpenMP's, the loader's, the watchdog's inherit the mask), and one thread that runs
  * no kernel takes them with sigwait(). The handler stays installed for threads a library
