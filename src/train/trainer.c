@@ -68,8 +68,6 @@ static void stop_signal_taken(int sig) {
     g_stop_signal = sig;
 }
 
-static void on_stop_signal(int sig) { stop_signal_taken(sig); }
-
 static const char *signal_name(int sig) {
     switch (sig) {
     case SIGTERM: return "SIGTERM";
@@ -115,7 +113,7 @@ static pthread_once_t stop_signals_once = PTHREAD_ONCE_INIT;
 static void install_stop_signals_once(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
+    sa.sa_handler = stop_signal_taken;
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < N_STOP_SIGNALS; i++) sigaction(k_stop_signals[i], &sa, NULL);
     /* stdout closed by its reader (bt-train | head): the writes fail with EPIPE and the run
@@ -125,15 +123,8 @@ static void install_stop_signals_once(void) {
     const sigset_t set = stop_signal_set();
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     pthread_t t;
-    pthread_attr_t attr;
-    if (pthread_attr_init(&attr) == 0) {
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, stop_signal_thread, NULL) != 0)
-            pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* no thread: the handler takes them */
-        pthread_attr_destroy(&attr);
-    } else {
-        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-    }
+    if (pthread_create(&t, NULL, stop_signal_thread, NULL) == 0) pthread_detach(t);
+    else pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* no thread: the handler takes them */
 }
 
 static void install_stop_signals(void) {
