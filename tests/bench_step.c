@@ -4,7 +4,7 @@
  *   bench_step [--config NAME|DIR] [--batch B] [--text T] [--image R] [--steps N]
  *              [--mode train|infer] [--precision fp32|bf16]
  *              [--memory full|checkpoint|forward-only] [--checkpoint] [--quick] [--flops-only]
- *              [--estimate] [--kernels]
+ *              [--estimate] [--kernels] [--plain-weights]
  *   mpirun -np N [--bind-to none -x OMP_NUM_THREADS=K] bench_step ... (train: data parallel)
  *
  * train: the project's one training step, bt_train_step (src/train/step.h): ITC loss only
@@ -13,8 +13,10 @@
  * infer: bt_forward of the backbone and the ITC head in eval mode (no dropout, no backward):
  *   the text, image and cross-modal embeddings bt-embed writes for retrieval.
  * --memory: the activation memory mode (model.h "Memory modes"); default full for train,
- *   forward-only for infer (which then also frees the parameter gradients, as bt-embed does;
- *   --memory full gives the training layout). --checkpoint = --memory checkpoint (train:
+ *   forward-only for infer (which then also frees the parameter gradients and packs the bf16
+ *   weights, as bt-embed does: model.h bt_model_pack_weights; --memory full gives the training
+ *   layout). --plain-weights: forward-only without the packing (the weights as training keeps
+ *   them), to measure what it gives. --checkpoint = --memory checkpoint (train:
  *   gradient checkpointing, run config train.gradient_checkpointing).
  * Inputs: token ids uniform over the vocabulary (not the 3 special ids), all-ones mask,
  * pixels N(0, 1); weights by HF's init rules (seed 1). Defaults: bridgetower-base, B 8, T 40,
@@ -202,14 +204,14 @@ static void usage(void) {
     fprintf(stderr, "usage: [mpirun -np N] bench_step [--config NAME|DIR] [--batch B] [--text T] "
                     "[--image R] [--steps N] [--mode train|infer] [--precision fp32|bf16] "
                     "[--memory full|checkpoint|forward-only] [--checkpoint] [--quick] "
-                    "[--flops-only] [--estimate] [--kernels]\n");
+                    "[--flops-only] [--estimate] [--kernels] [--plain-weights]\n");
 }
 
 /* The benchmark proper, on the world d (one process, or mpirun's ranks: rank 0 prints). */
 static int bench_main(int argc, char **argv, const bt_dist *d) {
     const char *config = "bridgetower-base", *mode = "train", *prec = "fp32", *memory = NULL;
     long B = 8, T = 40, steps = 4, image = 0;
-    int flops_only = 0, estimate = 0, kernels = 0;
+    int flops_only = 0, estimate = 0, kernels = 0, plain_weights = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) {
@@ -220,6 +222,8 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
             estimate = 1;
         } else if (strcmp(a, "--kernels") == 0) {
             kernels = 1;
+        } else if (strcmp(a, "--plain-weights") == 0) {
+            plain_weights = 1;
         } else if (strcmp(a, "--checkpoint") == 0) {
             memory = "checkpoint";
         } else if (v && strcmp(a, "--memory") == 0) {
@@ -335,8 +339,16 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
         return 1;
     }
     bt_model_init_params(&m, 1);
-    /* forward-only inference needs no parameter gradients either (bt-embed frees them) */
-    if (act_mode == BT_ACTS_FORWARD_ONLY) bt_model_free_grads(&m);
+    /* forward-only inference needs no parameter gradients either, and reads packed weights
+     * (bt-embed does both: eval.c bt_eval_setup_open) */
+    size_t packed_tensors = 0;
+    if (act_mode == BT_ACTS_FORWARD_ONLY) {
+        bt_model_free_grads(&m);
+        if (!plain_weights) packed_tensors = bt_model_pack_weights(&m);
+    }
+    if (rank == 0)
+        fprintf(stderr, "bench_step: packed weights: %zu tensors%s\n", packed_tensors,
+                plain_weights ? " (--plain-weights)" : "");
     bt_model_set_act_mode(&m, act_mode);
     tu_rng rng;
     tu_rng_seed(&rng, 2026 + (uint64_t)rank); /* each rank its own rows */

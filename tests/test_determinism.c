@@ -156,7 +156,7 @@ static void k_bf16(float *o, const float *in) {
 static void k_linear(float *o, const float *in) {
     const float *x = in, *w = x + LN * C, *b = w + LOC * C, *dout = b + LOC;
     float *y = o, *dx = y + LN * LOC, *dw = dx + LN * C, *db = dw + LOC * C;
-    linear_forward(y, x, NULL, w, NULL, b, LN, C, LOC, GEMM_COMPUTE_F32);
+    linear_forward(y, x, NULL, w, NULL, NULL, b, LN, C, LOC, GEMM_COMPUTE_F32);
     linear_backward(dx, dw, db, dout, NULL, x, NULL, w, NULL, LN, C, LOC, GEMM_COMPUTE_F32,
                     BT_DX_ADD);
 }

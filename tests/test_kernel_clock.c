@@ -61,7 +61,7 @@ static void call(const calls *c, int what) {
         gemm(&c->g);
         break;
     case CALL_LINEAR: /* out (1024, 256) = x (1024, 512) wᵀ + b */
-        linear_forward(c->out, c->x, NULL, c->x + R * K, NULL, c->x + 2 * R * K, R, K, N,
+        linear_forward(c->out, c->x, NULL, c->x + R * K, NULL, NULL, c->x + 2 * R * K, R, K, N,
                        GEMM_COMPUTE_F32);
         break;
     default:

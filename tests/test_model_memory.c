@@ -41,6 +41,11 @@
  *      against one slot set per layer: the same parameter gradients (fp32, bf16, dropout on,
  *      a pair phase that grows the scratch after the towers placed theirs) and three
  *      bt_train_step steps, bit for bit; fewer bytes, and the estimate follows.
+ *   9. packed weights (model.h bt_model_pack_weights): bf16 forward-only rounds of a model
+ *      whose weights are packed equal those of the same model with them row-major, bit for
+ *      bit, on the synthetic-model config (every Linear but the ITM head and the MLM decoder
+ *      packs) and the tiny one (only the vision tower's), also after new weights and a
+ *      refresh; some tensors are packed wherever the native route with Blocked B exists;
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -1012,6 +1017,68 @@ static void check_backward_refused(int free_grads) {
              free_grads ? "bt_model_free_grads" : "a forward-only forward", buf);
 }
 
+/* --- 9: packed weights --------------------------------------------------------------------- */
+
+/* A bf16 model that never trains with its weights packed (model.h bt_model_pack_weights)
+ * against the same model with them row-major: the same outputs bit for bit, over two
+ * forward-only rounds, and again after the master weights change and bt_model_refresh_bf16
+ * (which must pack them again). Where packing is possible (oneDNN's native bf16 route with
+ * Blocked B active) some tensors must be packed, so the comparison is not between two plain
+ * models; elsewhere none may be. */
+static void check_packed_weights(cfg_kind k) {
+    char what[96];
+    snprintf(what, sizeof what, "9: %s bf16 packed weights", cfg_names[k]);
+    bt_model plain, packed;
+    if (!model_pair_make(&plain, BT_ACTS_FORWARD_ONLY, &packed, BT_ACTS_FORWARD_ONLY, k,
+                         BT_PRECISION_BF16))
+        return;
+    bt_model_free_grads(&plain);
+    bt_model_free_grads(&packed);
+    const size_t tensors = bt_model_pack_weights(&packed);
+    const int can = gemm_get_backend() == GEMM_BACKEND_ONEDNN &&
+                    gemm_bf16_route_active() == GEMM_BF16_NATIVE && gemm_pack_b_active();
+    if (can)
+        tu_check(tensors > 0, "%s: %zu tensors packed", what, tensors);
+    else
+        tu_check(tensors == 0, "%s: nothing packed without the native route and Blocked B "
+                 "(%zu tensors)", what, tensors);
+    if (!can)
+        printf("# NOTE: %s: nothing can be packed here (%s, bf16 route %s); the comparison "
+               "below is between two plain models\n", what, gemm_cpu_isa_name(),
+               gemm_bf16_route_name(gemm_bf16_route_active()));
+    inputs a, b;
+    inputs_make(&a, &plain.cfg, 6, 3, 10, 5);
+    inputs_make(&b, &plain.cfg, 3, 4, 5, 6);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) { /* new master weights, the same on both; the refresh packs again */
+            for (int i = 0; i < 2; i++) {
+                bt_model *m = i ? &packed : &plain;
+                tu_rng r;
+                tu_rng_seed(&r, 31);
+                fd_move_off_init(m, &r);
+                bt_model_refresh_bf16(m);
+            }
+        }
+        snap sp = {0}, sk = {0};
+        const int ok = forward_rounds(&plain, &a, &sp, what) &&
+                       forward_rounds(&plain, &b, &sp, what) &&
+                       forward_rounds(&packed, &a, &sk, what) &&
+                       forward_rounds(&packed, &b, &sk, what);
+        if (ok && tu_check(sp.n == sk.n && sp.n > 0, "%s: %zu vs %zu outputs", what, sp.n, sk.n)) {
+            char name[256];
+            snprintf(name, sizeof name, "%s: packed outputs == row-major outputs (%zu values%s)",
+                     what, sp.n, round ? ", after new weights and a refresh" : "");
+            tu_check_bytes_equal(name, sk.x, sp.x, sp.n * sizeof *sp.x);
+        }
+        free(sp.x);
+        free(sk.x);
+    }
+    free(a.pix);
+    free(b.pix);
+    bt_model_free(&plain);
+    bt_model_free(&packed);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--refuse") == 0) return refuse_child(atoi(argv[2]));
     const gemm_backend be = gemm_get_backend();
@@ -1045,5 +1112,7 @@ int main(int argc, char **argv) {
     check_share();
     check_backward_refused(0);
     check_backward_refused(1);
+    check_packed_weights(CFG_SYNTHETIC);
+    check_packed_weights(CFG_TINY);
     return tu_finish();
 }

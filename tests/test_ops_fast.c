@@ -449,11 +449,11 @@ static void test_linear_x_bf16(const float *x, const float *w, const bt_bf16 *wb
     bt_bf16 *xb = malloc((n * c > 0 ? n * c : 1) * sizeof(bt_bf16));
     bf16_from_f32_ref(xb, x, n * c);
     float *o1 = sentinel_f(n * oc), *o2 = sentinel_f(n * oc), *o3 = sentinel_f(n * oc);
-    linear_forward(o1, NULL, xb, w, wb, b, n, c, oc, bf);
+    linear_forward(o1, NULL, xb, w, wb, NULL, b, n, c, oc, bf);
     snprintf(name, sizeof name, "linear fwd x_bf16 = fwd x, bitwise n=%zu c=%zu oc=%zu", n, c, oc);
     tu_check_bytes_equal(name, o1, want_out, n * oc * sizeof(float));
-    linear_forward_ref(o2, NULL, xb, w, wb, b, n, c, oc, bf);
-    linear_forward_ref(o3, x, NULL, w, wb, b, n, c, oc, bf);
+    linear_forward_ref(o2, NULL, xb, w, wb, NULL, b, n, c, oc, bf);
+    linear_forward_ref(o3, x, NULL, w, wb, NULL, b, n, c, oc, bf);
     snprintf(name, sizeof name, "linear_ref fwd x_bf16 = fwd x, bitwise n=%zu c=%zu oc=%zu", n, c,
              oc);
     tu_check_bytes_equal(name, o2, o3, n * oc * sizeof(float));
@@ -537,8 +537,8 @@ static void test_linear(size_t n, size_t c, size_t oc, gemm_compute compute, int
         bf16_from_f32_ref(wb, w, oc * c);
     }
     float *o1 = sentinel_f(n * oc), *o2 = sentinel_f(n * oc);
-    linear_forward(o1, x, NULL, w, wb, b, n, c, oc, compute);
-    linear_forward_ref(o2, x, NULL, w, wb, b, n, c, oc, compute);
+    linear_forward(o1, x, NULL, w, wb, NULL, b, n, c, oc, compute);
+    linear_forward_ref(o2, x, NULL, w, wb, NULL, b, n, c, oc, compute);
     /* The reference rounds the operands to bf16 exactly as gemm.h specifies, so even in bf16
      * mode the two differ only in summation order: the fp32 tolerance applies. */
     snprintf(name, sizeof name, "linear fwd %s n=%zu c=%zu oc=%zu", mode, n, c, oc);

@@ -31,6 +31,9 @@
  *   - blocked B ("Blocked B" below): on the native route a single product with m >=
  *     GEMM_PACK_B_MIN_M and A not transposed plans its weights with format_tag_any on 2-D
  *     descriptors and reorders B into that layout, per call, into per-thread scratch.
+ *   - packed weights (gemm.h "Packed weights"): a weight a caller packed once into that
+ *     layout (gemm_pack_weight) is B as it lies (b_packed); the plan is the blocked one at
+ *     every m, and the per-call reorder runs only if the plan wanted another layout.
  *   - AUTO (the default where the CPU has native bf16): the first bf16 product (or
  *     gemm_bf16_route_active() at model setup) times native bf16 against plain fp32 on one
  *     Linear-shaped product on private primitives (the cache is not touched) and keeps the
@@ -89,9 +92,11 @@ typedef struct dn_key {
     int64_t nthr;       /* threads oneDNN plans for: 1 inside a parallel region */
     int64_t bf16_widen; /* bf16 compute on an fp32 primitive */
     int64_t block_b;    /* B reordered into the primitive's blocked layout ("Blocked B") */
+    int64_t b_packed;   /* B is a packed weight (gemm.h "Packed weights") */
 } dn_key;
 
-/* DN_PLAIN_B: B as given (or packed dense), the source of the reorder into the blocked B */
+/* DN_PLAIN_B: B as given (or packed dense, or a packed weight), the source of the reorder
+ * into the blocked B */
 enum { DN_SRC, DN_WEI, DN_DST, DN_BIAS, DN_SCRATCH, DN_PLAIN_B, DN_MEMS };
 
 /* How an operand reaches the primitive: as given (strided), or packed dense into per-thread
@@ -257,6 +262,11 @@ static void dn_make_key_route(dn_key *key, const gemm_args *g, int widen) {
     key->bf16_widen = g->compute == GEMM_COMPUTE_BF16 && widen;
     key->block_b = g->compute == GEMM_COMPUTE_BF16 && !widen && g->batch <= 1 && !g->trans_a &&
                    g->m >= GEMM_PACK_B_MIN_M && gemm_pack_b_active();
+    key->b_packed = g->b_packed;
+    if (g->b_packed) { /* gemm.c checked the route: a packed weight always runs blocked */
+        BT_ASSERT(g->compute == GEMM_COMPUTE_BF16 && !widen);
+        key->block_b = 1;
+    }
 }
 
 static void dn_make_key(dn_key *key, const gemm_args *g) {
@@ -416,6 +426,85 @@ static dnnl_status_t dn_block_b(dn_entry *e, const_dnnl_primitive_desc_t pd) {
     return dnnl_success;
 }
 
+/* Packed weights (gemm.h). The layout oneDNN 2.6's native bf16 matmul picks (format_tag_any)
+ * for B = Wᵀ (in, out) of a Linear product in 2-D, with a bias: on avx512_core_bf16 it is
+ * BA16a64b2a (VNNI pairs of k, 64 columns, 16 pairs) at every m from 8 to 2600 (probed with
+ * m 8, 40, 320, 1024 and 2600 for the base model's weights), so one packed copy serves every
+ * batch; a product whose plan wants another layout reorders from the packed one per call
+ * (dn_block_b), still correct. Called with dn_engine made; takes no lock. */
+static dnnl_status_t dn_packed_weight_md(dnnl_memory_desc_t *out_md, int64_t out, int64_t in) {
+    dnnl_memory_desc_t src, wei, bias, dst;
+    dnnl_dims_t sd = {GEMM_PACK_B_MIN_M, in}, wd = {in, out}, bd = {1, out},
+                dd = {GEMM_PACK_B_MIN_M, out};
+    DN_CHECK(dnnl_memory_desc_init_by_tag(&src, 2, sd, dnnl_bf16, dnnl_ab));
+    DN_CHECK(dnnl_memory_desc_init_by_tag(&wei, 2, wd, dnnl_bf16, dnnl_format_tag_any));
+    DN_CHECK(dnnl_memory_desc_init_by_tag(&bias, 2, bd, dnnl_f32, dnnl_ab));
+    DN_CHECK(dnnl_memory_desc_init_by_tag(&dst, 2, dd, dnnl_f32, dnnl_ab));
+    dnnl_matmul_desc_t desc;
+    DN_CHECK(dnnl_matmul_desc_init(&desc, &src, &wei, &bias, &dst));
+    dnnl_primitive_attr_t attr;
+    DN_CHECK(dnnl_primitive_attr_create(&attr));
+    DN_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, dn_engine, NULL);
+    DN_CHECK(dnnl_primitive_attr_destroy(attr));
+    if (st != dnnl_success) return st;
+    const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (wmd) *out_md = *wmd;
+    DN_CHECK(dnnl_primitive_desc_destroy(pd));
+    return wmd ? dnnl_success : dnnl_unimplemented;
+}
+
+/* W (out, in) row-major as the logical (in, out) matrix Wᵀ */
+static void dn_plain_weight_md(dnnl_memory_desc_t *md, int64_t out, int64_t in) {
+    dnnl_dims_t dims = {in, out}, strides = {1, in};
+    DN_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_bf16, strides));
+}
+
+static void dn_engine_make(void) {
+    pthread_mutex_lock(&dn_mutex);
+    if (!dn_engine) DN_CHECK(dnnl_engine_create(&dn_engine, dnnl_cpu, 0));
+    pthread_mutex_unlock(&dn_mutex);
+}
+
+size_t gemm_onednn_packed_weight_bytes(size_t out, size_t in) {
+    dn_engine_make();
+    dnnl_memory_desc_t packed, plain;
+    if (dn_packed_weight_md(&packed, (int64_t)out, (int64_t)in) != dnnl_success) return 0;
+    dn_plain_weight_md(&plain, (int64_t)out, (int64_t)in);
+    const size_t bytes = dnnl_memory_desc_get_size(&packed);
+    if (dnnl_memory_desc_equal(&packed, &plain) || bytes != out * in * sizeof(bt_bf16)) return 0;
+    return bytes;
+}
+
+void gemm_onednn_pack_weight(bt_bf16 *w, size_t out, size_t in) {
+    dn_engine_make();
+    dnnl_memory_desc_t packed, plain;
+    DN_CHECK(dn_packed_weight_md(&packed, (int64_t)out, (int64_t)in));
+    dn_plain_weight_md(&plain, (int64_t)out, (int64_t)in);
+    BT_ASSERT(dnnl_memory_desc_get_size(&packed) == out * in * sizeof(bt_bf16));
+    bt_bf16 *copy = bt_alloc(out * in * sizeof *copy); /* the reorder does not run in place */
+    memcpy(copy, w, out * in * sizeof *copy);
+    dnnl_primitive_desc_t rpd;
+    DN_CHECK(dnnl_reorder_primitive_desc_create(&rpd, &plain, dn_engine, &packed, dn_engine, NULL));
+    dnnl_primitive_t reorder;
+    DN_CHECK(dnnl_primitive_create(&reorder, rpd));
+    DN_CHECK(dnnl_primitive_desc_destroy(rpd));
+    dnnl_memory_t from, to;
+    DN_CHECK(dnnl_memory_create(&from, &plain, dn_engine, copy));
+    DN_CHECK(dnnl_memory_create(&to, &packed, dn_engine, w));
+    dnnl_stream_t stream;
+    DN_CHECK(dnnl_stream_create(&stream, dn_engine, dnnl_stream_default_flags));
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    DN_CHECK(dnnl_primitive_execute(reorder, stream, 2, args));
+    DN_CHECK(dnnl_stream_wait(stream));
+    DN_CHECK(dnnl_stream_destroy(stream));
+    DN_CHECK(dnnl_memory_destroy(from));
+    DN_CHECK(dnnl_memory_destroy(to));
+    DN_CHECK(dnnl_primitive_destroy(reorder));
+    bt_free(copy);
+}
+
 /* Creates the primitive for `pa`/`pb`, writing C as given or (dense_c) a dense scratch;
  * returns the oneDNN status (unimplemented when no implementation exists for this
  * combination). */
@@ -454,6 +543,9 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
         dnnl_dims_t dims = {k->k, k->n};
         DN_CHECK(dnnl_memory_desc_init_by_tag(&e->md[DN_WEI], 2, dims, dnnl_bf16,
                                               dnnl_format_tag_any));
+        /* a packed weight is the source as it lies: the reorder is needed only where this
+         * plan wants another layout than the one it was packed in */
+        if (k->b_packed) DN_CHECK(dn_packed_weight_md(&e->md[DN_PLAIN_B], k->n, k->k));
     }
     float alpha, beta;
     uint32_t ab = (uint32_t)k->alpha_bits, bb = (uint32_t)k->beta_bits;
@@ -559,6 +651,9 @@ static void dn_create(dn_entry *e) {
     dn_pack pa = k->a_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
     dn_pack pb = k->b_type == BT_DTYPE_F32 ? DN_PACK_BF16 : DN_PASS;
     dnnl_status_t st = dn_try_create(e, pa, pb, 0);
+    BT_ASSERTF(st == dnnl_success || !k->b_packed,
+               "gemm: oneDNN has no plan for a packed %lld x %lld weight at m %lld (status %d)",
+               (long long)k->n, (long long)k->k, (long long)k->m, (int)st);
     if (st != dnnl_success && e->key.block_b) { /* no blocked plan: the plain one */
         e->key.block_b = 0;
         st = dn_try_create(e, pa, pb, 0);

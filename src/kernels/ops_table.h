@@ -26,9 +26,9 @@
       (dx, dout, n, d, mode))                                                                  \
     X(void, linear_forward,                                                                    \
       (float *out, const float *x, const bt_bf16 *x_bf16, const float *w,                      \
-       const bt_bf16 *w_bf16, const float *b, size_t n, size_t c, size_t oc,                   \
-       gemm_compute compute),                                                                  \
-      (out, x, x_bf16, w, w_bf16, b, n, c, oc, compute))                                       \
+       const bt_bf16 *w_bf16, const bt_bf16 *w_packed, const float *b, size_t n, size_t c,     \
+       size_t oc, gemm_compute compute),                                                       \
+      (out, x, x_bf16, w, w_bf16, w_packed, b, n, c, oc, compute))                             \
     X(void, linear_backward,                                                                   \
       (float *dx, float *dw, float *db, const float *dout, const bt_bf16 *dout_bf16,           \
        const float *x, const bt_bf16 *x_bf16, const float *w, const bt_bf16 *w_bf16, size_t n, \

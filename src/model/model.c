@@ -30,7 +30,9 @@ bt_linear model_linear(const bt_model *m, bt_param_id w, bt_param_id b, int laye
     memset(&L, 0, sizeof L);
     L.w = bt_param_ptr(&m->table, m->params, w, layer);
     const size_t ow = (size_t)(L.w - m->params);
-    L.w16 = m->params_bf16 ? m->params_bf16 + ow : NULL;
+    const bt_bf16 *w16 = m->params_bf16 ? m->params_bf16 + ow : NULL;
+    L.w16 = m->packed[w] ? NULL : w16;
+    L.w_packed = m->packed[w] ? w16 : NULL;
     L.dw = m->grads ? m->grads + ow : NULL;
     L.out = (size_t)fw->shape[0];
     L.in = fw->numel / L.out;
@@ -292,8 +294,42 @@ void bt_model_free(bt_model *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* Packs the shadow of every field marked in m->packed (model.h bt_model_pack_weights). */
+static void pack_marked_weights(bt_model *m) {
+    for (int id = 0; id < BT_P_COUNT; id++) {
+        if (!m->packed[id]) continue;
+        const bt_param_field *f = &m->table.fields[id];
+        const size_t out = (size_t)f->shape[0], in = f->numel / out;
+        for (int r = 0; r < f->reps; r++) {
+            const size_t off = (size_t)(bt_param_ptr(&m->table, m->params, (bt_param_id)id, r) -
+                                        m->params);
+            gemm_pack_weight(m->params_bf16 + off, out, in);
+        }
+    }
+}
+
 void bt_model_refresh_bf16(bt_model *m) {
-    if (m->params_bf16) bt_params_refresh_bf16(&m->table, m->params_bf16, m->params);
+    if (!m->params_bf16) return;
+    bt_params_refresh_bf16(&m->table, m->params_bf16, m->params);
+    pack_marked_weights(m);
+}
+
+size_t bt_model_pack_weights(bt_model *m) {
+    BT_ASSERTF(!m->grads, "bt_model_pack_weights: only for a model that never trains "
+                          "(bt_model_free_grads first)");
+    if (!m->params_bf16) return 0;
+    size_t tensors = 0;
+    for (int id = 0; id < BT_P_COUNT; id++) {
+        const bt_param_field *f = &m->table.fields[id];
+        if (m->packed[id] || !f->present || f->ndim < 2) continue;
+        const size_t out = (size_t)f->shape[0], in = f->numel / out;
+        if (gemm_packed_weight_bytes(out, in) == 0) continue;
+        m->packed[id] = 1;
+        tensors += (size_t)f->reps;
+    }
+    bt_params_refresh_bf16(&m->table, m->params_bf16, m->params);
+    pack_marked_weights(m);
+    return tensors;
 }
 
 void bt_model_init_params(bt_model *m, uint64_t seed) {

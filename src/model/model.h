@@ -181,6 +181,7 @@ typedef struct bt_model {
                                 or by bt_model_reserve_phases; NULL after bt_model_free_grads) */
     int grads_backed;        /* bt_model_reserve_phases backed them */
     bt_bf16 *params_bf16;    /* (table.numel) GEMM weights in bf16 mode, else NULL */
+    unsigned char packed[BT_P_COUNT]; /* the field's shadow is packed (bt_model_pack_weights) */
     bt_param_views p, g;     /* named views of params and grads */
 
     /* shapes of the last phase forwards: towers (Bt, Bi, T), pairs (P, Pm); B = the batch
@@ -440,6 +441,16 @@ const char *bt_act_mode_name(bt_act_mode mode);
  * inference benchmark): m->grads = NULL, views in m->g NULL; a backward then aborts. Sets
  * BT_ACTS_FORWARD_ONLY. */
 void bt_model_free_grads(bt_model *m);
+
+/* Packed weights, for a model that will never train (after bt_model_free_grads): rewrites
+ * the bf16 shadow of every weight whose forward product can read oneDNN's blocked layout
+ * (gemm.h "Packed weights": the native bf16 route, Blocked B active, a layout without
+ * padding, e.g. every base / large Linear but the ITM head and the MLM decoder) in place
+ * into that layout, so no forward product reorders its weight. model_linear (towers.h) is
+ * the only reader of the shadow and hands a packed field to the forward as w_packed; results
+ * are the same bits. bt_model_refresh_bf16 packs again. Returns the number of tensors
+ * packed (0 where nothing can be: fp32, no native bf16, BT_GEMM_PACK_B=off, AMX under AUTO). */
+size_t bt_model_pack_weights(bt_model *m);
 
 /* bt_model_activation_bytes for a memory mode (the arenas bt_model_reserve_phases allocates
  * in that mode on a fresh model, the shared scratch included; in bf16 precision with the bf16

@@ -32,6 +32,8 @@
 typedef struct bt_linear {
     const float *w;      /* (out, in) master weight */
     const bt_bf16 *w16;  /* (out, in) bf16 shadow (bf16 mode) or NULL */
+    const bt_bf16 *w_packed; /* the shadow packed for the forward's product (model.h
+                                bt_model_pack_weights; w16 is then NULL) or NULL */
     const float *b;      /* (out) or NULL */
     float *dw, *db;      /* gradients (NULL: not accumulated) */
     size_t in, out;
@@ -57,7 +59,8 @@ static inline gemm_compute model_compute(const bt_model *m) {
 /* out (n, L.out) = x (n, L.in) · wᵀ + b */
 static inline void lin_forward(const bt_model *m, float *out, const float *x,
                                const bt_linear *L, size_t n) {
-    linear_forward(out, x, NULL, L->w, L->w16, L->b, n, L->in, L->out, model_compute(m));
+    linear_forward(out, x, NULL, L->w, L->w16, L->w_packed, L->b, n, L->in, L->out,
+                   model_compute(m));
 }
 /* dx += dout · w (= with BT_DX_SET);  dw += doutᵀ · x;  db += Σ dout */
 static inline void lin_backward(const bt_model *m, float *dx, const float *dout, const float *x,
@@ -76,7 +79,7 @@ static inline void norm_forward(float *out, float *mean, float *rstd, const floa
  * and use x16 when the layout made one. */
 static inline void lin_forward_act(const bt_model *m, float *out, const float *x,
                                    const bt_bf16 *x16, const bt_linear *L, size_t n) {
-    linear_forward(out, x16 ? NULL : x, x16, L->w, L->w16, L->b, n, L->in, L->out,
+    linear_forward(out, x16 ? NULL : x, x16, L->w, L->w16, L->w_packed, L->b, n, L->in, L->out,
                    model_compute(m));
 }
 static inline void lin_backward_act(const bt_model *m, float *dx, const float *dout,

@@ -714,7 +714,7 @@ bt_status bt_eval_setup_open(bt_eval_setup *s, const char *dir, const char *mani
     if (st == BT_OK) st = bt_model_config_text_length(ck.config_json, &ck.cfg, ck.config_path,
                                                       &s->max_length);
     if (st != BT_OK) goto fail;
-    bt_model_refresh_bf16(&s->model);
+    bt_model_pack_weights(&s->model); /* the bf16 shadow, packed where that pays (model.h) */
     st = tokenizer_load(&s->tok, dir);
     if (st != BT_OK) goto fail;
     s->have_tok = 1;
