@@ -256,7 +256,8 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     fprintf(out, " (BT_GEMM_SPLIT_K=%s)\n", env_or(BT_SET_GEMM_SPLIT_K, "unset"));
     if (b == GEMM_BACKEND_ONEDNN && gemm_pack_b_active())
         fprintf(out, "gemm blocked B: on: native bf16 products with m >= %d reorder B into "
-                "oneDNN's blocked layout once per call", GEMM_PACK_B_MIN_M);
+                "oneDNN's blocked layout once per call; bt-embed and bt-eval keep their weights "
+                "in it (packed once)", GEMM_PACK_B_MIN_M);
     else if (gemm_pack_b_requested() == GEMM_PACK_B_OFF)
         fprintf(out, "gemm blocked B: off");
     else
