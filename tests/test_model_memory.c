@@ -1037,6 +1037,9 @@ static void check_packed_weights(cfg_kind k) {
     const size_t tensors = bt_model_pack_weights(&packed);
     const int can = gemm_get_backend() == GEMM_BACKEND_ONEDNN &&
                     gemm_bf16_route_active() == GEMM_BF16_NATIVE && gemm_pack_b_active();
+    tu_check(bt_model_pack_weights(&packed) == tensors,
+             "%s: a second call counts the same %zu tensors (packed once, as before)", what,
+             tensors);
     if (can)
         tu_check(tensors > 0, "%s: %zu tensors packed", what, tensors);
     else

@@ -321,11 +321,11 @@ size_t bt_model_pack_weights(bt_model *m) {
     size_t tensors = 0;
     for (int id = 0; id < BT_P_COUNT; id++) {
         const bt_param_field *f = &m->table.fields[id];
-        if (m->packed[id] || !f->present || f->ndim < 2) continue;
-        const size_t out = (size_t)f->shape[0], in = f->numel / out;
-        if (gemm_packed_weight_bytes(out, in) == 0) continue;
-        m->packed[id] = 1;
-        tensors += (size_t)f->reps;
+        if (!m->packed[id] && f->present && f->ndim >= 2) {
+            const size_t out = (size_t)f->shape[0], in = f->numel / out;
+            m->packed[id] = gemm_packed_weight_bytes(out, in) > 0;
+        }
+        if (m->packed[id]) tensors += (size_t)f->reps;
     }
     bt_params_refresh_bf16(&m->table, m->params_bf16, m->params);
     pack_marked_weights(m);
