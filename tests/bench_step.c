@@ -13,7 +13,7 @@
  * infer: bt_forward of the backbone and the ITC head in eval mode (no dropout, no backward):
  *   the text, image and cross-modal embeddings bt-embed writes for retrieval.
  * --memory: the activation memory mode (model.h "Memory modes"); default full for train,
- *   forward-only for infer (which then also frees the parameter gradients and packs the bf16
+ *   forward-only for infer (which then also frees the parameter gradients and packs the
  *   weights, as bt-embed does: model.h bt_model_pack_weights; --memory full gives the training
  *   layout). --plain-weights: forward-only without the packing (the weights as training keeps
  *   them), to measure what it gives. --checkpoint = --memory checkpoint (train:

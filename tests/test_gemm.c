@@ -464,41 +464,23 @@ static void test_blocked_b(void) {
     gemm_release();
 }
 
-/* Packed weights (gemm.h gemm_pack_weight): a Linear's bf16 weight W (out, in) packed in
- * place into oneDNN's blocked layout must give the same bits as W row-major, at the row counts
- * the model runs (1, 8, 40, 320: below GEMM_PACK_B_MIN_M, where oneDNN copies a plain B inside
- * the primitive; 1024 and 2600: Blocked B's per-call reorder), with fp32 and bf16 activations
- * and a bias. The packed bytes must differ from the row-major ones, so the comparison is never
- * between two plain runs. Packing is refused (0 bytes) with BT_GEMM_PACK_B=off, on the widened
- * route and where the layout would need padding (the ITM head's 2 x 1536). Where the native
- * route does not exist only the refusals are checked; on AMX (AUTO packs nothing, like Blocked
- * B) the bitwise cases are NOT RUN. */
-static void test_packed_weights(void) {
-    gemm_pack_b_request(GEMM_PACK_B_OFF);
-    tu_check(gemm_packed_weight_bytes(768, 768) == 0,
-             "packed weights: none with BT_GEMM_PACK_B=off");
-    gemm_pack_b_request(GEMM_PACK_B_AUTO);
-    gemm_bf16_route_request(GEMM_BF16_WIDENED);
-    tu_check(gemm_packed_weight_bytes(768, 768) == 0,
-             "packed weights: none on the widened route");
-    gemm_bf16_route_request(GEMM_BF16_NATIVE);
-    const gemm_backend be = gemm_get_backend();
-    if (gemm_backend_available(GEMM_BACKEND_ONEDNN)) gemm_set_backend(GEMM_BACKEND_ONEDNN);
-    if (gemm_bf16_route_active() != GEMM_BF16_NATIVE || !gemm_pack_b_active()) {
-        tu_check(gemm_packed_weight_bytes(768, 768) == 0,
-                 "packed weights: none without the native route or Blocked B");
-        printf("# NOTE: packed weights: no native bf16 route with Blocked B here (%s); the "
-               "bitwise cases are NOT RUN\n", gemm_cpu_isa_name());
-        gemm_set_backend(be);
-        gemm_bf16_route_request(GEMM_BF16_AUTO);
-        return;
-    }
-    tu_check(gemm_packed_weight_bytes(2, 1536) == 0,
-             "packed weights: a 2 x 1536 weight would need padding: not packed");
+/* Packed weights (gemm.h gemm_pack_weight): a Linear's weight W (out, in) packed in place into
+ * oneDNN's blocked layout must give the same bits as W row-major, at the row counts the model
+ * runs (1, 8, 40, 320: below GEMM_PACK_B_MIN_M, where oneDNN copies a plain B inside the
+ * primitive; 1024 and 2600: Blocked B's per-call reorder), with a bias: bf16 weights (fp32 and
+ * bf16 activations, compute BF16) and fp32 weights (compute F32). The packed bytes must differ
+ * from the row-major ones and the plan must run without a per-call reorder, so the comparison
+ * is never between two plain runs. Packing is refused (0 bytes) with BT_GEMM_PACK_B=off, bf16
+ * on the widened route, and where the layout would need padding (the ITM head's 2 x 1536).
+ * bf16 cases need the native route with Blocked B (NOT RUN elsewhere, e.g. AMX under AUTO);
+ * fp32 cases need oneDNN's fp32 brgemm (ISA avx512_core or better: required there, NOT RUN
+ * under the AVX2 cap, where gemm:jit reads B plain and nothing is packed). */
+static void packed_weight_cases(bt_dtype type) {
+    const int bf16 = type == BT_DTYPE_BF16;
     static const size_t shapes[][2] = {{768, 768}, {3072, 768}, {768, 3072}, {2304, 768},
                                        {192, 96}};
     static const size_t rows[] = {1, 8, 40, 320, GEMM_PACK_B_MIN_M, 2600};
-    const size_t max_m = 2600, max_in = 3072, max_out = 3072;
+    const size_t max_m = 2600, max_in = 3072, max_out = 3072, es = bt_dtype_size(type);
     float *x = malloc(max_m * max_in * sizeof *x), *bias = malloc(max_out * sizeof *bias);
     bt_bf16 *x16 = malloc(max_m * max_in * sizeof *x16);
     float *c[2] = {malloc(max_m * max_out * sizeof(float)),
@@ -508,39 +490,42 @@ static void test_packed_weights(void) {
     for (size_t i = 0; i < max_m * max_in; i++) x16[i] = bt_bf16_from_f32(x[i]);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const size_t out = shapes[si][0], in = shapes[si][1];
-        bt_bf16 *w = make_operand(BT_DTYPE_BF16, out * in), *wp = malloc(out * in * sizeof *wp);
-        memcpy(wp, w, out * in * sizeof *wp);
-        const size_t bytes = gemm_packed_weight_bytes(out, in);
-        if (!tu_check(bytes == out * in * sizeof *wp, "packed weights %zu x %zu: %zu bytes, the "
-                      "row-major size", out, in, bytes)) {
+        void *w = make_operand(type, out * in), *wp = malloc(out * in * es);
+        memcpy(wp, w, out * in * es);
+        const size_t bytes = gemm_packed_weight_bytes(type, out, in);
+        if (!tu_check(bytes == out * in * es, "packed %s weights %zu x %zu: %zu bytes, the "
+                      "row-major size", bt_dtype_name(type), out, in, bytes)) {
             free(w);
             free(wp);
             continue;
         }
-        gemm_pack_weight(wp, out, in);
-        tu_check(memcmp(w, wp, out * in * sizeof *wp) != 0,
-                 "packed weights %zu x %zu: the packed bytes are not the row-major ones", out, in);
+        gemm_pack_weight(wp, type, out, in);
+        tu_check(memcmp(w, wp, out * in * es) != 0,
+                 "packed %s weights %zu x %zu: the packed bytes are not the row-major ones",
+                 bt_dtype_name(type), out, in);
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
-            for (int act16 = 0; act16 < 2; act16++) {
+            for (int act16 = 0; act16 < 1 + bf16; act16++) {
                 const size_t m = rows[ri];
                 for (int packed = 0; packed < 2; packed++) {
                     tu_fill_sentinel_f32(c[packed], m * out);
                     gemm_args g = {.trans_b = 1, .m = m, .n = out, .k = in,
                                    .a_type = act16 ? BT_DTYPE_BF16 : BT_DTYPE_F32,
                                    .a = act16 ? (const void *)x16 : (const void *)x, .lda = in,
-                                   .b_type = BT_DTYPE_BF16, .b = packed ? wp : w, .ldb = in,
+                                   .b_type = type, .b = packed ? wp : w, .ldb = in,
                                    .c = c[packed], .ldc = out, .alpha = 1.0f, .bias = bias,
-                                   .compute = GEMM_COMPUTE_BF16, .b_packed = packed};
+                                   .compute = bf16 ? GEMM_COMPUTE_BF16 : GEMM_COMPUTE_F32,
+                                   .b_packed = packed};
                     gemm(&g);
                     /* the plan reads the packed bytes as they lie */
                     if (packed && ri == 0 && !act16)
                         tu_check(strstr(gemm_onednn_impl_name(&g), "(blocked B)") == NULL,
-                                 "packed weights %zu x %zu: no reorder per call (%s)", out, in,
-                                 gemm_onednn_impl_name(&g));
+                                 "packed %s weights %zu x %zu: no reorder per call (%s)",
+                                 bt_dtype_name(type), out, in, gemm_onednn_impl_name(&g));
                 }
                 tu_check(memcmp(c[0], c[1], m * out * sizeof(float)) == 0,
-                         "packed weights: x%s (%zu, %zu) · Wᵀ (%zu, %zu) + b: same bits as W "
-                         "row-major", act16 ? " bf16" : "", m, in, out, in);
+                         "packed %s weights: x%s (%zu, %zu) · Wᵀ (%zu, %zu) + b: same bits as "
+                         "W row-major", bt_dtype_name(type), act16 ? " bf16" : "", m, in, out,
+                         in);
             }
         }
         free(w);
@@ -551,8 +536,44 @@ static void test_packed_weights(void) {
     free(bias);
     free(c[0]);
     free(c[1]);
-    gemm_set_backend(be);
+}
+
+static void test_packed_weights(void) {
+    const gemm_backend be = gemm_get_backend();
+    if (gemm_backend_available(GEMM_BACKEND_ONEDNN)) gemm_set_backend(GEMM_BACKEND_ONEDNN);
+    gemm_pack_b_request(GEMM_PACK_B_OFF);
+    tu_check(gemm_packed_weight_bytes(BT_DTYPE_BF16, 768, 768) == 0 &&
+                 gemm_packed_weight_bytes(BT_DTYPE_F32, 768, 768) == 0,
+             "packed weights: none with BT_GEMM_PACK_B=off");
+    gemm_pack_b_request(GEMM_PACK_B_AUTO);
+    gemm_bf16_route_request(GEMM_BF16_WIDENED);
+    tu_check(gemm_packed_weight_bytes(BT_DTYPE_BF16, 768, 768) == 0,
+             "packed weights: no bf16 ones on the widened route");
+    gemm_bf16_route_request(GEMM_BF16_NATIVE);
+    if (gemm_bf16_route_active() == GEMM_BF16_NATIVE && gemm_pack_b_active()) {
+        tu_check(gemm_packed_weight_bytes(BT_DTYPE_BF16, 2, 1536) == 0,
+                 "packed weights: a 2 x 1536 bf16 weight would need padding: not packed");
+        packed_weight_cases(BT_DTYPE_BF16);
+    } else {
+        tu_check(gemm_packed_weight_bytes(BT_DTYPE_BF16, 768, 768) == 0,
+                 "packed weights: no bf16 ones without the native route and Blocked B");
+        printf("# NOTE: packed weights: no native bf16 route with Blocked B here (%s); the "
+               "bf16 cases are NOT RUN\n", gemm_cpu_isa_name());
+    }
     gemm_bf16_route_request(GEMM_BF16_AUTO);
+    if (gemm_get_backend() == GEMM_BACKEND_ONEDNN && gemm_split_k_isa()) {
+        tu_check(gemm_packed_weight_bytes(BT_DTYPE_F32, 768, 768) > 0,
+                 "packed weights: fp32 ones where oneDNN runs fp32 brgemm (%s)",
+                 gemm_cpu_isa_name());
+        packed_weight_cases(BT_DTYPE_F32);
+    } else {
+        tu_check(gemm_packed_weight_bytes(BT_DTYPE_F32, 768, 768) == 0,
+                 "packed weights: no fp32 ones below oneDNN's avx512_core (gemm:jit reads B "
+                 "plain)");
+        printf("# NOTE: packed weights: no fp32 brgemm here (%s); the fp32 cases are NOT RUN\n",
+               gemm_cpu_isa_name());
+    }
+    gemm_set_backend(be);
     gemm_release();
 }
 

@@ -41,11 +41,12 @@
  *      against one slot set per layer: the same parameter gradients (fp32, bf16, dropout on,
  *      a pair phase that grows the scratch after the towers placed theirs) and three
  *      bt_train_step steps, bit for bit; fewer bytes, and the estimate follows.
- *   9. packed weights (model.h bt_model_pack_weights): bf16 forward-only rounds of a model
- *      whose weights are packed equal those of the same model with them row-major, bit for
- *      bit, on the synthetic-model config (every Linear but the ITM head and the MLM decoder
- *      packs) and the tiny one (only the vision tower's), also after new weights and a
- *      refresh; some tensors are packed wherever the native route with Blocked B exists;
+ *   9. packed weights (model.h bt_model_pack_weights): forward-only rounds of a model whose
+ *      weights are packed equal those of the same model with them row-major, bit for bit, in
+ *      bf16 (the shadow packed; also after new weights and a refresh) and fp32 (the master
+ *      packed), on the synthetic-model config (every Linear but the ITM head and the MLM
+ *      decoder packs) and the tiny one (only the vision tower's); some tensors are packed
+ *      wherever the products can read them;
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -67,6 +68,7 @@
 #include "model/config.h"
 #include "model/cross.h"
 #include "kernels/gemm.h"
+#include "kernels/ops.h"
 #include "model/model.h"
 #include "model/params.h"
 #include "train/step.h"
@@ -1019,40 +1021,43 @@ static void check_backward_refused(int free_grads) {
 
 /* --- 9: packed weights --------------------------------------------------------------------- */
 
-/* A bf16 model that never trains with its weights packed (model.h bt_model_pack_weights)
- * against the same model with them row-major: the same outputs bit for bit, over two
- * forward-only rounds, and again after the master weights change and bt_model_refresh_bf16
- * (which must pack them again). Where packing is possible (oneDNN's native bf16 route with
- * Blocked B active) some tensors must be packed, so the comparison is not between two plain
- * models; elsewhere none may be. */
-static void check_packed_weights(cfg_kind k) {
+/* A model that never trains with its weights packed (model.h bt_model_pack_weights) against
+ * the same model with them row-major: the same outputs bit for bit, over two forward-only
+ * rounds; in bf16 (the shadow packed) again after the master weights change and
+ * bt_model_refresh_bf16 (which must pack them again; in fp32 the master itself is packed and
+ * may not change). Where packing is possible (bf16: oneDNN's native route with Blocked B;
+ * fp32: oneDNN's fp32 brgemm and the fast kernels) some tensors must be packed, so the
+ * comparison is not between two plain models; elsewhere none may be. */
+static void check_packed_weights(cfg_kind k, bt_precision prec) {
+    const int bf16 = prec == BT_PRECISION_BF16;
     char what[96];
-    snprintf(what, sizeof what, "9: %s bf16 packed weights", cfg_names[k]);
+    snprintf(what, sizeof what, "9: %s %s packed weights", cfg_names[k], bf16 ? "bf16" : "fp32");
     bt_model plain, packed;
-    if (!model_pair_make(&plain, BT_ACTS_FORWARD_ONLY, &packed, BT_ACTS_FORWARD_ONLY, k,
-                         BT_PRECISION_BF16))
+    if (!model_pair_make(&plain, BT_ACTS_FORWARD_ONLY, &packed, BT_ACTS_FORWARD_ONLY, k, prec))
         return;
     bt_model_free_grads(&plain);
     bt_model_free_grads(&packed);
     const size_t tensors = bt_model_pack_weights(&packed);
+    const int shadow = packed.params_bf16 != NULL; /* else fp32 products on the master */
     const int can = gemm_get_backend() == GEMM_BACKEND_ONEDNN &&
-                    gemm_bf16_route_active() == GEMM_BF16_NATIVE && gemm_pack_b_active();
+                    (shadow ? gemm_bf16_route_active() == GEMM_BF16_NATIVE && gemm_pack_b_active()
+                            : gemm_split_k_isa() && strcmp(ops_kernels_name(), "fast") == 0);
     tu_check(bt_model_pack_weights(&packed) == tensors,
              "%s: a second call counts the same %zu tensors (packed once, as before)", what,
              tensors);
     if (can)
         tu_check(tensors > 0, "%s: %zu tensors packed", what, tensors);
     else
-        tu_check(tensors == 0, "%s: nothing packed without the native route and Blocked B "
-                 "(%zu tensors)", what, tensors);
+        tu_check(tensors == 0, "%s: nothing packed where products cannot read it (%zu tensors)",
+                 what, tensors);
     if (!can)
-        printf("# NOTE: %s: nothing can be packed here (%s, bf16 route %s); the comparison "
-               "below is between two plain models\n", what, gemm_cpu_isa_name(),
-               gemm_bf16_route_name(gemm_bf16_route_active()));
+        printf("# NOTE: %s: nothing can be packed here (%s, bf16 route %s, %s kernels); the "
+               "comparison below is between two plain models\n", what, gemm_cpu_isa_name(),
+               gemm_bf16_route_name(gemm_bf16_route_active()), ops_kernels_name());
     inputs a, b;
     inputs_make(&a, &plain.cfg, 6, 3, 10, 5);
     inputs_make(&b, &plain.cfg, 3, 4, 5, 6);
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < 1 + shadow; round++) {
         if (round == 1) { /* new master weights, the same on both; the refresh packs again */
             for (int i = 0; i < 2; i++) {
                 bt_model *m = i ? &packed : &plain;
@@ -1115,7 +1120,9 @@ int main(int argc, char **argv) {
     check_share();
     check_backward_refused(0);
     check_backward_refused(1);
-    check_packed_weights(CFG_SYNTHETIC);
-    check_packed_weights(CFG_TINY);
+    check_packed_weights(CFG_SYNTHETIC, BT_PRECISION_BF16);
+    check_packed_weights(CFG_TINY, BT_PRECISION_BF16);
+    check_packed_weights(CFG_SYNTHETIC, BT_PRECISION_FP32);
+    check_packed_weights(CFG_TINY, BT_PRECISION_FP32);
     return tu_finish();
 }

@@ -256,8 +256,7 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
     fprintf(out, " (BT_GEMM_SPLIT_K=%s)\n", env_or(BT_SET_GEMM_SPLIT_K, "unset"));
     if (b == GEMM_BACKEND_ONEDNN && gemm_pack_b_active())
         fprintf(out, "gemm blocked B: on: native bf16 products with m >= %d reorder B into "
-                "oneDNN's blocked layout once per call; bt-embed and bt-eval keep their weights "
-                "in it (packed once)", GEMM_PACK_B_MIN_M);
+                "oneDNN's blocked layout once per call", GEMM_PACK_B_MIN_M);
     else if (gemm_pack_b_requested() == GEMM_PACK_B_OFF)
         fprintf(out, "gemm blocked B: off");
     else
@@ -266,6 +265,10 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
                     ? "only on oneDNN's native bf16 route"
                     : "auto: not measured with AMX; BT_GEMM_PACK_B=on turns it on");
     fprintf(out, " (BT_GEMM_PACK_B=%s)\n", env_or(BT_SET_GEMM_PACK_B, "unset"));
+    fprintf(out, "gemm packed weights (bt-embed, bt-eval: model.h bt_model_pack_weights): bf16 "
+                 "%s, fp32 %s\n",
+            gemm_packed_weight_bytes(BT_DTYPE_BF16, 768, 768) ? "yes" : "no",
+            gemm_packed_weight_bytes(BT_DTYPE_F32, 768, 768) ? "yes" : "no");
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();

@@ -243,18 +243,21 @@ int gemm_pack_b_active(void) {
     return mode == GEMM_PACK_B_ON || (isa & GEMM_ISA_AVX512_CORE_AMX) != GEMM_ISA_AVX512_CORE_AMX;
 }
 
-size_t gemm_packed_weight_bytes(size_t out, size_t in) {
-    if (out == 0 || in == 0 || gemm_get_backend() != GEMM_BACKEND_ONEDNN ||
-        gemm_bf16_route_active() != GEMM_BF16_NATIVE || !gemm_pack_b_active())
+size_t gemm_packed_weight_bytes(bt_dtype type, size_t out, size_t in) {
+    BT_ASSERT(type == BT_DTYPE_BF16 || type == BT_DTYPE_F32);
+    if (out == 0 || in == 0 || gemm_get_backend() != GEMM_BACKEND_ONEDNN) return 0;
+    if (type == BT_DTYPE_BF16 &&
+        (gemm_bf16_route_active() != GEMM_BF16_NATIVE || !gemm_pack_b_active()))
         return 0;
-    return gemm_onednn_packed_weight_bytes(out, in);
+    if (type == BT_DTYPE_F32 && gemm_pack_b_requested() == GEMM_PACK_B_OFF) return 0;
+    return gemm_onednn_packed_weight_bytes(type, out, in);
 }
 
-void gemm_pack_weight(bt_bf16 *w, size_t out, size_t in) {
-    BT_ASSERTF(gemm_packed_weight_bytes(out, in) > 0,
-               "gemm: a %zu x %zu weight cannot be packed here (gemm_packed_weight_bytes 0)",
-               out, in);
-    gemm_onednn_pack_weight(w, out, in);
+void gemm_pack_weight(void *w, bt_dtype type, size_t out, size_t in) {
+    BT_ASSERTF(gemm_packed_weight_bytes(type, out, in) > 0,
+               "gemm: a %zu x %zu %s weight cannot be packed here (gemm_packed_weight_bytes 0)",
+               out, in, bt_dtype_name(type));
+    gemm_onednn_pack_weight(w, type, out, in);
 }
 
 int gemm_cpu_has_bf16(void) {
@@ -369,11 +372,11 @@ static void gemm_check_args(const gemm_args *g) {
         if (g->k > 0) BT_ASSERT(g->a != NULL && g->b != NULL);
     }
     if (g->batch > 1) BT_ASSERTF(g->stride_c != 0, "gemm: batch %zu with stride_c 0", g->batch);
-    BT_ASSERTF(!g->b_packed || (g->trans_b && g->b_type == BT_DTYPE_BF16 &&
-                                g->compute == GEMM_COMPUTE_BF16 && g->ldb == g->k &&
-                                g->batch <= 1),
-               "gemm: a packed weight (b_packed) is B = Wᵀ of one product: trans_b 1, BF16, "
-               "compute BF16, ldb = k");
+    BT_ASSERTF(!g->b_packed ||
+                   (g->trans_b && g->ldb == g->k && g->batch <= 1 &&
+                    (g->b_type == BT_DTYPE_BF16) == (g->compute == GEMM_COMPUTE_BF16)),
+               "gemm: a packed weight (b_packed) is B = Wᵀ of one product: trans_b 1, ldb = "
+               "k, BF16 with compute BF16 or F32 with compute F32");
 }
 
 /* C = beta*C + bias for k == 0 or alpha == 0 (alpha*AB is an empty sum or not wanted; A and B
@@ -408,9 +411,10 @@ static void gemm_run(gemm_backend backend, const gemm_args *g) {
     BT_ASSERTF(gemm_backend_available(backend), "gemm: backend '%s' is not built",
                gemm_backend_name(backend));
     BT_ASSERTF(!g->b_packed || (backend == GEMM_BACKEND_ONEDNN &&
-                                gemm_onednn_bf16_route() == GEMM_BF16_NATIVE),
-               "gemm: a packed weight (b_packed) runs only on the oneDNN backend's native bf16 "
-               "route it was packed for (backend %s, bf16 route %s)",
+                                (g->compute == GEMM_COMPUTE_F32 ||
+                                 gemm_onednn_bf16_route() == GEMM_BF16_NATIVE)),
+               "gemm: a packed weight (b_packed) runs only on the oneDNN backend (bf16: its "
+               "native route) it was packed for (backend %s, bf16 route %s)",
                gemm_backend_name(backend), gemm_bf16_route_name(gemm_bf16_route_active()));
     gemm_args r = *g;
     if (r.batch == 0) r.batch = 1;

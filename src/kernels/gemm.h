@@ -90,8 +90,9 @@ typedef struct gemm_args {
     size_t batch;                    /* 0 or 1: a single product */
     size_t stride_a, stride_b, stride_c;
     int b_packed;                    /* B is a weight packed by gemm_pack_weight ("Packed
-                                        weights" below): trans_b 1, b_type BF16, compute BF16,
-                                        n = out, k = in = ldb, a single product */
+                                        weights" below): trans_b 1, n = out, k = in = ldb, a
+                                        single product, b_type BF16 with compute BF16 or F32
+                                        with compute F32 */
 } gemm_args;
 
 /* Reads BT_GEMM (ref | openblas | onednn) if set, else picks the fastest available backend
@@ -188,21 +189,25 @@ gemm_pack_b_mode gemm_pack_b_requested(void);
  * machine's ISA; 0 when oneDNN is not built or has no native bf16) */
 int gemm_pack_b_active(void);
 
-/* Packed weights (inference: model.h bt_model_pack_weights). A Linear's bf16 weight W (out,
- * in), read by x·Wᵀ products, can be stored once in the blocked layout oneDNN's native bf16
- * matmul reads B = Wᵀ in, so no product copies it: Blocked B above copies it in every call,
- * and only from GEMM_PACK_B_MIN_M rows, while a 320-row text product copies it inside the
- * primitive. The kernel and its summation order are the ones the plain weight runs, so the
- * results are the same bits (tests/test_gemm.c "packed weights").
- * gemm_packed_weight_bytes: the bytes of that layout for W (out, in), or 0 when products
- * cannot read it now: not the oneDNN backend's native bf16 route, Blocked B not active
- * (gemm_pack_b_active: BT_GEMM_PACK_B=off, or AMX under AUTO), oneDNN's choice is the plain
- * layout, or it needs padding (more than out * in bf16), so a caller can pack in place.
- * gemm_pack_weight: rewrites w, row-major (out, in), in place into that layout (requires
- * gemm_packed_weight_bytes(out, in) > 0). A product reads it with gemm_args.b_packed = 1 on
- * the same backend and route (checked). */
-size_t gemm_packed_weight_bytes(size_t out, size_t in);
-void gemm_pack_weight(bt_bf16 *w, size_t out, size_t in);
+/* Packed weights (inference: model.h bt_model_pack_weights). A Linear's weight W (out, in),
+ * read by x·Wᵀ products, can be stored once in the blocked layout oneDNN's matmul reads B =
+ * Wᵀ in, so no product copies it. BF16 (a bf16 weight under compute BF16, the native route):
+ * Blocked B above copies it in every call, and only from GEMM_PACK_B_MIN_M rows, while a
+ * 320-row text product copies it inside the primitive. F32 (compute F32): oneDNN's fp32
+ * brgemm kernels (ISA avx512_core or better) copy a transposed B inside every call; gemm:jit
+ * (AVX2) reads it plain, so nothing is packed there. The kernel and its summation order are
+ * the ones the plain weight runs, so the results are the same bits (tests/test_gemm.c "packed
+ * weights").
+ * gemm_packed_weight_bytes: the bytes of that layout for W (out, in) of `type`, or 0 when
+ * products cannot read it now: not the oneDNN backend; BF16 off the native route or without
+ * Blocked B (gemm_pack_b_active: BT_GEMM_PACK_B=off, or AMX under AUTO); F32 with
+ * BT_GEMM_PACK_B=off; oneDNN's choice is the plain layout; or it needs padding (more than
+ * out * in elements), so a caller can pack in place.
+ * gemm_pack_weight: rewrites w, row-major (out, in) of `type`, in place into that layout
+ * (requires gemm_packed_weight_bytes > 0). A product reads it with gemm_args.b_packed = 1 on
+ * the same backend (and, BF16, route: checked). */
+size_t gemm_packed_weight_bytes(bt_dtype type, size_t out, size_t in);
+void gemm_pack_weight(void *w, bt_dtype type, size_t out, size_t in);
 
 /* 1 if the CPU executes bf16 dot products natively (oneDNN's detected ISA is
  * avx512_core_bf16 or better), 0 otherwise. */

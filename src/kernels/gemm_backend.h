@@ -20,10 +20,11 @@ gemm_bf16_route gemm_onednn_bf16_route(void);
 const char *gemm_onednn_bf16_describe(void);
 int gemm_onednn_bf16_measure(double *native_s, double *fp32_s);
 void gemm_onednn_run(const gemm_args *g);
-/* Packed weights (gemm.h): bytes of the layout oneDNN's native bf16 matmul reads W (out, in)
- * in as B = Wᵀ, 0 when it is the plain layout or larger than out * in bf16; the in-place pack. */
-size_t gemm_onednn_packed_weight_bytes(size_t out, size_t in);
-void gemm_onednn_pack_weight(bt_bf16 *w, size_t out, size_t in);
+/* Packed weights (gemm.h): bytes of the layout oneDNN's matmul reads W (out, in) of `type` in
+ * as B = Wᵀ, 0 when it is the plain layout or larger than out * in elements; the in-place
+ * pack. */
+size_t gemm_onednn_packed_weight_bytes(bt_dtype type, size_t out, size_t in);
+void gemm_onednn_pack_weight(void *w, bt_dtype type, size_t out, size_t in);
 void gemm_onednn_release(void);
 /* oneDNN's effective CPU ISA as dnnl_cpu_isa_t bits (0 when oneDNN is not built). */
 unsigned gemm_onednn_cpu_isa(void);

@@ -264,7 +264,7 @@ static void dn_make_key_route(dn_key *key, const gemm_args *g, int widen) {
                    g->m >= GEMM_PACK_B_MIN_M && gemm_pack_b_active();
     key->b_packed = g->b_packed;
     if (g->b_packed) { /* gemm.c checked the route: a packed weight always runs blocked */
-        BT_ASSERT(g->compute == GEMM_COMPUTE_BF16 && !widen);
+        BT_ASSERT(g->compute == GEMM_COMPUTE_F32 || !widen);
         key->block_b = 1;
     }
 }
@@ -426,18 +426,24 @@ static dnnl_status_t dn_block_b(dn_entry *e, const_dnnl_primitive_desc_t pd) {
     return dnnl_success;
 }
 
-/* Packed weights (gemm.h). The layout oneDNN 2.6's native bf16 matmul picks (format_tag_any)
- * for B = Wᵀ (in, out) of a Linear product in 2-D, with a bias: on avx512_core_bf16 it is
- * BA16a64b2a (VNNI pairs of k, 64 columns, 16 pairs) at every m from 8 to 2600 (probed with
- * m 8, 40, 320, 1024 and 2600 for the base model's weights), so one packed copy serves every
- * batch; a product whose plan wants another layout reorders from the packed one per call
- * (dn_block_b), still correct. Called with dn_engine made; takes no lock. */
-static dnnl_status_t dn_packed_weight_md(dnnl_memory_desc_t *out_md, int64_t out, int64_t in) {
+/* Packed weights (gemm.h). The layout oneDNN 2.6's matmul picks (format_tag_any) for B = Wᵀ
+ * (in, out) of a Linear product in 2-D, with a bias: on avx512_core_bf16, BA16a64b2a for bf16
+ * (VNNI pairs of k, 64 columns, 16 pairs) and BA16a64b for fp32 at every m from 8 to 2600
+ * (probed with m 8, 40, 320, 1024 and 2600 for the base model's weights), so one packed copy
+ * serves every batch; a product whose plan wants another layout reorders from the packed one
+ * per call (dn_block_b), still correct. Under the AVX2 cap fp32 gets a plain layout
+ * (gemm:jit: Wᵀ row-major), which is not packed. Called with dn_engine made; takes no lock. */
+static dnnl_data_type_t dn_type(bt_dtype t) {
+    return t == BT_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
+}
+
+static dnnl_status_t dn_packed_weight_md(dnnl_memory_desc_t *out_md, int64_t out, int64_t in,
+                                         dnnl_data_type_t dt) {
     dnnl_memory_desc_t src, wei, bias, dst;
     dnnl_dims_t sd = {GEMM_PACK_B_MIN_M, in}, wd = {in, out}, bd = {1, out},
                 dd = {GEMM_PACK_B_MIN_M, out};
-    DN_CHECK(dnnl_memory_desc_init_by_tag(&src, 2, sd, dnnl_bf16, dnnl_ab));
-    DN_CHECK(dnnl_memory_desc_init_by_tag(&wei, 2, wd, dnnl_bf16, dnnl_format_tag_any));
+    DN_CHECK(dnnl_memory_desc_init_by_tag(&src, 2, sd, dt, dnnl_ab));
+    DN_CHECK(dnnl_memory_desc_init_by_tag(&wei, 2, wd, dt, dnnl_format_tag_any));
     DN_CHECK(dnnl_memory_desc_init_by_tag(&bias, 2, bd, dnnl_f32, dnnl_ab));
     DN_CHECK(dnnl_memory_desc_init_by_tag(&dst, 2, dd, dnnl_f32, dnnl_ab));
     dnnl_matmul_desc_t desc;
@@ -456,9 +462,10 @@ static dnnl_status_t dn_packed_weight_md(dnnl_memory_desc_t *out_md, int64_t out
 }
 
 /* W (out, in) row-major as the logical (in, out) matrix Wᵀ */
-static void dn_plain_weight_md(dnnl_memory_desc_t *md, int64_t out, int64_t in) {
+static void dn_plain_weight_md(dnnl_memory_desc_t *md, int64_t out, int64_t in,
+                               dnnl_data_type_t dt) {
     dnnl_dims_t dims = {in, out}, strides = {1, in};
-    DN_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_bf16, strides));
+    DN_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides));
 }
 
 static void dn_engine_make(void) {
@@ -467,24 +474,31 @@ static void dn_engine_make(void) {
     pthread_mutex_unlock(&dn_mutex);
 }
 
-size_t gemm_onednn_packed_weight_bytes(size_t out, size_t in) {
+size_t gemm_onednn_packed_weight_bytes(bt_dtype type, size_t out, size_t in) {
     dn_engine_make();
     dnnl_memory_desc_t packed, plain;
-    if (dn_packed_weight_md(&packed, (int64_t)out, (int64_t)in) != dnnl_success) return 0;
-    dn_plain_weight_md(&plain, (int64_t)out, (int64_t)in);
+    const dnnl_data_type_t dt = dn_type(type);
+    if (dn_packed_weight_md(&packed, (int64_t)out, (int64_t)in, dt) != dnnl_success) return 0;
+    dn_plain_weight_md(&plain, (int64_t)out, (int64_t)in, dt);
     const size_t bytes = dnnl_memory_desc_get_size(&packed);
-    if (dnnl_memory_desc_equal(&packed, &plain) || bytes != out * in * sizeof(bt_bf16)) return 0;
+    /* only a blocked layout: gemm:jit (fp32 under the AVX2 cap) asks for Wᵀ row-major, a
+     * transpose of W that no measurement here says pays */
+    if (packed.format_kind != dnnl_blocked || packed.format_desc.blocking.inner_nblks == 0 ||
+        dnnl_memory_desc_equal(&packed, &plain) || bytes != out * in * bt_dtype_size(type))
+        return 0;
     return bytes;
 }
 
-void gemm_onednn_pack_weight(bt_bf16 *w, size_t out, size_t in) {
+void gemm_onednn_pack_weight(void *w, bt_dtype type, size_t out, size_t in) {
     dn_engine_make();
     dnnl_memory_desc_t packed, plain;
-    DN_CHECK(dn_packed_weight_md(&packed, (int64_t)out, (int64_t)in));
-    dn_plain_weight_md(&plain, (int64_t)out, (int64_t)in);
-    BT_ASSERT(dnnl_memory_desc_get_size(&packed) == out * in * sizeof(bt_bf16));
-    bt_bf16 *copy = bt_alloc(out * in * sizeof *copy); /* the reorder does not run in place */
-    memcpy(copy, w, out * in * sizeof *copy);
+    const dnnl_data_type_t dt = dn_type(type);
+    DN_CHECK(dn_packed_weight_md(&packed, (int64_t)out, (int64_t)in, dt));
+    dn_plain_weight_md(&plain, (int64_t)out, (int64_t)in, dt);
+    const size_t bytes = out * in * bt_dtype_size(type);
+    BT_ASSERT(dnnl_memory_desc_get_size(&packed) == bytes);
+    void *copy = bt_alloc(bytes); /* the reorder does not run in place */
+    memcpy(copy, w, bytes);
     dnnl_primitive_desc_t rpd;
     DN_CHECK(dnnl_reorder_primitive_desc_create(&rpd, &plain, dn_engine, &packed, dn_engine, NULL));
     dnnl_primitive_t reorder;
@@ -520,7 +534,7 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
     dn_operand_md(&e->md[DN_SRC], oa, (int)k->trans_a, pa, ta);
     dn_operand_md(&e->md[DN_WEI], ob, (int)k->trans_b, pb, tb);
     memset(&e->md[DN_PLAIN_B], 0, sizeof e->md[DN_PLAIN_B]);
-    const int block_b = k->block_b && tb == dnnl_bf16;
+    const int block_b = k->block_b && (tb == dnnl_bf16 || k->b_packed);
     if (block_b) e->md[DN_PLAIN_B] = e->md[DN_WEI];
     {
         dnnl_dims_t dims = {k->batch, k->m, k->n};
@@ -541,11 +555,11 @@ static dnnl_status_t dn_try_create(dn_entry *e, dn_pack pa, dn_pack pb, int dens
         for (int i = 0; i < DN_MEMS; i++)
             if (i != DN_SCRATCH && (i != DN_BIAS || k->has_bias)) dn_md_drop_batch(&e->md[i]);
         dnnl_dims_t dims = {k->k, k->n};
-        DN_CHECK(dnnl_memory_desc_init_by_tag(&e->md[DN_WEI], 2, dims, dnnl_bf16,
+        DN_CHECK(dnnl_memory_desc_init_by_tag(&e->md[DN_WEI], 2, dims, tb,
                                               dnnl_format_tag_any));
         /* a packed weight is the source as it lies: the reorder is needed only where this
          * plan wants another layout than the one it was packed in */
-        if (k->b_packed) DN_CHECK(dn_packed_weight_md(&e->md[DN_PLAIN_B], k->n, k->k));
+        if (k->b_packed) DN_CHECK(dn_packed_weight_md(&e->md[DN_PLAIN_B], k->n, k->k, tb));
     }
     float alpha, beta;
     uint32_t ab = (uint32_t)k->alpha_bits, bb = (uint32_t)k->beta_bits;
@@ -640,7 +654,10 @@ static void dn_prefer_dense_c(dn_entry *e) {
 static void dn_create(dn_entry *e) {
     const dn_key *k = &e->key;
     if (k->compute == GEMM_COMPUTE_F32) {
-        DN_CHECK(dn_try_create(e, DN_PASS, DN_PASS, 0));
+        const dnnl_status_t st = dn_try_create(e, DN_PASS, DN_PASS, 0);
+        BT_ASSERTF(st == dnnl_success, "gemm: oneDNN has no fp32 plan for %lld x %lld x %lld%s "
+                   "(status %d)", (long long)k->m, (long long)k->n, (long long)k->k,
+                   k->b_packed ? " with a packed weight" : "", (int)st);
         return;
     }
     if (k->bf16_widen) {

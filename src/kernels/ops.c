@@ -586,21 +586,25 @@ static void linear_input(bt_dtype *type, const void **op, const float *x, const 
 }
 
 static void linear_forward_fast(float *out, const float *x, const bt_bf16 *x_bf16,
-                                const float *w, const bt_bf16 *w_bf16, const bt_bf16 *w_packed,
+                                const float *w, const bt_bf16 *w_bf16, const void *w_packed,
                                 const float *b, size_t n, size_t c, size_t oc,
                                 gemm_compute compute) {
-    BT_ASSERT(out && w);
     bt_dtype x_type;
     const void *x_op;
     linear_input(&x_type, &x_op, x, x_bf16, compute);
-    const int packed = w_packed && ops_bf16_native(compute);
-    const bt_bf16 *w16 = packed ? w_packed : w_bf16;
+    /* a packed weight where the product can read it (ops.h); fp32 has no other copy then */
+    const int packed = w_packed && (compute == GEMM_COMPUTE_F32
+                                        ? gemm_get_backend() == GEMM_BACKEND_ONEDNN
+                                        : ops_bf16_native(compute));
+    BT_ASSERTF(out && (w || packed), "linear: no weight this product can read (w %s, w_packed "
+               "%s)", w ? "given" : "NULL", w_packed ? "given off the oneDNN backend" : "NULL");
+    const bt_bf16 *w16 = compute == GEMM_COMPUTE_BF16 && packed ? w_packed : w_bf16;
     const int use_bf16_w = compute == GEMM_COMPUTE_BF16 && w16;
     gemm_args g = {
         .trans_a = 0, .trans_b = 1, .m = n, .n = oc, .k = c,
         .a_type = x_type, .a = x_op, .lda = c,
         .b_type = use_bf16_w ? BT_DTYPE_BF16 : BT_DTYPE_F32,
-        .b = use_bf16_w ? (const void *)w16 : (const void *)w, .ldb = c,
+        .b = use_bf16_w ? (const void *)w16 : packed ? w_packed : (const void *)w, .ldb = c,
         .c = out, .ldc = oc, .alpha = 1.0f, .beta = 0.0f, .bias = b, .compute = compute,
         .b_packed = packed,
     };

@@ -90,17 +90,19 @@ void dropout_backward(float *dx, const float *dout, size_t n, const bt_dropout *
 /* --- Linear (torch layout) ------------------------------------------------------------
  * out (N, OC) = x (N, C) · wᵀ + b, w (OC, C), b (OC) or NULL.
  * w_bf16: optional bf16 copy of w, used as the GEMM operand when compute is BF16.
- * w_packed: optional bf16 copy of w packed by gemm_pack_weight (gemm.h "Packed weights"),
- * the GEMM operand instead of w_bf16 when compute is BF16 on the oneDNN backend's native
- * route; elsewhere (another route, the reference) it is not read and w_bf16, or w rounded to
- * bf16, gives the same bits.
+ * w_packed: optional copy of w packed by gemm_pack_weight (gemm.h "Packed weights"), the
+ * GEMM operand on the oneDNN backend: bf16 under compute BF16 on the native route (instead
+ * of w_bf16; elsewhere, another route or the reference, it is not read and w_bf16, or w
+ * rounded to bf16, gives the same bits), fp32 under compute F32, where it may be w itself
+ * packed in place: w is then NULL, and only the fast kernels on oneDNN can run the product
+ * (a model packs its fp32 weights only there: model.h bt_model_pack_weights).
  * x_bf16: optional (N, C) input already rounded to bf16 (compute BF16 only): when given it is
  * the GEMM operand and x is not read (may be NULL). Since a BF16 product rounds an fp32 x to
  * exactly these bits (gemm.h), passing x_bf16 = bf16(x) instead of x gives the same result;
  * it saves the rounding and, stored instead of x, half the memory (model.h "bf16 activation
  * storage"). */
 void linear_forward(float *out, const float *x, const bt_bf16 *x_bf16, const float *w,
-                    const bt_bf16 *w_bf16, const bt_bf16 *w_packed, const float *b, size_t n,
+                    const bt_bf16 *w_bf16, const void *w_packed, const float *b, size_t n,
                     size_t c, size_t oc, gemm_compute compute);
 /* dx (N, C) += dout · w (= with BT_DX_SET: the GEMM's beta 0, dx not read; on the native
  * bf16 route not the bits of ADD onto zeros, see bt_dx_mode);

@@ -26,7 +26,7 @@
       (dx, dout, n, d, mode))                                                                  \
     X(void, linear_forward,                                                                    \
       (float *out, const float *x, const bt_bf16 *x_bf16, const float *w,                      \
-       const bt_bf16 *w_bf16, const bt_bf16 *w_packed, const float *b, size_t n, size_t c,     \
+       const bt_bf16 *w_bf16, const void *w_packed, const float *b, size_t n, size_t c,        \
        size_t oc, gemm_compute compute),                                                       \
       (out, x, x_bf16, w, w_bf16, w_packed, b, n, c, oc, compute))                             \
     X(void, linear_backward,                                                                   \

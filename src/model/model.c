@@ -30,9 +30,12 @@ bt_linear model_linear(const bt_model *m, bt_param_id w, bt_param_id b, int laye
     memset(&L, 0, sizeof L);
     L.w = bt_param_ptr(&m->table, m->params, w, layer);
     const size_t ow = (size_t)(L.w - m->params);
-    const bt_bf16 *w16 = m->params_bf16 ? m->params_bf16 + ow : NULL;
-    L.w16 = m->packed[w] ? NULL : w16;
-    L.w_packed = m->packed[w] ? w16 : NULL;
+    L.w16 = m->params_bf16 ? m->params_bf16 + ow : NULL;
+    if (m->packed[w]) { /* the shadow, or without one the master, is packed (model.h) */
+        L.w_packed = L.w16 ? (const void *)L.w16 : (const void *)L.w;
+        if (L.w16) L.w16 = NULL;
+        else L.w = NULL;
+    }
     L.dw = m->grads ? m->grads + ow : NULL;
     L.out = (size_t)fw->shape[0];
     L.in = fw->numel / L.out;
@@ -294,41 +297,58 @@ void bt_model_free(bt_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* Packs the shadow of every field marked in m->packed (model.h bt_model_pack_weights). */
-static void pack_marked_weights(bt_model *m) {
-    for (int id = 0; id < BT_P_COUNT; id++) {
-        if (!m->packed[id]) continue;
-        const bt_param_field *f = &m->table.fields[id];
-        const size_t out = (size_t)f->shape[0], in = f->numel / out;
-        for (int r = 0; r < f->reps; r++) {
-            const size_t off = (size_t)(bt_param_ptr(&m->table, m->params, (bt_param_id)id, r) -
-                                        m->params);
-            gemm_pack_weight(m->params_bf16 + off, out, in);
-        }
+/* Packs field id's weights (every repetition) in place: the bf16 shadow, or without one the
+ * fp32 master (model.h bt_model_pack_weights). */
+static void pack_field(bt_model *m, int id) {
+    const bt_param_field *f = &m->table.fields[id];
+    const size_t out = (size_t)f->shape[0], in = f->numel / out;
+    for (int r = 0; r < f->reps; r++) {
+        const size_t off =
+            (size_t)(bt_param_ptr(&m->table, m->params, (bt_param_id)id, r) - m->params);
+        if (m->params_bf16) gemm_pack_weight(m->params_bf16 + off, BT_DTYPE_BF16, out, in);
+        else gemm_pack_weight(m->params + off, BT_DTYPE_F32, out, in);
     }
 }
 
 void bt_model_refresh_bf16(bt_model *m) {
     if (!m->params_bf16) return;
     bt_params_refresh_bf16(&m->table, m->params_bf16, m->params);
-    pack_marked_weights(m);
+    for (int id = 0; id < BT_P_COUNT; id++)
+        if (m->packed[id]) pack_field(m, id);
+}
+
+/* The fields model_linear reads as Linear weights and nothing else reads (so packing their
+ * master in place breaks no reader): the 2-D weights but the embedding tables (HF names each
+ * "...embedding..."). The patch embedding's conv weight (4-D, one product per step) stays
+ * row-major. */
+static int field_is_linear_weight(const bt_param_field *f) {
+    return f->present && f->ndim == 2 && strstr(f->key_pattern, "embedding") == NULL;
 }
 
 size_t bt_model_pack_weights(bt_model *m) {
     BT_ASSERTF(!m->grads, "bt_model_pack_weights: only for a model that never trains "
                           "(bt_model_free_grads first)");
-    if (!m->params_bf16) return 0;
+    /* the shadow where bf16 products read one, else the fp32 master itself: that has no
+     * row-major copy left, so only where the fast kernels run (ops.h linear_forward) */
+    const int shadow = m->params_bf16 != NULL;
+    const bt_dtype type = shadow ? BT_DTYPE_BF16 : BT_DTYPE_F32;
+    if (!shadow && strcmp(ops_kernels_name(), "fast") != 0) return 0;
+    if (shadow) bt_params_refresh_bf16(&m->table, m->params_bf16, m->params);
     size_t tensors = 0;
     for (int id = 0; id < BT_P_COUNT; id++) {
         const bt_param_field *f = &m->table.fields[id];
-        if (!m->packed[id] && f->present && f->ndim >= 2) {
-            const size_t out = (size_t)f->shape[0], in = f->numel / out;
-            m->packed[id] = gemm_packed_weight_bytes(out, in) > 0;
+        if (m->packed[id] && !shadow) { /* the master is packed already: not again */
+            tensors += (size_t)f->reps;
+            continue;
         }
-        if (m->packed[id]) tensors += (size_t)f->reps;
+        if (!m->packed[id] && field_is_linear_weight(f)) {
+            const size_t out = (size_t)f->shape[0], in = f->numel / out;
+            m->packed[id] = gemm_packed_weight_bytes(type, out, in) > 0;
+        }
+        if (!m->packed[id]) continue;
+        pack_field(m, id);
+        tensors += (size_t)f->reps;
     }
-    bt_params_refresh_bf16(&m->table, m->params_bf16, m->params);
-    pack_marked_weights(m);
     return tensors;
 }
 

@@ -443,13 +443,16 @@ const char *bt_act_mode_name(bt_act_mode mode);
 void bt_model_free_grads(bt_model *m);
 
 /* Packed weights, for a model that will never train (after bt_model_free_grads): rewrites
- * the bf16 shadow of every weight whose forward product can read oneDNN's blocked layout
- * (gemm.h "Packed weights": the native bf16 route, Blocked B active, a layout without
- * padding, e.g. every base / large Linear but the ITM head and the MLM decoder) in place
- * into that layout, so no forward product reorders its weight. model_linear (towers.h) is
- * the only reader of the shadow and hands a packed field to the forward as w_packed; results
- * are the same bits. bt_model_refresh_bf16 packs again. Returns the number of tensors
- * packed (0 where nothing can be: fp32, no native bf16, BT_GEMM_PACK_B=off, AMX under AUTO). */
+ * every Linear weight whose forward product can read oneDNN's blocked layout (gemm.h "Packed
+ * weights": a layout without padding, e.g. every base / large Linear but the ITM head and the
+ * MLM decoder) in place into that layout, so no forward product reorders it. What is packed
+ * is what the products read: the bf16 shadow where bf16 products run (the native route with
+ * Blocked B active; bt_model_refresh_bf16 packs again), else the fp32 master itself (fp32
+ * brgemm, ISA avx512_core or better, and the fast kernels: the master then has no row-major
+ * copy, so load the weights before packing and do not change them after). model_linear
+ * (towers.h) is the only reader of these fields and hands a packed one to the forward as
+ * w_packed; results are the same bits. Returns the number of tensors packed (0 where nothing
+ * can be: AVX2, BT_GEMM_PACK_B=off, AMX under AUTO in bf16, the reference kernels in fp32). */
 size_t bt_model_pack_weights(bt_model *m);
 
 /* bt_model_activation_bytes for a memory mode (the arenas bt_model_reserve_phases allocates

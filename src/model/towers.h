@@ -32,8 +32,10 @@
 typedef struct bt_linear {
     const float *w;      /* (out, in) master weight */
     const bt_bf16 *w16;  /* (out, in) bf16 shadow (bf16 mode) or NULL */
-    const bt_bf16 *w_packed; /* the shadow packed for the forward's product (model.h
-                                bt_model_pack_weights; w16 is then NULL) or NULL */
+    const void *w_packed; /* the weight packed for the forward's product (model.h
+                             bt_model_pack_weights): the bf16 shadow (w16 is then NULL) or,
+                             without a shadow, the fp32 master itself (w is then NULL); or
+                             NULL */
     const float *b;      /* (out) or NULL */
     float *dw, *db;      /* gradients (NULL: not accumulated) */
     size_t in, out;
@@ -56,11 +58,18 @@ static inline gemm_compute model_compute(const bt_model *m) {
     return m->precision == BT_PRECISION_BF16 ? gemm_bf16_mode_compute() : GEMM_COMPUTE_F32;
 }
 
-/* out (n, L.out) = x (n, L.in) · wᵀ + b */
+/* out (n, L.out) = x (n, L.in) · wᵀ + b; x16: the input stored in bf16 instead (below) */
+static inline void lin_forward_act(const bt_model *m, float *out, const float *x,
+                                   const bt_bf16 *x16, const bt_linear *L, size_t n) {
+    const gemm_compute compute = model_compute(m);
+    BT_ASSERTF(!L->w_packed || (m->params_bf16 != NULL) == (compute == GEMM_COMPUTE_BF16),
+               "a packed weight is read with the compute it was packed for");
+    linear_forward(out, x16 ? NULL : x, x16, L->w, L->w16, L->w_packed, L->b, n, L->in, L->out,
+                   compute);
+}
 static inline void lin_forward(const bt_model *m, float *out, const float *x,
                                const bt_linear *L, size_t n) {
-    linear_forward(out, x, NULL, L->w, L->w16, L->w_packed, L->b, n, L->in, L->out,
-                   model_compute(m));
+    lin_forward_act(m, out, x, NULL, L, n);
 }
 /* dx += dout · w (= with BT_DX_SET);  dw += doutᵀ · x;  db += Σ dout */
 static inline void lin_backward(const bt_model *m, float *dx, const float *dout, const float *x,
@@ -77,11 +86,6 @@ static inline void norm_forward(float *out, float *mean, float *rstd, const floa
  * each either an fp32 slot x or, bf16 storage on, a bf16 slot x16 (x then NULL, or for an
  * attention output the fp32 staging buffer attention writes). The helpers below take both
  * and use x16 when the layout made one. */
-static inline void lin_forward_act(const bt_model *m, float *out, const float *x,
-                                   const bt_bf16 *x16, const bt_linear *L, size_t n) {
-    linear_forward(out, x16 ? NULL : x, x16, L->w, L->w16, L->w_packed, L->b, n, L->in, L->out,
-                   model_compute(m));
-}
 static inline void lin_backward_act(const bt_model *m, float *dx, const float *dout,
                                     const float *x, const bt_bf16 *x16, const bt_linear *L,
                                     size_t n, bt_dx_mode mode) {
