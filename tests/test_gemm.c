@@ -849,6 +849,11 @@ static void test_threads(void) {
  * where the ISA lacks native bf16), so the same bounds hold. */
 static void test_bf16_widen(void) {
     if (!gemm_backend_available(GEMM_BACKEND_ONEDNN)) return;
+    /* the routes are oneDNN's: a BT_GEMM from the environment (the gemm_openblas test setup)
+     * would make each gemm_init_from_env below pick another backend */
+    char saved_gemm[64] = "";
+    if (getenv("BT_GEMM")) snprintf(saved_gemm, sizeof saved_gemm, "%s", getenv("BT_GEMM"));
+    tu_unsetenv("BT_GEMM");
     tu_setenv("BT_GEMM_BF16", "fp16", 1);
     bt_status s = gemm_init_from_env();
     tu_check(s == BT_ERR_ARG && strstr(bt_error_message(), "BT_GEMM_BF16") != NULL &&
@@ -922,6 +927,7 @@ static void test_bf16_widen(void) {
                  strcmp(gemm_bf16_route_name(GEMM_BF16_WIDENED), "widened") == 0,
              "route name widened round-trips");
     tu_unsetenv("BT_GEMM_BF16");
+    if (saved_gemm[0]) tu_setenv("BT_GEMM", saved_gemm, 1);
     gemm_init_from_env();
     gemm_release();
 }
