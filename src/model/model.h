@@ -181,7 +181,8 @@ typedef struct bt_model {
                                 or by bt_model_reserve_phases; NULL after bt_model_free_grads) */
     int grads_backed;        /* bt_model_reserve_phases backed them */
     bt_bf16 *params_bf16;    /* (table.numel) GEMM weights in bf16 mode, else NULL */
-    unsigned char packed[BT_P_COUNT]; /* the field's shadow is packed (bt_model_pack_weights) */
+    unsigned char packed[BT_P_COUNT]; /* the field's weights are packed: the shadow, or
+                                         without one the master (bt_model_pack_weights) */
     bt_param_views p, g;     /* named views of params and grads */
 
     /* shapes of the last phase forwards: towers (Bt, Bi, T), pairs (P, Pm); B = the batch
