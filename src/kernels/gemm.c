@@ -243,18 +243,24 @@ int gemm_pack_b_active(void) {
     return mode == GEMM_PACK_B_ON || (isa & GEMM_ISA_AVX512_CORE_AMX) != GEMM_ISA_AVX512_CORE_AMX;
 }
 
-size_t gemm_packed_weight_bytes(bt_dtype type, size_t out, size_t in) {
+/* 1 when products of `type` can read a packed weight on the backend and route in force
+ * (gemm.h "Packed weights"; the layout itself is oneDNN's to say) */
+static int gemm_pack_weight_allowed(bt_dtype type) {
     BT_ASSERT(type == BT_DTYPE_BF16 || type == BT_DTYPE_F32);
-    if (out == 0 || in == 0 || gemm_get_backend() != GEMM_BACKEND_ONEDNN) return 0;
-    if (type == BT_DTYPE_BF16 &&
-        (gemm_bf16_route_active() != GEMM_BF16_NATIVE || !gemm_pack_b_active()))
-        return 0;
-    if (type == BT_DTYPE_F32 && gemm_pack_b_requested() == GEMM_PACK_B_OFF) return 0;
+    if (gemm_get_backend() != GEMM_BACKEND_ONEDNN) return 0;
+    if (type == BT_DTYPE_BF16)
+        return gemm_bf16_route_active() == GEMM_BF16_NATIVE && gemm_pack_b_active();
+    return gemm_pack_b_requested() != GEMM_PACK_B_OFF;
+}
+
+size_t gemm_packed_weight_bytes(bt_dtype type, size_t out, size_t in) {
+    if (out == 0 || in == 0 || !gemm_pack_weight_allowed(type)) return 0;
     return gemm_onednn_packed_weight_bytes(type, out, in);
 }
 
 void gemm_pack_weight(void *w, bt_dtype type, size_t out, size_t in) {
-    BT_ASSERTF(gemm_packed_weight_bytes(type, out, in) > 0,
+    /* the layout (blocked, no padding) is checked where it is made */
+    BT_ASSERTF(out > 0 && in > 0 && gemm_pack_weight_allowed(type),
                "gemm: a %zu x %zu %s weight cannot be packed here (gemm_packed_weight_bytes 0)",
                out, in, bt_dtype_name(type));
     gemm_onednn_pack_weight(w, type, out, in);

@@ -474,29 +474,33 @@ static void dn_engine_make(void) {
     pthread_mutex_unlock(&dn_mutex);
 }
 
-size_t gemm_onednn_packed_weight_bytes(bt_dtype type, size_t out, size_t in) {
+/* The packed layout of W (out, in) of type t and W's own, row-major: returns the packed bytes,
+ * or 0 when there is nothing to pack in place: only a blocked layout (gemm:jit, fp32 under
+ * the AVX2 cap, asks for Wᵀ row-major, a transpose of W that no measurement here says pays)
+ * of exactly W's bytes (no padding). */
+static size_t dn_packed_weight_layout(dnnl_memory_desc_t *packed, dnnl_memory_desc_t *plain,
+                                      bt_dtype type, size_t out, size_t in) {
     dn_engine_make();
-    dnnl_memory_desc_t packed, plain;
     const dnnl_data_type_t dt = dn_type(type);
-    if (dn_packed_weight_md(&packed, (int64_t)out, (int64_t)in, dt) != dnnl_success) return 0;
-    dn_plain_weight_md(&plain, (int64_t)out, (int64_t)in, dt);
-    const size_t bytes = dnnl_memory_desc_get_size(&packed);
-    /* only a blocked layout: gemm:jit (fp32 under the AVX2 cap) asks for Wᵀ row-major, a
-     * transpose of W that no measurement here says pays */
-    if (packed.format_kind != dnnl_blocked || packed.format_desc.blocking.inner_nblks == 0 ||
-        dnnl_memory_desc_equal(&packed, &plain) || bytes != out * in * bt_dtype_size(type))
+    if (dn_packed_weight_md(packed, (int64_t)out, (int64_t)in, dt) != dnnl_success) return 0;
+    dn_plain_weight_md(plain, (int64_t)out, (int64_t)in, dt);
+    const size_t bytes = dnnl_memory_desc_get_size(packed);
+    if (packed->format_kind != dnnl_blocked || packed->format_desc.blocking.inner_nblks == 0 ||
+        dnnl_memory_desc_equal(packed, plain) || bytes != out * in * bt_dtype_size(type))
         return 0;
     return bytes;
 }
 
-void gemm_onednn_pack_weight(void *w, bt_dtype type, size_t out, size_t in) {
-    dn_engine_make();
+size_t gemm_onednn_packed_weight_bytes(bt_dtype type, size_t out, size_t in) {
     dnnl_memory_desc_t packed, plain;
-    const dnnl_data_type_t dt = dn_type(type);
-    DN_CHECK(dn_packed_weight_md(&packed, (int64_t)out, (int64_t)in, dt));
-    dn_plain_weight_md(&plain, (int64_t)out, (int64_t)in, dt);
-    const size_t bytes = out * in * bt_dtype_size(type);
-    BT_ASSERT(dnnl_memory_desc_get_size(&packed) == bytes);
+    return dn_packed_weight_layout(&packed, &plain, type, out, in);
+}
+
+void gemm_onednn_pack_weight(void *w, bt_dtype type, size_t out, size_t in) {
+    dnnl_memory_desc_t packed, plain;
+    const size_t bytes = dn_packed_weight_layout(&packed, &plain, type, out, in);
+    BT_ASSERTF(bytes > 0, "gemm: oneDNN has no blocked layout of a %zu x %zu %s weight without "
+               "padding (gemm_packed_weight_bytes 0)", out, in, bt_dtype_name(type));
     void *copy = bt_alloc(bytes); /* the reorder does not run in place */
     memcpy(copy, w, bytes);
     dnnl_primitive_desc_t rpd;
@@ -948,9 +952,7 @@ static int dn_measure_routes(double *native_s, double *fp32_s) {
         pthread_mutex_unlock(&dn_route_mutex);
         return 1;
     }
-    pthread_mutex_lock(&dn_mutex);
-    if (!dn_engine) DN_CHECK(dnnl_engine_create(&dn_engine, dnnl_cpu, 0));
-    pthread_mutex_unlock(&dn_mutex);
+    dn_engine_make();
     float *a = bt_alloc((size_t)M * K * sizeof *a), *bias = bt_alloc((size_t)N * sizeof *bias);
     float *c = bt_alloc((size_t)M * N * sizeof *c);
     bt_bf16 *w = bt_alloc((size_t)N * K * sizeof *w);

@@ -598,13 +598,20 @@ static void linear_forward_fast(float *out, const float *x, const bt_bf16 *x_bf1
                                         : ops_bf16_native(compute));
     BT_ASSERTF(out && (w || packed), "linear: no weight this product can read (w %s, w_packed "
                "%s)", w ? "given" : "NULL", w_packed ? "given off the oneDNN backend" : "NULL");
-    const bt_bf16 *w16 = compute == GEMM_COMPUTE_BF16 && packed ? w_packed : w_bf16;
-    const int use_bf16_w = compute == GEMM_COMPUTE_BF16 && w16;
+    /* the weight operand: the packed copy (of the compute's type), else the bf16 copy under
+     * compute BF16, else w (rounded by gemm under compute BF16) */
+    const void *w_op = w;
+    bt_dtype w_type = BT_DTYPE_F32;
+    if (packed) {
+        w_op = w_packed;
+        w_type = compute == GEMM_COMPUTE_BF16 ? BT_DTYPE_BF16 : BT_DTYPE_F32;
+    } else if (compute == GEMM_COMPUTE_BF16 && w_bf16) {
+        w_op = w_bf16;
+        w_type = BT_DTYPE_BF16;
+    }
     gemm_args g = {
         .trans_a = 0, .trans_b = 1, .m = n, .n = oc, .k = c,
-        .a_type = x_type, .a = x_op, .lda = c,
-        .b_type = use_bf16_w ? BT_DTYPE_BF16 : BT_DTYPE_F32,
-        .b = use_bf16_w ? (const void *)w16 : packed ? w_packed : (const void *)w, .ldb = c,
+        .a_type = x_type, .a = x_op, .lda = c, .b_type = w_type, .b = w_op, .ldb = c,
         .c = out, .ldc = oc, .alpha = 1.0f, .beta = 0.0f, .bias = b, .compute = compute,
         .b_packed = packed,
     };

@@ -333,22 +333,17 @@ size_t bt_model_pack_weights(bt_model *m) {
     const int shadow = m->params_bf16 != NULL;
     const bt_dtype type = shadow ? BT_DTYPE_BF16 : BT_DTYPE_F32;
     if (!shadow && strcmp(ops_kernels_name(), "fast") != 0) return 0;
-    if (shadow) bt_params_refresh_bf16(&m->table, m->params_bf16, m->params);
     size_t tensors = 0;
     for (int id = 0; id < BT_P_COUNT; id++) {
         const bt_param_field *f = &m->table.fields[id];
-        if (m->packed[id] && !shadow) { /* the master is packed already: not again */
-            tensors += (size_t)f->reps;
-            continue;
-        }
         if (!m->packed[id] && field_is_linear_weight(f)) {
             const size_t out = (size_t)f->shape[0], in = f->numel / out;
             m->packed[id] = gemm_packed_weight_bytes(type, out, in) > 0;
+            if (m->packed[id] && !shadow) pack_field(m, id); /* the master: once, here */
         }
-        if (!m->packed[id]) continue;
-        pack_field(m, id);
-        tensors += (size_t)f->reps;
+        if (m->packed[id]) tensors += (size_t)f->reps;
     }
+    bt_model_refresh_bf16(m); /* the shadow from the master, every marked field packed */
     return tensors;
 }
 
