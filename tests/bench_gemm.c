@@ -1,10 +1,11 @@
 /* bench_gemm.c: GFLOP/s of every GEMM backend on the products BridgeTower-base trains with.
  *
- * Rows: the Linear layers (hidden 768, FFN 3072) at three token counts (N = B*T: 2x40 text
- * tokens, 2x325 image tokens, 8x325 image tokens) in the three forms training runs them
+ * Rows: the Linear layers (hidden 768, FFN 3072) at four token counts (N = B*T: 2x40 and 8x40
+ * text tokens, 2x325 and 8x325 image tokens) in the three forms training runs them
  *   fwd  out (N, OC) = x (N, C) · Wᵀ + b          gemm m=N  n=OC k=C  trans_b
  *   dX   dx  (N, C)  = dout (N, OC) · W            gemm m=N  n=C  k=OC
  *   dW   dW  (OC, C) += doutᵀ · x                  gemm m=OC n=C  k=N  trans_a, beta 1
+ *   dWp  the same with doutᵀ stored (OC, N)        gemm m=OC n=C  k=N  beta 1 (N 2600 only)
  * the attention products of one 325-token image, its NH = 12 heads as one batched call
  * reading Q, K, V in place from the (T, 768) projections (head stride 64, row stride 768):
  *   scores  S_h (T, T) = Q_h K_hᵀ / 8     values  O_h (T, 64) = P_h (T, T) · V_h
@@ -226,6 +227,14 @@ static void add_linear(row *rows, int *nrows, size_t n_tok, size_t c_in, size_t 
     r->g = (gemm_args){.trans_a = 1, .m = c_out, .n = c_in, .k = n_tok, .a_type = BT_DTYPE_F32,
                        .b_type = BT_DTYPE_F32, .a = buf->a, .lda = c_out, .b = buf->b,
                        .ldb = c_in, .c = buf->c, .ldc = c_in, .alpha = 1, .beta = 1};
+    if (n_tok < 2600) return;
+    /* the same weight gradient with doutᵀ already stored (OC, N): what the transposed-A form
+     * above costs oneDNN (its copy of A), against the price of a transposed copy of dout */
+    r = &rows[(*nrows)++];
+    snprintf(r->name, sizeof r->name, "dWp  %zux%zux%zu", c_out, c_in, n_tok);
+    r->g = (gemm_args){.m = c_out, .n = c_in, .k = n_tok, .a_type = BT_DTYPE_F32,
+                       .b_type = BT_DTYPE_F32, .a = buf->a, .lda = n_tok, .b = buf->b,
+                       .ldb = c_in, .c = buf->c, .ldc = c_in, .alpha = 1, .beta = 1};
 }
 
 int main(int argc, char **argv) {
@@ -294,9 +303,9 @@ int main(int argc, char **argv) {
     row rows[64];
     int nrows = 0;
     const size_t C = 768, FF = 3072, NH = 12, D = 64, T = 325;
-    static const size_t tokens[] = {2 * 40, 2 * 325, 8 * 325};
-    for (int t = 0; t < (quick ? 1 : 3); t++) {
-        int bwd = tokens[t] >= 650;
+    static const size_t tokens[] = {2 * 40, 8 * 40, 2 * 325, 8 * 325};
+    for (int t = 0; t < (quick ? 1 : 4); t++) {
+        int bwd = tokens[t] >= 320;
         add_linear(rows, &nrows, tokens[t], C, C, &buf, bwd);
         add_linear(rows, &nrows, tokens[t], C, FF, &buf, bwd);
         add_linear(rows, &nrows, tokens[t], FF, C, &buf, bwd);
