@@ -42,7 +42,8 @@
  * src/kernels/kernel_clock.h; medians).
  * --kernels adds a profile anyone can rerun: each dispatched kernel's own seconds per step
  * (mean over the steps after the first, ops.h ops_kernel_seconds) and GEMM's, largest first,
- * then the products by shape (gemm.h gemm_profile_read) with the GFLOP/s each ran at.
+ * then the products by shape (gemm.h gemm_profile_read) with the GFLOP/s each ran at, and
+ * those summed by form and size.
  * --flops-only prints the JSON without running; --estimate adds parameter and activation bytes
  * of the chosen memory mode (the side-by-side script decides from them whether the large
  * model fits in memory).
@@ -154,6 +155,42 @@ static void kernel_profile_print(const kernel_profile *p, long steps) {
     }
 }
 
+/* --kernels, third table: the rows of the second summed by form (Ta: the weight gradients;
+ * Tb: the Linear forwards; plain, assigned or accumulated (+=): the input gradients) and by
+ * the rows of data they run over (m, or k for Ta), with the seconds of the rows that read an
+ * fp32 operand (rounded to bf16 per call under bf16 compute): where the products' rate falls
+ * short of the machine's GEMM peak (docs/benchmarks.md "GEMMs in the training step"). */
+static void gemm_forms_print(const gemm_shape_time *r, size_t n, long steps) {
+    enum { FORMS = 4, SIZES = 3 };
+    static const char *const form_name[FORMS] = {"Ta (weight gradients)", "Tb (forwards)",
+                                                  "plain (input gradients)",
+                                                  "plain += (input gradients)"};
+    static const char *const size_name[SIZES] = {">= 1024 rows", "9-1023 rows", "<= 8 rows"};
+    double sec[FORMS][SIZES] = {{0}}, flop[FORMS][SIZES] = {{0}}, f32[FORMS][SIZES] = {{0}};
+    for (size_t i = 0; i < n; i++) {
+        const gemm_shape *g = &r[i].shape;
+        const int form = g->trans_a ? 0 : g->trans_b ? 1 : g->accumulate ? 3 : 2;
+        const size_t rows = g->trans_a ? g->k : g->m;
+        const int size = rows >= 1024 ? 0 : rows > 8 ? 1 : 2;
+        sec[form][size] += r[i].seconds;
+        flop[form][size] += 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch *
+                            (double)r[i].calls;
+        if (g->compute == GEMM_COMPUTE_BF16 &&
+            (g->a_type == BT_DTYPE_F32 || g->b_type == BT_DTYPE_F32))
+            f32[form][size] += r[i].seconds;
+    }
+    fprintf(stderr, "bench_step: gemm by form, seconds per step (the rows above summed):\n");
+    fprintf(stderr, "bench_step:   %-28s %-13s %9s %8s %16s\n", "form", "rows", "s", "GFLOP/s",
+            "s, fp32 operand");
+    for (int f = 0; f < FORMS; f++)
+        for (int z = 0; z < SIZES; z++) {
+            if (sec[f][z] <= 0) continue;
+            fprintf(stderr, "bench_step:   %-28s %-13s %9.4f %8.1f %16.4f\n", form_name[f],
+                    size_name[z], sec[f][z] / (double)steps, flop[f][z] / sec[f][z] * 1e-9,
+                    f32[f][z] / (double)steps);
+        }
+}
+
 /* --kernels, second table: the products by shape (gemm.h gemm_profile_read), largest time
  * first, with the GFLOP/s each shape ran at, so the ones below the machine's GEMM peak show. */
 static void gemm_profile_print(long steps) {
@@ -198,6 +235,7 @@ static void gemm_profile_print(long steps) {
                 100 * r[i].seconds / total, flop / r[i].seconds * 1e-9);
     }
     if (dropped) fprintf(stderr, "bench_step:   (%zu calls of shapes beyond the table)\n", dropped);
+    gemm_forms_print(r, n, steps);
 }
 
 static void usage(void) {
