@@ -28,6 +28,7 @@ typedef enum {
     BT_SET_GEMM_BF16,           /* BT_GEMM_BF16: auto | native | fp32 | widened */
     BT_SET_GEMM_SPLIT_K,        /* BT_GEMM_SPLIT_K: on | off */
     BT_SET_GEMM_PACK_B,         /* BT_GEMM_PACK_B: auto | on | off */
+    BT_SET_GEMM_SPLIT_M,        /* BT_GEMM_SPLIT_M: auto | on | off */
     BT_SET_KERNELS,             /* BT_KERNELS: fast | ref */
     BT_SET_ATTENTION_THREADS,   /* BT_ATTENTION_THREADS: auto | blocks | gemm */
     BT_SET_ATTENTION_PRODUCTS,  /* BT_ATTENTION_PRODUCTS: auto | amx | gemm */

@@ -353,24 +353,36 @@ static void test_split_k(void) {
  * reorder ran, so the comparison is never between two unblocked runs. Where the native route
  * does not exist (no avx512_core_bf16, or oneDNN not built) only the setting and its parsing
  * are checked. */
-static void test_blocked_b(void) {
-    tu_setenv("BT_GEMM_PACK_B", "maybe", 1);
+/* An auto | on | off switch of the native bf16 route (BT_GEMM_PACK_B, BT_GEMM_SPLIT_M): a bad
+ * value is an error naming variable and value, each name is read as its mode (0, 1, 2), and
+ * once turned on (left on) it is active exactly where native bf16 exists. */
+static void check_switch_setting(const char *var, int (*requested)(void), void (*turn_on)(void),
+                                 int (*active)(void)) {
+    tu_setenv(var, "maybe", 1);
     bt_status st = gemm_init_from_env();
-    tu_check(st == BT_ERR_ARG && strstr(bt_error_message(), "BT_GEMM_PACK_B") != NULL &&
+    tu_check(st == BT_ERR_ARG && strstr(bt_error_message(), var) != NULL &&
                  strstr(bt_error_message(), "maybe") != NULL,
-             "BT_GEMM_PACK_B=maybe is an error naming variable and value: %s",
-             bt_error_message());
+             "%s=maybe is an error naming variable and value: %s", var, bt_error_message());
     static const char *const names[3] = {"auto", "on", "off"};
     for (int mode = 0; mode < 3; mode++) {
-        tu_setenv("BT_GEMM_PACK_B", names[mode], 1);
-        tu_check(gemm_init_from_env() == BT_OK && gemm_pack_b_requested() == (gemm_pack_b_mode)mode,
-                 "BT_GEMM_PACK_B=%s is read", names[mode]);
+        tu_setenv(var, names[mode], 1);
+        tu_check(gemm_init_from_env() == BT_OK && requested() == mode, "%s=%s is read", var,
+                 names[mode]);
     }
-    tu_unsetenv("BT_GEMM_PACK_B");
-    gemm_pack_b_request(GEMM_PACK_B_ON);
-    tu_check(gemm_pack_b_active() == gemm_cpu_has_bf16(),
-             "BT_GEMM_PACK_B=on is active (%d) exactly where native bf16 exists (%d)",
-             gemm_pack_b_active(), gemm_cpu_has_bf16());
+    tu_unsetenv(var);
+    turn_on();
+    tu_check(active() == gemm_cpu_has_bf16(),
+             "%s=on is active (%d) exactly where native bf16 exists (%d)", var, active(),
+             gemm_cpu_has_bf16());
+}
+
+static int pack_b_mode(void) { return (int)gemm_pack_b_requested(); }
+static void pack_b_on(void) { gemm_pack_b_request(GEMM_PACK_B_ON); }
+static int split_m_mode(void) { return (int)gemm_split_m_requested(); }
+static void split_m_on(void) { gemm_split_m_request(GEMM_SPLIT_M_ON); }
+
+static void test_blocked_b(void) {
+    check_switch_setting("BT_GEMM_PACK_B", pack_b_mode, pack_b_on, gemm_pack_b_active);
     if (!gemm_cpu_has_bf16()) {
         printf("# NOTE: blocked B: no native bf16 here; the bitwise cases are NOT RUN\n");
         gemm_pack_b_request(GEMM_PACK_B_AUTO);
@@ -460,6 +472,96 @@ static void test_blocked_b(void) {
         tu_check(strstr(gemm_onednn_impl_name(&plain[i]), "(blocked B)") == NULL,
                  "blocked B: %s runs B as given (%s)", why[i], gemm_onednn_impl_name(&plain[i]));
     gemm_pack_b_request(GEMM_PACK_B_AUTO);
+    gemm_bf16_route_request(GEMM_BF16_AUTO);
+    gemm_release();
+}
+
+/* Split M (gemm.h gemm_split_m_request): on the native bf16 route a single product with A
+ * transposed, called with two or more threads, runs as one single-threaded product per thread
+ * over slices of m (multiples of GEMM_SPLIT_M_ROWS), an fp32 B rounded once before them. Each
+ * case must equal, bit for bit, those slices run by hand (each thread's gemm() inside a
+ * parallel region, where oneDNN plans single-threaded products and nothing is split): the
+ * split ran exactly them. And with the split on and off, each against the ref within the bound
+ * of the whole product. Cases: the model's weight-gradient form (bf16, beta 1, k 2600, where
+ * the unsplit call sums in another order), an uneven m with padded rows, an fp32 B, alpha,
+ * bias and beta 0 on NaN (k 320), fp32 A and B with beta 0.75 (k 1300). With one thread, or
+ * without the native route, only the setting is checked (NOT RUN notes). */
+static void split_m_by_hand(const gemm_args *g, int nthr) {
+    const size_t rows = (g->m + (size_t)nthr - 1) / (size_t)nthr;
+    const size_t per = (rows + GEMM_SPLIT_M_ROWS - 1) / GEMM_SPLIT_M_ROWS * GEMM_SPLIT_M_ROWS;
+#pragma omp parallel num_threads(nthr)
+    {
+        const size_t lo = (size_t)omp_get_thread_num() * per;
+        if (lo < g->m) {
+            gemm_args part = *g;
+            part.m = g->m - lo < per ? g->m - lo : per;
+            part.a = (const char *)g->a + lo * bt_dtype_size(g->a_type);
+            part.c = g->c + lo * g->ldc;
+            gemm_with(GEMM_BACKEND_ONEDNN, &part);
+        }
+    }
+}
+
+static void test_split_m(void) {
+    check_switch_setting("BT_GEMM_SPLIT_M", split_m_mode, split_m_on, gemm_split_m_active);
+    const int nthr = omp_get_max_threads();
+    if (!gemm_cpu_has_bf16() || nthr < 2) {
+        printf("# NOTE: split M: %s; the by-hand cases are NOT RUN\n",
+               nthr < 2 ? "one thread, nothing to split" : "no native bf16 here");
+        gemm_split_m_request(GEMM_SPLIT_M_AUTO);
+        return;
+    }
+    gemm_bf16_route_request(GEMM_BF16_NATIVE);
+    /* clang-format off */
+    const tcase cases[] = {
+        {.ta = 1, .m = 768, .n = 200, .k = 2600, .batch = 1, .sa = DENSE, .sb = DENSE,
+         .sc = DENSE, .at = BT_DTYPE_BF16, .bt = BT_DTYPE_BF16, .compute = GEMM_COMPUTE_BF16,
+         .alpha = 1.0f, .beta = 1.0f},
+        {.ta = 1, .m = 2 * GEMM_SPLIT_M_ROWS + 72, .n = 96, .k = 320, .pad_a = 5, .pad_b = 8,
+         .pad_c = 3, .batch = 1, .sa = DENSE, .sb = DENSE, .sc = DENSE, .at = BT_DTYPE_BF16,
+         .bt = BT_DTYPE_F32, .compute = GEMM_COMPUTE_BF16, .alpha = 0.5f, .beta = 0.0f,
+         .bias = 1},
+        {.ta = 1, .m = 3 * GEMM_SPLIT_M_ROWS + 1, .n = 64, .k = 1300, .batch = 1, .sa = DENSE,
+         .sb = DENSE, .sc = DENSE, .at = BT_DTYPE_F32, .bt = BT_DTYPE_F32,
+         .compute = GEMM_COMPUTE_BF16, .alpha = 1.0f, .beta = 0.75f},
+    };
+    /* clang-format on */
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const tcase *tc = &cases[ci];
+        const size_t lda = tc->m + tc->pad_a, ldb = tc->n + tc->pad_b, ldc = tc->n + tc->pad_c;
+        void *a = make_operand(tc->at, tc->k * lda), *b = make_operand(tc->bt, tc->k * ldb);
+        float *bias = malloc(tc->n * sizeof *bias), *c0 = malloc(tc->m * ldc * sizeof *c0);
+        float *out[2] = {malloc(tc->m * ldc * sizeof(float)), malloc(tc->m * ldc * sizeof(float))};
+        tu_fill_uniform_f32(&rng, bias, tc->n, -1.0f, 1.0f);
+        if (tc->beta == 0.0f) tu_fill_sentinel_f32(c0, tc->m * ldc);
+        else tu_fill_uniform_f32(&rng, c0, tc->m * ldc, -1.0f, 1.0f);
+        gemm_args g = {.trans_a = 1, .m = tc->m, .n = tc->n, .k = tc->k, .a_type = tc->at,
+                       .b_type = tc->bt, .a = a, .lda = lda, .b = b, .ldb = ldb, .ldc = ldc,
+                       .alpha = tc->alpha, .beta = tc->beta, .bias = tc->bias ? bias : NULL,
+                       .compute = tc->compute, .batch = 1};
+        for (int by_hand = 0; by_hand < 2; by_hand++) {
+            memcpy(out[by_hand], c0, tc->m * ldc * sizeof(float));
+            g.c = out[by_hand];
+            if (by_hand) split_m_by_hand(&g, nthr);
+            else gemm_with(GEMM_BACKEND_ONEDNN, &g);
+        }
+        tu_check(memcmp(out[0], out[1], tc->m * ldc * sizeof(float)) == 0,
+                 "split M case %zu (m=%zu n=%zu k=%zu, %s x %s, %d threads): the same bits as "
+                 "its slices run by hand", ci, tc->m, tc->n, tc->k, tname(tc->at), tname(tc->bt),
+                 nthr);
+        free(a);
+        free(b);
+        free(bias);
+        free(c0);
+        free(out[0]);
+        free(out[1]);
+        for (int on = 1; on >= 0; on--) { /* and against the ref, split and whole */
+            gemm_split_m_request(on ? GEMM_SPLIT_M_ON : GEMM_SPLIT_M_OFF);
+            run_case(GEMM_BACKEND_ONEDNN, tc, MODE_SAME, on ? "split M on" : "split M off");
+        }
+        gemm_split_m_request(GEMM_SPLIT_M_ON);
+    }
+    gemm_split_m_request(GEMM_SPLIT_M_AUTO);
     gemm_bf16_route_request(GEMM_BF16_AUTO);
     gemm_release();
 }
@@ -1037,6 +1139,7 @@ int main(void) {
     test_bf16();
     test_bf16_strided_c();
     test_blocked_b();
+    test_split_m();
     test_packed_weights();
     test_batched();
     test_cache();

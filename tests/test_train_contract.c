@@ -558,6 +558,7 @@ static void test_strict(void) {
         {"BT_GEMM_BF16", "bogus", "BT_GEMM_BF16"},
         {"BT_GEMM_SPLIT_K", "maybe", "BT_GEMM_SPLIT_K"},
         {"BT_GEMM_PACK_B", "maybe", "BT_GEMM_PACK_B"},
+        {"BT_GEMM_SPLIT_M", "maybe", "BT_GEMM_SPLIT_M"},
         {"BT_MEM_AVAILABLE", "lots", "BT_MEM_AVAILABLE"},
         {"OMP_NUM_THREADS", "100000", "processor"},
     };

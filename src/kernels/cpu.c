@@ -140,6 +140,22 @@ static const char *env_or(bt_setting id, const char *dflt) {
     return v ? v : dflt;
 }
 
+/* One --info line for an auto | on | off switch of oneDNN's native bf16 route (Blocked B,
+ * Split M): what it does where active, else why not, and the variable's value. */
+static void info_native_switch(FILE *out, const char *what, gemm_backend b, int active, int off,
+                               const char *on_text, bt_setting var) {
+    if (b == GEMM_BACKEND_ONEDNN && active)
+        fprintf(out, "%s: on: %s", what, on_text);
+    else if (off)
+        fprintf(out, "%s: off", what);
+    else if (b != GEMM_BACKEND_ONEDNN || !gemm_cpu_has_bf16())
+        fprintf(out, "%s: unused here (only on oneDNN's native bf16 route)", what);
+    else
+        fprintf(out, "%s: unused here (auto: not measured with AMX; %s=on turns it on)", what,
+                bt_setting_name(var));
+    fprintf(out, " (%s=%s)\n", bt_setting_name(var), env_or(var, "unset"));
+}
+
 /* The routes of a typical Linear product (256^3), as the backend runs them. */
 static void gemm_routes(gemm_backend b, const char **route_f32, const char **route_bf16) {
     static float a[256 * 256], c[256 * 256]; /* only looked up, never multiplied */
@@ -254,17 +270,16 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
         fprintf(out, "gemm k split: on, unused here (only where oneDNN runs fp32 brgemm: isa "
                 "avx512_core or better)");
     fprintf(out, " (BT_GEMM_SPLIT_K=%s)\n", env_or(BT_SET_GEMM_SPLIT_K, "unset"));
-    if (b == GEMM_BACKEND_ONEDNN && gemm_pack_b_active())
-        fprintf(out, "gemm blocked B: on: native bf16 products with m >= %d reorder B into "
-                "oneDNN's blocked layout once per call", GEMM_PACK_B_MIN_M);
-    else if (gemm_pack_b_requested() == GEMM_PACK_B_OFF)
-        fprintf(out, "gemm blocked B: off");
-    else
-        fprintf(out, "gemm blocked B: unused here (%s)",
-                b != GEMM_BACKEND_ONEDNN || !gemm_cpu_has_bf16()
-                    ? "only on oneDNN's native bf16 route"
-                    : "auto: not measured with AMX; BT_GEMM_PACK_B=on turns it on");
-    fprintf(out, " (BT_GEMM_PACK_B=%s)\n", env_or(BT_SET_GEMM_PACK_B, "unset"));
+    char on_text[160];
+    snprintf(on_text, sizeof on_text, "native bf16 products with m >= %d reorder B into "
+             "oneDNN's blocked layout once per call", GEMM_PACK_B_MIN_M);
+    info_native_switch(out, "gemm blocked B", b, gemm_pack_b_active(),
+                       gemm_pack_b_requested() == GEMM_PACK_B_OFF, on_text, BT_SET_GEMM_PACK_B);
+    snprintf(on_text, sizeof on_text, "native bf16 products with A transposed and m >= %d run "
+             "as one single-threaded product per thread over slices of m",
+             2 * GEMM_SPLIT_M_ROWS);
+    info_native_switch(out, "gemm split M", b, gemm_split_m_active(),
+                       gemm_split_m_requested() == GEMM_SPLIT_M_OFF, on_text, BT_SET_GEMM_SPLIT_M);
     fprintf(out, "gemm packed weights (bt-embed, bt-eval: model.h bt_model_pack_weights): bf16 "
                  "%s, fp32 %s\n",
             gemm_packed_weight_bytes(BT_DTYPE_BF16, 768, 768) ? "yes" : "no",

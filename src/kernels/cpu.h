@@ -88,7 +88,8 @@ int bt_runtime_cli_info(int argc, char **argv, const char *tool);
 
 /* The environment a tool runs under, checked before any work (bt_runtime_cli_info calls it
  * when --info is absent, so every tool exits 1 with the message): BT_CPU_ISA, BT_GEMM,
- * BT_GEMM_BF16, BT_GEMM_SPLIT_K, BT_GEMM_PACK_B, BT_MEM_AVAILABLE, BT_MEM_CHECK must be valid
+ * BT_GEMM_BF16, BT_GEMM_SPLIT_K, BT_GEMM_PACK_B, BT_GEMM_SPLIT_M, BT_MEM_AVAILABLE, BT_MEM_CHECK
+ * must be valid
  * when set, and
  * OMP_NUM_THREADS within bt_runtime_check_threads. Errors: BT_ERR_ARG naming the variable. */
 bt_status bt_runtime_check_env(void);

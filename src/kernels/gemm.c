@@ -37,6 +37,30 @@ void gemm_pack_b_request(gemm_pack_b_mode mode) { atomic_store(&gemm_pack_b, (in
 
 gemm_pack_b_mode gemm_pack_b_requested(void) { return (gemm_pack_b_mode)atomic_load(&gemm_pack_b); }
 
+/* BT_GEMM_SPLIT_M (or gemm_split_m_request): a gemm_split_m_mode */
+static _Atomic int gemm_split_m = GEMM_SPLIT_M_AUTO;
+
+void gemm_split_m_request(gemm_split_m_mode mode) { atomic_store(&gemm_split_m, (int)mode); }
+
+gemm_split_m_mode gemm_split_m_requested(void) {
+    return (gemm_split_m_mode)atomic_load(&gemm_split_m);
+}
+
+/* An auto | on | off switch's value (0, 1, 2: the order of gemm_pack_b_mode and
+ * gemm_split_m_mode), or an error naming the variable and value. */
+static bt_status gemm_switch_from_env(bt_setting var, int *mode) {
+    const char *v = bt_setting_value(var);
+    if (!v || !*v) return BT_OK;
+    static const char *const names[3] = {"auto", "on", "off"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(v, names[i]) == 0) {
+            *mode = i;
+            return BT_OK;
+        }
+    return bt_fail(BT_ERR_ARG, "environment variable %s: '%s' is unknown; expected auto, on or off",
+                   bt_setting_name(var), v);
+}
+
 static const char *const gemm_names[GEMM_BACKEND_COUNT] = {"ref", "openblas", "onednn"};
 
 const char *gemm_backend_name(gemm_backend b) {
@@ -102,16 +126,12 @@ bt_status gemm_init_from_env(void) {
                        "environment variable BT_GEMM_SPLIT_K: '%s' is unknown; expected on or off",
                        sk);
     if (sk && *sk) gemm_split_k_request(strcmp(sk, "on") == 0);
-    const char *pb = bt_setting_value(BT_SET_GEMM_PACK_B);
-    if (pb && *pb && strcmp(pb, "auto") != 0 && strcmp(pb, "on") != 0 && strcmp(pb, "off") != 0)
-        return bt_fail(BT_ERR_ARG,
-                       "environment variable BT_GEMM_PACK_B: '%s' is unknown; expected auto, on "
-                       "or off",
-                       pb);
-    if (pb && *pb)
-        gemm_pack_b_request(strcmp(pb, "on") == 0    ? GEMM_PACK_B_ON
-                            : strcmp(pb, "off") == 0 ? GEMM_PACK_B_OFF
-                                                     : GEMM_PACK_B_AUTO);
+    int pack_b = (int)gemm_pack_b_requested(), split_m = (int)gemm_split_m_requested();
+    if (gemm_switch_from_env(BT_SET_GEMM_PACK_B, &pack_b) != BT_OK ||
+        gemm_switch_from_env(BT_SET_GEMM_SPLIT_M, &split_m) != BT_OK)
+        return BT_ERR_ARG;
+    gemm_pack_b_request((gemm_pack_b_mode)pack_b);
+    gemm_split_m_request((gemm_split_m_mode)split_m);
     const char *v = bt_setting_value(BT_SET_GEMM);
     if (!v || !*v) {
         atomic_store(&gemm_route_requested, (int)route);
@@ -235,13 +255,19 @@ int gemm_split_k_isa(void) {
            (gemm_onednn_cpu_isa() & GEMM_ISA_AVX512_CORE) == GEMM_ISA_AVX512_CORE;
 }
 
-int gemm_pack_b_active(void) {
-    const gemm_pack_b_mode mode = gemm_pack_b_requested();
-    if (mode == GEMM_PACK_B_OFF || !gemm_onednn_built()) return 0;
+/* An auto | on | off switch of the native bf16 route (0, 1, 2 as gemm_switch_from_env) resolved
+ * on this machine: never without native bf16 in oneDNN; ON wherever it is; AUTO where its ISA
+ * is avx512_core_bf16 without AMX (where Blocked B and Split M were measured). */
+static int gemm_native_switch_active(int mode) {
+    if (mode == 2 || !gemm_onednn_built()) return 0;
     const unsigned isa = gemm_onednn_cpu_isa();
     if ((isa & GEMM_ISA_AVX512_CORE_BF16) != GEMM_ISA_AVX512_CORE_BF16) return 0;
-    return mode == GEMM_PACK_B_ON || (isa & GEMM_ISA_AVX512_CORE_AMX) != GEMM_ISA_AVX512_CORE_AMX;
+    return mode == 1 || (isa & GEMM_ISA_AVX512_CORE_AMX) != GEMM_ISA_AVX512_CORE_AMX;
 }
+
+int gemm_pack_b_active(void) { return gemm_native_switch_active((int)gemm_pack_b_requested()); }
+
+int gemm_split_m_active(void) { return gemm_native_switch_active((int)gemm_split_m_requested()); }
 
 /* 1 when products of `type` can read a packed weight on the backend and route in force
  * (gemm.h "Packed weights"; the layout itself is oneDNN's to say) */

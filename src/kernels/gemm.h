@@ -188,6 +188,25 @@ gemm_pack_b_mode gemm_pack_b_requested(void);
 /* 1 when products on the native bf16 route get a blocked B (the request resolved on this
  * machine's ISA; 0 when oneDNN is not built or has no native bf16) */
 int gemm_pack_b_active(void);
+/* Split M on the oneDNN backend's native bf16 route (gemm_onednn.c, "Split M"). oneDNN 2.6
+ * threads a product whose A is transposed (a weight gradient, dW += doutᵀ·x) in a way that
+ * leaves it 5-45% below the same work done as one single-threaded product per thread over
+ * consecutive slices of its m rows (docs/benchmarks.md "Split M"). So a single product (batch
+ * 1) with A transposed and m >= 2 GEMM_SPLIT_M_ROWS, called outside a parallel region with
+ * two or more threads, runs as those slices (GEMM_SPLIT_M_ROWS-row multiples), an fp32 B
+ * rounded to bf16 once before them. Every element of C is still one single-threaded
+ * product's sum, so the result stays within the classical bound; for long sums (k of about
+ * 1300 and more, where the unsplit call sums in another order) the bits differ from the
+ * unsplit call's (tests/test_gemm.c "split M"). AUTO (the default) splits where oneDNN's ISA
+ * is avx512_core_bf16 without AMX (measured there); ON wherever the native route runs (AMX:
+ * not measured); OFF never. BT_GEMM_SPLIT_M=auto|on|off sets it; applies to the next call. */
+enum { GEMM_SPLIT_M_ROWS = 64 };
+typedef enum { GEMM_SPLIT_M_AUTO, GEMM_SPLIT_M_ON, GEMM_SPLIT_M_OFF } gemm_split_m_mode;
+void gemm_split_m_request(gemm_split_m_mode mode);
+gemm_split_m_mode gemm_split_m_requested(void);
+/* 1 when native bf16 products with A transposed are split (the request resolved on this
+ * machine's ISA; 0 when oneDNN is not built or has no native bf16) */
+int gemm_split_m_active(void);
 
 /* Packed weights (inference: model.h bt_model_pack_weights). A Linear's weight W (out, in),
  * read by x·Wᵀ products, can be stored once in the blocked layout oneDNN's matmul reads B =

@@ -903,8 +903,67 @@ static int dn_split_k(const gemm_args *g) {
     return gemm_split_k_isa();
 }
 
+/* Split M (gemm.h gemm_split_m_request). oneDNN 2.6 threads a bf16 product whose A is
+ * transposed (the weight gradients dW += doutᵀ·x, k = the batch's rows) below what the same
+ * work reaches as one single-threaded product per thread over a slice of m: a driver on
+ * gemm() (2 threads, bf16 operands, median of 15 calls, AMD EPYC with AVX512-BF16, no AMX)
+ * measured 768x3072x2600 812 -> 969 GFLOP/s, 768x3072x320 624 -> 866, 768x3072x1300 843 ->
+ * 990, 3072x768x2600 769 -> 877, 2304x768x2600 760-859 -> 871-901, 768x768x320 648 -> 750,
+ * 768x768x2600 and 1024x1024x2600 within noise either way; in the base bf16 step the weight
+ * gradients took 1.079-1.104 -> 0.958-1.029 s (docs/benchmarks.md "Split M"). fp32 products
+ * (oneDNN's fp32 brgemm) measured no gain: native bf16 only. The slices are multiples of
+ * GEMM_SPLIT_M_ROWS rows, so each is whole blocks of oneDNN's; every element of C is one
+ * single-threaded product's sum (within the classical bound); for k >= ~1300 its order is
+ * not the unsplit call's. A fp32 B is rounded to bf16 once, here, rather than by each
+ * slice. */
+static int dn_split_m_threads(const gemm_args *g) {
+    if (g->batch != 1 || !g->trans_a || g->compute != GEMM_COMPUTE_BF16 || dn_bf16_widen() ||
+        !gemm_split_m_active())
+        return 0;
+    const int t = dn_threads_now(); /* 1 inside a parallel region */
+    return t >= 2 && g->m >= 2 * (size_t)GEMM_SPLIT_M_ROWS ? t : 0;
+}
+
+static void dn_run_split_m(const gemm_args *g, int nthr) {
+    gemm_args whole = *g;
+    if (g->b_type == BT_DTYPE_F32) { /* B rounded once, into this thread's B scratch, which
+                                      * no slice uses: each passes its bf16 B as given */
+        dn_key key;
+        dn_make_key(&key, g);
+        const dn_operand o = dn_operand_b(&key);
+        whole.b = dn_prepare_operand(g->b, g->b_type, o, DN_PACK_BF16, GEMM_SCRATCH_B);
+        whole.b_type = BT_DTYPE_BF16;
+        whole.ldb = (size_t)o.cols;
+    }
+    const size_t rows = (g->m + (size_t)nthr - 1) / (size_t)nthr;
+    const size_t per = (rows + GEMM_SPLIT_M_ROWS - 1) / GEMM_SPLIT_M_ROWS * GEMM_SPLIT_M_ROWS;
+    const size_t ea = bt_dtype_size(g->a_type);
+#if BT_HAVE_OPENMP
+#pragma omp parallel num_threads(nthr)
+#endif
+    {
+#if BT_HAVE_OPENMP
+        const size_t lo = (size_t)omp_get_thread_num() * per;
+#else
+        const size_t lo = 0;
+#endif
+        if (lo < g->m) {
+            gemm_args part = whole; /* rows lo.. of C: columns lo.. of the stored (k x m) A */
+            part.m = g->m - lo < per ? g->m - lo : per;
+            part.a = (const char *)g->a + lo * ea;
+            part.c = g->c + lo * g->ldc;
+            dn_run_one(&part);
+        }
+    }
+}
+
 void gemm_onednn_run(const gemm_args *g) {
     BT_ASSERT(g->batch >= 1 && g->m > 0 && g->n > 0 && g->k > 0);
+    const int split_m = dn_split_m_threads(g);
+    if (split_m) {
+        dn_run_split_m(g, split_m);
+        return;
+    }
     if (g->batch > 1 && g->stride_a == 0 && g->stride_b == 0) {
         /* A and B both broadcast: oneDNN 2.6's matmul wants C's batch to be one of its
          * operands' (invalid_arguments otherwise), so the items run one by one, each into its
