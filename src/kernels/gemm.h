@@ -189,9 +189,9 @@ gemm_pack_b_mode gemm_pack_b_requested(void);
  * machine's ISA; 0 when oneDNN is not built or has no native bf16) */
 int gemm_pack_b_active(void);
 /* Split M on the oneDNN backend's native bf16 route (gemm_onednn.c, "Split M"). oneDNN 2.6
- * threads a product whose A is transposed (a weight gradient, dW += doutᵀ·x) in a way that
- * leaves it 5-45% below the same work done as one single-threaded product per thread over
- * consecutive slices of its m rows (docs/benchmarks.md "Split M"). So a single product (batch
+ * threads a product whose A is transposed (a weight gradient, dW += doutᵀ·x) below the same
+ * work done as one single-threaded product per thread over consecutive slices of its m rows:
+ * 13-40% per shape in the base bf16 step (docs/benchmarks.md "Split M"). So a single product (batch
  * 1) with A transposed and m >= 2 GEMM_SPLIT_M_ROWS, called outside a parallel region with
  * two or more threads, runs as those slices (GEMM_SPLIT_M_ROWS-row multiples), an fp32 B
  * rounded to bf16 once before them. Every element of C is still one single-threaded
