@@ -97,8 +97,8 @@ typedef struct gemm_args {
 
 /* Reads BT_GEMM (ref | openblas | onednn) if set, else picks the fastest available backend
  * (oneDNN when built, else OpenBLAS), BT_GEMM_BF16 (auto | native | fp32, default auto;
- * see above), BT_GEMM_SPLIT_K (on | off, default on; below) and BT_GEMM_PACK_B (auto | on |
- * off, default auto; below). Returns an error naming the variable and value if one is not
+ * see above), BT_GEMM_SPLIT_K (on | off, default on; below), BT_GEMM_PACK_B and
+ * BT_GEMM_SPLIT_M (auto | on | off, default auto; below). Returns an error naming the variable and value if one is not
  * one of its names or BT_GEMM names a backend not built (the settings are then left
  * unchanged). Safe to call more than once. main() should call it so a bad BT_GEMM is
  * reported as an error; a gemm() call before any selection runs this once and, on a bad
