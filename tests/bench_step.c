@@ -155,6 +155,12 @@ static void kernel_profile_print(const kernel_profile *p, long steps) {
     }
 }
 
+/* The flops of every call of one profiled shape. */
+static double shape_flop(const gemm_shape_time *r) {
+    const gemm_shape *g = &r->shape;
+    return 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch * (double)r->calls;
+}
+
 /* --kernels, third table: the rows of the second summed by form (Ta: the weight gradients;
  * Tb: the Linear forwards; plain, assigned or accumulated (+=): the input gradients) and by
  * the rows of data they run over (m, or k for Ta), with the seconds of the rows that read an
@@ -173,8 +179,7 @@ static void gemm_forms_print(const gemm_shape_time *r, size_t n, long steps) {
         const size_t rows = g->trans_a ? g->k : g->m;
         const int size = rows >= 1024 ? 0 : rows > 8 ? 1 : 2;
         sec[form][size] += r[i].seconds;
-        flop[form][size] += 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch *
-                            (double)r[i].calls;
+        flop[form][size] += shape_flop(&r[i]);
         if (g->compute == GEMM_COMPUTE_BF16 &&
             (g->a_type == BT_DTYPE_F32 || g->b_type == BT_DTYPE_F32))
             f32[form][size] += r[i].seconds;
@@ -206,10 +211,8 @@ static void gemm_profile_print(long steps) {
         }
     double total = 0, flop_total = 0;
     for (size_t i = 0; i < n; i++) {
-        const gemm_shape *g = &r[i].shape;
         total += r[i].seconds;
-        flop_total += 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch *
-                      (double)r[i].calls;
+        flop_total += shape_flop(&r[i]);
     }
     fprintf(stderr, "bench_step: gemm by shape, seconds per step (mean of %ld steps; %.3f s, "
                     "%.1f GFLOP/s over all):\n", steps, total / (double)steps,
@@ -228,11 +231,9 @@ static void gemm_profile_print(long steps) {
         snprintf(types, sizeof types, "%s%s%s", g->a_type == BT_DTYPE_BF16 ? "b" : "f",
                  g->b_type == BT_DTYPE_BF16 ? "b" : "f",
                  g->compute == GEMM_COMPUTE_BF16 ? "->bf16" : "->f32");
-        const double flop = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch *
-                            (double)r[i].calls;
         fprintf(stderr, "bench_step:   %-30s %6.1f %-9s %9.4f %5.1f%% %8.1f\n", name,
                 (double)r[i].calls / (double)steps, types, r[i].seconds / (double)steps,
-                100 * r[i].seconds / total, flop / r[i].seconds * 1e-9);
+                100 * r[i].seconds / total, shape_flop(&r[i]) / r[i].seconds * 1e-9);
     }
     if (dropped) fprintf(stderr, "bench_step:   (%zu calls of shapes beyond the table)\n", dropped);
     gemm_forms_print(r, n, steps);
