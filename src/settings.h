@@ -31,7 +31,7 @@ typedef enum {
     BT_SET_GEMM_SPLIT_M,        /* BT_GEMM_SPLIT_M: auto | on | off */
     BT_SET_KERNELS,             /* BT_KERNELS: fast | ref */
     BT_SET_ATTENTION_THREADS,   /* BT_ATTENTION_THREADS: auto | blocks | gemm */
-    BT_SET_ATTENTION_PRODUCTS,  /* BT_ATTENTION_PRODUCTS: auto | amx | gemm */
+    BT_SET_ATTENTION_PRODUCTS,  /* BT_ATTENTION_PRODUCTS: auto | amx | avx512_bf16 | gemm */
     BT_SET_ATTENTION_PROBS,     /* BT_ATTENTION_PROBS: recompute | keep */
     BT_SET_ACT_BF16,            /* BT_ACT_BF16: 1 | 0 (bf16 activation storage) */
     BT_SET_MEM_AVAILABLE,       /* BT_MEM_AVAILABLE: bytes the memory check assumes */

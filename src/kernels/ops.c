@@ -35,11 +35,12 @@
  * The OpenMP loop runs over the B*NH blocks and each gemm() runs on its calling thread (see
  * ATTENTION THREADING below for the measurement behind it). Where oneDNN runs at its AMX
  * level, the native route's block products are attention_amx.c's tile kernels instead of
- * gemm() calls, on operands the rounding and the row passes write in the tiles' layouts
- * (same bits; BT_ATTENTION_PRODUCTS, "the block products on AMX tiles" below).
+ * gemm() calls, and where it runs at avx512_core_bf16 attention_dpbf16.c's, on operands the
+ * rounding and the row passes write in the tiles' layouts (same bits; BT_ATTENTION_PRODUCTS,
+ * "the block products on AMX tiles" below).
  *
  * Deliberately not here: the reference kernels (ops_ref.inc), the GEMM itself (gemm*.c), the
- * AMX tile products (attention_amx.c), any fast-math. */
+ * hand-written block products (attention_amx.c, attention_dpbf16.c), any fast-math. */
 #include "kernels/ops.h"
 
 #include <float.h>
@@ -55,6 +56,7 @@
 #endif
 
 #include "kernels/attention_amx.h"
+#include "kernels/attention_dpbf16.h"
 #include "kernels/kernel_clock.h"
 #include "kernels/ops_ref.h"
 #include "rng.h"
@@ -1470,7 +1472,7 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
                           dk + b * Tk * d->ldk + h * D, d->ldk, scale, beta, compute);
 }
 
-/* --- the block products on AMX tiles (attention_amx.h) ---
+/* --- the block products on AMX tiles (attention_amx.h) or AVX512-BF16 (attention_dpbf16.h) ---
  * On the native bf16 route, when the CPU has AMX-BF16 and oneDNN itself runs at its AMX level
  * (a DNNL_MAX_CPU_ISA / BT_CPU_ISA cap below AMX keeps these off), the block's products run
  * as attention_amx_gemm() calls instead of gemm(): no primitive lookup, no packing into
@@ -1482,14 +1484,19 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
  * rows are in L1. Rows of an A past its m (up to the next 16) are loaded but reach no stored
  * element of C, so they are left as they are. Products whose A would be a transpose (dv =
  * Pdᵀ dout, dk = dSᵀ q) are computed transposed (dvᵀ = doutᵀ Pd, stored transposed).
- * The results are the same bits as the gemm route's (oneDNN 2.6's AMX kernels sum K in the
- * same order; tests/test_attention_amx.c checks it and compares both with the reference).
- * Selected by ops_attention_products_select / BT_ATTENTION_PRODUCTS ("auto", "amx",
- * "gemm"); auto is amx where it may run (docs/benchmarks.md, "Session 7: AMX attention
- * products", for the measurement). */
+ * Where oneDNN runs at avx512_core_bf16 instead (a CPU with AVX512-BF16 and no AMX, or AMX
+ * capped to it), the same operands go to attention_dpbf16_gemm() (vdpbf16ps), which reads
+ * the A of dv and dk straight from Pd's and dS's VNNI layout (attention_tile_gemm_at) and
+ * stores every C plain.
+ * The results are the same bits as the gemm route's (oneDNN 2.6's AMX and avx512_core_bf16
+ * kernels sum K in the same order; tests/test_attention_tiles.c checks it and compares both
+ * with the reference). Selected by ops_attention_products_select / BT_ATTENTION_PRODUCTS
+ * ("auto", "amx", "avx512_bf16", "gemm"); auto is whichever of the two may run
+ * (docs/benchmarks.md, "Session 7: AMX attention products" and "Session 16: attention's
+ * block products on AVX512-BF16", for the measurements). */
 
 /* Which products the blocks use. One setting shared by every ISA variant unit. */
-typedef enum { OPS_PROD_AUTO, OPS_PROD_AMX, OPS_PROD_GEMM } ops_prod_mode;
+typedef enum { OPS_PROD_AUTO, OPS_PROD_AMX, OPS_PROD_DPBF16, OPS_PROD_GEMM } ops_prod_mode;
 extern ops_prod_mode ops_attention_products;
 #ifndef OPS_VARIANT
 ops_prod_mode ops_attention_products = OPS_PROD_AUTO;
@@ -1497,11 +1504,52 @@ ops_prod_mode ops_attention_products = OPS_PROD_AUTO;
 /* 1 when AMX products may run: AMX-BF16 granted and oneDNN's ISA is avx512_core_amx (the
  * library's unit; cached). */
 int ops_attention_amx_eligible(void);
+/* 1 when AVX512-BF16 products (attention_dpbf16.h) may run: the CPU runs AVX512-BF16 and
+ * oneDNN's ISA is avx512_core_bf16, whose kernels they give the bits of (cached). */
+int ops_attention_dpbf16_eligible(void);
 
-/* 1 when a call with this compute runs its block products on AMX tiles. */
+/* 1 when a call with this compute runs its block products on the tile layouts: AMX products
+ * where those may run, else AVX512-BF16 ones (at most one of the two is eligible: each needs
+ * its own oneDNN ISA), each unless the setting names another. */
 static int attention_amx_use(gemm_compute compute) {
-    return ops_attention_products != OPS_PROD_GEMM && ops_bf16_native(compute) &&
-           ops_attention_amx_eligible();
+    if (ops_attention_products == OPS_PROD_GEMM || !ops_bf16_native(compute)) return 0;
+    if (ops_attention_amx_eligible()) return ops_attention_products != OPS_PROD_DPBF16;
+    return ops_attention_products != OPS_PROD_AMX && ops_attention_dpbf16_eligible();
+}
+
+/* One block product on the tile layouts (attention_amx.h): C = alpha A·B + beta C, K = k
+ * (the operands padded to attention_amx_r32(k)); AMX tiles where they may run, else
+ * AVX512-BF16 (attention_amx_use said one of them runs). */
+static void attention_tile_gemm(float *c, size_t ldc, int c_trans, const bt_bf16 *a, size_t lda,
+                                const bt_bf16 *b, size_t ldb, size_t m, size_t n, size_t k,
+                                float alpha, float beta) {
+    if (ops_attention_amx_eligible())
+        attention_amx_gemm(c, ldc, c_trans, a, lda, b, ldb, m, n, attention_amx_r32(k), alpha,
+                           beta);
+    else
+        attention_dpbf16_gemm(c, ldc, (attention_dpbf16_a){a, lda / 2, 1}, b, ldb, m, n, k,
+                              alpha, beta);
+}
+
+/* c (Tk x D at stride ldc) = alpha xᵀ y + beta c: the backward's dv = Pdᵀ dout_h and
+ * dk = dSᵀ q_h, with xv the VNNI layout of x (Tq x Tk: K = Tq in pairs of rows, row stride
+ * ldxv; the row pass writes it) and y (Tq x D fp32 at stride ldy), packed into yp (room for
+ * attention_amx_r16(D) x attention_amx_r32(Tq) bf16; tmp: the packing scratch). AMX tiles
+ * compute cᵀ = yᵀ x (yᵀ as A rows, xv as B, C stored transposed); AVX512-BF16 reads xv as the
+ * A of the plain product (dword (j, r) at r ldxv/2 + j: the six rows of a block are neighbours
+ * in one line) with y as VNNI B. The same pairs of K in the same order: the same sums. */
+static void attention_tile_gemm_at(float *c, size_t ldc, const bt_bf16 *xv, size_t ldxv,
+                                   const float *y, size_t ldy, bt_bf16 *yp, bt_bf16 *tmp,
+                                   size_t D, size_t Tk, size_t Tq, float alpha, float beta) {
+    const size_t D16 = attention_amx_r16(D), Tqp = attention_amx_r32(Tq);
+    if (ops_attention_amx_eligible()) {
+        attention_amx_pack_rows_t(yp, Tqp, y, ldy, Tq, D, Tqp, tmp);
+        attention_amx_gemm(c, ldc, 1, yp, Tqp, xv, ldxv, D, Tk, Tqp, alpha, beta);
+    } else {
+        attention_amx_pack_vnni(yp, 2 * D16, y, ldy, Tq, D, Tqp, tmp);
+        attention_dpbf16_gemm(c, ldc, (attention_dpbf16_a){xv, 1, ldxv / 2}, yp, 2 * D16, Tk, D,
+                              Tq, alpha, beta);
+    }
 }
 
 /* Sizes of a block's AMX operands: r16 / r32 are the sizes rounded up to 16 (an m or n
@@ -1551,7 +1599,7 @@ static void attention_amx_scores(float *tile, size_t ldt, bt_bf16 *qa, bt_bf16 *
     attention_amx_pack_rows(qa, z.Dp, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D, z.Dp);
     attention_amx_pack_vnni_t(kb, 2 * z.Tk16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D, z.Dp,
                               tmp);
-    attention_amx_gemm(tile, ldt, 0, qa, z.Dp, kb, 2 * z.Tk16, Tq, Tk, z.Dp,
+    attention_tile_gemm(tile, ldt, 0, qa, z.Dp, kb, 2 * z.Tk16, Tq, Tk, D,
                        (float)(1.0 / sqrt((double)D)), 0.0f);
 }
 
@@ -1583,7 +1631,7 @@ static void attention_block_forward_amx(float *out, float *probs, const float *q
     }
     /* out_h = dropout(P) v_h */
     attention_amx_pack_vnni(vb, 2 * z.D16, v_h, d->ldv, Tk, D, z.Tkp, tmp);
-    attention_amx_gemm(out_h, d->ldo, 0, p16, z.Tkp, vb, 2 * z.D16, Tq, D, z.Tkp, 1.0f, 0.0f);
+    attention_tile_gemm(out_h, d->ldo, 0, p16, z.Tkp, vb, 2 * z.D16, Tq, D, Tk, 1.0f, 0.0f);
 }
 
 /* Per-thread bf16 elements of the backward: two rows of bf16 Pd (2 x Tkp), dS as A rows
@@ -1629,7 +1677,7 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
     if (ds) { /* dPd = dout_h v_hᵀ */
         attention_amx_pack_rows(oa, z.Dp, dout_h, d->ldo, Tq, D, z.Dp);
         attention_amx_pack_vnni_t(vt, 2 * z.Tk16, v_h, d->ldv, Tk, D, z.Dp, tmp);
-        attention_amx_gemm(ds, z.Tk16, 0, oa, z.Dp, vt, 2 * z.Tk16, Tq, Tk, z.Dp, 1.0f, 0.0f);
+        attention_tile_gemm(ds, z.Tk16, 0, oa, z.Dp, vt, 2 * z.Tk16, Tq, Tk, D, 1.0f, 0.0f);
     }
     /* dS (and Pd) as A rows and, in the same pass, as VNNI B */
     const attention_vnni vnni = {.pd = dv ? pdv : NULL, .ds = dk ? dsv : NULL,
@@ -1637,21 +1685,17 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
     attention_rows_backward(ds, z.Tk16, dr->on && dv ? tile + Tq * z.Tk16 : NULL, 0,
                             dv ? pd16 : NULL, ds ? ds16 : NULL, z.Tkp, p, ldp, Tq, Tk, dr, pbase,
                             &vnni);
-    if (dv) { /* dv_hᵀ += dout_hᵀ Pd */
-        attention_amx_pack_rows_t(ot, z.Tqp, dout_h, d->ldo, Tq, D, z.Tqp, tmp);
-        attention_amx_gemm(dv + b * Tk * d->ldv + h * D, d->ldv, 1, ot, z.Tqp, pdv, 2 * z.Tk16,
-                           D, Tk, z.Tqp, 1.0f, beta);
-    }
+    if (dv) /* dv_h += Pdᵀ dout_h (AMX: dv_hᵀ += dout_hᵀ Pd) */
+        attention_tile_gemm_at(dv + b * Tk * d->ldv + h * D, d->ldv, pdv, 2 * z.Tk16, dout_h,
+                               d->ldo, ot, tmp, D, Tk, Tq, 1.0f, beta);
     if (dq) { /* dq_h += dS k_h / √D */
         attention_amx_pack_vnni(kv, 2 * z.D16, k_h, d->ldk, Tk, D, z.Tkp, tmp);
-        attention_amx_gemm(dq + b * Tq * d->ldq + h * D, d->ldq, 0, ds16, z.Tkp, kv, 2 * z.D16,
-                           Tq, D, z.Tkp, scale, beta);
+        attention_tile_gemm(dq + b * Tq * d->ldq + h * D, d->ldq, 0, ds16, z.Tkp, kv, 2 * z.D16,
+                            Tq, D, Tk, scale, beta);
     }
-    if (dk) { /* dk_hᵀ += q_hᵀ dS / √D */
-        attention_amx_pack_rows_t(qt, z.Tqp, q_h, d->ldq, Tq, D, z.Tqp, tmp);
-        attention_amx_gemm(dk + b * Tk * d->ldk + h * D, d->ldk, 1, qt, z.Tqp, dsv, 2 * z.Tk16,
-                           D, Tk, z.Tqp, scale, beta);
-    }
+    if (dk) /* dk_h += dSᵀ q_h / √D (AMX: dk_hᵀ += q_hᵀ dS / √D) */
+        attention_tile_gemm_at(dk + b * Tk * d->ldk + h * D, d->ldk, dsv, 2 * z.Tk16, q_h,
+                               d->ldq, qt, tmp, D, Tk, Tq, scale, beta);
 }
 
 /* S of batch item b's NH heads into pb (NH, Tq, Tk): one batched gemm(). The forward's and,
@@ -2543,6 +2587,7 @@ static int ops_attention_set(const char *name) {
 static int ops_attention_products_set(const char *name) {
     if (strcmp(name, "auto") == 0) ops_attention_products = OPS_PROD_AUTO;
     else if (strcmp(name, "amx") == 0) ops_attention_products = OPS_PROD_AMX;
+    else if (strcmp(name, "avx512_bf16") == 0) ops_attention_products = OPS_PROD_DPBF16;
     else if (strcmp(name, "gemm") == 0) ops_attention_products = OPS_PROD_GEMM;
     else return 0;
     return 1;
@@ -2577,7 +2622,7 @@ static void ops_init_once(void) {
     const char *prod = bt_setting_value(BT_SET_ATTENTION_PRODUCTS);
     if (prod && *prod && !ops_attention_products_set(prod))
         fprintf(stderr, "bt: warning: environment variable BT_ATTENTION_PRODUCTS=%s is not "
-                        "'auto', 'amx' or 'gemm'; using 'auto'\n", prod);
+                        "'auto', 'amx', 'avx512_bf16' or 'gemm'; using 'auto'\n", prod);
 
     const char *env = bt_setting_value(BT_SET_KERNELS);
     int use_ref = 0;
@@ -2634,16 +2679,28 @@ const char *ops_attention_threads_name(void) {
                : resolved;
 }
 
-/* AMX products ("the block products on AMX tiles" above): the CPU and OS grant AMX-BF16 and
- * oneDNN runs at avx512_core_amx (not capped below it). Decided once. */
-int ops_attention_amx_eligible(void) {
-    static _Atomic int eligible = -1;
-    int e = atomic_load(&eligible);
+/* 1 when hand-written block products may run ("the block products on AMX tiles" above): the
+ * CPU runs them (`available`) and oneDNN runs at `isa`, the ISA whose kernels give their bits
+ * (not capped below it). Decided once per `cache`. */
+static int attention_products_eligible(_Atomic int *cache, int (*available)(void),
+                                       const char *isa) {
+    int e = atomic_load(cache);
     if (e < 0) {
-        e = attention_amx_available() && strcmp(gemm_cpu_isa_name(), "avx512_core_amx") == 0;
-        atomic_store(&eligible, e);
+        e = available() && strcmp(gemm_cpu_isa_name(), isa) == 0;
+        atomic_store(cache, e);
     }
     return e;
+}
+
+int ops_attention_amx_eligible(void) {
+    static _Atomic int eligible = -1;
+    return attention_products_eligible(&eligible, attention_amx_available, "avx512_core_amx");
+}
+
+int ops_attention_dpbf16_eligible(void) {
+    static _Atomic int eligible = -1;
+    return attention_products_eligible(&eligible, attention_dpbf16_available,
+                                       "avx512_core_bf16");
 }
 
 int ops_attention_products_select(const char *name) {
@@ -2653,14 +2710,19 @@ int ops_attention_products_select(const char *name) {
 
 const char *ops_attention_products_name(void) {
     kernels_init();
-    const int amx = ops_attention_amx_eligible();
+    const int amx = ops_attention_amx_eligible(), dp = ops_attention_dpbf16_eligible();
     switch (ops_attention_products) {
     case OPS_PROD_AMX:
         return amx ? "amx (native bf16 blocks)" : "amx requested, gemm (no AMX at oneDNN's ISA)";
+    case OPS_PROD_DPBF16:
+        return dp ? "avx512_bf16 (native bf16 blocks)"
+                  : "avx512_bf16 requested, gemm (oneDNN's ISA is not avx512_core_bf16)";
     case OPS_PROD_GEMM:
         return "gemm";
     default:
-        return amx ? "auto (amx for native bf16 blocks)" : "auto (gemm: no AMX at oneDNN's ISA)";
+        return amx  ? "auto (amx for native bf16 blocks)"
+               : dp ? "auto (avx512_bf16 for native bf16 blocks)"
+                    : "auto (gemm: neither AMX nor AVX512-BF16 at oneDNN's ISA)";
     }
 }
 

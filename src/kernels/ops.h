@@ -325,10 +325,13 @@ const char *ops_attention_threads_name(void);
 /* What the "blocks" threading's per-block products run on, with compute BF16 on the native
  * route: "amx" (hand-written AMX tile products, attention_amx.h; only where the CPU grants
  * AMX-BF16 and oneDNN's ISA is avx512_core_amx, i.e. not capped by DNNL_MAX_CPU_ISA /
- * BT_CPU_ISA; elsewhere gemm), "gemm" (gemm(), i.e. oneDNN), or "auto" (the default: amx
- * where it may run). BT_ATTENTION_PRODUCTS sets it at kernels_init(); select returns 0 for an
- * unknown name; name() says what runs, e.g. "auto (amx for native bf16 blocks)". The two
- * differ in the fp32 summation order of the products only. */
+ * BT_CPU_ISA; elsewhere gemm), "avx512_bf16" (hand-written vdpbf16ps products,
+ * attention_dpbf16.h; only where the CPU runs AVX512-BF16 and oneDNN's ISA is
+ * avx512_core_bf16; elsewhere gemm), "gemm" (gemm(), i.e. oneDNN), or "auto" (the default:
+ * whichever of the two hand-written ones may run). BT_ATTENTION_PRODUCTS sets it at
+ * kernels_init(); select returns 0 for an unknown name; name() says what runs, e.g. "auto
+ * (amx for native bf16 blocks)". Each gives the bits of oneDNN's own kernels at the ISA it
+ * needs (tests/test_attention_tiles.c); they differ from gemm() only in speed. */
 int ops_attention_products_select(const char *name);
 const char *ops_attention_products_name(void);
 /* The seconds each dispatched kernel has taken since the process started, its own time as

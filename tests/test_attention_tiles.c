@@ -1,18 +1,22 @@
-/* test_attention_amx.c: attention's AMX block products (src/kernels/attention_amx.h) and the
- * attention kernels running on them (ops.c, BT_ATTENTION_PRODUCTS=amx).
+/* test_attention_tiles.c: attention's hand-written bf16 block products on the tile layouts
+ * (AMX tiles, src/kernels/attention_amx.h; AVX512-BF16, attention_dpbf16.h) and the attention
+ * kernels running on them (ops.c, BT_ATTENTION_PRODUCTS=amx|avx512_bf16).
  *
- *   1. Each operand layout the attention uses (A rows from fp32, A = xᵀ, B VNNI from fp32 and
- *      from bf16 rows, B = xᵀ VNNI; C plain or transposed) against a double-precision product
- *      of the SAME bf16 operands, on edge sizes (m, n, k in 1, 5, 16, 17, 32, 33, 40, 64, 325:
- *      no multiple of a tile, or exactly one), alpha 1 and 1/8, beta 0 (C pre-filled with a
- *      NaN sentinel, never read) and 1, C strided with a sentinel border that must survive.
- *   2. attention_forward / attention_backward with AMX products against the reference
- *      (ops_ref.h) at test_ops_fast's bf16 tolerances, with dropout and a key mask, self and
- *      cross shapes of the model (325x325, 40x325, 325x40, 40x40 at D 64) and odd ones.
+ *   1. Each kernel the CPU runs, on each operand layout the attention gives it (AMX: A rows
+ *      from fp32, A = xᵀ, B VNNI from fp32 and from bf16 rows, B = xᵀ VNNI, C plain or
+ *      transposed; AVX512-BF16: the same A rows and B layouts, and A read from the VNNI layout
+ *      of Aᵀ, C plain) against a double-precision product of the SAME bf16 operands, on edge
+ *      sizes (m, n, k in 1, 5, 16, 17, 32, 33, 40, 64, 325: no multiple of a tile, or exactly
+ *      one), alpha 1 and 1/8, beta 0 (C pre-filled with a NaN sentinel, never read) and 1, C
+ *      strided with a sentinel border that must survive.
+ *   2. attention_forward / attention_backward with the kernel oneDNN's ISA selects (AMX at
+ *      avx512_core_amx, AVX512-BF16 at avx512_core_bf16) against the reference (ops_ref.h) at
+ *      test_ops_fast's bf16 tolerances, with dropout and a key mask, self and cross shapes of
+ *      the model (325x325, 40x325, 325x40, 40x40 at D 64) and odd ones; and bit for bit
+ *      against the gemm route (oneDNN's own products of the same blocks).
  *   3. Determinism: the same bits at 1, 2 and 3 threads and run to run.
- *   4. A capped oneDNN ISA (BT_CPU_ISA=avx512_bf16, i.e. DNNL_MAX_CPU_ISA=AVX512_CORE_BF16)
- *      turns the AMX products off (bt-forward --info, a child process).
- * Skipped (77) when the CPU or OS does not grant AMX-BF16, or the build has no oneDNN.
+ *   4. A capped oneDNN ISA selects what runs there (bt-forward --info, a child process).
+ * Skipped (77) when the CPU runs neither kernel (no AMX-BF16 granted, no AVX512-BF16).
  *
  * Deliberately not here: gemm's own tests (test_gemm.c), the oneDNN route of attention
  * (test_ops_fast.c runs both routes against the reference). */
@@ -27,6 +31,7 @@
 #endif
 
 #include "kernels/attention_amx.h"
+#include "kernels/attention_dpbf16.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "kernels/ops_ref.h"
@@ -59,36 +64,56 @@ static float *rand_bf16_valued(size_t n) {
 
 /* --- 1. the kernel ------------------------------------------------------------------------ */
 
+/* The kernels. */
+typedef enum { K_AMX, K_DPBF16 } kernel;
+
+static const char *kernel_name(kernel kn) { return kn == K_AMX ? "amx" : "avx512_bf16"; }
+
 /* The layouts of attention (ops.c): which pack function makes A and B. */
 typedef enum {
     L_ROWS_VNNIT, /* S = q kᵀ:  A rows (pack_rows), B = kᵀ (pack_vnni_t) */
     L_ROWS_VNNI,  /* out = P v: A rows, B = v rows (pack_vnni, fp32 source) */
-    L_T_VNNI16,   /* dvᵀ = doutᵀ Pd: A = doutᵀ (pack_rows_t), B = Pd (pack_vnni16, bf16) */
+    L_T_VNNI16,   /* AMX dvᵀ = doutᵀ Pd: A = doutᵀ (pack_rows_t), B = Pd (pack_vnni16) */
+    L_VNNI16T_VNNI, /* AVX512-BF16 dv = Pdᵀ dout: A read from Pd's VNNI layout (pack_vnni16,
+                       bf16), B = dout rows (pack_vnni, fp32 source) */
 } layout;
 
 static const char *layout_name(layout l) {
-    return l == L_ROWS_VNNIT ? "A rows, B = x^T vnni"
+    return l == L_ROWS_VNNIT  ? "A rows, B = x^T vnni"
            : l == L_ROWS_VNNI ? "A rows, B vnni"
-                              : "A = x^T, B vnni from bf16";
+           : l == L_T_VNNI16  ? "A = x^T, B vnni from bf16"
+                              : "A from the vnni of A^T (bf16), B vnni";
 }
 
 /* One product C (m x n) = alpha A B + beta C through layout l, C at stride ldc (c_trans:
  * Cᵀ stored), against the double product of the same bf16 values. */
-static void test_product(layout l, size_t m, size_t n, size_t k, float alpha, float beta,
-                         int c_trans) {
+static void test_product(kernel kn, layout l, size_t m, size_t n, size_t k, float alpha,
+                         float beta, int c_trans) {
     const size_t m16 = attention_amx_r16(m), n16 = attention_amx_r16(n);
     const size_t kp = attention_amx_r32(k);
     /* mathematical operands: A (m x k), B (k x n), bf16-valued */
     float *A = rand_bf16_valued(m * k), *B = rand_bf16_valued(k * n);
     /* tile layouts, from the source the attention would have */
     const size_t lda = kp + 32 * (m % 2); /* a row stride wider than kp for odd m */
-    bt_bf16 *a = xmalloc(m16 * lda * sizeof(bt_bf16));
+    const size_t ldt = 2 * m16 + 32 * (m % 2); /* the row stride of Aᵀ's VNNI layout */
+    const size_t a_n = m16 * lda > kp / 2 * ldt ? m16 * lda : kp / 2 * ldt;
+    bt_bf16 *a = xmalloc(a_n * sizeof(bt_bf16));
     bt_bf16 *b = xmalloc(kp / 2 * 2 * n16 * sizeof(bt_bf16));
     size_t tmp_n = 2 * n16 + attention_amx_rows_t_tmp(m, kp) + attention_amx_vnni_t_tmp(n, kp);
     bt_bf16 *tmp = xmalloc(tmp_n * sizeof(bt_bf16));
-    memset(a, 0x7f, m16 * lda * sizeof(bt_bf16)); /* rows [m, m16): finite garbage */
+    memset(a, 0x7f, a_n * sizeof(bt_bf16)); /* rows [m, m16): finite garbage */
     memset(b, 0xff, kp / 2 * 2 * n16 * sizeof(bt_bf16)); /* NaN: pack must overwrite all */
-    if (l == L_T_VNNI16) {
+    if (l == L_VNNI16T_VNNI) {
+        bt_bf16 *At16 = xmalloc(k * (m + 3) * sizeof(bt_bf16)); /* Aᵀ's rows at stride m + 3 */
+        for (size_t t = 0; t < k; t++)
+            for (size_t i = 0; i < m; i++) {
+                const float x = A[i * k + t];
+                bf16_from_f32(At16 + t * (m + 3) + i, &x, 1);
+            }
+        attention_amx_pack_vnni16(a, ldt, At16, m + 3, k, m, kp);
+        free(At16);
+        attention_amx_pack_vnni(b, 2 * n16, B, n, k, n, kp, tmp);
+    } else if (l == L_T_VNNI16) {
         float *At = xmalloc(k * m * sizeof(float)); /* the source holds Aᵀ (k x m) */
         for (size_t i = 0; i < m; i++)
             for (size_t j = 0; j < k; j++) At[j * m + i] = A[i * k + j];
@@ -118,14 +143,30 @@ static void test_product(layout l, size_t m, size_t n, size_t k, float alpha, fl
     else tu_fill_sentinel_f32(c, cn);
     for (size_t i = 0; i < rows; i++) /* the border of each stored row */
         for (size_t j = cols; j < ldc; j++) c[i * ldc + j] = tu_sentinel_f32();
-    attention_amx_gemm(c, ldc, c_trans, a, lda, b, 2 * n16, m, n, kp, alpha, beta);
+    if (kn == K_AMX) {
+        attention_amx_gemm(c, ldc, c_trans, a, lda, b, 2 * n16, m, n, kp, alpha, beta);
+    } else {
+        /* the padding of K past its last pair, up to kp, made NaN: the kernel reads only the
+         * ceil(k/2) pairs (attention_dpbf16.h), so none of it may reach C */
+        const size_t pairs = (k + 1) / 2;
+        memset(b + pairs * 2 * n16, 0xff, (kp / 2 - pairs) * 2 * n16 * sizeof(bt_bf16));
+        attention_dpbf16_a av = {a, 1, ldt / 2};
+        if (l == L_VNNI16T_VNNI) {
+            memset(a + pairs * ldt, 0xff, (kp / 2 - pairs) * ldt * sizeof(bt_bf16));
+        } else {
+            av = (attention_dpbf16_a){a, lda / 2, 1};
+            for (size_t i = 0; i < m; i++)
+                memset(a + i * lda + 2 * pairs, 0xff, (kp - 2 * pairs) * sizeof(bt_bf16));
+        }
+        attention_dpbf16_gemm(c, ldc, av, b, 2 * n16, m, n, k, alpha, beta);
+    }
 
-    /* Tolerance: tdpbf16ps forms each bf16 product exactly (8-bit significands) and adds in
-     * fp32 with round to nearest: a sum of k terms in some order is within k·2^-24·Σ|a||b|
-     * of the exact sum (one rounding per addition, bound γ_k ≈ k·u, u = 2^-24); we allow
-     * twice that (2^-23, as the hardware's internal pairing is not documented), plus the
-     * scaling by alpha and the add of beta C: 2 more roundings of the result. A wrong index
-     * or a missed K block is off by O(Σ|a||b|) and fails by ~1e5x. */
+    /* Tolerance: tdpbf16ps and vdpbf16ps form each bf16 product exactly (8-bit significands)
+     * and add in fp32 with round to nearest: a sum of k terms in some order is within
+     * k·2^-24·Σ|a||b| of the exact sum (one rounding per addition, bound γ_k ≈ k·u,
+     * u = 2^-24); we allow twice that (2^-23, as the hardware's internal pairing is not
+     * documented), plus the scaling by alpha and the add of beta C: 2 more roundings of the
+     * result. A wrong index or a missed K block is off by O(Σ|a||b|) and fails by ~1e5x. */
     double worst = 0;
     size_t worst_at = 0, bad = 0, border_bad = 0;
     for (size_t i = 0; i < m; i++)
@@ -147,10 +188,10 @@ static void test_product(layout l, size_t m, size_t n, size_t k, float alpha, fl
     for (size_t i = 0; i < rows; i++)
         for (size_t j = cols; j < ldc; j++) border_bad += !isnan(c[i * ldc + j]);
     tu_check(bad == 0 && border_bad == 0,
-             "amx %s m=%zu n=%zu k=%zu alpha=%g beta=%g %s: %zu over tolerance (worst %.3g of "
+             "%s %s m=%zu n=%zu k=%zu alpha=%g beta=%g %s: %zu over tolerance (worst %.3g of "
              "it at %zu), %zu border elements written",
-             layout_name(l), m, n, k, alpha, beta, c_trans ? "C^T" : "C", bad, worst, worst_at,
-             border_bad);
+             kernel_name(kn), layout_name(l), m, n, k, alpha, beta, c_trans ? "C^T" : "C", bad,
+             worst, worst_at, border_bad);
     free(A), free(B), free(a), free(b), free(tmp), free(c), free(c0);
 }
 
@@ -160,16 +201,30 @@ static void test_products(void) {
         {33, 40, 17},  {40, 40, 64}, {325, 325, 64}, {325, 64, 325}, {40, 325, 64},
         {325, 40, 64}, {64, 325, 40}, {64, 40, 325}, {1, 325, 325}, {325, 1, 64},
     };
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-        for (int l = 0; l < 3; l++)
-            for (int v = 0; v < 4; v++) { /* (alpha, beta, c_trans) variants */
-                const float alpha = v & 1 ? 0.125f : 1.0f, beta = v & 2 ? 1.0f : 0.0f;
-                test_product((layout)l, sizes[s][0], sizes[s][1], sizes[s][2], alpha, beta,
-                             l == L_T_VNNI16 ? (v != 3) : (v == 3));
-            }
+    for (int kn = K_AMX; kn <= K_DPBF16; kn++) {
+        if (!(kn == K_AMX ? attention_amx_available() : attention_dpbf16_available())) {
+            printf("# %s products: not run (the CPU does not run them)\n",
+                   kernel_name((kernel)kn));
+            continue;
+        }
+        /* AMX: C plain and transposed (its dv, dk form); AVX512-BF16: C plain, its dv, dk
+         * form reading A from Pd's and dS's VNNI layout */
+        static const layout amx[] = {L_ROWS_VNNIT, L_ROWS_VNNI, L_T_VNNI16};
+        static const layout dp[] = {L_ROWS_VNNIT, L_ROWS_VNNI, L_VNNI16T_VNNI};
+        const layout *ls = kn == K_AMX ? amx : dp;
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int li = 0; li < 3; li++)
+                for (int v = 0; v < 4; v++) { /* (alpha, beta, c_trans) variants */
+                    const float alpha = v & 1 ? 0.125f : 1.0f, beta = v & 2 ? 1.0f : 0.0f;
+                    const int c_trans =
+                        kn == K_AMX && (ls[li] == L_T_VNNI16 ? (v != 3) : (v == 3));
+                    test_product((kernel)kn, ls[li], sizes[s][0], sizes[s][1], sizes[s][2],
+                                 alpha, beta, c_trans);
+                }
+    }
 }
 
-/* --- 2. attention on AMX products vs the reference ---------------------------------------- */
+/* --- 2. attention on the hand-written products vs the reference ------------------------- */
 
 
 /* the outputs of one forward and backward (gradients by assignment, BT_DX_SET, then a second
@@ -213,14 +268,14 @@ static void close_f32(const char *name, const float *got, const float *want, siz
     tu_check_close_f32(name, got, want, n, rtol * max_abs(want, n), rtol);
 }
 
-static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, size_t Tk,
-                           size_t D, int self, const bt_dropout *drop) {
+static void test_attention(const char *products, const char *label, size_t B, size_t NH,
+                           size_t Tq, size_t Tk, size_t D, int self, const bt_dropout *drop) {
     char name[200];
     attn_case a;
     attn_case_init(&a, &rng, B, NH, Tq, Tk, D, self, 1);
     float *dout = rand_f(a.on, -1, 1);
     attn_result f, r, g;
-    tu_check(ops_attention_products_select("amx"), "products 'amx' selected");
+    tu_check(ops_attention_products_select(products), "products '%s' selected", products);
     attn_run(&f, &a, dout, drop, 0);
     attn_run(&r, &a, dout, drop, 1);
     /* test_ops_fast's bf16 tolerances (derived there): every product reads bf16-rounded
@@ -229,31 +284,33 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
      * three more products: 2^-4. The fp32 summation order of the AMX products changes results
      * by ~k·2^-24 relative, far below these. The backward here reads each kernel's own probs
      * (both are within the forward's tolerance), so its tolerance covers both. */
-    snprintf(name, sizeof name, "attention amx fwd out vs reference %s", label);
+    snprintf(name, sizeof name, "attention %s fwd out vs reference %s", products, label);
     close_f32(name, f.out, r.out, a.on, 1.0 / 32);
-    snprintf(name, sizeof name, "attention amx fwd probs vs reference %s", label);
+    snprintf(name, sizeof name, "attention %s fwd probs vs reference %s", products, label);
     close_f32(name, f.probs, r.probs, a.pn, 1.0 / 32);
-    snprintf(name, sizeof name, "attention amx bwd dq (or dqkv) vs reference %s", label);
+    snprintf(name, sizeof name, "attention %s bwd dq (or dqkv) vs reference %s", products,
+             label);
     close_f32(name, f.gq, r.gq, a.qn, 1.0 / 16);
     if (a.kvn) {
-        snprintf(name, sizeof name, "attention amx bwd dkv vs reference %s", label);
+        snprintf(name, sizeof name, "attention %s bwd dkv vs reference %s", products, label);
         close_f32(name, f.gkv, r.gkv, a.kvn, 1.0 / 16);
     }
     /* The oneDNN products of the same blocks: within the same tolerance of the reference, and
      * in fact the same bits: oneDNN 2.6's AMX brgemm sums K in blocks of 32 in order in one
-     * accumulator tile and applies alpha and beta afterwards, as attention_amx_gemm does, on
-     * the same bf16 operands. A oneDNN that sums in another order fails the bitwise check
-     * (the routes then differ by ~k·2^-24 relative, which the tolerances above cover): then
-     * this check, not the kernel, is what to change. */
+     * accumulator tile, its avx512_core_bf16 brgemm the pairs of K in order in one register,
+     * and both apply alpha and beta afterwards, as attention_amx_gemm and
+     * attention_dpbf16_gemm do, on the same bf16 operands. A oneDNN that sums in another
+     * order fails the bitwise check (the routes then differ by ~k·2^-24 relative, which the
+     * tolerances above cover): then this check, not the kernel, is what to change. */
     tu_check(ops_attention_products_select("gemm"), "products 'gemm' selected");
     attn_run(&g, &a, dout, drop, 0);
     double dmax = 0;
     for (size_t i = 0; i < a.on; i++)
         dmax = fabs((double)f.out[i] - g.out[i]) > dmax ? fabs((double)f.out[i] - g.out[i]) : dmax;
-    printf("# %s: amx vs gemm products, forward out: largest difference %.3g of max|out| %.3g\n",
-           label, dmax, max_abs(g.out, a.on));
-    snprintf(name, sizeof name, "attention amx = gemm products bitwise (out, probs, grads) %s",
-             label);
+    printf("# %s: %s vs gemm products, forward out: largest difference %.3g of max|out| %.3g\n",
+           label, products, dmax, max_abs(g.out, a.on));
+    snprintf(name, sizeof name, "attention %s = gemm products bitwise (out, probs, grads) %s",
+             products, label);
     tu_check(memcmp(f.out, g.out, a.on * sizeof(float)) == 0 &&
                  memcmp(f.probs, g.probs, a.pn * sizeof(float)) == 0 &&
                  memcmp(f.gq, g.gq, a.qn * sizeof(float)) == 0 &&
@@ -286,11 +343,11 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
             int same = 1;
             for (size_t i = 0; i < rows; i++)
                 same &= memcmp(got + i * ld, want + i * ld, C * sizeof(float)) == 0;
-            tu_check(same, "attention amx bwd %s alone = with all three, bitwise %s",
+            tu_check(same, "attention %s bwd %s alone = with all three, bitwise %s", products,
                      which == 0 ? "dq" : which == 1 ? "dk" : "dv", label);
         }
         /* without probs: each block recomputes P on AMX tiles (ops.h), the same bits */
-        tu_check(ops_attention_products_select("amx"), "products 'amx' selected");
+        tu_check(ops_attention_products_select(products), "products '%s' selected", products);
         tu_fill_sentinel_f32(gq, a.qn);
         if (gkv) tu_fill_sentinel_f32(gkv, a.kvn);
         float *dq = gq, *dk = gkv ? gkv : gq + C, *dv = gkv ? gkv + C : gq + 2 * C;
@@ -299,23 +356,26 @@ static void test_attention(const char *label, size_t B, size_t NH, size_t Tq, si
                                GEMM_COMPUTE_BF16, pass ? BT_DX_ADD : BT_DX_SET);
         tu_check(memcmp(gq, f.gq, a.qn * sizeof(float)) == 0 &&
                      (!a.kvn || memcmp(gkv, f.gkv, a.kvn * sizeof(float)) == 0),
-                 "attention amx bwd, P recomputed = P kept, bitwise %s", label);
+                 "attention %s bwd, P recomputed = P kept, bitwise %s", products, label);
         free(gq), free(gkv);
     }
 
     /* 3. determinism: 1, 2, 3 threads, and again */
-    tu_check(ops_attention_products_select("amx"), "products 'amx' selected");
+    tu_check(ops_attention_products_select(products), "products '%s' selected", products);
 #ifdef _OPENMP
     const int nthr0 = omp_get_max_threads();
     for (int t = 1; t <= 3; t++) {
         omp_set_num_threads(t);
         attn_result x;
         attn_run(&x, &a, dout, drop, 0);
-        snprintf(name, sizeof name, "attention amx %d thread(s) = first run, out %s", t, label);
+        snprintf(name, sizeof name, "attention %s %d thread(s) = first run, out %s",
+                 products, t, label);
         tu_check_bytes_equal(name, x.out, f.out, a.on * sizeof(float));
-        snprintf(name, sizeof name, "attention amx %d thread(s) = first run, probs %s", t, label);
+        snprintf(name, sizeof name, "attention %s %d thread(s) = first run, probs %s",
+                 products, t, label);
         tu_check_bytes_equal(name, x.probs, f.probs, a.pn * sizeof(float));
-        snprintf(name, sizeof name, "attention amx %d thread(s) = first run, grads %s", t, label);
+        snprintf(name, sizeof name, "attention %s %d thread(s) = first run, grads %s",
+                 products, t, label);
         tu_check(memcmp(x.gq, f.gq, a.qn * sizeof(float)) == 0 &&
                      (!a.kvn || memcmp(x.gkv, f.gkv, a.kvn * sizeof(float)) == 0),
                  "%s", name);
@@ -341,58 +401,84 @@ static int run_env(char *out, size_t cap, const char *fmt, ...) {
     return rc;
 }
 
+/* `bt-forward --info` under the environment `env_args`: its "attention products" line starts
+ * with `want` */
+static void check_info(const char *bt_forward, const char *env_args, const char *want) {
+    static char out[16384];
+    tu_check(run_env(out, sizeof out, "%s '%s' --info", env_args, bt_forward) == 0,
+             "bt-forward --info runs (%s)", env_args);
+    const char *line = strstr(out, "attention products: ");
+    tu_check(line && strncmp(line + strlen("attention products: "), want, strlen(want)) == 0,
+             "%s: attention products '%s...' (--info says '%.80s')", env_args, want,
+             line ? line : "none");
+}
+
 int main(int argc, char **argv) {
     tu_rng_seed(&rng, 20261124);
-    if (!attention_amx_available()) {
-        tu_skip("the CPU or OS grants no AMX-BF16 (attention_amx_available() = 0)");
+    const int amx = attention_amx_available(), dp = attention_dpbf16_available();
+    if (!amx && !dp) {
+        tu_skip("the CPU runs neither kernel (no AMX-BF16 granted, no AVX512-BF16)");
         return tu_finish();
     }
     test_products();
 
     gemm_init_from_env();
-    if (gemm_get_backend() != GEMM_BACKEND_ONEDNN ||
-        strcmp(gemm_cpu_isa_name(), "avx512_core_amx") != 0 ||
+    /* the products oneDNN's ISA selects (those whose bits its own kernels give) */
+    const char *isa = gemm_cpu_isa_name();
+    const char *products = amx && strcmp(isa, "avx512_core_amx") == 0    ? "amx"
+                           : dp && strcmp(isa, "avx512_core_bf16") == 0 ? "avx512_bf16"
+                                                                         : NULL;
+    if (gemm_get_backend() != GEMM_BACKEND_ONEDNN || !products ||
         strcmp(ops_kernels_name(), "fast") != 0) {
-        printf("# attention with AMX products: not run (backend %s, oneDNN ISA %s, kernels %s)\n",
-               gemm_backend_name(gemm_get_backend()), gemm_cpu_isa_name(), ops_kernels_name());
+        printf("# attention with hand-written products: not run (backend %s, oneDNN ISA %s, "
+               "kernels %s)\n",
+               gemm_backend_name(gemm_get_backend()), isa, ops_kernels_name());
     } else {
         gemm_bf16_route_request(GEMM_BF16_NATIVE);
         tu_check(gemm_bf16_route_active() == GEMM_BF16_NATIVE, "native bf16 route active");
         tu_check(ops_attention_threads_select("blocks"), "attention threading 'blocks'");
-        tu_check(ops_attention_products_select("amx") &&
-                     strncmp(ops_attention_products_name(), "amx (", 5) == 0,
+        char want[32];
+        snprintf(want, sizeof want, "%s (", products);
+        tu_check(ops_attention_products_select(products) &&
+                     strncmp(ops_attention_products_name(), want, strlen(want)) == 0,
                  "products: %s", ops_attention_products_name());
         const bt_dropout drop = {.p = 0.1f, .seed = 2024};
-        test_attention("self B1 NH2 T325 D64 masked dropout", 1, 2, 325, 325, 64, 1, &drop);
-        test_attention("self B2 NH3 T325 D64 masked", 2, 3, 325, 325, 64, 1, NULL);
-        test_attention("cross B2 NH2 Tq40 Tk325 D64 masked dropout", 2, 2, 40, 325, 64, 0, &drop);
-        test_attention("cross B2 NH2 Tq325 Tk40 D64 masked dropout", 2, 2, 325, 40, 64, 0, &drop);
-        test_attention("self B2 NH12 T40 D64 masked (text)", 2, 12, 40, 40, 64, 1, NULL);
-        test_attention("cross B2 NH3 Tq7 Tk33 D8 masked dropout", 2, 3, 7, 33, 8, 0, &drop);
-        test_attention("self B1 NH1 T1 D1", 1, 1, 1, 1, 1, 1, &drop);
-        test_attention("self B3 NH2 T17 D48 masked dropout", 3, 2, 17, 17, 48, 1, &drop);
+        const char *p = products;
+        test_attention(p, "self B1 NH2 T325 D64 masked dropout", 1, 2, 325, 325, 64, 1, &drop);
+        test_attention(p, "self B2 NH3 T325 D64 masked", 2, 3, 325, 325, 64, 1, NULL);
+        test_attention(p, "cross B2 NH2 Tq40 Tk325 D64 masked dropout", 2, 2, 40, 325, 64, 0,
+                       &drop);
+        test_attention(p, "cross B2 NH2 Tq325 Tk40 D64 masked dropout", 2, 2, 325, 40, 64, 0,
+                       &drop);
+        test_attention(p, "self B2 NH12 T40 D64 masked (text)", 2, 12, 40, 40, 64, 1, NULL);
+        test_attention(p, "cross B2 NH3 Tq7 Tk33 D8 masked dropout", 2, 3, 7, 33, 8, 0, &drop);
+        test_attention(p, "self B1 NH1 T1 D1", 1, 1, 1, 1, 1, 1, &drop);
+        test_attention(p, "self B3 NH2 T17 D48 masked dropout", 3, 2, 17, 17, 48, 1, &drop);
         tu_check(!ops_attention_products_select("no-such"), "an unknown products name is refused");
         ops_attention_products_select("auto");
         ops_attention_threads_select("auto");
     }
 
-    if (argc > 1) { /* bt-forward: the --info line under a capped ISA, and uncapped */
-        static char out[16384];
-        tu_check(run_env(out, sizeof out,
-                         "BT_ATTENTION_PRODUCTS= BT_CPU_ISA=avx512_bf16 DNNL_MAX_CPU_ISA= "
-                         "'%s' --info",
-                         argv[1]) == 0,
-                 "bt-forward --info runs (BT_CPU_ISA=avx512_bf16)");
-        tu_check(strstr(out, "attention products: auto (gemm") != NULL,
-                 "BT_CPU_ISA=avx512_bf16: attention products stay on gemm (--info says '%.80s')",
-                 strstr(out, "attention products") ? strstr(out, "attention products") : "none");
-        tu_check(run_env(out, sizeof out,
-                         "BT_ATTENTION_PRODUCTS=amx DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 '%s' --info",
-                         argv[1]) == 0, "bt-forward --info runs (DNNL_MAX_CPU_ISA capped)");
-        tu_check(strstr(out, "attention products: amx requested, gemm") != NULL,
-                 "DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 with BT_ATTENTION_PRODUCTS=amx: gemm (--info "
-                 "says '%.80s')",
-                 strstr(out, "attention products") ? strstr(out, "attention products") : "none");
+    if (argc > 1) { /* bt-forward: the --info line under a capped oneDNN ISA, and uncapped */
+        const char *bin = argv[1];
+        if (amx) {
+            check_info(bin, "-u BT_ATTENTION_PRODUCTS -u BT_CPU_ISA -u DNNL_MAX_CPU_ISA",
+                       "auto (amx");
+            check_info(bin, "-u BT_ATTENTION_PRODUCTS -u DNNL_MAX_CPU_ISA BT_CPU_ISA=avx512_bf16",
+                       dp ? "auto (avx512_bf16" : "auto (gemm");
+            check_info(bin, "BT_ATTENTION_PRODUCTS=amx DNNL_MAX_CPU_ISA=AVX512_CORE_BF16",
+                       "amx requested, gemm");
+        }
+        if (dp) {
+            if (!amx)
+                check_info(bin, "-u BT_ATTENTION_PRODUCTS -u BT_CPU_ISA -u DNNL_MAX_CPU_ISA",
+                           "auto (avx512_bf16");
+            check_info(bin, "-u BT_ATTENTION_PRODUCTS -u DNNL_MAX_CPU_ISA BT_CPU_ISA=avx512",
+                       "auto (gemm");
+            check_info(bin, "BT_ATTENTION_PRODUCTS=avx512_bf16 DNNL_MAX_CPU_ISA=AVX512_CORE",
+                       "avx512_bf16 requested, gemm");
+            check_info(bin, "-u BT_CPU_ISA -u DNNL_MAX_CPU_ISA BT_ATTENTION_PRODUCTS=gemm", "gemm");
+        }
     }
     gemm_release();
     return tu_finish();

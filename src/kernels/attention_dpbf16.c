@@ -1,0 +1,146 @@
+/* attention_dpbf16.c: attention's bf16 block products with AVX512-BF16 (vdpbf16ps), on the
+ * operand layouts of the AMX products (contract in attention_dpbf16.h).
+ *
+ * The unit is compiled with the build's baseline flags: the functions that execute AVX-512
+ * instructions carry target attributes (DP_TARGET), and nothing here runs them before
+ * attention_dpbf16_available() said yes, so the library still loads on any x86-64 CPU.
+ *
+ * Blocking: C is walked in blocks of up to 6 rows x 4 vectors of 16 columns: 24 accumulators;
+ * per pair of K the block's B row segment (up to 4 loads) and one broadcast dword of A per
+ * row. A is read as dwords (a bf16 pair of K) at any row and pair stride, which covers both
+ * layouts the attention has: A rows, and the VNNI layout of Aᵀ (the row pass's Pd and dS,
+ * whose pairs of query rows are the K of dv = Pdᵀ dout and dk = dSᵀ q: there the 6 rows of a
+ * block are 6 neighbouring dwords of one cache line).
+ * Each element of C is one accumulator: 0, then one vdpbf16ps per pair of K in order (the
+ * instruction adds the odd product, then the even one, each rounded to fp32), then alpha times
+ * that, plus C for beta 1. oneDNN 2.6's avx512_core_bf16 brgemm sums the same way, so this is
+ * the gemm route's bits (tests/test_attention_tiles.c checks it on every layout the attention
+ * uses); only the pairs up to k are summed, as oneDNN does: the zero pairs of the padding up
+ * to kp are skipped.
+ *
+ * Deliberately not here: the operand layouts and their packing (attention_amx.h, shared with
+ * the AMX products), the row passes and the choice of products (ops.c). */
+#include "kernels/attention_dpbf16.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+#include "status.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define DP_BUILT 1
+#include <immintrin.h>
+#define DP_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define DP_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) \
+static inline
+#else
+#define DP_BUILT 0
+#endif
+
+#if DP_BUILT
+
+int attention_dpbf16_available(void) {
+    return bt_isa_supported(BT_ISA_AVX512_BF16);
+}
+
+/* mask of the first `left` of 16 lanes */
+DP_INLINE __mmask16 dp_lanes(size_t left) {
+    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+
+/* alpha acc + beta c into c under mask mk (beta 0: c not read) */
+DP_INLINE void dp_store(float *c, __mmask16 mk, __m512 acc, __m512 va, float beta) {
+    __m512 v = _mm512_mul_ps(va, acc);
+    if (beta != 0.0f) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, c));
+    _mm512_mask_storeu_ps(c, mk, v);
+}
+
+/* Plain C, one block: rows i0 .. i0 + MR - 1 (all < m), vectors j0 .. j0 + 16 NV - 1 of the
+ * columns (the last may be partial). MR and NV are constants at every call, so the loops
+ * unroll and the accumulators stay in registers. */
+DP_INLINE void dp_block(float *c, size_t ldc, const uint32_t *a, size_t a_row, size_t a_pair,
+                        const bt_bf16 *b, size_t ldb, size_t n, size_t pairs, size_t i0,
+                        size_t j0, float alpha, float beta, const int MR, const int NV) {
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+    const uint32_t *ak = a + i0 * a_row;
+    const bt_bf16 *bk = b + 2 * j0;
+    for (size_t kk = 0; kk < pairs; kk++, ak += a_pair, bk += ldb) {
+        __m512bh bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bv[v] = (__m512bh)_mm512_loadu_si512(bk + 32 * v);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ak[(size_t)r * a_row]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            const size_t j = j0 + 16 * (size_t)v;
+            dp_store(c + (i0 + (size_t)r) * ldc + j, dp_lanes(n - j), acc[r][v], va, beta);
+        }
+}
+
+/* the instantiations: dp_block_<MR>_<NV> */
+#define DP_BLOCK(MR, NV)                                                                      \
+    DP_TARGET static void dp_block_##MR##_##NV(                                               \
+        float *c, size_t ldc, const uint32_t *a, size_t a_row, size_t a_pair, const bt_bf16 *b, \
+        size_t ldb, size_t n, size_t pairs, size_t i0, size_t j0, float alpha, float beta) {   \
+        dp_block(c, ldc, a, a_row, a_pair, b, ldb, n, pairs, i0, j0, alpha, beta, MR, NV);      \
+    }
+#define DP_BLOCKS(MR) DP_BLOCK(MR, 1) DP_BLOCK(MR, 2) DP_BLOCK(MR, 3) DP_BLOCK(MR, 4)
+DP_BLOCKS(1)
+DP_BLOCKS(2)
+DP_BLOCKS(3)
+DP_BLOCKS(4)
+DP_BLOCKS(5)
+DP_BLOCKS(6)
+#undef DP_BLOCKS
+#undef DP_BLOCK
+
+typedef void (*dp_block_fn)(float *, size_t, const uint32_t *, size_t, size_t, const bt_bf16 *,
+                            size_t, size_t, size_t, size_t, size_t, float, float);
+#define DP_ROW(MR) {dp_block_##MR##_1, dp_block_##MR##_2, dp_block_##MR##_3, dp_block_##MR##_4}
+static const dp_block_fn dp_blocks[6][4] = {DP_ROW(1), DP_ROW(2), DP_ROW(3),
+                                            DP_ROW(4), DP_ROW(5), DP_ROW(6)};
+#undef DP_ROW
+
+DP_TARGET void attention_dpbf16_gemm(float *c, size_t ldc, attention_dpbf16_a a,
+                                     const bt_bf16 *b, size_t ldb, size_t m, size_t n, size_t k,
+                                     float alpha, float beta) {
+    BT_ASSERT(ldb >= 2 * ((n + 15) / 16 * 16));
+    BT_ASSERT(beta == 0.0f || beta == 1.0f);
+    if (m == 0 || n == 0) return;
+    const uint32_t *a32 = (const uint32_t *)(const void *)a.p;
+    const size_t pairs = (k + 1) / 2, nv = (n + 15) / 16;
+    for (size_t i0 = 0; i0 < m; i0 += 6) {
+        const size_t mr = m - i0 < 6 ? m - i0 : 6;
+        for (size_t v = 0; v < nv; v += 4) {
+            const size_t w = nv - v < 4 ? nv - v : 4;
+            dp_blocks[mr - 1][w - 1](c, ldc, a32, a.row, a.pair, b, ldb, n, pairs, i0, 16 * v,
+                                     alpha, beta);
+        }
+    }
+}
+
+#else /* !DP_BUILT */
+
+int attention_dpbf16_available(void) { return 0; }
+
+void attention_dpbf16_gemm(float *c, size_t ldc, attention_dpbf16_a a, const bt_bf16 *b,
+                           size_t ldb, size_t m, size_t n, size_t k, float alpha, float beta) {
+    (void)c, (void)ldc, (void)a, (void)b, (void)ldb, (void)m, (void)n;
+    (void)k, (void)alpha, (void)beta;
+    BT_ASSERTF(0, "attention_dpbf16_gemm: this build has no AVX512-BF16 kernels");
+}
+
+#endif
