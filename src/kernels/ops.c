@@ -1511,7 +1511,7 @@ int ops_attention_dpbf16_eligible(void);
 /* 1 when a call with this compute runs its block products on the tile layouts: AMX products
  * where those may run, else AVX512-BF16 ones (at most one of the two is eligible: each needs
  * its own oneDNN ISA), each unless the setting names another. */
-static int attention_amx_use(gemm_compute compute) {
+static int attention_tiles_use(gemm_compute compute) {
     if (ops_attention_products == OPS_PROD_GEMM || !ops_bf16_native(compute)) return 0;
     if (ops_attention_amx_eligible()) return ops_attention_products != OPS_PROD_DPBF16;
     return ops_attention_products != OPS_PROD_AMX && ops_attention_dpbf16_eligible();
@@ -1519,7 +1519,7 @@ static int attention_amx_use(gemm_compute compute) {
 
 /* One block product on the tile layouts (attention_amx.h): C = alpha A·B + beta C, K = k
  * (the operands padded to attention_amx_r32(k)); AMX tiles where they may run, else
- * AVX512-BF16 (attention_amx_use said one of them runs). */
+ * AVX512-BF16 (attention_tiles_use said one of them runs). */
 static void attention_tile_gemm(float *c, size_t ldc, int c_trans, const bt_bf16 *a, size_t lda,
                                 const bt_bf16 *b, size_t ldb, size_t m, size_t n, size_t k,
                                 float alpha, float beta) {
@@ -1552,75 +1552,76 @@ static void attention_tile_gemm_at(float *c, size_t ldc, const bt_bf16 *xv, size
     }
 }
 
-/* Sizes of a block's AMX operands: r16 / r32 are the sizes rounded up to 16 (an m or n
+/* Sizes of a block's tile operands: r16 / r32 are the sizes rounded up to 16 (an m or n
  * edge: whole tiles are loaded) and 32 (a K: bf16 pairs of 16 dwords). */
-typedef struct attention_amx_dims {
+typedef struct attention_tiles_dims {
     size_t Tq16, Tk16, D16, Tqp, Tkp, Dp;
-} attention_amx_dims;
+} attention_tiles_dims;
 
-static attention_amx_dims attention_amx_dims_of(const attention_dims *d) {
-    return (attention_amx_dims){attention_amx_r16(d->Tq), attention_amx_r16(d->Tk),
-                                attention_amx_r16(d->D),  attention_amx_r32(d->Tq),
-                                attention_amx_r32(d->Tk), attention_amx_r32(d->D)};
+static attention_tiles_dims attention_tiles_dims_of(const attention_dims *d) {
+    return (attention_tiles_dims){attention_amx_r16(d->Tq), attention_amx_r16(d->Tk),
+                                  attention_amx_r16(d->D),  attention_amx_r32(d->Tq),
+                                  attention_amx_r32(d->Tk), attention_amx_r32(d->D)};
 }
 
 /* bf16 elements of packing scratch (the most any pack call of a block needs) */
-static size_t attention_amx_tmp_n(const attention_amx_dims *z) {
+static size_t attention_tiles_tmp_n(const attention_tiles_dims *z) {
     size_t n = 2 * (z->Tk16 > z->D16 ? z->Tk16 : z->D16); /* pack_vnni */
-    const size_t t = attention_amx_rows_t_tmp(z->D16, z->Tqp), v = attention_amx_vnni_t_tmp(z->Tk16, z->Dp);
+    const size_t t = attention_amx_rows_t_tmp(z->D16, z->Tqp),
+                 v = attention_amx_vnni_t_tmp(z->Tk16, z->Dp);
     return n > t ? (n > v ? n : v) : (t > v ? t : v);
 }
 
 /* Per-thread bf16 elements of the forward: P (Tq16 x Tkp, A rows), q_h (Tq16 x Dp, A rows),
  * k_hᵀ (Dp/2 x 2 Tk16, VNNI), v_h (Tkp/2 x 2 D16, VNNI), packing row. */
-static size_t attention_amx_fwd_n(const attention_dims *d) {
-    const attention_amx_dims z = attention_amx_dims_of(d);
+static size_t attention_tiles_fwd_n(const attention_dims *d) {
+    const attention_tiles_dims z = attention_tiles_dims_of(d);
     return z.Tq16 * z.Tkp + z.Tq16 * z.Dp + z.Dp * z.Tk16 + z.Tkp * z.D16 +
-           attention_amx_tmp_n(&z);
+           attention_tiles_tmp_n(&z);
 }
 
-/* Bytes of one thread's scratch for the AMX blocks: `floats` fp32, then `bf16` bf16 from
+/* Bytes of one thread's scratch for the tile blocks: `floats` fp32, then `bf16` bf16 from
  * *tile_b on. Both parts start on a cache line, so every tile row is whole lines (the row
  * strides are multiples of 32 bf16); misaligned, each row of a tile load spans two lines,
  * and the products took 2.5x as long (325 x 64 x 325: 24 -> 9.3 us). */
-static size_t attention_amx_thread_bytes(size_t floats, size_t bf16, size_t *tile_b) {
+static size_t attention_tiles_thread_bytes(size_t floats, size_t bf16, size_t *tile_b) {
     *tile_b = (floats * sizeof(float) + 63) / 64 * 64;
     return (*tile_b + bf16 * sizeof(bt_bf16) + 63) / 64 * 64;
 }
 
-/* S = q_h k_hᵀ / √D into tile (row stride ldt) on AMX tiles: q_h packed as A rows into qa
+/* S = q_h k_hᵀ / √D into tile (row stride ldt) by a tile product: q_h packed as A rows into qa
  * (Tq16 x Dp), k_hᵀ as VNNI B into kb (Dp/2 x 2 Tk16), tmp the packing scratch. The
  * forward's product and, with probs NULL, the backward's recompute of it (the same bits). */
-static void attention_amx_scores(float *tile, size_t ldt, bt_bf16 *qa, bt_bf16 *kb,
-                                 bt_bf16 *tmp, const float *q, const float *k,
-                                 const attention_dims *d, size_t b, size_t h) {
+static void attention_tiles_scores(float *tile, size_t ldt, bt_bf16 *qa, bt_bf16 *kb,
+                                   bt_bf16 *tmp, const float *q, const float *k,
+                                   const attention_dims *d, size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
-    const attention_amx_dims z = attention_amx_dims_of(d);
+    const attention_tiles_dims z = attention_tiles_dims_of(d);
     attention_amx_pack_rows(qa, z.Dp, q + b * Tq * d->ldq + h * D, d->ldq, Tq, D, z.Dp);
     attention_amx_pack_vnni_t(kb, 2 * z.Tk16, k + b * Tk * d->ldk + h * D, d->ldk, Tk, D, z.Dp,
                               tmp);
     attention_tile_gemm(tile, ldt, 0, qa, z.Dp, kb, 2 * z.Tk16, Tq, Tk, D,
-                       (float)(1.0 / sqrt((double)D)), 0.0f);
+                        (float)(1.0 / sqrt((double)D)), 0.0f);
 }
 
-/* attention_block_forward with AMX products. tile: Tq x Tk fp32 (S, then P) at row stride
- * attention_ldt(Tk) (as on the gemm() routes; measured 4.50-4.55 -> 4.02-4.04 ms per
- * forward call, native bf16, 1 thread, B 2, T 325, dropout 0.1, key mask, min of 20 calls;
- * 4.47-4.49 -> 3.94-4.05 without the mask), + Tk (one row
- * of dropout(P)); w: attention_amx_fwd_n bf16, 64-byte aligned. */
-static void attention_block_forward_amx(float *out, float *probs, const float *q,
-                                        const float *k, const float *v, const float *key_bias,
-                                        const attention_dims *d, const ops_drop *dr, float *tile,
-                                        bt_bf16 *w, size_t b, size_t h) {
+/* attention_block_forward with tile products (AMX or AVX512-BF16). tile: Tq x Tk fp32 (S,
+ * then P) at row stride attention_ldt(Tk) (as on the gemm() routes; measured on AMX 4.50-4.55
+ * -> 4.02-4.04 ms per forward call, native bf16, 1 thread, B 2, T 325, dropout 0.1, key mask,
+ * min of 20 calls; 4.47-4.49 -> 3.94-4.05 without the mask), + Tk (one row of dropout(P));
+ * w: attention_tiles_fwd_n bf16, 64-byte aligned. */
+static void attention_block_forward_tiles(float *out, float *probs, const float *q,
+                                          const float *k, const float *v, const float *key_bias,
+                                          const attention_dims *d, const ops_drop *dr,
+                                          float *tile, bt_bf16 *w, size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
-    const attention_amx_dims z = attention_amx_dims_of(d);
+    const attention_tiles_dims z = attention_tiles_dims_of(d);
     const size_t pbase = (b * d->NH + h) * Tq * Tk, ldt = attention_ldt(Tk);
     bt_bf16 *p16 = w, *qa = p16 + z.Tq16 * z.Tkp, *kb = qa + z.Tq16 * z.Dp;
     bt_bf16 *vb = kb + z.Dp * z.Tk16, *tmp = vb + z.Tkp * z.D16;
     const float *v_h = v + b * Tk * d->ldv + h * D;
     float *out_h = out + b * Tq * d->ldo + h * D;
     /* S = q_h k_hᵀ / √D */
-    attention_amx_scores(tile, ldt, qa, kb, tmp, q, k, d, b, h);
+    attention_tiles_scores(tile, ldt, qa, kb, tmp, q, k, d, b, h);
     attention_ahead ahead = {.x = {v_h, out_h}, .ld = {d->ldv, d->ldo}, .rows = {Tk, Tq}, .D = D};
     attention_ahead_begin(&ahead, Tq);
     attention_rows_forward(tile, ldt, dr->on ? tile + Tq * ldt : NULL, 0, p16, z.Tkp,
@@ -1638,24 +1639,24 @@ static void attention_block_forward_amx(float *out, float *probs, const float *q
  * (Tq16 x Tkp), Pd and dS as VNNI B (2 x Tqp/2 x 2 Tk16), dout_h as A rows (Tq16 x Dp) and
  * transposed (D16 x Tqp), v_hᵀ VNNI (Dp/2 x 2 Tk16), k_h VNNI (Tkp/2 x 2 D16), q_hᵀ A rows
  * (D16 x Tqp), packing scratch. */
-static size_t attention_amx_bwd_n(const attention_dims *d) {
-    const attention_amx_dims z = attention_amx_dims_of(d);
+static size_t attention_tiles_bwd_n(const attention_dims *d) {
+    const attention_tiles_dims z = attention_tiles_dims_of(d);
     return 2 * z.Tkp + z.Tq16 * z.Tkp + 2 * z.Tqp * z.Tk16 + z.Tq16 * z.Dp + 2 * z.D16 * z.Tqp +
-           z.Dp * z.Tk16 + z.Tkp * z.D16 + attention_amx_tmp_n(&z);
+           z.Dp * z.Tk16 + z.Tkp * z.D16 + attention_tiles_tmp_n(&z);
 }
 
-/* attention_block_backward with AMX products (the same formulas, in the same order).
+/* attention_block_backward with tile products (the same formulas, in the same order).
  * tile: Tq x Tk16 fp32 (dPd, then dS; rows of whole cache lines, where the product's tile
  * stores go: 325 x 325 x 64 took 17.7 us into rows of 325 floats, 12.5 us into rows of 336),
- * + Tk (one row of fp32 Pd); w: attention_amx_bwd_n bf16, 64-byte aligned. */
-static void attention_block_backward_amx(float *dq, float *dk, float *dv, const float *dout,
-                                         const float *probs, const float *q, const float *k,
-                                         const float *v, const float *key_bias,
-                                         const attention_dims *d, const ops_drop *dr,
-                                         float beta, float *tile, bt_bf16 *w, float *ptile,
-                                         size_t b, size_t h) {
+ * + Tk (one row of fp32 Pd); w: attention_tiles_bwd_n bf16, 64-byte aligned. */
+static void attention_block_backward_tiles(float *dq, float *dk, float *dv, const float *dout,
+                                           const float *probs, const float *q, const float *k,
+                                           const float *v, const float *key_bias,
+                                           const attention_dims *d, const ops_drop *dr,
+                                           float beta, float *tile, bt_bf16 *w, float *ptile,
+                                           size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
-    const attention_amx_dims z = attention_amx_dims_of(d);
+    const attention_tiles_dims z = attention_tiles_dims_of(d);
     const size_t pbase = (b * d->NH + h) * Tq * Tk;
     const float scale = (float)(1.0 / sqrt((double)D));
     bt_bf16 *pd16 = w, *ds16 = pd16 + 2 * z.Tkp, *pdv = ds16 + z.Tq16 * z.Tkp;
@@ -1670,7 +1671,7 @@ static void attention_block_backward_amx(float *dq, float *dk, float *dv, const 
     size_t ldp = Tk;
     if (!probs) {
         ldp = attention_ldt(Tk);
-        attention_amx_scores(ptile, ldp, oa, vt, tmp, q, k, d, b, h);
+        attention_tiles_scores(ptile, ldp, oa, vt, tmp, q, k, d, b, h);
         p = attention_probs_of_scores(ptile, ldp, key_bias, d, b);
     }
     float *ds = dq || dk ? tile : NULL;
@@ -1849,17 +1850,17 @@ static void attention_forward_fast(float *out, float *probs, const float *q, con
     const int par = nblk > 1 && d->Tq * d->Tk * d->D >= OPS_PAR_MIN / 8;
     const int nthr = par ? ops_max_threads() : 1;
     const size_t ldt = attention_ldt(d->Tk);
-    if (attention_amx_use(compute)) { /* per thread: Tq x ldt + Tk floats, then the bf16 */
+    if (attention_tiles_use(compute)) { /* per thread: Tq x ldt + Tk floats, then the bf16 */
         size_t tile_b;
         const size_t stride =
-            attention_amx_thread_bytes(d->Tq * ldt + d->Tk, attention_amx_fwd_n(d), &tile_b);
+            attention_tiles_thread_bytes(d->Tq * ldt + d->Tk, attention_tiles_fwd_n(d), &tile_b);
         char *tiles = bt_alloc((size_t)nthr * stride);
         attention_tiles_pad(tiles, nthr, stride, d->Tq, d->Tk, ldt);
         OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
         for (size_t blk = 0; blk < nblk; blk++) {
             char *mine = tiles + (size_t)ops_thread_num() * stride;
-            attention_block_forward_amx(out, probs, q, k, v, key_bias, d, &dr, (float *)mine,
-                                        (bt_bf16 *)(mine + tile_b), blk / d->NH, blk % d->NH);
+            attention_block_forward_tiles(out, probs, q, k, v, key_bias, d, &dr, (float *)mine,
+                                          (bt_bf16 *)(mine + tile_b), blk / d->NH, blk % d->NH);
         }
         bt_free(tiles);
         return;
@@ -1903,19 +1904,19 @@ static void attention_backward_fast(float *dq, float *dk, float *dv, const float
     /* without probs, per thread also the recomputed P: Tq x ldt floats, the padding zeroed */
     const size_t ldt = attention_ldt(d->Tk);
     const size_t ptile_b = probs ? 0 : (d->Tq * ldt * sizeof(float) + 63) / 64 * 64;
-    if (attention_amx_use(compute)) { /* per thread: Tq x Tk16 + Tk floats, then the bf16 */
+    if (attention_tiles_use(compute)) { /* per thread: Tq x Tk16 + Tk floats, then the bf16 */
         size_t tile_b;
-        const size_t stride = ptile_b + attention_amx_thread_bytes(
+        const size_t stride = ptile_b + attention_tiles_thread_bytes(
                                             d->Tq * attention_amx_r16(d->Tk) + d->Tk,
-                                            attention_amx_bwd_n(d), &tile_b);
+                                            attention_tiles_bwd_n(d), &tile_b);
         char *tiles = bt_alloc((size_t)nthr * stride);
         if (ptile_b) attention_tiles_pad(tiles, nthr, stride, d->Tq, d->Tk, ldt);
         OPS_OMP(omp parallel for schedule(dynamic, 1) if (par))
         for (size_t blk = 0; blk < nblk; blk++) {
             char *mine = tiles + (size_t)ops_thread_num() * stride, *rest = mine + ptile_b;
-            attention_block_backward_amx(dq, dk, dv, dout, probs, q, k, v, key_bias, d, &dr,
-                                         beta, (float *)rest, (bt_bf16 *)(rest + tile_b),
-                                         (float *)mine, blk / d->NH, blk % d->NH);
+            attention_block_backward_tiles(dq, dk, dv, dout, probs, q, k, v, key_bias, d, &dr,
+                                           beta, (float *)rest, (bt_bf16 *)(rest + tile_b),
+                                           (float *)mine, blk / d->NH, blk % d->NH);
         }
         bt_free(tiles);
         return;
