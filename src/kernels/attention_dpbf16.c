@@ -40,6 +40,9 @@ static inline
 
 #if DP_BUILT
 
+/* a bf16 pair of K read as one dword from bf16 storage: may alias it, 2-byte aligned */
+typedef uint32_t dp_pair __attribute__((may_alias, aligned(2)));
+
 int attention_dpbf16_available(void) {
     return bt_isa_supported(BT_ISA_AVX512_BF16);
 }
@@ -59,7 +62,7 @@ DP_INLINE void dp_store(float *c, __mmask16 mk, __m512 acc, __m512 va, float bet
 /* Plain C, one block: rows i0 .. i0 + MR - 1 (all < m), vectors j0 .. j0 + 16 NV - 1 of the
  * columns (the last may be partial). MR and NV are constants at every call, so the loops
  * unroll and the accumulators stay in registers. */
-DP_INLINE void dp_block(float *c, size_t ldc, const uint32_t *a, size_t a_row, size_t a_pair,
+DP_INLINE void dp_block(float *c, size_t ldc, const dp_pair *a, size_t a_row, size_t a_pair,
                         const bt_bf16 *b, size_t ldb, size_t n, size_t pairs, size_t i0,
                         size_t j0, float alpha, float beta, const int MR, const int NV) {
     __m512 acc[6][4];
@@ -67,7 +70,7 @@ DP_INLINE void dp_block(float *c, size_t ldc, const uint32_t *a, size_t a_row, s
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
-    const uint32_t *ak = a + i0 * a_row;
+    const dp_pair *ak = a + i0 * a_row;
     const bt_bf16 *bk = b + 2 * j0;
     for (size_t kk = 0; kk < pairs; kk++, ak += a_pair, bk += ldb) {
         __m512bh bv[4];
@@ -91,11 +94,11 @@ DP_INLINE void dp_block(float *c, size_t ldc, const uint32_t *a, size_t a_row, s
 }
 
 /* the instantiations: dp_block_<MR>_<NV> */
-#define DP_BLOCK(MR, NV)                                                                      \
-    DP_TARGET static void dp_block_##MR##_##NV(                                               \
-        float *c, size_t ldc, const uint32_t *a, size_t a_row, size_t a_pair, const bt_bf16 *b, \
+#define DP_BLOCK(MR, NV)                                                                       \
+    DP_TARGET static void dp_block_##MR##_##NV(                                                \
+        float *c, size_t ldc, const dp_pair *a, size_t a_row, size_t a_pair, const bt_bf16 *b, \
         size_t ldb, size_t n, size_t pairs, size_t i0, size_t j0, float alpha, float beta) {   \
-        dp_block(c, ldc, a, a_row, a_pair, b, ldb, n, pairs, i0, j0, alpha, beta, MR, NV);      \
+        dp_block(c, ldc, a, a_row, a_pair, b, ldb, n, pairs, i0, j0, alpha, beta, MR, NV);     \
     }
 #define DP_BLOCKS(MR) DP_BLOCK(MR, 1) DP_BLOCK(MR, 2) DP_BLOCK(MR, 3) DP_BLOCK(MR, 4)
 DP_BLOCKS(1)
@@ -107,7 +110,7 @@ DP_BLOCKS(6)
 #undef DP_BLOCKS
 #undef DP_BLOCK
 
-typedef void (*dp_block_fn)(float *, size_t, const uint32_t *, size_t, size_t, const bt_bf16 *,
+typedef void (*dp_block_fn)(float *, size_t, const dp_pair *, size_t, size_t, const bt_bf16 *,
                             size_t, size_t, size_t, size_t, size_t, float, float);
 #define DP_ROW(MR) {dp_block_##MR##_1, dp_block_##MR##_2, dp_block_##MR##_3, dp_block_##MR##_4}
 static const dp_block_fn dp_blocks[6][4] = {DP_ROW(1), DP_ROW(2), DP_ROW(3),
@@ -120,7 +123,7 @@ DP_TARGET void attention_dpbf16_gemm(float *c, size_t ldc, attention_dpbf16_a a,
     BT_ASSERT(ldb >= 2 * ((n + 15) / 16 * 16));
     BT_ASSERT(beta == 0.0f || beta == 1.0f);
     if (m == 0 || n == 0) return;
-    const uint32_t *a32 = (const uint32_t *)(const void *)a.p;
+    const dp_pair *a32 = (const dp_pair *)(const void *)a.p;
     const size_t pairs = (k + 1) / 2, nv = (n + 15) / 16;
     for (size_t i0 = 0; i0 < m; i0 += 6) {
         const size_t mr = m - i0 < 6 ? m - i0 : 6;
