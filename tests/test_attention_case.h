@@ -1,4 +1,4 @@
-/* test_attention_case.h: the attention test case that test_ops_fast and test_attention_amx
+/* test_attention_case.h: the attention test case that test_ops_fast and test_attention_tiles
  * share: q, k, v laid out as the model lays them, random in [-2, 2], and optionally the key
  * bias of a padding mask. Self attention: q, k, v are column slices of one packed
  * (B*T, 3C) buffer; cross attention: q (B*Tq, C) and k, v slices of a (B*Tk, 2C) buffer.

@@ -17,7 +17,7 @@
  * product 2.5x slower (docs/benchmarks.md, "Session 7: AMX attention products").
  *
  * Deliberately not here: the reference (the same products run by gemm(), ops.c and
- * tests/test_attention_amx.c's double products), anything but bf16 operands. */
+ * tests/test_attention_tiles.c's double products), anything but bf16 operands. */
 #include "kernels/attention_amx.h"
 
 #include <stdint.h>

@@ -15,15 +15,16 @@
  * instruction adds the odd product, then the even one, each rounded to fp32), then alpha times
  * that, plus C for beta 1. oneDNN 2.6's avx512_core_bf16 brgemm sums the same way, so this is
  * the gemm route's bits (tests/test_attention_tiles.c checks it on every layout the attention
- * uses); only the pairs up to k are summed, as oneDNN does: the zero pairs of the padding up
- * to kp are skipped.
+ * uses); only the pairs up to k are summed, as oneDNN does: the zero padding of K past them
+ * (the AMX layouts pad K to 32) is not read.
  *
- * Deliberately not here: the operand layouts and their packing (attention_amx.h, shared with
- * the AMX products), the row passes and the choice of products (ops.c). */
+ * Deliberately not here: the reference (the same products run by gemm(), which gives the same
+ * bits, and tests/test_attention_tiles.c's double products), the operand layouts and their
+ * packing (attention_amx.h, shared with the AMX products), the row passes and the choice of
+ * products (ops.c). */
 #include "kernels/attention_dpbf16.h"
 
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels/cpu.h"
 #include "status.h"
