@@ -381,6 +381,32 @@ static void pack_b_on(void) { gemm_pack_b_request(GEMM_PACK_B_ON); }
 static int split_m_mode(void) { return (int)gemm_split_m_requested(); }
 static void split_m_on(void) { gemm_split_m_request(GEMM_SPLIT_M_ON); }
 
+/* One single (batch 1) case's operands for running it two ways and comparing the bits: A and
+ * B as stored (tc's types, transposes and pads, random), bias (n, random), c0 (m x ldc: random,
+ * or NaN sentinels for beta 0) and the two outputs. */
+typedef struct two_way {
+    size_t lda, ldb, ldc;
+    void *a, *b;
+    float *bias, *c0, *out[2];
+} two_way;
+
+static two_way two_way_make(const tcase *tc) {
+    const size_t a_rows = tc->ta ? tc->k : tc->m, a_cols = tc->ta ? tc->m : tc->k;
+    const size_t b_rows = tc->tb ? tc->n : tc->k, b_cols = tc->tb ? tc->k : tc->n;
+    two_way w = {.lda = a_cols + tc->pad_a, .ldb = b_cols + tc->pad_b, .ldc = tc->n + tc->pad_c};
+    w.a = make_operand(tc->at, a_rows * w.lda), w.b = make_operand(tc->bt, b_rows * w.ldb);
+    w.bias = malloc(tc->n * sizeof *w.bias), w.c0 = malloc(tc->m * w.ldc * sizeof *w.c0);
+    for (int i = 0; i < 2; i++) w.out[i] = malloc(tc->m * w.ldc * sizeof(float));
+    tu_fill_uniform_f32(&rng, w.bias, tc->n, -1.0f, 1.0f);
+    if (tc->beta == 0.0f) tu_fill_sentinel_f32(w.c0, tc->m * w.ldc);
+    else tu_fill_uniform_f32(&rng, w.c0, tc->m * w.ldc, -1.0f, 1.0f);
+    return w;
+}
+
+static void two_way_free(two_way *w) {
+    free(w->a), free(w->b), free(w->bias), free(w->c0), free(w->out[0]), free(w->out[1]);
+}
+
 static void test_blocked_b(void) {
     check_switch_setting("BT_GEMM_PACK_B", pack_b_mode, pack_b_on, gemm_pack_b_active);
     if (!gemm_cpu_has_bf16()) {
@@ -408,25 +434,19 @@ static void test_blocked_b(void) {
     /* clang-format on */
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const tcase *tc = &cases[ci];
-        size_t a_rows = tc->ta ? tc->k : tc->m, a_cols = tc->ta ? tc->m : tc->k;
-        size_t b_rows = tc->tb ? tc->n : tc->k, b_cols = tc->tb ? tc->k : tc->n;
-        size_t lda = a_cols + tc->pad_a, ldb = b_cols + tc->pad_b, ldc = tc->n + tc->pad_c;
-        void *a = make_operand(tc->at, a_rows * lda), *b = make_operand(tc->bt, b_rows * ldb);
-        float *bias = malloc(tc->n * sizeof *bias), *c0 = malloc(tc->m * ldc * sizeof *c0);
-        float *out[2] = {malloc(tc->m * ldc * sizeof(float)), malloc(tc->m * ldc * sizeof(float))};
-        tu_fill_uniform_f32(&rng, bias, tc->n, -1.0f, 1.0f);
-        if (tc->beta == 0.0f) tu_fill_sentinel_f32(c0, tc->m * ldc);
-        else tu_fill_uniform_f32(&rng, c0, tc->m * ldc, -1.0f, 1.0f);
+        two_way w = two_way_make(tc);
+        const size_t ldc = w.ldc;
+        float **out = w.out;
         int blocked_impl[2] = {0, 0};
         char impl_on[128] = "";
         for (int on = 0; on < 2; on++) {
             gemm_pack_b_request(on ? GEMM_PACK_B_ON : GEMM_PACK_B_OFF);
             gemm_release(); /* the choice applies to primitives created from now on */
-            memcpy(out[on], c0, tc->m * ldc * sizeof(float));
+            memcpy(out[on], w.c0, tc->m * ldc * sizeof(float));
             gemm_args g = {.trans_a = tc->ta, .trans_b = tc->tb, .m = tc->m, .n = tc->n,
-                           .k = tc->k, .a_type = tc->at, .b_type = tc->bt, .a = a, .lda = lda,
-                           .b = b, .ldb = ldb, .c = out[on], .ldc = ldc, .alpha = tc->alpha,
-                           .beta = tc->beta, .bias = tc->bias ? bias : NULL,
+                           .k = tc->k, .a_type = tc->at, .b_type = tc->bt, .a = w.a,
+                           .lda = w.lda, .b = w.b, .ldb = w.ldb, .c = out[on], .ldc = ldc,
+                           .alpha = tc->alpha, .beta = tc->beta, .bias = tc->bias ? w.bias : NULL,
                            .compute = tc->compute, .batch = 1};
             gemm_with(GEMM_BACKEND_ONEDNN, &g);
             blocked_impl[on] = strstr(gemm_onednn_impl_name(&g), "(blocked B)") != NULL;
@@ -443,12 +463,7 @@ static void test_blocked_b(void) {
             tu_check(memcmp(out[0], out[1], tc->m * ldc * sizeof(float)) == 0,
                      "blocked B case %zu (%s%s m=%zu n=%zu k=%zu): same bits as B as given", ci,
                      tc->ta ? "T" : "N", tc->tb ? "T" : "N", tc->m, tc->n, tc->k);
-        free(a);
-        free(b);
-        free(bias);
-        free(c0);
-        free(out[0]);
-        free(out[1]);
+        two_way_free(&w);
         /* and against the ref within its bound, blocked (fresh operands) */
         run_case(GEMM_BACKEND_ONEDNN, tc, MODE_SAME, "blocked B");
     }
@@ -528,19 +543,15 @@ static void test_split_m(void) {
     /* clang-format on */
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const tcase *tc = &cases[ci];
-        const size_t lda = tc->m + tc->pad_a, ldb = tc->n + tc->pad_b, ldc = tc->n + tc->pad_c;
-        void *a = make_operand(tc->at, tc->k * lda), *b = make_operand(tc->bt, tc->k * ldb);
-        float *bias = malloc(tc->n * sizeof *bias), *c0 = malloc(tc->m * ldc * sizeof *c0);
-        float *out[2] = {malloc(tc->m * ldc * sizeof(float)), malloc(tc->m * ldc * sizeof(float))};
-        tu_fill_uniform_f32(&rng, bias, tc->n, -1.0f, 1.0f);
-        if (tc->beta == 0.0f) tu_fill_sentinel_f32(c0, tc->m * ldc);
-        else tu_fill_uniform_f32(&rng, c0, tc->m * ldc, -1.0f, 1.0f);
+        two_way w = two_way_make(tc);
+        const size_t ldc = w.ldc;
+        float **out = w.out;
         gemm_args g = {.trans_a = 1, .m = tc->m, .n = tc->n, .k = tc->k, .a_type = tc->at,
-                       .b_type = tc->bt, .a = a, .lda = lda, .b = b, .ldb = ldb, .ldc = ldc,
-                       .alpha = tc->alpha, .beta = tc->beta, .bias = tc->bias ? bias : NULL,
-                       .compute = tc->compute, .batch = 1};
+                       .b_type = tc->bt, .a = w.a, .lda = w.lda, .b = w.b, .ldb = w.ldb,
+                       .ldc = ldc, .alpha = tc->alpha, .beta = tc->beta,
+                       .bias = tc->bias ? w.bias : NULL, .compute = tc->compute, .batch = 1};
         for (int by_hand = 0; by_hand < 2; by_hand++) {
-            memcpy(out[by_hand], c0, tc->m * ldc * sizeof(float));
+            memcpy(out[by_hand], w.c0, tc->m * ldc * sizeof(float));
             g.c = out[by_hand];
             if (by_hand) split_m_by_hand(&g, nthr);
             else gemm_with(GEMM_BACKEND_ONEDNN, &g);
@@ -549,12 +560,7 @@ static void test_split_m(void) {
                  "split M case %zu (m=%zu n=%zu k=%zu, %s x %s, %d threads): the same bits as "
                  "its slices run by hand", ci, tc->m, tc->n, tc->k, tname(tc->at), tname(tc->bt),
                  nthr);
-        free(a);
-        free(b);
-        free(bias);
-        free(c0);
-        free(out[0]);
-        free(out[1]);
+        two_way_free(&w);
         for (int on = 1; on >= 0; on--) { /* and against the ref, split and whole */
             gemm_split_m_request(on ? GEMM_SPLIT_M_ON : GEMM_SPLIT_M_OFF);
             run_case(GEMM_BACKEND_ONEDNN, tc, MODE_SAME, on ? "split M on" : "split M off");
