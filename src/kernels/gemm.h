@@ -98,11 +98,11 @@ typedef struct gemm_args {
 /* Reads BT_GEMM (ref | openblas | onednn) if set, else picks the fastest available backend
  * (oneDNN when built, else OpenBLAS), BT_GEMM_BF16 (auto | native | fp32, default auto;
  * see above), BT_GEMM_SPLIT_K (on | off, default on; below), BT_GEMM_PACK_B and
- * BT_GEMM_SPLIT_M (auto | on | off, default auto; below). Returns an error naming the variable and value if one is not
- * one of its names or BT_GEMM names a backend not built (the settings are then left
- * unchanged). Safe to call more than once. main() should call it so a bad BT_GEMM is
- * reported as an error; a gemm() call before any selection runs this once and, on a bad
- * value, prints the message to stderr and uses the default backend. */
+ * BT_GEMM_SPLIT_M (auto | on | off, default auto; below). Returns an error naming the
+ * variable and value if one is not one of its names or BT_GEMM names a backend not built
+ * (the settings are then left unchanged). Safe to call more than once. main() should call it
+ * so a bad BT_GEMM is reported as an error; a gemm() call before any selection runs this once
+ * and, on a bad value, prints the message to stderr and uses the default backend. */
 bt_status gemm_init_from_env(void);
 
 /* Backend by name ("ref", "openblas", "onednn"); error naming the value otherwise. */
@@ -191,8 +191,8 @@ int gemm_pack_b_active(void);
 /* Split M on the oneDNN backend's native bf16 route (gemm_onednn.c, "Split M"). oneDNN 2.6
  * threads a product whose A is transposed (a weight gradient, dW += doutᵀ·x) below the same
  * work done as one single-threaded product per thread over consecutive slices of its m rows:
- * 13-40% per shape in the base bf16 step (docs/benchmarks.md "Split M"). So a single product (batch
- * 1) with A transposed and m >= 2 GEMM_SPLIT_M_ROWS, called outside a parallel region with
+ * 13-40% per shape in the base bf16 step (docs/benchmarks.md "Split M"). So a single product
+ * (batch 1) with A transposed and m >= 2 GEMM_SPLIT_M_ROWS, called outside a parallel region with
  * two or more threads, runs as those slices (GEMM_SPLIT_M_ROWS-row multiples), an fp32 B
  * rounded to bf16 once before them. Every element of C is still one single-threaded
  * product's sum, so the result stays within the classical bound; for long sums (k of about
