@@ -25,15 +25,18 @@
  * load; --passes repeats everything and keeps the best.
  *
  * Run: meson test -C build --benchmark --suite bench, or build/tests/bench_gemm [--quick]
- * [--passes P] [--only SUBSTRING]: --passes repeats the whole table P times and keeps the
- * best of each cell (spreads the samples over minutes on a shared machine), --only keeps the
- * rows whose name contains SUBSTRING, --quick is one short round of the small shapes.
+ * [--passes P] [--only SUBSTRING] [--cold]: --passes repeats the whole table P times and keeps
+ * the best of each cell (spreads the samples over minutes on a shared machine), --only keeps
+ * the rows whose name contains SUBSTRING, --quick is one short round of the small shapes.
+ * --cold prints, instead of the table, the Linear products as the bf16 model runs them with
+ * the weight in cache and with the weight coming from memory (cold_table below).
  * Deliberately not here: correctness (test_gemm.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -237,8 +240,94 @@ static void add_linear(row *rows, int *nrows, size_t n_tok, size_t c_in, size_t 
                        .ldb = c_in, .c = buf->c, .ldc = c_in, .alpha = 1, .beta = 1};
 }
 
+/* --cold: the Linear products as the bf16 model runs them (fp32 activations rounded per call,
+ * bf16 weights), at the text batch's 320 rows and the image batch's 2600, each timed two ways:
+ *   hot   one weight, called again and again: in cache, as the table above (and any benchmark
+ *         of a single product) measures it;
+ *   cold  distinct weights, four times the L3 in all (at least 256 MB), used in turn: each
+ *         call reads its weight from memory, as a training step does (a pass over the model
+ *         reads each weight once per product, and the model's weights are ~20x the cache).
+ * The median call of each (a cold call is the common case, so the fastest would hide it). The
+ * ratio is what the weight's trip from memory costs a product of that shape, the part of the
+ * gap between this benchmark's rates and the step's (bench_step --kernels) that no kernel
+ * choice removes. */
+static int cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static double median_call_s(const gemm_args *g, const bt_bf16 *const *w, size_t nw, int calls) {
+    double *t = malloc((size_t)calls * sizeof(double));
+    gemm_args one = *g;
+    for (size_t i = 0; i < nw; i++) { /* warm-up: primitive creation, first touch */
+        one.b = w[i];
+        gemm(&one);
+    }
+    for (int c = 0; c < calls; c++) {
+        one.b = w[(size_t)c % nw];
+        const double t0 = bt_now_s();
+        gemm(&one);
+        t[c] = bt_now_s() - t0;
+    }
+    qsort(t, (size_t)calls, sizeof(double), cmp_double);
+    const double med = t[calls / 2];
+    free(t);
+    return med;
+}
+
+static void cold_table(const buffers *buf) {
+    long l3 = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    /* four times the L3 as sysconf reports it (a VM may report more than lscpu's), at
+     * least 256 MB (more than any L3 it has been run on), at most 2 GB */
+    const size_t cache = l3 > 0 ? (size_t)l3 : 0, lo = (size_t)256 << 20, hi = (size_t)2 << 30;
+    const size_t cold_bytes = 4 * cache < lo ? lo : 4 * cache > hi ? hi : 4 * cache;
+    printf("# cold weights: L3 %.1f MB (sysconf%s); cold = distinct weights of %.0f MB in all, "
+           "used in turn; median call\n",
+           (double)cache / 1e6, l3 > 0 ? "" : ": not reported", (double)cold_bytes / 1e6);
+    printf("\n%-26s %10s %10s %9s\n", "product (bf16, as trained)", "hot GF/s", "cold GF/s",
+           "cold/hot");
+    static const size_t tokens[] = {8 * 40, 8 * 325};
+    static const size_t io[][2] = {{768, 768}, {768, 3072}, {3072, 768}}; /* in, out */
+    for (int t = 0; t < 2; t++) {
+        for (int s = 0; s < 3; s++) {
+            for (int form = 0; form < 2; form++) { /* fwd: x Wᵀ, dX: dout W */
+                const size_t n_tok = tokens[t], in = io[s][0], out = io[s][1];
+                const size_t wn = in * out, nw = cold_bytes / (wn * sizeof(bt_bf16)) + 1;
+                gemm_args g = {.m = n_tok, .a_type = BT_DTYPE_F32, .b_type = BT_DTYPE_BF16,
+                               .a = buf->a, .c = buf->c, .alpha = 1,
+                               .compute = GEMM_COMPUTE_BF16};
+                if (form == 0) {
+                    g.trans_b = 1, g.n = out, g.k = in, g.lda = in, g.ldb = in, g.ldc = out;
+                    g.bias = buf->bias;
+                } else {
+                    g.n = in, g.k = out, g.lda = out, g.ldb = in, g.ldc = in;
+                }
+                bt_bf16 **w = malloc(nw * sizeof *w);
+                for (size_t i = 0; i < nw; i++) {
+                    w[i] = malloc(wn * sizeof(bt_bf16));
+                    for (size_t j = 0; j < wn; j++) w[i][j] = buf->b16[(j + i * 97) % buf->n];
+                }
+                const double hot = median_call_s(&g, (const bt_bf16 *const *)w, 1, 21);
+                const double cold = median_call_s(&g, (const bt_bf16 *const *)w, nw,
+                                                  (int)(2 * nw > 21 ? 2 * nw : 21));
+                char name[40];
+                snprintf(name, sizeof name, "%s %zux%zux%zu", form ? "dX " : "fwd", g.m, g.n,
+                         g.k);
+                printf("%-26s %10.1f %10.1f %9.2f\n", name, flops_of(&g) / hot * 1e-9,
+                       flops_of(&g) / cold * 1e-9, hot / cold);
+                fflush(stdout);
+                for (size_t i = 0; i < nw; i++) free(w[i]);
+                free(w);
+            }
+        }
+    }
+}
+
 int main(int argc, char **argv) {
-    int quick = 0, passes = 1;
+    int quick = 0, passes = 1, cold = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
@@ -247,8 +336,11 @@ int main(int argc, char **argv) {
             passes = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
+        } else if (strcmp(argv[i], "--cold") == 0) {
+            cold = 1;
         } else {
-            fprintf(stderr, "usage: bench_gemm [--quick] [--passes P] [--only SUBSTRING]\n");
+            fprintf(stderr,
+                    "usage: bench_gemm [--quick] [--passes P] [--only SUBSTRING] [--cold]\n");
             return 2;
         }
     }
@@ -298,6 +390,13 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < buf.n; i++) {
         buf.a16[i] = bt_bf16_from_f32(buf.a[i]);
         buf.b16[i] = bt_bf16_from_f32(buf.b[i]);
+    }
+
+    if (cold) {
+        cold_table(&buf);
+        gemm_release();
+        free(buf.a), free(buf.b), free(buf.c), free(buf.a16), free(buf.b16), free(buf.bias);
+        return 0;
     }
 
     row rows[64];
