@@ -47,6 +47,10 @@
  *      packed), on the synthetic-model config (every Linear but the ITM head and the MLM
  *      decoder packs) and the tiny one (only the vision tower's); some tensors are packed
  *      wherever the products can read them;
+ *  10. the bf16 shadow dropped (model.h bt_model_drop_bf16_shadow, what gradient
+ *      checkpointing does in bf16): three bt_train_step steps of a checkpointed bf16 model
+ *      without it equal those of one with it, losses and weights bit for bit, on section 5's
+ *      routes (widened, native where the CPU has it);
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -668,6 +672,24 @@ static void check_act16_steps(bt_act_mode mode, const char *route) {
     if (act16_pair(m, mode, what)) compare_steps(m, what);
 }
 
+/* --- 10: the bf16 shadow dropped == kept, bit for bit -------------------------------------
+ * (model.h bt_model_drop_bf16_shadow) Two bf16 tiny models in CHECKPOINT mode, one of them
+ * without its shadow: three bt_train_step steps (forward, recompute, backward, AdamW without
+ * the shadow write) give the same losses and weights. Run on each of section 5's routes. */
+static void check_shadow_dropped(const char *route) {
+    char what[128];
+    snprintf(what, sizeof what, "10: %s, checkpoint, bf16 shadow dropped vs kept", route);
+    bt_model m[2];
+    if (!model_pair_make(&m[0], BT_ACTS_CHECKPOINT, &m[1], BT_ACTS_CHECKPOINT, CFG_TINY,
+                         BT_PRECISION_BF16))
+        return;
+    const int had = m[1].params_bf16 != NULL;
+    bt_model_drop_bf16_shadow(&m[1]);
+    tu_check(had && m[0].params_bf16 && !m[1].params_bf16,
+             "%s: a shadow before, none after (model 1), model 0 keeps its", what);
+    compare_steps(m, what);
+}
+
 static size_t align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 /* fp32 slot of n floats minus the bf16 slot that replaces it (both 64-byte aligned) */
@@ -805,6 +827,7 @@ static void check_act16(void) {
         if (runs[i].backend != GEMM_BACKEND_REF) {
             check_act16_steps(BT_ACTS_FULL, runs[i].name);
             check_act16_steps(BT_ACTS_CHECKPOINT, runs[i].name);
+            check_shadow_dropped(runs[i].name);
         }
     }
     gemm_set_backend(be);

@@ -310,6 +310,13 @@ static void pack_field(bt_model *m, int id) {
     }
 }
 
+void bt_model_drop_bf16_shadow(bt_model *m) {
+    for (int id = 0; id < BT_P_COUNT; id++)
+        BT_ASSERTF(!m->packed[id], "bt_model_drop_bf16_shadow: the weights are packed");
+    bt_free(m->params_bf16);
+    m->params_bf16 = NULL;
+}
+
 void bt_model_refresh_bf16(bt_model *m) {
     if (!m->params_bf16) return;
     bt_params_refresh_bf16(&m->table, m->params_bf16, m->params);

@@ -20,11 +20,13 @@
  * Precision: BT_PRECISION_FP32 runs every GEMM in fp32. BT_PRECISION_BF16 runs every GEMM
  * (Linear layers incl. the patch embedding, attention products) with GEMM_COMPUTE_BF16,
  * weights read from the bf16 shadow copy (refresh it after changing the master weights:
- * bt_model_refresh_bf16, or the optimizer does it) where native bf16 GEMMs are faster; where
- * they are not (gemm.h route FP32: no native bf16, or AUTO measured it slower) its GEMMs run
- * in fp32 exactly as in fp32 mode and there is no shadow; LayerNorm, softmax, GELU, the losses,
- * the contrastive score matrices, residual streams and master weights stay fp32. Activations
- * that only bf16 GEMMs read are stored in bf16 (see "bf16 activation storage": the same bits).
+ * bt_model_refresh_bf16, or the optimizer does it; gradient checkpointing drops it, and each
+ * product rounds its weight itself: bt_model_drop_bf16_shadow) where native bf16 GEMMs are
+ * faster; where they are not (gemm.h route FP32: no native bf16, or AUTO measured it slower)
+ * its GEMMs run in fp32 exactly as in fp32 mode and there is no shadow; LayerNorm, softmax,
+ * GELU, the losses, the contrastive score matrices, residual streams and master weights stay
+ * fp32. Activations that only bf16 GEMMs read are stored in bf16 (see "bf16 activation
+ * storage": the same bits).
  *
  * Dropout (training only, docs/spec.md §3.10): p = hidden_dropout_prob after the text
  * embedding LN and on the attention-output and FFN-output denses of text and cross layers,
@@ -442,6 +444,15 @@ const char *bt_act_mode_name(bt_act_mode mode);
  * inference benchmark): m->grads = NULL, views in m->g NULL; a backward then aborts. Sets
  * BT_ACTS_FORWARD_ONLY. */
 void bt_model_free_grads(bt_model *m);
+
+/* Frees the bf16 shadow (no-op without one; not for packed weights): every bf16 product then
+ * reads its fp32 master weight and rounds it to bf16 itself, per call (gemm.h: the same round
+ * to nearest even the shadow was written with), so every result is the same bits, for 2 bytes
+ * per parameter less and one rounding of each weight per product. Gradient checkpointing
+ * takes this trade (bt-train with train.gradient_checkpointing in bf16, bench_step
+ * --checkpoint: docs/model.md "Memory modes"); the optimizer and bt_model_refresh_bf16 then
+ * write no shadow. */
+void bt_model_drop_bf16_shadow(bt_model *m);
 
 /* Packed weights, for a model that will never train (after bt_model_free_grads): rewrites
  * every Linear weight whose forward product can read oneDNN's blocked layout (gemm.h "Packed
