@@ -4,7 +4,7 @@
  *   bench_step [--config NAME|DIR] [--batch B] [--text T] [--image R] [--steps N]
  *              [--mode train|infer] [--precision fp32|bf16]
  *              [--memory full|checkpoint|forward-only] [--checkpoint] [--quick] [--flops-only]
- *              [--estimate] [--kernels] [--plain-weights]
+ *              [--estimate] [--kernels] [--plain-weights] [--keep-shadow]
  *   mpirun -np N [--bind-to none -x OMP_NUM_THREADS=K] bench_step ... (train: data parallel)
  *
  * train: the project's one training step, bt_train_step (src/train/step.h): ITC loss only
@@ -17,7 +17,9 @@
  *   weights, as bt-embed does: model.h bt_model_pack_weights; --memory full gives the training
  *   layout). --plain-weights: forward-only without the packing (the weights as training keeps
  *   them), to measure what it gives. --checkpoint = --memory checkpoint (train:
- *   gradient checkpointing, run config train.gradient_checkpointing).
+ *   gradient checkpointing, run config train.gradient_checkpointing; in bf16 without the
+ *   weights' bf16 copy, as bt-train: model.h bt_model_drop_bf16_shadow). --keep-shadow:
+ *   checkpointing with the copy kept, to measure what dropping it costs and saves.
  * Inputs: token ids uniform over the vocabulary (not the 3 special ids), all-ones mask,
  * pixels N(0, 1); weights by HF's init rules (seed 1). Defaults: bridgetower-base, B 8, T 40,
  * 4 steps. --quick: the tiny config (32 px), B 4, T 16, 3 steps (a smoke test in seconds).
@@ -243,14 +245,15 @@ static void usage(void) {
     fprintf(stderr, "usage: [mpirun -np N] bench_step [--config NAME|DIR] [--batch B] [--text T] "
                     "[--image R] [--steps N] [--mode train|infer] [--precision fp32|bf16] "
                     "[--memory full|checkpoint|forward-only] [--checkpoint] [--quick] "
-                    "[--flops-only] [--estimate] [--kernels] [--plain-weights]\n");
+                    "[--flops-only] [--estimate] [--kernels] [--plain-weights] "
+                    "[--keep-shadow]\n");
 }
 
 /* The benchmark proper, on the world d (one process, or mpirun's ranks: rank 0 prints). */
 static int bench_main(int argc, char **argv, const bt_dist *d) {
     const char *config = "bridgetower-base", *mode = "train", *prec = "fp32", *memory = NULL;
     long B = 8, T = 40, steps = 4, image = 0;
-    int flops_only = 0, estimate = 0, kernels = 0, plain_weights = 0;
+    int flops_only = 0, estimate = 0, kernels = 0, plain_weights = 0, keep_shadow = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) {
@@ -263,6 +266,8 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
             kernels = 1;
         } else if (strcmp(a, "--plain-weights") == 0) {
             plain_weights = 1;
+        } else if (strcmp(a, "--keep-shadow") == 0) {
+            keep_shadow = 1;
         } else if (strcmp(a, "--checkpoint") == 0) {
             memory = "checkpoint";
         } else if (v && strcmp(a, "--memory") == 0) {
@@ -389,6 +394,8 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
         fprintf(stderr, "bench_step: packed weights: %zu tensors%s\n", packed_tensors,
                 plain_weights ? " (--plain-weights)" : "");
     bt_model_set_act_mode(&m, act_mode);
+    /* --checkpoint drops the bf16 weight copy, as bt-train does (trainer.c memory_plan) */
+    if (act_mode == BT_ACTS_CHECKPOINT && !keep_shadow) bt_model_drop_bf16_shadow(&m);
     tu_rng rng;
     tu_rng_seed(&rng, 2026 + (uint64_t)rank); /* each rank its own rows */
     int32_t *ids = malloc(nb * nt * sizeof *ids);

@@ -236,6 +236,18 @@ int main(int argc, char **argv) {
         tu_check(evals >= 2, "the checkpointed run evaluated in between (%d eval records)",
                  evals);
         free(metrics);
+        /* bf16: checkpointing also drops the weights' bf16 copy (model.h
+         * bt_model_drop_bf16_shadow; where bf16 runs fp32 products there is none either way):
+         * the same bytes as the bf16 run without checkpointing */
+        char ref16[1200], ckp16[1200];
+        snprintf(ref16, sizeof ref16, "%s", out_path("bf16"));
+        snprintf(ckp16, sizeof ckp16, "%s", out_path("bf16_checkpointing"));
+        const char *b16[] = {"train.precision=bf16", "train.gradient_checkpointing=true"};
+        tu_check(run_train(ref16, b16, 1) == 0, "train.precision=bf16 exits 0");
+        tu_check(run_train(ckp16, b16, 2) == 0,
+                 "train.precision=bf16 with train.gradient_checkpointing=true exits 0");
+        same_file("bf16 with gradient checkpointing, no bf16 weight copy (bit for bit)", ref16,
+                  ckp16, "model.safetensors");
         /* 40 MB available: the weights fit, the full activations (~0.1 GB) do not */
         char small[1200];
         snprintf(small, sizeof small, "%s", out_path("small_memory"));

@@ -884,6 +884,15 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
              "--set train.batch_size=4 --set train.precision=bf16 --set save.strategy=no",
              "bf16-zero-r2", 2, "--set train.batch_size=4 --set train.precision=bf16 "
              "--set save.strategy=no --set dist.zero_stage=1", NULL, 0);
+    /* bf16 with gradient checkpointing: no bf16 weight copy (model.h
+     * bt_model_drop_bf16_shadow), so the all-gather leaves no shadow to refresh and every
+     * product rounds the gathered fp32 weights itself: against the same plain 2 x 4 bf16 run */
+    run_pair("ZeRO-1 2 x 4 bf16 with checkpointing (no bf16 weight copy) against plain 2 x 4 "
+             "bf16", "", "bf16-r2b", 2,
+             "--set train.batch_size=4 --set train.precision=bf16 --set save.strategy=no",
+             "bf16-ckpt-zero-r2", 2, "--set train.batch_size=4 --set train.precision=bf16 "
+             "--set save.strategy=no --set dist.zero_stage=1 "
+             "--set train.gradient_checkpointing=true", NULL, 0);
     /* gradient checkpointing under mpirun: the recomputing backward fires the same
      * gradients-final events (the per-layer bucket launches) and gives the same gradients */
     run_pair("gradient checkpointing + ZeRO-1 2 x 4 against plain 2 x 4", "", "ckpt-plain-r2", 2,

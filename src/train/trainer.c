@@ -530,13 +530,16 @@ static bt_status memory_plan(job *j) {
     const bt_act_mode mode =
         rc->train.gradient_checkpointing ? BT_ACTS_CHECKPOINT : BT_ACTS_FULL;
     bt_model_set_act_mode(&j->model, mode);
+    /* checkpointing trades time for memory: in bf16 also the weights' bf16 copy (the products
+     * round each weight themselves; the same bits: model.h bt_model_drop_bf16_shadow) */
+    if (mode == BT_ACTS_CHECKPOINT) bt_model_drop_bf16_shadow(&j->model);
     const size_t act = bt_model_activation_bytes_mode(&j->model.cfg, rc->model.heads,
                                                       rc->train.precision, mode, Bt, B, P,
                                                       mlm ? B : 0, T);
     const size_t numel = j->model.table.numel;
     size_t full_optim;
     const size_t optim = bt_trainer_optim_bytes(&j->tr, &full_optim);
-    const size_t weights = numel * (4 + 4 + (rc->train.precision == BT_PRECISION_BF16 ? 2 : 0));
+    const size_t weights = numel * (4 + 4 + (j->model.params_bf16 ? 2 : 0));
     char a[32], w[32], o[32], f[32], t[32], zero[160] = "";
     if (j->tr.zero)
         snprintf(zero, sizeof zero, " (ZeRO-1: this rank's shard of %s over %d ranks)",
