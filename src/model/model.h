@@ -450,7 +450,7 @@ void bt_model_free_grads(bt_model *m);
  * to nearest even the shadow was written with), so every result is the same bits, for 2 bytes
  * per parameter less and one rounding of each weight per product. Gradient checkpointing
  * takes this trade (bt-train with train.gradient_checkpointing in bf16, bench_step
- * --checkpoint: docs/model.md "Memory modes"); the optimizer and bt_model_refresh_bf16 then
+ * --checkpoint: docs/model.md "Precision"); the optimizer and bt_model_refresh_bf16 then
  * write no shadow. */
 void bt_model_drop_bf16_shadow(bt_model *m);
 
