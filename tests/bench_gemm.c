@@ -186,6 +186,10 @@ typedef struct buffers {
     size_t n;
 } buffers;
 
+static void buffers_free(buffers *buf) {
+    free(buf->a), free(buf->b), free(buf->c), free(buf->a16), free(buf->b16), free(buf->bias);
+}
+
 /* One pass over a row: gf[0..4] = ref, openblas fp32, onednn fp32, onednn bf16 as the model
  * runs it, onednn bf16 on bf16 operands (NaN where not run). */
 static void measure_row(const row *r, const buffers *buf, int have_dnnl, double gf[5]) {
@@ -395,7 +399,7 @@ int main(int argc, char **argv) {
     if (cold) {
         cold_table(&buf);
         gemm_release();
-        free(buf.a), free(buf.b), free(buf.c), free(buf.a16), free(buf.b16), free(buf.bias);
+        buffers_free(&buf);
         return 0;
     }
 
@@ -515,11 +519,6 @@ int main(int argc, char **argv) {
 
     free(cell);
     gemm_release();
-    free(buf.a);
-    free(buf.b);
-    free(buf.c);
-    free(buf.a16);
-    free(buf.b16);
-    free(buf.bias);
+    buffers_free(&buf);
     return 0;
 }

@@ -880,19 +880,24 @@ static void test_zero(const char *ref, const char *r2, const char *acc1) {
     /* bf16 compute: the shadow of the blocks received must be refreshed after the all-gather,
      * or the next forward uses stale weights; against the plain 2 x 4 bf16 run (the same sums
      * on 2 ranks: only the grad norm's order differs) */
+    char bf16_r2[1200];
     run_pair("ZeRO-1 2 x 4 bf16 compute against plain 2 x 4 bf16", "", "bf16-r2", 2,
              "--set train.batch_size=4 --set train.precision=bf16 --set save.strategy=no",
              "bf16-zero-r2", 2, "--set train.batch_size=4 --set train.precision=bf16 "
-             "--set save.strategy=no --set dist.zero_stage=1", NULL, 0);
+             "--set save.strategy=no --set dist.zero_stage=1", bf16_r2, sizeof bf16_r2);
     /* bf16 with gradient checkpointing: no bf16 weight copy (model.h
      * bt_model_drop_bf16_shadow), so the all-gather leaves no shadow to refresh and every
      * product rounds the gathered fp32 weights itself: against the same plain 2 x 4 bf16 run */
-    run_pair("ZeRO-1 2 x 4 bf16 with checkpointing (no bf16 weight copy) against plain 2 x 4 "
-             "bf16", "", "bf16-r2b", 2,
-             "--set train.batch_size=4 --set train.precision=bf16 --set save.strategy=no",
-             "bf16-ckpt-zero-r2", 2, "--set train.batch_size=4 --set train.precision=bf16 "
-             "--set save.strategy=no --set dist.zero_stage=1 "
-             "--set train.gradient_checkpointing=true", NULL, 0);
+    char ckpt16[1200];
+    snprintf(ckpt16, sizeof ckpt16, "%s", tu_tmp_path("bf16-ckpt-zero-r2"));
+    rc = train(ckpt16, 2, "", "--set train.batch_size=4 --set train.precision=bf16 "
+               "--set save.strategy=no --set dist.zero_stage=1 "
+               "--set train.gradient_checkpointing=true");
+    if (tu_check(rc == 0, "ZeRO-1 2 x 4 bf16 with checkpointing exits 0 (got %d)", rc))
+        check_same_run("ZeRO-1 2 x 4 bf16 with checkpointing (no bf16 weight copy) against "
+                       "plain 2 x 4 bf16", bf16_r2, ckpt16, 4);
+    else
+        tts_show_err(ckpt16);
     /* gradient checkpointing under mpirun: the recomputing backward fires the same
      * gradients-final events (the per-layer bucket launches) and gives the same gradients */
     run_pair("gradient checkpointing + ZeRO-1 2 x 4 against plain 2 x 4", "", "ckpt-plain-r2", 2,
