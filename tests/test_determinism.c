@@ -119,7 +119,7 @@ static void k_attention(float *o, const float *in) {
     float *kb = o, *out = kb + AB * AT, *probs = out + AX, *dq = probs + AP, *dk = dq + AX,
           *dv = dk + AX;
     attention_key_bias_from_mask(kb, attn_mask, AB * AT);
-    const attention_dims d = {AB, AT, AT, AH, AD, AC, AC, AC, AC};
+    const attention_dims d = {AB, AT, AT, AH, AD, AC, AC, AC, AC, 0};
     const bt_dropout drop = {0.1f, 12345};
     attention_forward(out, probs, q, k, v, kb, &d, &drop, GEMM_COMPUTE_F32);
     attention_backward(dq, dk, dv, dout, probs, q, k, v, kb, &d, &drop, GEMM_COMPUTE_F32,

@@ -7,6 +7,8 @@
  *      logits, ITC embeds and each loss;
  *   2. fp32 backward of each loss separately (ITC, ITM, MLM) vs grad_<loss>.<key> for EVERY
  *      parameter of the table;
+ *   1 and 2 run as training runs them (the last image-side cross layer on its CLS rows only,
+ *   compared there) and again with every row of that layer (bt_model_set_image_features);
  *   3. the same in bf16 mixed precision against the same fixtures, with bf16 bounds;
  *   4. the scaled_add and interpolate link-tower variants (forward + grad_itm.*).
  * Prints the worst element and its tensor name per tensor, and per group the largest
@@ -199,6 +201,22 @@ static void cmp_fx(const safetensors_file *io, const char *group, const char *na
     free(want);
 }
 
+/* got (B, C): the CLS rows of fixture `name` (B, T, C), as the last cross layer's image side
+ * holds them when it runs only those queries (model.h bt_model_set_image_features) */
+static void cmp_fx_cls(const safetensors_file *io, const char *group, const char *name,
+                       const float *got, size_t B, size_t T, size_t C, double rtol,
+                       double atol_frac) {
+    float *all = tu_fixture_f32(io, name, B * T * C);
+    if (!all) return;
+    float *want = malloc(B * C * sizeof *want);
+    for (size_t b = 0; b < B; b++) memcpy(want + b * C, all + b * T * C, C * sizeof *want);
+    char label[96];
+    snprintf(label, sizeof label, "%s (CLS rows)", name);
+    compare(group, label, got, want, B * C, rtol, atol_frac);
+    free(want);
+    free(all);
+}
+
 static void cmp_loss(const safetensors_file *io, const char *name, float got, double rtol) {
     float *want = tu_fixture_f32(io, name, 1);
     if (want) compare("losses", name, &got, want, 1, rtol, 0.0);
@@ -231,13 +249,22 @@ static void check_forward(const bt_model *m, const safetensors_file *io, const t
         snprintf(name, sizeof name, "cross_text.%d", k);
         cmp_fx(io, "cross layers", name, m->acts.xt[k].out, Nt * H, tol->rtol, tol->atol_frac);
         snprintf(name, sizeof name, "cross_image.%d", k);
-        cmp_fx(io, "cross layers", name, m->acts.xi[k].out, Nv * H, tol->rtol, tol->atol_frac);
+        if (k < c->cross_layers - 1 || m->image_features)
+            cmp_fx(io, "cross layers", name, m->acts.xi[k].out, Nv * H, tol->rtol,
+                   tol->atol_frac);
+        else
+            cmp_fx_cls(io, "cross layers", name, m->acts.xi[k].out, B, Np, H, tol->rtol,
+                       tol->atol_frac);
     }
     const int last = c->cross_layers - 1;
     cmp_fx(io, "outputs", "text_features", m->acts.xt[last].out, Nt * H, tol->rtol,
            tol->atol_frac);
-    cmp_fx(io, "outputs", "image_features", m->acts.xi[last].out, Nv * H, tol->rtol,
-           tol->atol_frac);
+    if (m->image_features)
+        cmp_fx(io, "outputs", "image_features", m->acts.xi[last].out, Nv * H, tol->rtol,
+               tol->atol_frac);
+    else
+        cmp_fx_cls(io, "outputs", "image_features", m->acts.xi[last].out, B, Np, H, tol->rtol,
+                   tol->atol_frac);
     cmp_fx(io, "outputs", "pooler_output", m->acts.cross->pooler, B * 2 * H, tol->rtol,
            tol->atol_frac);
     cmp_fx(io, "head outputs", "itm_logits", m->acts.heads->itm_logits, B * 2, tol->rtol,
@@ -382,8 +409,14 @@ static void run_parity(const char *dir, const char *io_name, bt_precision prec,
     memset(&fb, 0, sizeof fb);
     if (batch_load(&fb, &io, &m.cfg)) {
         bt_batch b = batch_view(&fb);
-        bt_status s = bt_forward(&m, &b);
-        if (tu_check(s == BT_OK, "%s: forward: %s", title, bt_error_message())) {
+        /* as training runs it (the last image-side cross layer on its CLS rows), then with
+         * every row of that layer (bt-forward's image_features) */
+        for (int all_rows = 0; all_rows < 2; all_rows++) {
+            bt_model_set_image_features(&m, all_rows);
+            bt_status s = bt_forward(&m, &b);
+            if (!tu_check(s == BT_OK, "%s: forward (image rows: %s): %s", title,
+                          all_rows ? "all" : "CLS", bt_error_message()))
+                continue;
             tu_check(memcmp(m.pos_ids, fb.pos, fb.B * fb.T * sizeof *fb.pos) == 0,
                      "%s: RoBERTa position ids equal the fixture's", title);
             check_forward(&m, &io, tol, full);

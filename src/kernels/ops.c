@@ -1359,7 +1359,7 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
                                     gemm_compute compute, float *tile, size_t ldt,
                                     bt_bf16 *tile16, size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
-    const size_t pbase = (b * d->NH + h) * Tq * Tk;
+    const size_t pbase = (b * d->NH + h) * Tq * Tk, dbase = attention_drop_base(d, b, h);
     bt_bf16 *q16 = tile16 ? tile16 + Tq * Tk : NULL, *k16 = tile16 ? q16 + Tq * D : NULL;
     bt_bf16 *v16 = tile16 ? k16 + Tk * D : NULL;
     /* S = q_h k_hᵀ / √D + key_bias[b] */
@@ -1371,7 +1371,7 @@ static void attention_block_forward(float *out, float *probs, const float *q, co
     attention_ahead_begin(&ahead, Tq);
     float *pd = dr->on ? tile + Tq * ldt : NULL;
     attention_rows_forward(tile, ldt, pd, tile16 ? 0 : ldt, tile16, Tk,
-                           key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, pbase, &ahead);
+                           key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, dbase, &ahead);
     if (probs) { /* P to the block's probs slice (contiguous), for the backward */
         ops_stream_rows(probs + pbase, tile, Tq, Tk, ldt);
         ops_stream_fence();
@@ -1426,7 +1426,7 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
                                      gemm_compute compute, float beta, float *tile, float *prow,
                                      bt_bf16 *t16, float *ptile, size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
-    const size_t pbase = (b * d->NH + h) * Tq * Tk;
+    const size_t pbase = (b * d->NH + h) * Tq * Tk, dbase = attention_drop_base(d, b, h);
     const float scale = (float)(1.0 / sqrt((double)D));
     bt_bf16 *q16 = t16 ? t16 + Tq * D : NULL, *k16 = t16 ? q16 + Tq * D : NULL;
     bt_bf16 *v16 = t16 ? k16 + Tk * D : NULL;
@@ -1447,7 +1447,7 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
         attention_product(0, 1, Tq, Tk, D, od,
                           attention_operand_of(v16, v + b * Tk * d->ldv + h * D, d->ldv, Tk, D),
                           ds, Tk, 1.0f, 0.0f, compute);
-    attention_rows_backward(ds, Tk, pd, t16 ? 0 : Tk, pd16, ds16, Tk, p, ldp, Tq, Tk, dr, pbase,
+    attention_rows_backward(ds, Tk, pd, t16 ? 0 : Tk, pd16, ds16, Tk, p, ldp, Tq, Tk, dr, dbase,
                             NULL);
     if (dv) { /* dv_h += Pdᵀ dout_h */
         const attention_operand a = pd16 ? (attention_operand){BT_DTYPE_BF16, pd16, Tk}
@@ -1616,6 +1616,7 @@ static void attention_block_forward_tiles(float *out, float *probs, const float 
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const attention_tiles_dims z = attention_tiles_dims_of(d);
     const size_t pbase = (b * d->NH + h) * Tq * Tk, ldt = attention_ldt(Tk);
+    const size_t dbase = attention_drop_base(d, b, h);
     bt_bf16 *p16 = w, *qa = p16 + z.Tq16 * z.Tkp, *kb = qa + z.Tq16 * z.Dp;
     bt_bf16 *vb = kb + z.Dp * z.Tk16, *tmp = vb + z.Tkp * z.D16;
     const float *v_h = v + b * Tk * d->ldv + h * D;
@@ -1625,7 +1626,7 @@ static void attention_block_forward_tiles(float *out, float *probs, const float 
     attention_ahead ahead = {.x = {v_h, out_h}, .ld = {d->ldv, d->ldo}, .rows = {Tk, Tq}, .D = D};
     attention_ahead_begin(&ahead, Tq);
     attention_rows_forward(tile, ldt, dr->on ? tile + Tq * ldt : NULL, 0, p16, z.Tkp,
-                           key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, pbase, &ahead);
+                           key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr, dbase, &ahead);
     if (probs) {
         ops_stream_rows(probs + pbase, tile, Tq, Tk, ldt);
         ops_stream_fence();
@@ -1657,7 +1658,7 @@ static void attention_block_backward_tiles(float *dq, float *dk, float *dv, cons
                                            size_t b, size_t h) {
     const size_t Tq = d->Tq, Tk = d->Tk, D = d->D;
     const attention_tiles_dims z = attention_tiles_dims_of(d);
-    const size_t pbase = (b * d->NH + h) * Tq * Tk;
+    const size_t pbase = (b * d->NH + h) * Tq * Tk, dbase = attention_drop_base(d, b, h);
     const float scale = (float)(1.0 / sqrt((double)D));
     bt_bf16 *pd16 = w, *ds16 = pd16 + 2 * z.Tkp, *pdv = ds16 + z.Tq16 * z.Tkp;
     bt_bf16 *dsv = pdv + z.Tqp * z.Tk16, *oa = dsv + z.Tqp * z.Tk16, *ot = oa + z.Tq16 * z.Dp;
@@ -1684,7 +1685,7 @@ static void attention_block_backward_tiles(float *dq, float *dk, float *dv, cons
     const attention_vnni vnni = {.pd = dv ? pdv : NULL, .ds = dk ? dsv : NULL,
                                  .ld = 2 * z.Tk16, .n16 = z.Tk16, .rows = z.Tqp / 2};
     attention_rows_backward(ds, z.Tk16, dr->on && dv ? tile + Tq * z.Tk16 : NULL, 0,
-                            dv ? pd16 : NULL, ds ? ds16 : NULL, z.Tkp, p, ldp, Tq, Tk, dr, pbase,
+                            dv ? pd16 : NULL, ds ? ds16 : NULL, z.Tkp, p, ldp, Tq, Tk, dr, dbase,
                             &vnni);
     if (dv) /* dv_h += Pdᵀ dout_h (AMX: dv_hᵀ += dout_hᵀ Pd) */
         attention_tile_gemm_at(dv + b * Tk * d->ldv + h * D, d->ldv, pdv, 2 * z.Tk16, dout_h,
@@ -1731,7 +1732,7 @@ static void attention_forward_batched(float *out, float *probs, const float *q, 
         for (size_t h = 0; h < NH; h++)
             attention_rows_forward(pb + h * blk, Tk, tile ? tile + h * blk : NULL, Tk, NULL, 0,
                                    key_bias ? key_bias + b * Tk : NULL, Tq, Tk, dr,
-                                   (b * NH + h) * blk, NULL);
+                                   attention_drop_base(d, b, h), NULL);
         gemm_args o = {
             .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,
             .a_type = BT_DTYPE_F32, .a = tile ? tile : pb, .lda = Tk,
@@ -1791,7 +1792,7 @@ static void attention_backward_batched(float *dq, float *dk, float *dv, const fl
         OPS_OMP(omp parallel for schedule(static) if (NH * blk >= OPS_PAR_MIN))
         for (size_t h = 0; h < NH; h++)
             attention_rows_backward(ds + h * blk, Tk, NULL, 0, NULL, NULL, 0, pb + h * blk, Tk, Tq,
-                                    Tk, dr, (b * NH + h) * blk, NULL);
+                                    Tk, dr, attention_drop_base(d, b, h), NULL);
         if (dq) { /* dq_h += dS_h k_h / √D */
             gemm_args gq = {
                 .trans_a = 0, .trans_b = 0, .m = Tq, .n = D, .k = Tk,

@@ -198,7 +198,8 @@ void softmax_backward(float *dx, const float *dout, const float *y, size_t n, si
  *
  *   S = q_h k_hᵀ / √D + key_bias[b]   (key_bias (B, Tk) additive, or NULL)
  *   P = softmax(S)                     saved in probs (B, NH, Tq, Tk), before dropout, or not
- *   out_h = dropout(P) v_h             (dropout element index = flat index into probs)
+ *   out_h = dropout(P) v_h             (dropout element index = flat index into probs, or
+ *                                       attention_drop_base with drop_tq)
  *
  * Computed per (batch, head) block, S and P in a per-thread tile that stays in cache. probs
  * may be NULL: P is then not stored (inference, or a backward that recomputes it), and out
@@ -208,7 +209,16 @@ void softmax_backward(float *dx, const float *dout, const float *y, size_t n, si
 typedef struct attention_dims {
     size_t B, Tq, Tk, NH, D;
     size_t ldq, ldk, ldv, ldo;
+    size_t drop_tq; /* query rows of the dropout index space per block, >= Tq (0: Tq): a
+                       caller that runs only the first Tq of a layer's drop_tq query rows
+                       (the CLS rows) gives them the masks the whole layer gives them */
 } attention_dims;
+
+/* The dropout index of element (i, j) of block (b, h) is attention_drop_base(d, b, h) +
+ * i Tk + j: the flat index into a (B, NH, drop_tq, Tk) probs. */
+static inline size_t attention_drop_base(const attention_dims *d, size_t b, size_t h) {
+    return (b * d->NH + h) * (d->drop_tq ? d->drop_tq : d->Tq) * d->Tk;
+}
 
 void attention_forward(float *out, float *probs, const float *q, const float *k,
                        const float *v, const float *key_bias, const attention_dims *d,

@@ -28,6 +28,7 @@ static void ref_attention_check(const attention_dims *d) {
     BT_ASSERT(d->B > 0 && d->Tq > 0 && d->Tk > 0 && d->NH > 0 && d->D > 0);
     const size_t c = d->NH * d->D;
     BT_ASSERT(d->ldq >= c && d->ldk >= c && d->ldv >= c && d->ldo >= c);
+    BT_ASSERT(d->drop_tq == 0 || d->drop_tq >= d->Tq);
 }
 
 #define REF_REAL float

@@ -28,6 +28,7 @@ static void cross_layer_layout(bt_cross_layer_acts *x, arena_walk *w, const bt_m
                                size_t B, size_t T1, size_t T2, const attn_stage *stage) {
     const size_t H = (size_t)c->hidden, I = (size_t)c->text_intermediate;
     const size_t NH = (size_t)c->text_heads, N1 = B * T1, N2 = B * T2;
+    x->x_cls = layout_slot_set(w, B * H);
     x->q = layout_slot_set(w, N1 * H);
     x->k = layout_slot_set(w, N1 * H);
     x->v = layout_slot_set(w, N1 * H);
@@ -224,52 +225,75 @@ static post_ln_slots cross_ffn_out_slots(bt_cross_layer_acts *s) {
     return (post_ln_slots){s->f, s->f_16, s->ffn_lin, s->res3, s->mean3, s->rstd3};
 }
 
-/* The P·T1 rows of one side's layer, their dropout keyed per pair (m->pair_keys). */
-static keyed_rows cross_rows(const bt_model *m, const cross_side *s) {
-    return (keyed_rows){m->P, s->T1, m->pair_keys};
+/* The query rows per pair that layer k of a side runs: all T1, or 1 (each pair's CLS row) on
+ * the image side of the last layer unless its image features are asked for
+ * (bt_model_set_image_features). Nothing else reads the other rows of Y_{X-1}: the poolers
+ * read row 0, ITC reads the bridges and MLM the text side. That layer still makes keys and
+ * values of every row, for its CLS query to attend to, and cross-attention keys and values
+ * of every text row; only the queries, their attention, the output projections, LayerNorms
+ * and FFN shrink to the P CLS rows (docs/model.md "The last cross layer"). Each CLS row
+ * then gets the values the full layer gives it. */
+static size_t cross_query_rows(const bt_model *m, const cross_side *s, int k) {
+    return s->side == 1 && k == m->cfg.cross_layers - 1 && !m->image_features ? 1 : s->T1;
 }
 
-static attention_dims cross_dims(const bt_model *m, size_t Tq, size_t Tk) {
+/* The P·Tq query rows of one side's layer, their dropout keyed per pair (m->pair_keys): row
+ * r of pair p has the same masks whether Tq is 1 or T1 (row 0 is row 0). */
+static keyed_rows cross_rows(const bt_model *m, size_t Tq) {
+    return (keyed_rows){m->P, Tq, m->pair_keys};
+}
+
+/* Attention of Tq query rows per pair (of the side's T1: their dropout masks are those of
+ * the first Tq of T1 rows) against Tk keys. */
+static attention_dims cross_dims(const bt_model *m, size_t Tq, size_t T1, size_t Tk) {
     size_t H = (size_t)m->cfg.hidden;
     attention_dims d = {.B = m->P, .Tq = Tq, .Tk = Tk, .NH = (size_t)m->cfg.text_heads,
                         .D = H / (size_t)m->cfg.text_heads, .ldq = H, .ldk = H, .ldv = H,
-                        .ldo = H};
+                        .ldo = H, .drop_tq = T1};
     return d;
 }
 
 /* One BridgeTowerBertCrossLayer: x (N1, H) this side's input, e (N2, H) the other side's
- * input -> a->out (N1, H). */
+ * input -> a->out (Nq, H): every row, or each pair's CLS row (cross_query_rows). */
 static void cross_layer_forward(bt_model *m, const cross_side *s, int k, const float *x,
                                 const float *e) {
     bt_cross_layer_acts *a = s->side ? &m->acts.xi[k] : &m->acts.xt[k];
     const cross_layer_params p = cross_layer_params_get(m, s->side, k);
     const size_t H = (size_t)m->cfg.hidden, I = (size_t)m->cfg.text_intermediate;
     const size_t N1 = m->P * s->T1, N2 = m->P * s->T2;
-    const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
+    const size_t Tq = cross_query_rows(m, s, k), Nq = m->P * Tq;
+    const attention_dims sd = cross_dims(m, Tq, s->T1, s->T1);
+    const attention_dims cd = cross_dims(m, Tq, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
     const cross_layer_drops dr = cross_layer_drops_get(m, s, k);
-    const keyed_rows rows = cross_rows(m, s);
+    const keyed_rows rows = cross_rows(m, Tq);
     const post_ln_slots self_out = cross_self_out_slots(a), cross_out = cross_cross_out_slots(a);
     const post_ln_slots ffn_out = cross_ffn_out_slots(a);
+    /* the query rows' input: x, or each pair's CLS row of x */
+    const float *xq = x;
+    if (Tq != s->T1) {
+        cls_gather(a->x_cls, x, m->P, s->T1, H);
+        xq = a->x_cls;
+    }
     /* a = LN1(dropout(SelfAttn(x)·Woᵀ + bo) + x) */
-    lin_forward(m, a->q, x, &p.q, N1);
+    lin_forward(m, a->q, xq, &p.q, Nq);
     lin_forward(m, a->k, x, &p.k, N1);
     lin_forward(m, a->v, x, &p.v, N1);
     rows_attention_forward(a->ctx, kept_probs(m, a->probs), a->q, a->k, a->v, s->self_bias, &sd,
                            &dr.self_probs, m->pair_keys, cp);
-    act_keep_bf16(a->ctx_16, a->ctx, N1 * H); /* ctx, cctx, f: bf16 storage (model.h) */
-    post_ln_forward(m, a->a, x, &self_out, &p.o, &p.ln1, &dr.self_out, &rows);
+    act_keep_bf16(a->ctx_16, a->ctx, Nq * H); /* ctx, cctx, f: bf16 storage (model.h) */
+    post_ln_forward(m, a->a, xq, &self_out, &p.o, &p.ln1, &dr.self_out, &rows);
     /* c = LN2(dropout(CrossAttn(q = a, k/v = e)·Wo2ᵀ + bo2) + a) */
-    lin_forward(m, a->cq, a->a, &p.cq, N1);
+    lin_forward(m, a->cq, a->a, &p.cq, Nq);
     lin_forward(m, a->ck, e, &p.ck, N2);
     lin_forward(m, a->cv, e, &p.cv, N2);
     rows_attention_forward(a->cctx, kept_probs(m, a->cprobs), a->cq, a->ck, a->cv, s->enc_bias,
                            &cd, &dr.cross_probs, m->pair_keys, cp);
-    act_keep_bf16(a->cctx_16, a->cctx, N1 * H);
+    act_keep_bf16(a->cctx_16, a->cctx, Nq * H);
     post_ln_forward(m, a->c, a->a, &cross_out, &p.co, &p.ln2, &dr.cross_out, &rows);
     /* out = LN3(dropout(GELU(c·W1ᵀ + b1)·W2ᵀ + b2) + c) */
-    lin_forward(m, a->f_pre, a->c, &p.fc1, N1);
-    gelu_forward_act(a->f, a->f_16, a->f_pre, N1 * I);
+    lin_forward(m, a->f_pre, a->c, &p.fc1, Nq);
+    gelu_forward_act(a->f, a->f_16, a->f_pre, Nq * I);
     post_ln_forward(m, a->out, a->c, &ffn_out, &p.fc2, &p.ln3, &dr.ffn_out, &rows);
 }
 
@@ -283,10 +307,17 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
     bt_cross_layer_acts *d = s->side ? &m->dacts.xi[k] : &m->dacts.xt[k];
     const cross_layer_params p = cross_layer_params_get(m, s->side, k);
     const size_t N1 = m->P * s->T1, N2 = m->P * s->T2;
-    const attention_dims sd = cross_dims(m, s->T1, s->T1), cd = cross_dims(m, s->T1, s->T2);
+    const size_t Tq = cross_query_rows(m, s, k), Nq = m->P * Tq;
+    const attention_dims sd = cross_dims(m, Tq, s->T1, s->T1);
+    const attention_dims cd = cross_dims(m, Tq, s->T1, s->T2);
     const gemm_compute cp = model_compute(m);
     const cross_layer_drops dr = cross_layer_drops_get(m, s, k);
-    const keyed_rows rows = cross_rows(m, s);
+    const keyed_rows rows = cross_rows(m, Tq);
+    /* the query rows' input and its gradient: x and dx, or the CLS rows' own slots (their
+     * gradient assigned here, then added into dx's CLS rows) */
+    const int cls = Tq != s->T1;
+    const float *xq = cls ? a->x_cls : x;
+    float *dxq = cls ? d->x_cls : dx;
     const post_ln_slots self_out = cross_self_out_slots(a), d_self_out = cross_self_out_slots(d);
     const post_ln_slots cross_out = cross_cross_out_slots(a);
     const post_ln_slots d_cross_out = cross_cross_out_slots(d);
@@ -303,13 +334,14 @@ static void cross_layer_backward(bt_model *m, const cross_side *s, int k, float 
                             s->enc_bias, &cd, &dr.cross_probs, m->pair_keys, cp, BT_DX_SET);
     lin_backward(m, de, d->ck, e, &p.ck, N2, BT_DX_ADD);
     lin_backward(m, de, d->cv, e, &p.cv, N2, BT_DX_ADD);
-    lin_backward(m, d->a, d->cq, a->a, &p.cq, N1, BT_DX_ADD);
+    lin_backward(m, d->a, d->cq, a->a, &p.cq, Nq, BT_DX_ADD);
     /* a = LN1(dropout(ctx·Woᵀ + bo) + x), ctx = SelfAttn(x) */
-    post_ln_backward(m, dx, BT_DX_ADD, d->a, &self_out, &d_self_out, &p.o, &p.ln1, &dr.self_out,
-                     &rows);
+    post_ln_backward(m, dxq, cls ? BT_DX_SET : BT_DX_ADD, d->a, &self_out, &d_self_out, &p.o,
+                     &p.ln1, &dr.self_out, &rows);
     rows_attention_backward(d->q, d->k, d->v, d->ctx, a->probs, a->q, a->k, a->v, s->self_bias,
                             &sd, &dr.self_probs, m->pair_keys, cp, BT_DX_SET);
-    lin_backward(m, dx, d->q, x, &p.q, N1, BT_DX_ADD);
+    lin_backward(m, dxq, d->q, xq, &p.q, Nq, BT_DX_ADD);
+    if (cls) cls_scatter_add(dx, d->x_cls, m->P, s->T1, (size_t)m->cfg.hidden);
     lin_backward(m, dx, d->k, x, &p.k, N1, BT_DX_ADD);
     lin_backward(m, dx, d->v, x, &p.v, N1, BT_DX_ADD);
 }
@@ -555,8 +587,8 @@ void cross_pairs_forward(bt_model *m) {
 
     /* poolers: tanh(dense(CLS)) per side; pooler_output = [text | image] */
     const int last = c->cross_layers - 1;
-    cls_gather(a->cross->cls_t, a->xt[last].out, P, T, H);
-    cls_gather(a->cross->cls_i, a->xi[last].out, P, Np, H);
+    cls_gather(a->cross->cls_t, a->xt[last].out, P, cross_query_rows(m, &st, last), H);
+    cls_gather(a->cross->cls_i, a->xi[last].out, P, cross_query_rows(m, &si, last), H);
     lin_forward(m, a->cross->pool_t_pre, a->cross->cls_t, &sp.pt, P);
     lin_forward(m, a->cross->pool_i_pre, a->cross->cls_i, &sp.pi, P);
     tanh_forward(a->cross->pool_t, a->cross->pool_t_pre, P * H);
@@ -588,8 +620,8 @@ void cross_pairs_backward(bt_model *m) {
     tanh_backward(d->cross->pool_i_pre, d->cross->pool_i, a->cross->pool_i, P * H);
     lin_backward(m, d->cross->cls_t, d->cross->pool_t_pre, a->cross->cls_t, &sp.pt, P, BT_DX_ADD);
     lin_backward(m, d->cross->cls_i, d->cross->pool_i_pre, a->cross->cls_i, &sp.pi, P, BT_DX_ADD);
-    cls_scatter_add(d->xt[last].out, d->cross->cls_t, P, T, H);
-    cls_scatter_add(d->xi[last].out, d->cross->cls_i, P, Np, H);
+    cls_scatter_add(d->xt[last].out, d->cross->cls_t, P, cross_query_rows(m, &st, last), H);
+    cls_scatter_add(d->xi[last].out, d->cross->cls_i, P, cross_query_rows(m, &si, last), H);
 
     for (int k = last; k >= 0; k--) {
         const bt_bridge_acts *br = &a->bridges[k];

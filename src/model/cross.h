@@ -10,8 +10,6 @@
 #include "model/layout.h"
 #include "model/model.h"
 
-/* One cross-modal layer of one side (pair arena): rows N1 = P*T1 (this modality),
- * N2 = P*T2 (other). */
 /* The poolers' slots (pair arena, P pairs). */
 struct bt_cross_acts {
     float *cls_t, *cls_i;   /* (P, H) CLS rows of X_{X-1}, Y_{X-1} */
@@ -20,8 +18,14 @@ struct bt_cross_acts {
     float *pooler;          /* (P, 2H) [text | image] = pooler_output = m->pooler_out */
 };
 
+/* One cross-modal layer of one side (pair arena): rows N1 = P*T1 (this modality),
+ * N2 = P*T2 (other). The query rows Nq = P*Tq are N1, or P when the layer runs only each
+ * pair's CLS query (the last image-side layer in training: cross.c cross_query_rows); every
+ * (N1, ...) slot below but k, v and the keys' side then holds Nq rows. */
 struct bt_cross_layer_acts {
-    float *q, *k, *v;       /* (N1, H) self-attention */
+    float *x_cls;           /* (P, H) each pair's CLS row of the layer input, when only those
+                               rows are queried (cross.c cross_query_rows); else unused */
+    float *q, *k, *v;       /* (N1, H) self-attention (q: (Nq, H), Nq = P * query rows) */
     float *probs;           /* (P, NHt, T1, T1) */
     float *ctx, *attn_lin, *res1;  /* (N1, H) */
     bt_bf16 *ctx_16;        /* (N1, H) bf16 storage: bf16(ctx), ctx the phase's staging */

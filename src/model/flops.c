@@ -41,6 +41,12 @@ bt_flops bt_model_flops(const bt_model_config *c, unsigned heads, size_t T) {
         f.image += 2.0 * H * c->contrastive_hidden;
     }
     if (heads & BT_HEADS_ITM) f.pair += 2.0 * 2.0 * H * 2.0;
+    /* the last image-side layer on 1 query row instead of np: keys and values unchanged */
+    const double rest = np - 1.0;
+    f.pair_skipped = 2.0 * rest * H * H * 4.0  /* Q, output, cross Q, cross output */
+                     + 4.0 * rest * H * It     /* FFN */
+                     + 4.0 * rest * np * H     /* self-attention Q·Kᵀ and P·V */
+                     + 4.0 * rest * t * H;     /* cross-attention */
     if (heads & BT_HEADS_MLM) f.mlm_pair = 2.0 * t * H * H + 2.0 * t * H * c->vocab_size;
     return f;
 }
