@@ -4,7 +4,7 @@
  *   bench_step [--config NAME|DIR] [--batch B] [--text T] [--image R] [--steps N]
  *              [--mode train|infer] [--precision fp32|bf16]
  *              [--memory full|checkpoint|forward-only] [--checkpoint] [--quick] [--flops-only]
- *              [--estimate] [--kernels] [--plain-weights] [--keep-shadow] [--image-features]
+ *              [--estimate] [--kernels] [--plain-weights] [--keep-shadow] [--cross-features]
  *   mpirun -np N [--bind-to none -x OMP_NUM_THREADS=K] bench_step ... (train: data parallel)
  *
  * train: the project's one training step, bt_train_step (src/train/step.h): ITC loss only
@@ -20,8 +20,8 @@
  *   gradient checkpointing, run config train.gradient_checkpointing; in bf16 without the
  *   weights' bf16 copy, as bt-train: model.h bt_model_drop_bf16_shadow). --keep-shadow:
  *   checkpointing with the copy kept, to measure what dropping it costs and saves.
- *   --image-features: the last cross layer's image side on every row, not only the CLS rows
- *   the heads read (model.h bt_model_set_image_features), to measure what that saves.
+ *   --cross-features: the last cross layer on every row, not only the CLS rows the heads read
+ *   (model.h bt_model_set_cross_features), to measure what that saves.
  * Inputs: token ids uniform over the vocabulary (not the 3 special ids), all-ones mask,
  * pixels N(0, 1); weights by HF's init rules (seed 1). Defaults: bridgetower-base, B 8, T 40,
  * 4 steps. --quick: the tiny config (32 px), B 4, T 16, 3 steps (a smoke test in seconds).
@@ -41,7 +41,7 @@
  * seconds, median of the later steps, samples/s from that median, peak RSS (getrusage), the
  * analytic FLOP count of one step (src/model/flops.h: every GEMM and attention product of the
  * forward, x3 for a training step: the model's, what PyTorch runs; flops_run_per_step is what
- * bt runs of it, without the last image-side cross layer's non-CLS rows), achieved GFLOP/s
+ * bt runs of it, without the last cross layer's non-CLS rows), achieved GFLOP/s
  * (of the model's count), and for train the step's own phase
  * times (towers/cross forward, losses, backward, optimizer + clip; medians), and for both
  * modes the forward and backward split by kind of kernel (GEMM, attention, memory-bound:
@@ -250,7 +250,7 @@ static void usage(void) {
                     "[--image R] [--steps N] [--mode train|infer] [--precision fp32|bf16] "
                     "[--memory full|checkpoint|forward-only] [--checkpoint] [--quick] "
                     "[--flops-only] [--estimate] [--kernels] [--plain-weights] "
-                    "[--keep-shadow] [--image-features]\n");
+                    "[--keep-shadow] [--cross-features]\n");
 }
 
 /* The benchmark proper, on the world d (one process, or mpirun's ranks: rank 0 prints). */
@@ -258,7 +258,7 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
     const char *config = "bridgetower-base", *mode = "train", *prec = "fp32", *memory = NULL;
     long B = 8, T = 40, steps = 4, image = 0;
     int flops_only = 0, estimate = 0, kernels = 0, plain_weights = 0, keep_shadow = 0;
-    int image_features = 0;
+    int cross_features = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) {
@@ -273,8 +273,8 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
             plain_weights = 1;
         } else if (strcmp(a, "--keep-shadow") == 0) {
             keep_shadow = 1;
-        } else if (strcmp(a, "--image-features") == 0) {
-            image_features = 1;
+        } else if (strcmp(a, "--cross-features") == 0) {
+            cross_features = 1;
         } else if (strcmp(a, "--checkpoint") == 0) {
             memory = "checkpoint";
         } else if (v && strcmp(a, "--memory") == 0) {
@@ -351,7 +351,7 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
     const size_t ng = nb * (size_t)ranks;
     const double flops = bt_flops_forward(&fl, ng, ng, ng, 0) * (train ? 3.0 : 1.0);
     /* what bt runs of them: the last image-side cross layer on the CLS rows (model.h) */
-    const double flops_run = flops - (image_features ? 0.0 : (double)ng * fl.pair_skipped *
+    const double flops_run = flops - (cross_features ? 0.0 : (double)ng * fl.pair_skipped *
                                                                   (train ? 3.0 : 1.0));
     int threads = 1;
 #ifdef _OPENMP
@@ -404,7 +404,7 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
         fprintf(stderr, "bench_step: packed weights: %zu tensors%s\n", packed_tensors,
                 plain_weights ? " (--plain-weights)" : "");
     bt_model_set_act_mode(&m, act_mode);
-    bt_model_set_image_features(&m, image_features);
+    bt_model_set_cross_features(&m, cross_features);
     /* --checkpoint drops the bf16 weight copy, as bt-train does (trainer.c memory_plan) */
     if (act_mode == BT_ACTS_CHECKPOINT && !keep_shadow) bt_model_drop_bf16_shadow(&m);
     tu_rng rng;

@@ -7,8 +7,9 @@
  *      logits, ITC embeds and each loss;
  *   2. fp32 backward of each loss separately (ITC, ITM, MLM) vs grad_<loss>.<key> for EVERY
  *      parameter of the table;
- *   1 and 2 run as training runs them (the last image-side cross layer on its CLS rows only,
- *   compared there) and again with every row of that layer (bt_model_set_image_features);
+ *   1 and 2 run as training runs them (the last cross layer on its CLS rows only, compared
+ *   there: its image side, and its text side in a run with ITC and ITM only) and again with
+ *   every row of that layer (bt_model_set_cross_features);
  *   3. the same in bf16 mixed precision against the same fixtures, with bf16 bounds;
  *   4. the scaled_add and interpolate link-tower variants (forward + grad_itm.*).
  * Prints the worst element and its tensor name per tensor, and per group the largest
@@ -202,7 +203,7 @@ static void cmp_fx(const safetensors_file *io, const char *group, const char *na
 }
 
 /* got (B, C): the CLS rows of fixture `name` (B, T, C), as the last cross layer's image side
- * holds them when it runs only those queries (model.h bt_model_set_image_features) */
+ * holds them when it runs only those queries (model.h bt_model_set_cross_features) */
 static void cmp_fx_cls(const safetensors_file *io, const char *group, const char *name,
                        const float *got, size_t B, size_t T, size_t C, double rtol,
                        double atol_frac) {
@@ -217,10 +218,24 @@ static void cmp_fx_cls(const safetensors_file *io, const char *group, const char
     free(all);
 }
 
+/* got (B, T, C) against fixture `name`, or with cls got (B, C) against its CLS rows */
+static void cmp_rows(const safetensors_file *io, const char *group, const char *name,
+                     const float *got, size_t B, size_t T, size_t C, int cls,
+                     const tolerances *tol);
+
 static void cmp_loss(const safetensors_file *io, const char *name, float got, double rtol) {
     float *want = tu_fixture_f32(io, name, 1);
     if (want) compare("losses", name, &got, want, 1, rtol, 0.0);
     free(want);
+}
+
+static void cmp_rows(const safetensors_file *io, const char *group, const char *name,
+                     const float *got, size_t B, size_t T, size_t C, int cls,
+                     const tolerances *tol) {
+    if (cls)
+        cmp_fx_cls(io, group, name, got, B, T, C, tol->rtol, tol->atol_frac);
+    else
+        cmp_fx(io, group, name, got, B * T * C, tol->rtol, tol->atol_frac);
 }
 
 static void check_forward(const bt_model *m, const safetensors_file *io, const tolerances *tol,
@@ -228,6 +243,9 @@ static void check_forward(const bt_model *m, const safetensors_file *io, const t
     const bt_model_config *c = &m->cfg;
     const size_t B = m->B, T = m->T, Np = (size_t)c->np, H = (size_t)c->hidden;
     const size_t Nt = B * T, Nv = B * Np;
+    /* the last layer's sides that ran only the CLS queries (model.h) */
+    const int last = c->cross_layers - 1, image_cls = !m->cross_features;
+    const int text_cls = !m->cross_features && !(m->heads & BT_HEADS_MLM);
     char name[64];
     for (int l = 0; l <= c->text_layers; l++) {
         snprintf(name, sizeof name, "text_hidden.%d", l);
@@ -247,33 +265,25 @@ static void check_forward(const bt_model *m, const safetensors_file *io, const t
         cmp_fx(io, "bridges (X'_k, Y'_k)", name, m->acts.bridges[k].yin, Nv * H, tol->rtol,
                tol->atol_frac);
         snprintf(name, sizeof name, "cross_text.%d", k);
-        cmp_fx(io, "cross layers", name, m->acts.xt[k].out, Nt * H, tol->rtol, tol->atol_frac);
+        cmp_rows(io, "cross layers", name, m->acts.xt[k].out, B, T, H, k == last && text_cls,
+                 tol);
         snprintf(name, sizeof name, "cross_image.%d", k);
-        if (k < c->cross_layers - 1 || m->image_features)
-            cmp_fx(io, "cross layers", name, m->acts.xi[k].out, Nv * H, tol->rtol,
-                   tol->atol_frac);
-        else
-            cmp_fx_cls(io, "cross layers", name, m->acts.xi[k].out, B, Np, H, tol->rtol,
-                       tol->atol_frac);
+        cmp_rows(io, "cross layers", name, m->acts.xi[k].out, B, Np, H, k == last && image_cls,
+                 tol);
     }
-    const int last = c->cross_layers - 1;
-    cmp_fx(io, "outputs", "text_features", m->acts.xt[last].out, Nt * H, tol->rtol,
-           tol->atol_frac);
-    if (m->image_features)
-        cmp_fx(io, "outputs", "image_features", m->acts.xi[last].out, Nv * H, tol->rtol,
-               tol->atol_frac);
-    else
-        cmp_fx_cls(io, "outputs", "image_features", m->acts.xi[last].out, B, Np, H, tol->rtol,
-                   tol->atol_frac);
+    cmp_rows(io, "outputs", "text_features", m->acts.xt[last].out, B, T, H, text_cls, tol);
+    cmp_rows(io, "outputs", "image_features", m->acts.xi[last].out, B, Np, H, image_cls, tol);
     cmp_fx(io, "outputs", "pooler_output", m->acts.cross->pooler, B * 2 * H, tol->rtol,
            tol->atol_frac);
     cmp_fx(io, "head outputs", "itm_logits", m->acts.heads->itm_logits, B * 2, tol->rtol,
            tol->atol_frac);
     cmp_loss(io, "loss_itm", m->loss_itm, tol->loss_rtol);
     if (!full) return;
-    cmp_fx(io, "head outputs", "mlm_logits", m->acts.heads->mlm_logits, Nt * (size_t)c->vocab_size,
-           tol->rtol, tol->atol_frac);
-    cmp_loss(io, "loss_mlm", m->loss_mlm, tol->loss_rtol);
+    if (m->heads & BT_HEADS_MLM) {
+        cmp_fx(io, "head outputs", "mlm_logits", m->acts.heads->mlm_logits,
+               Nt * (size_t)c->vocab_size, tol->rtol, tol->atol_frac);
+        cmp_loss(io, "loss_mlm", m->loss_mlm, tol->loss_rtol);
+    }
     const size_t C = (size_t)c->contrastive_hidden;
     cmp_fx(io, "head outputs", "itc_text_embeds", m->acts.heads->itc_t, B * C, tol->rtol,
            tol->atol_frac);
@@ -374,14 +384,15 @@ static void check_grads(bt_model *m, const safetensors_file *io, const char *los
              rel, bound);
 }
 
-static int model_from_fixture(bt_model *m, const char *dir, bt_precision prec) {
+static int model_from_fixture(bt_model *m, const char *dir, bt_precision prec,
+                              unsigned heads) {
     char path[512];
     bt_model_config c;
     snprintf(path, sizeof path, "%s/config.json", tu_fixture_path(dir));
     if (!tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s: %s", path,
                   bt_error_message()))
         return 0;
-    bt_model_init(m, &c, BT_HEADS_ALL, prec);
+    bt_model_init(m, &c, heads, prec);
     snprintf(path, sizeof path, "%s/model.safetensors", tu_fixture_path(dir));
     return tu_check(bt_model_load_safetensors(m, path) == BT_OK, "load %s: %s", path,
                     bt_error_message());
@@ -392,13 +403,14 @@ static bt_batch batch_view(const fixture_batch *fb) {
     return b;
 }
 
-/* One full parity run: forward (+ all three gradients when full, else ITM only). */
+/* One full parity run of a model with these heads: forward (+ the built heads' gradients
+ * when full, else ITM only). */
 static void run_parity(const char *dir, const char *io_name, bt_precision prec,
-                       const tolerances *tol, int full, const char *title) {
+                       const tolerances *tol, int full, unsigned heads, const char *title) {
     printf("# === %s ===\n", title);
     groups_reset();
     bt_model m;
-    if (!model_from_fixture(&m, dir, prec)) return;
+    if (!model_from_fixture(&m, dir, prec, heads)) return;
     safetensors_file io;
     if (!tu_check(safetensors_open(&io, tu_fixture_path(io_name)) == BT_OK, "open %s: %s",
                   io_name, bt_error_message())) {
@@ -409,12 +421,12 @@ static void run_parity(const char *dir, const char *io_name, bt_precision prec,
     memset(&fb, 0, sizeof fb);
     if (batch_load(&fb, &io, &m.cfg)) {
         bt_batch b = batch_view(&fb);
-        /* as training runs it (the last image-side cross layer on its CLS rows), then with
-         * every row of that layer (bt-forward's image_features) */
+        /* as training runs it (the last cross layer on its CLS rows: the image side, and
+         * the text side too without MLM), then with every row of it (bt-forward's) */
         for (int all_rows = 0; all_rows < 2; all_rows++) {
-            bt_model_set_image_features(&m, all_rows);
+            bt_model_set_cross_features(&m, all_rows);
             bt_status s = bt_forward(&m, &b);
-            if (!tu_check(s == BT_OK, "%s: forward (image rows: %s): %s", title,
+            if (!tu_check(s == BT_OK, "%s: forward (last cross rows: %s): %s", title,
                           all_rows ? "all" : "CLS", bt_error_message()))
                 continue;
             tu_check(memcmp(m.pos_ids, fb.pos, fb.B * fb.T * sizeof *fb.pos) == 0,
@@ -422,7 +434,7 @@ static void run_parity(const char *dir, const char *io_name, bt_precision prec,
             check_forward(&m, &io, tol, full);
             if (full) {
                 check_grads(&m, &io, "itc", tol);
-                check_grads(&m, &io, "mlm", tol);
+                if (heads & BT_HEADS_MLM) check_grads(&m, &io, "mlm", tol);
             }
             check_grads(&m, &io, "itm", tol);
         }
@@ -435,12 +447,15 @@ static void run_parity(const char *dir, const char *io_name, bt_precision prec,
 
 int main(void) {
     gemm_init_from_env();
-    run_parity("tiny", "tiny_io.safetensors", BT_PRECISION_FP32, &FP32_TOL, 1, "fp32");
-    run_parity("tiny", "tiny_io.safetensors", BT_PRECISION_BF16, &BF16_TOL, 1, "bf16");
+    const unsigned all = BT_HEADS_ALL, no_mlm = BT_HEADS_ITC | BT_HEADS_ITM;
+    run_parity("tiny", "tiny_io.safetensors", BT_PRECISION_FP32, &FP32_TOL, 1, all, "fp32");
+    run_parity("tiny", "tiny_io.safetensors", BT_PRECISION_BF16, &BF16_TOL, 1, all, "bf16");
+    run_parity("tiny", "tiny_io.safetensors", BT_PRECISION_FP32, &FP32_TOL, 1, no_mlm,
+               "fp32 ITC + ITM");
     run_parity("tiny_scaled_add", "tiny_scaled_add_io.safetensors", BT_PRECISION_FP32,
-               &FP32_TOL, 0, "fp32 scaled_add");
+               &FP32_TOL, 0, all, "fp32 scaled_add");
     run_parity("tiny_interpolate", "tiny_interpolate_io.safetensors", BT_PRECISION_FP32,
-               &FP32_TOL, 0, "fp32 interpolate");
+               &FP32_TOL, 0, all, "fp32 interpolate");
     gemm_release();
     return tu_finish();
 }

@@ -415,7 +415,7 @@ static int tool_main(int argc, char **argv) {
         bt_checkpoint_close(&ck);
         return FWD_ERROR;
     }
-    if (a.head == HEAD_NONE) bt_model_set_image_features(&m, 1); /* printed below */
+    if (a.head == HEAD_NONE) bt_model_set_cross_features(&m, 1); /* both printed below */
     bt_checkpoint_report rep;
     s = bt_checkpoint_read(&ck, &m.table, m.params, NULL, &rep);
     /* ignored keys of other heads are expected here (one head per run): not printed */

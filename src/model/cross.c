@@ -225,16 +225,17 @@ static post_ln_slots cross_ffn_out_slots(bt_cross_layer_acts *s) {
     return (post_ln_slots){s->f, s->f_16, s->ffn_lin, s->res3, s->mean3, s->rstd3};
 }
 
-/* The query rows per pair that layer k of a side runs: all T1, or 1 (each pair's CLS row) on
- * the image side of the last layer unless its image features are asked for
- * (bt_model_set_image_features). Nothing else reads the other rows of Y_{X-1}: the poolers
- * read row 0, ITC reads the bridges and MLM the text side. That layer still makes keys and
+/* The query rows per pair that layer k of a side runs: all T1, or 1 (each pair's CLS row) in
+ * the last layer unless its features are asked for (bt_model_set_cross_features) or, on the
+ * text side, the MLM head reads them. Nothing else reads the other rows of X_{X-1} and
+ * Y_{X-1}: the poolers read row 0 and ITC reads the bridges. That layer still makes keys and
  * values of every row, for its CLS query to attend to, and cross-attention keys and values
- * of every text row; only the queries, their attention, the output projections, LayerNorms
- * and FFN shrink to the P CLS rows (docs/model.md "The last cross layer"). Each CLS row
- * then gets the values the full layer gives it. */
+ * of every row of the other side; only the queries, their attention, the output
+ * projections, LayerNorms and FFN shrink to the P CLS rows (docs/model.md "The last cross
+ * layer"). Each CLS row then gets the values the full layer gives it. */
 static size_t cross_query_rows(const bt_model *m, const cross_side *s, int k) {
-    return s->side == 1 && k == m->cfg.cross_layers - 1 && !m->image_features ? 1 : s->T1;
+    if (k != m->cfg.cross_layers - 1 || m->cross_features) return s->T1;
+    return s->side == 0 && (m->heads & BT_HEADS_MLM) ? s->T1 : 1;
 }
 
 /* The P·Tq query rows of one side's layer, their dropout keyed per pair (m->pair_keys): row

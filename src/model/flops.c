@@ -23,6 +23,15 @@ static double cross_layer(double n1, double n2, double h, double f) {
            + 4.0 * n1 * n2 * h;       /* Q·Kᵀ and P·V against the other modality */
 }
 
+/* Of cross_layer(n1, n2, h, f): what the n1 - 1 rows past the CLS row cost in queries. */
+static double cls_skipped(double n1, double n2, double h, double f) {
+    const double rest = n1 - 1.0;
+    return 2.0 * rest * h * h * 4.0  /* Q, output, cross Q, cross output projections */
+           + 4.0 * rest * h * f      /* FFN */
+           + 4.0 * rest * n1 * h     /* self-attention Q·Kᵀ and P·V */
+           + 4.0 * rest * n2 * h;    /* cross-attention */
+}
+
 bt_flops bt_model_flops(const bt_model_config *c, unsigned heads, size_t T) {
     const double t = (double)T, np = c->np, H = c->hidden, Ht = c->text_hidden,
                  Hv = c->vision_hidden, It = c->text_intermediate, X = c->cross_layers;
@@ -41,12 +50,9 @@ bt_flops bt_model_flops(const bt_model_config *c, unsigned heads, size_t T) {
         f.image += 2.0 * H * c->contrastive_hidden;
     }
     if (heads & BT_HEADS_ITM) f.pair += 2.0 * 2.0 * H * 2.0;
-    /* the last image-side layer on 1 query row instead of np: keys and values unchanged */
-    const double rest = np - 1.0;
-    f.pair_skipped = 2.0 * rest * H * H * 4.0  /* Q, output, cross Q, cross output */
-                     + 4.0 * rest * H * It     /* FFN */
-                     + 4.0 * rest * np * H     /* self-attention Q·Kᵀ and P·V */
-                     + 4.0 * rest * t * H;     /* cross-attention */
+    /* the last layer's side on 1 query row instead of n1: keys and values unchanged */
+    f.pair_skipped = cls_skipped(np, t, H, It);
+    if (!(heads & BT_HEADS_MLM)) f.pair_skipped += cls_skipped(t, np, H, It);
     if (heads & BT_HEADS_MLM) f.mlm_pair = 2.0 * t * H * H + 2.0 * t * H * c->vocab_size;
     return f;
 }

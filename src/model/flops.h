@@ -20,10 +20,11 @@ typedef struct bt_flops {
     double image;    /* patch embedding + vision tower + its bridge projections, one image */
     double pair;     /* cross-modal stack, poolers and pair heads (ITC cross, ITM), one pair */
     double mlm_pair; /* MLM head on one pair's T text tokens */
-    double pair_skipped; /* of `pair`: the last image-side cross layer's work on the rows
-                            past each pair's CLS row, which bt skips unless the image
-                            features are asked for (model.h bt_model_set_image_features);
-                            the counts above are the model's (what PyTorch runs) */
+    double pair_skipped; /* of `pair`: the last cross layer's work on the rows past each
+                            pair's CLS row, which bt skips unless the features are asked for
+                            (model.h bt_model_set_cross_features): the image side's, and the
+                            text side's without the MLM head; the counts above are the
+                            model's (what PyTorch runs) */
 } bt_flops;
 
 bt_flops bt_model_flops(const bt_model_config *c, unsigned heads, size_t T);

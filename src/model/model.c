@@ -401,7 +401,7 @@ void bt_model_set_keep_probs(bt_model *m, int on) {
     m->have_towers = m->have_pairs = 0; /* the slots move: the next forward places them */
 }
 
-void bt_model_set_image_features(bt_model *m, int on) { m->image_features = on != 0; }
+void bt_model_set_cross_features(bt_model *m, int on) { m->cross_features = on != 0; }
 
 int bt_model_act_bf16(const bt_model *m) {
     return m->act_bf16 && m->precision == BT_PRECISION_BF16 &&

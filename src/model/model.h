@@ -198,8 +198,8 @@ typedef struct bt_model {
                                 default 1, BT_ACT_BF16=0 at bt_model_init: 0) */
     int keep_probs;          /* attention keeps P for the backward (bt_model_set_keep_probs;
                                 default 0: recomputed; BT_ATTENTION_PROBS=keep: 1) */
-    int image_features;      /* the last cross layer's image side runs every row
-                                (bt_model_set_image_features; default 0: the CLS rows) */
+    int cross_features;      /* the last cross layer runs every row of both sides
+                                (bt_model_set_cross_features; default 0: cross.c) */
     int share_layer_grads;   /* BT_ACTS_FULL: layer internal gradients in the shared scratch
                                 layer_dact (bt_model_set_share_layer_grads; default 1) */
     bt_arena layer_act, layer_dact; /* shared layer scratch (checkpoint) and layer gradients
@@ -513,14 +513,16 @@ int bt_model_act_bf16(const bt_model *m);
  * "Attention probabilities recomputed"). Changing it ends the current phases. */
 void bt_model_set_keep_probs(bt_model *m, int on);
 
-/* The last cross layer's image side. Of Y_{X-1} (image_features) BridgeTower's heads read
- * only each pair's CLS row (the image pooler), so by default that layer runs only those
- * queries: keys and values of every row, the P CLS rows' attention, projections, LayerNorms
- * and FFN, which give the CLS rows the values the full layer gives them (docs/model.md "The
- * last cross layer"); the other rows of acts.xi[X-1].out are not computed, and row p of the
- * layer's out holds pair p's CLS row. bt_model_set_image_features(m, 1) runs every row (bt-
- * forward, which prints image_features), for image_features as HF has them. */
-void bt_model_set_image_features(bt_model *m, int on);
+/* The last cross layer. Of its outputs X_{X-1} (text_features) and Y_{X-1} (image_features)
+ * BridgeTower's heads read each pair's CLS row (the poolers: ITC, ITM) and, with the MLM head
+ * built, every text row. So by default the last layer's image side, and its text side
+ * without an MLM head, run only the CLS queries: keys and values of every row, the P CLS
+ * rows' attention, projections, LayerNorms and FFN, which give the CLS rows the values and
+ * dropout masks the full layer gives them (docs/model.md "The last cross layer"). The other
+ * rows of that side's acts.x?[X-1].out are then not computed, and its row p holds pair p's
+ * CLS row. bt_model_set_cross_features(m, 1) runs every row of both sides (bt-forward, which
+ * prints text_features and image_features as HF has them). */
+void bt_model_set_cross_features(bt_model *m, int on);
 
 /* Dropout row key of a pair (text key, image key); order matters. */
 uint64_t bt_pair_key(uint64_t text_key, uint64_t image_key);
