@@ -755,13 +755,13 @@ def main():
                 print("%s %s: bt best achieved %.1f%% of the best GEMM peak [>= 75%% for train]; first step "
                       "%.2fx a steady one [<= 1.5]" % (name, mode, 100 * bt["share_best_peak"],
                                                        bt["first_over_steady"]))
-                run = bt.get("flops_run_per_step")
-                if run and peak["best"] and run < bt["flops_per_step"]:
+                flops_run = bt.get("flops_run_per_step")
+                if flops_run and peak["best"] and flops_run < bt["flops_per_step"]:
                     # bench_step: bt skips the last cross layer's non-CLS rows (docs/model.md)
                     print("%s %s: bt runs %.1f%% of the model's FLOPs (%.3e); over those it ran at "
-                          "%.1f%% of the best GEMM peak" % (name, mode, 100 * run / bt["flops_per_step"],
-                                                           run, 100 * run * 1e-9 / bt["median_step_s"]
-                                                           / peak["best"]))
+                          "%.1f%% of the best GEMM peak"
+                          % (name, mode, 100 * flops_run / bt["flops_per_step"], flops_run,
+                             100 * flops_run * 1e-9 / bt["median_step_s"] / peak["best"]))
                 if bt.get("optimizer_share") is not None:
                     print("%s %s: bt optimizer + clip %.1f%% of the step [<= 2%%]"
                           % (name, mode, 100 * bt["optimizer_share"]))
