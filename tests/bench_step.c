@@ -350,7 +350,7 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
     const bt_flops fl = bt_model_flops(&c, BT_HEADS_ITC, nt);
     const size_t ng = nb * (size_t)ranks;
     const double flops = bt_flops_forward(&fl, ng, ng, ng, 0) * (train ? 3.0 : 1.0);
-    /* what bt runs of them: the last image-side cross layer on the CLS rows (model.h) */
+    /* what bt runs of them: the last cross layer on the CLS rows (model.h) */
     const double flops_run = flops - (cross_features ? 0.0 : (double)ng * fl.pair_skipped *
                                                                   (train ? 3.0 : 1.0));
     int threads = 1;

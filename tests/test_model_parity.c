@@ -202,7 +202,7 @@ static void cmp_fx(const safetensors_file *io, const char *group, const char *na
     free(want);
 }
 
-/* got (B, C): the CLS rows of fixture `name` (B, T, C), as the last cross layer's image side
+/* got (B, C): the CLS rows of fixture `name` (B, T, C), as a side of the last cross layer
  * holds them when it runs only those queries (model.h bt_model_set_cross_features) */
 static void cmp_fx_cls(const safetensors_file *io, const char *group, const char *name,
                        const float *got, size_t B, size_t T, size_t C, double rtol,
@@ -221,21 +221,17 @@ static void cmp_fx_cls(const safetensors_file *io, const char *group, const char
 /* got (B, T, C) against fixture `name`, or with cls got (B, C) against its CLS rows */
 static void cmp_rows(const safetensors_file *io, const char *group, const char *name,
                      const float *got, size_t B, size_t T, size_t C, int cls,
-                     const tolerances *tol);
-
-static void cmp_loss(const safetensors_file *io, const char *name, float got, double rtol) {
-    float *want = tu_fixture_f32(io, name, 1);
-    if (want) compare("losses", name, &got, want, 1, rtol, 0.0);
-    free(want);
-}
-
-static void cmp_rows(const safetensors_file *io, const char *group, const char *name,
-                     const float *got, size_t B, size_t T, size_t C, int cls,
                      const tolerances *tol) {
     if (cls)
         cmp_fx_cls(io, group, name, got, B, T, C, tol->rtol, tol->atol_frac);
     else
         cmp_fx(io, group, name, got, B * T * C, tol->rtol, tol->atol_frac);
+}
+
+static void cmp_loss(const safetensors_file *io, const char *name, float got, double rtol) {
+    float *want = tu_fixture_f32(io, name, 1);
+    if (want) compare("losses", name, &got, want, 1, rtol, 0.0);
+    free(want);
 }
 
 static void check_forward(const bt_model *m, const safetensors_file *io, const tolerances *tol,

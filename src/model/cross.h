@@ -20,8 +20,8 @@ struct bt_cross_acts {
 
 /* One cross-modal layer of one side (pair arena): rows N1 = P*T1 (this modality),
  * N2 = P*T2 (other). The query rows Nq = P*Tq are N1, or P when the layer runs only each
- * pair's CLS query (the last image-side layer in training: cross.c cross_query_rows); every
- * (N1, ...) slot below but k, v and the keys' side then holds Nq rows. */
+ * pair's CLS query (the last layer's image side, and its text side without an MLM head:
+ * cross.c cross_query_rows); every (N1, ...) slot below but k and v then holds Nq rows. */
 struct bt_cross_layer_acts {
     float *x_cls;           /* (P, H) each pair's CLS row of the layer input, when only those
                                rows are queried (cross.c cross_query_rows); else unused */
