@@ -26,6 +26,7 @@ static const char *const setting_names[BT_SET_COUNT] = {
     [BT_SET_DIST_NO_PROGRESS_THREAD] = "BT_DIST_NO_PROGRESS_THREAD",
     [BT_SET_OMP_NUM_THREADS] = "OMP_NUM_THREADS",
     [BT_SET_OMP_WAIT_POLICY] = "OMP_WAIT_POLICY",
+    [BT_SET_GOMP_SPINCOUNT] = "GOMP_SPINCOUNT",
     [BT_SET_DNNL_MAX_CPU_ISA] = "DNNL_MAX_CPU_ISA",
     [BT_SET_OMPI_COMM_WORLD_SIZE] = "OMPI_COMM_WORLD_SIZE",
     [BT_SET_OMPI_COMM_WORLD_LOCAL_SIZE] = "OMPI_COMM_WORLD_LOCAL_SIZE",
@@ -36,7 +37,8 @@ static const char *const setting_names[BT_SET_COUNT] = {
     [BT_SET_TERM] = "TERM",
 };
 
-/* Marks a process that bt re-executed to set OMP_WAIT_POLICY (removed again at the snapshot). */
+/* Marks a process that bt re-executed to set OMP_WAIT_POLICY and GOMP_SPINCOUNT (removed again
+ * at the snapshot). */
 #define REEXEC_MARK "BT_SETTINGS_REEXEC"
 
 static bt_settings snapshot;
@@ -89,8 +91,10 @@ void bt_settings_set_dnnl_isa(const char *value) {
 
 void bt_settings_prefer_passive_openmp(char **argv) {
     const bt_settings *s = bt_settings_get();
-    if (s->value[BT_SET_OMP_WAIT_POLICY] || s->passive_reexec) return;
+    if (s->value[BT_SET_OMP_WAIT_POLICY] || s->value[BT_SET_GOMP_SPINCOUNT] || s->passive_reexec)
+        return;
     if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+    if (setenv("GOMP_SPINCOUNT", BT_OPENMP_SPINCOUNT, 1) != 0) return;
     if (setenv(REEXEC_MARK, "1", 1) != 0) return;
     execv("/proc/self/exe", argv);
     /* exec failed: go on with libgomp's defaults */
@@ -107,6 +111,7 @@ void bt_settings_print(FILE *out) {
         fprintf(out, "environment set by bt: DNNL_MAX_CPU_ISA=%s (from BT_CPU_ISA)\n",
                 s->value[BT_SET_DNNL_MAX_CPU_ISA]);
     if (s->passive_reexec)
-        fprintf(out, "environment set by bt: OMP_WAIT_POLICY=PASSIVE (bt re-executed itself so "
-                     "that libgomp reads it; set OMP_WAIT_POLICY to choose)\n");
+        fprintf(out, "environment set by bt: OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=%s (bt "
+                     "re-executed itself so that libgomp reads them; set either to choose)\n",
+                BT_OPENMP_SPINCOUNT);
 }

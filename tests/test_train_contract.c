@@ -550,6 +550,43 @@ static void test_resume_checks(void) {
     free(err);
 }
 
+/* --- OpenMP's waits (kernels/cpu.h bt_runtime_prefer_passive_openmp) --------------------------
+ * bt-train --info, run through env(1) with `unset` the variables to drop and `set` extra ones:
+ * the whole output (free it). */
+static char *info_output(const char *unset, const char *set) {
+    char cmd[6000];
+    snprintf(cmd, sizeof cmd, "env %s %s '%s' --info 2>&1", unset, set, exe);
+    FILE *f = popen(cmd, "r");
+    if (!f) return strdup("");
+    size_t len = 0, cap = 1 << 16;
+    char *text = calloc(cap, 1);
+    while (text && len + 1 < cap && fgets(text + len, (int)(cap - len), f)) len += strlen(text + len);
+    pclose(f);
+    return text ? text : strdup("");
+}
+
+/* Neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set: bt sets both (PASSIVE, a spin of 1000) and
+ * re-executes itself, as --info shows; either one set by the user: bt sets nothing. */
+static void test_openmp_waits(void) {
+    char *t = info_output("-u OMP_WAIT_POLICY -u GOMP_SPINCOUNT", "");
+    tu_check(strstr(t, "environment set by bt: OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000") &&
+                 strstr(t, "environment: OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000"),
+             "neither set: bt sets OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000 and says so: %.400s",
+             t);
+    free(t);
+    static const char *const user[][2] = {
+        {"-u GOMP_SPINCOUNT", "OMP_WAIT_POLICY=ACTIVE"},
+        {"-u OMP_WAIT_POLICY", "GOMP_SPINCOUNT=7"},
+    };
+    for (int i = 0; i < 2; i++) {
+        t = info_output(user[i][0], user[i][1]);
+        tu_check(!strstr(t, "environment set by bt: OMP") && strstr(t, user[i][1]) &&
+                     !strstr(t, i ? "OMP_WAIT_POLICY=" : "GOMP_SPINCOUNT="),
+                 "%s set by the user: bt sets neither variable: %.400s", user[i][1], t);
+        free(t);
+    }
+}
+
 /* --- strict environment and numbers -------------------------------------------------------- */
 
 static void test_strict(void) {
@@ -742,6 +779,7 @@ int main(int argc, char **argv) {
     test_closed_std();
     test_resume_checks();
     test_strict();
+    test_openmp_waits();
     test_out_of_memory();
     return tu_finish();
 }

@@ -100,11 +100,17 @@ bt_status bt_runtime_check_env(void);
  * the setting ("train.threads", "OMP_NUM_THREADS"). */
 bt_status bt_runtime_check_threads(long n, const char *what);
 
-/* For the tools' main(), first thing: OpenMP threads that spin while waiting (libgomp's
- * default) steal the cores from the data loader's workers and from each other whenever
- * anything else runs; on a busy 2-core machine a small-model step took seconds instead of
- * milliseconds. Unless the user set OMP_WAIT_POLICY, this sets it to PASSIVE and re-executes
- * the program once (libgomp reads it only at start-up). Returns only when no re-exec was
+/* For the tools' main(), first thing: how idle OpenMP threads wait. libgomp's default spins
+ * about 3 ms (GOMP_SPINCOUNT 300000, by its estimate of 100000 spins per ms) before a thread
+ * sleeps: those spins steal the cores from the data loader's workers and from each other
+ * whenever anything else runs (on a busy 2-core machine a small-model step took seconds
+ * instead of milliseconds). Sleeping at once (OMP_WAIT_POLICY=PASSIVE alone) costs a futex
+ * wake-up at every parallel region instead: the base bf16 step 3-4% slower, the demo
+ * training (the small model) about 2x slower than a short spin. So, unless the user set
+ * OMP_WAIT_POLICY or GOMP_SPINCOUNT, this sets PASSIVE with GOMP_SPINCOUNT=1000 (about 10 µs
+ * of spinning before the sleep; libgomp spins none at all when it has more threads than
+ * processors) and re-executes the program once (libgomp reads both only at start-up).
+ * Measured: docs/benchmarks.md "Session 19: OpenMP waits". Returns only when no re-exec was
  * needed or possible. */
 void bt_runtime_prefer_passive_openmp(char **argv);
 
