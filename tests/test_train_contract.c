@@ -560,7 +560,8 @@ static char *info_output(const char *unset, const char *set) {
     if (!f) return strdup("");
     size_t len = 0, cap = 1 << 16;
     char *text = calloc(cap, 1);
-    while (text && len + 1 < cap && fgets(text + len, (int)(cap - len), f)) len += strlen(text + len);
+    while (text && len + 1 < cap && fgets(text + len, (int)(cap - len), f))
+        len += strlen(text + len);
     pclose(f);
     return text ? text : strdup("");
 }
