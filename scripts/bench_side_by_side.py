@@ -22,8 +22,8 @@ Runs, each in its own process (so peak RSS is that run's):
   --quick: the tiny config (32 px, text 16, batch 4, 3 steps): a smoke test in seconds.
 The twin runs in PyTorch's tuned environment (bt too with --same-env; otherwise bt gets only
 OMP_NUM_THREADS, and bench_step sets OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000 itself as bt's
-tools do): OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=1000 (both: docs/benchmarks.md "Session 19:
-OpenMP waits"),
+tools do): OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=1000 (both: docs/benchmarks.md "Results
+(session 19)"),
 OPENBLAS_THREAD_TIMEOUT=4, MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ raised so glibc
 keeps freed memory instead of returning (and re-faulting) it, torch.set_num_threads(N).
 A twin mode that cannot finish its steps within --budget seconds is stopped and reported as

@@ -110,7 +110,7 @@ bt_status bt_runtime_check_threads(long n, const char *what);
  * OMP_WAIT_POLICY or GOMP_SPINCOUNT, this sets PASSIVE with GOMP_SPINCOUNT=1000 (about 10 µs
  * of spinning before the sleep; libgomp spins none at all when it has more threads than
  * processors) and re-executes the program once (libgomp reads both only at start-up).
- * Measured: docs/benchmarks.md "Session 19: OpenMP waits". Returns only when no re-exec was
+ * Measured: docs/benchmarks.md "Results (session 19)". Returns only when no re-exec was
  * needed or possible. */
 void bt_runtime_prefer_passive_openmp(char **argv);
 
