@@ -21,7 +21,6 @@
  * Deliberately not here: gemm's own tests (test_gemm.c), the oneDNN route of attention
  * (test_ops_fast.c runs both routes against the reference). */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,22 +389,13 @@ static void test_attention(const char *products, const char *label, size_t B, si
 
 /* --- 4. a capped oneDNN ISA keeps the AMX products off ------------------------------------- */
 
-/* `env ARGS` (ARGS formatted from fmt) with its stdout in out; returns the exit code */
-static int run_env(char *out, size_t cap, const char *fmt, ...) {
-    static char err[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    const int rc = tu_vrun_captured("/usr/bin/env", NULL, tu_tmpdir(), out, cap, err, sizeof err,
-                                    fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* `bt-forward --info` under the environment `env_args`: its "attention products" line starts
  * with `want` */
 static void check_info(const char *bt_forward, const char *env_args, const char *want) {
     static char out[16384];
-    tu_check(run_env(out, sizeof out, "%s '%s' --info", env_args, bt_forward) == 0,
+    static char err[4096];
+    tu_check(tu_run_env_captured(out, sizeof out, err, sizeof err, "%s '%s' --info", env_args,
+                                 bt_forward) == 0,
              "bt-forward --info runs (%s)", env_args);
     const char *line = strstr(out, "attention products: ");
     tu_check(line && strncmp(line + strlen("attention products: "), want, strlen(want)) == 0,

@@ -398,24 +398,16 @@ static void test_gemm(void) {
 static const char *bin, *tmp;
 static char model_dir[1024];
 
-static int run_sh(char *err, size_t err_cap, const char *fmt, ...) {
-    static char out[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    const int rc =
-        tu_vrun_captured("/usr/bin/env", NULL, tmp, out, sizeof out, err, err_cap, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* bt-forward --head itm --backward on `in` under the environment of (isa, threads, backend);
  * DNNL_MAX_CPU_ISA is emptied so that BT_CPU_ISA sets the matching oneDNN cap (cpu.h). */
 static int run_fwd(bt_isa isa, int threads, const char *backend, const char *in, const char *out) {
+    static char stdout_text[4096];
     char err[4096];
-    const int rc = run_sh(err, sizeof err,
-                          "BT_CPU_ISA=%s DNNL_MAX_CPU_ISA= OMP_NUM_THREADS=%d BT_GEMM=%s '%s' "
-                          "--model '%s' --inputs '%s' --output '%s' --head itm --backward",
-                          bt_isa_name(isa), threads, backend, bin, model_dir, in, out);
+    const int rc = tu_run_env_captured(
+        stdout_text, sizeof stdout_text, err, sizeof err,
+        "BT_CPU_ISA=%s DNNL_MAX_CPU_ISA= OMP_NUM_THREADS=%d BT_GEMM=%s '%s' --model '%s' "
+        "--inputs '%s' --output '%s' --head itm --backward",
+        bt_isa_name(isa), threads, backend, bin, model_dir, in, out);
     if (rc != 0)
         printf("# bt-forward (%s, %d threads, %s) exit %d: %s\n", bt_isa_name(isa), threads,
                backend, rc, err);

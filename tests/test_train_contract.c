@@ -551,19 +551,14 @@ static void test_resume_checks(void) {
 }
 
 /* --- OpenMP's waits (kernels/cpu.h bt_runtime_prefer_passive_openmp) --------------------------
- * bt-train --info, run through env(1) with `unset` the variables to drop and `set` extra ones:
- * the whole output (free it). */
+ * bt-train --info (stdout), run through env(1) with `unset` the variables to drop and `set`
+ * extra ones (free it). */
 static char *info_output(const char *unset, const char *set) {
-    char cmd[6000];
-    snprintf(cmd, sizeof cmd, "env %s %s '%s' --info 2>&1", unset, set, exe);
-    FILE *f = popen(cmd, "r");
-    if (!f) return strdup("");
-    size_t len = 0, cap = 1 << 16;
-    char *text = calloc(cap, 1);
-    while (text && len + 1 < cap && fgets(text + len, (int)(cap - len), f))
-        len += strlen(text + len);
-    pclose(f);
-    return text ? text : strdup("");
+    static char err[4096];
+    char *out = calloc(1 << 16, 1);
+    if (!out) return strdup("");
+    tu_run_env_captured(out, 1 << 16, err, sizeof err, "%s %s '%s' --info", unset, set, exe);
+    return out;
 }
 
 /* Neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set: bt sets both (PASSIVE, a spin of 1000) and

@@ -250,6 +250,16 @@ static void tu_read_into(const char *path, char *buf, size_t cap) {
     fclose(f);
 }
 
+int tu_run_env_captured(char *out, size_t out_cap, char *err, size_t err_cap,
+                        const char *args_fmt, ...) {
+    va_list ap;
+    va_start(ap, args_fmt);
+    const int rc = tu_vrun_captured("/usr/bin/env", NULL, tu_tmpdir(), out, out_cap, err, err_cap,
+                                    args_fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
 int tu_vrun_captured(const char *exe, const char *stdin_path, const char *dir, char *out,
                      size_t out_cap, char *err, size_t err_cap, const char *args_fmt, va_list ap) {
     char args[4096], cmd[8192], p[1100];

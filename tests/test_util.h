@@ -89,6 +89,10 @@ int tu_files_equal(const char *a, const char *b);
  * command did not exit normally (a crash). For the tests of the command-line tools. */
 int tu_vrun_captured(const char *exe, const char *stdin_path, const char *dir, char *out,
                      size_t out_cap, char *err, size_t err_cap, const char *args_fmt, va_list ap);
+/* tu_vrun_captured of "/usr/bin/env ARGS" in tu_tmpdir(), stdin inherited: a tool run under
+ * an environment of its own (ARGS: "VAR=value ... -u VAR ... 'exe' args"). */
+int tu_run_env_captured(char *out, size_t out_cap, char *err, size_t err_cap,
+                        const char *args_fmt, ...);
 /* clock_gettime(id) in seconds (benchmarks: CLOCK_MONOTONIC for wall time,
  * CLOCK_PROCESS_CPUTIME_ID for CPU time). */
 double tu_clock_seconds(clockid_t id);
