@@ -775,6 +775,15 @@ def main():
                       "of nothing else would reach %.0f%% of the best GEMM peak%s"
                       % (name, mode, g, bt["median_step_s"], 100 * bt["flops_per_step"] * 1e-9 / g / peak["best"],
                          ", %.2fx the twin best" % (tw["median_step_s"] / g) if tw else ""))
+            if bt and tw and peak["best"]:
+                # The machine's bound on the ratio: every FLOP bt runs, attention's included,
+                # at the best GEMM peak, and nothing else in the step. A target above it cannot
+                # be met on this machine, whatever bt's kernels do.
+                flops = bt.get("flops_run_per_step") or bt["flops_per_step"]
+                at_peak = flops * 1e-9 / peak["best"]
+                print("%s %s: FLOP bound: bt's %.3e FLOPs take %.3f s at the best GEMM peak: at most "
+                      "%.2fx the twin best on this machine" % (name, mode, flops, at_peak,
+                                                               tw["median_step_s"] / at_peak))
             for prec_bt, prec_tw in (("fp32", "fp32"), ("bf16", "bf16-autocast")):
                 b = next((r for r in rs if r["impl"] == "bt" and r["precision"] == prec_bt), None)
                 t = next((r for r in rs if r["impl"] == "twin" and r["precision"] == prec_tw), None)
