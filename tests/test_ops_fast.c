@@ -1449,21 +1449,28 @@ static void test_bf16_impl(const char *impl) {
         printf("# bf16 conversion '%s' not supported by this CPU: not tested here\n", impl);
         return;
     }
-    /* the special cases, at every offset of a 64-element buffer (vector bodies and tails) */
+    /* the special cases, at every offset of buffers of 64, 53 and 5 elements: the vector
+     * bodies (32 at a time) and the tails (here 16 and then 5 under lane masks) */
     int ok = 1;
     float in[64];
     bt_bf16 out[64], want[64];
-    for (size_t pos = 0; pos < 64; pos++) {
-        tu_fill_uniform_f32(&rng, in, 64, -4, 4);
-        for (size_t c = 0; c < NBF16_CASES; c++) {
-            in[pos] = f32_bits(BF16_CASES[c].in);
-            bf16_from_f32(out, in, 64);
-            bf16_from_f32_ref(want, in, 64);
-            ok &= out[pos] == BF16_CASES[c].want && memcmp(out, want, sizeof out) == 0;
+    static const size_t lens[] = {64, 53, 5};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const size_t len = lens[li];
+        for (size_t pos = 0; pos < len; pos++) {
+            tu_fill_uniform_f32(&rng, in, len, -4, 4);
+            for (size_t c = 0; c < NBF16_CASES; c++) {
+                in[pos] = f32_bits(BF16_CASES[c].in);
+                bf16_from_f32(out, in, len);
+                bf16_from_f32_ref(want, in, len);
+                ok &= out[pos] == BF16_CASES[c].want &&
+                      memcmp(out, want, len * sizeof *out) == 0;
+            }
         }
     }
     snprintf(name, sizeof name,
-             "bf16_from_f32 [%s]: ties-to-even, NaN, Inf, subnormals at every offset", impl);
+             "bf16_from_f32 [%s]: ties-to-even, NaN, Inf, subnormals at every offset of 64, "
+             "53 and 5 elements", impl);
     tu_check(ok, "%s", name);
     /* every length 0..200 (all odd ones included) and a large odd one, random bits */
     ok = 1;
