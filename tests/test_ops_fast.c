@@ -1450,7 +1450,7 @@ static void test_bf16_impl(const char *impl) {
         return;
     }
     /* the special cases, at every offset of buffers of 64, 53 and 5 elements: the vector
-     * bodies (32 at a time) and the tails (here 16 and then 5 under lane masks) */
+     * body (32 at a time) and the tails past it (here 21 and 5 elements) */
     int ok = 1;
     float in[64];
     bt_bf16 out[64], want[64];
