@@ -18,6 +18,14 @@
  *   4. A capped oneDNN ISA selects what runs there (bt-forward --info, a child process).
  * Skipped (77) when the CPU runs neither kernel (no AMX-BF16 granted, no AVX512-BF16).
  *
+ * Built a second time as test_attention_amx_emulated (BT_AMX_EMULATED=1, linked with a kernels
+ * library whose AMX tile instructions are src/kernels/attention_amx_emulated.h's C versions):
+ * 1-3 for the AMX products alone, on any CPU whose AVX-512 runs their packing and whose
+ * oneDNN runs the native bf16 route (else skipped, 77). What the emulation cannot show is
+ * the instructions' own bits, so there the gemm route is compared within the tolerances and
+ * its bitwise check is left to this binary on an AMX machine (said in the output); 4 needs
+ * bt-forward, which runs the real instructions, and is not run.
+ *
  * Deliberately not here: gemm's own tests (test_gemm.c), the oneDNN route of attention
  * (test_ops_fast.c runs both routes against the reference). */
 #include <math.h>
@@ -36,6 +44,10 @@
 #include "kernels/ops_ref.h"
 #include "test_attention_case.h"
 #include "test_util.h"
+
+#ifndef BT_AMX_EMULATED
+#define BT_AMX_EMULATED 0
+#endif
 
 static tu_rng rng;
 
@@ -201,6 +213,10 @@ static void test_products(void) {
         {325, 40, 64}, {64, 325, 40}, {64, 40, 325}, {1, 325, 325}, {325, 1, 64},
     };
     for (int kn = K_AMX; kn <= K_DPBF16; kn++) {
+        if (BT_AMX_EMULATED && kn == K_DPBF16) {
+            printf("# avx512_bf16 products: in test_attention_tiles (this binary emulates AMX)\n");
+            continue;
+        }
         if (!(kn == K_AMX ? attention_amx_available() : attention_dpbf16_available())) {
             printf("# %s products: not run (the CPU does not run them)\n",
                    kernel_name((kernel)kn));
@@ -308,18 +324,25 @@ static void test_attention(const char *products, const char *label, size_t B, si
         dmax = fabs((double)f.out[i] - g.out[i]) > dmax ? fabs((double)f.out[i] - g.out[i]) : dmax;
     printf("# %s: %s vs gemm products, forward out: largest difference %.3g of max|out| %.3g\n",
            label, products, dmax, max_abs(g.out, a.on));
-    snprintf(name, sizeof name, "attention %s = gemm products bitwise (out, probs, grads) %s",
-             products, label);
-    tu_check(memcmp(f.out, g.out, a.on * sizeof(float)) == 0 &&
-                 memcmp(f.probs, g.probs, a.pn * sizeof(float)) == 0 &&
-                 memcmp(f.gq, g.gq, a.qn * sizeof(float)) == 0 &&
-                 (!a.kvn || memcmp(f.gkv, g.gkv, a.kvn * sizeof(float)) == 0),
-             "%s", name);
+    if (BT_AMX_EMULATED) {
+        printf("# %s: bitwise equality with the gemm route not checked: the tiles are emulated "
+               "(test_attention_tiles checks it where AMX runs)\n", label);
+    } else {
+        snprintf(name, sizeof name,
+                 "attention %s = gemm products bitwise (out, probs, grads) %s", products, label);
+        tu_check(memcmp(f.out, g.out, a.on * sizeof(float)) == 0 &&
+                     memcmp(f.probs, g.probs, a.pn * sizeof(float)) == 0 &&
+                     memcmp(f.gq, g.gq, a.qn * sizeof(float)) == 0 &&
+                     (!a.kvn || memcmp(f.gkv, g.gkv, a.kvn * sizeof(float)) == 0),
+                 "%s", name);
+    }
     snprintf(name, sizeof name, "attention gemm fwd out vs reference %s", label);
     close_f32(name, g.out, r.out, a.on, 1.0 / 32);
 
     /* each gradient alone (the others NULL: the row pass then skips dS, or Pd) is the same
-     * bits as with all three: the products are independent of each other */
+     * bits as with all three: the products are independent of each other (on `products`
+     * again: the gemm route above gives the same bits only where the tiles are not emulated) */
+    tu_check(ops_attention_products_select(products), "products '%s' selected", products);
     {
         const size_t C = a.d.NH * a.d.D;
         float *gq = xmalloc(a.qn * sizeof(float));
@@ -406,6 +429,10 @@ static void check_info(const char *bt_forward, const char *env_args, const char 
 int main(int argc, char **argv) {
     tu_rng_seed(&rng, 20261124);
     const int amx = attention_amx_available(), dp = attention_dpbf16_available();
+    if (BT_AMX_EMULATED && !amx) {
+        tu_skip("the emulated AMX products' packing needs AVX-512 (F, BW): not on this CPU");
+        return tu_finish();
+    }
     if (!amx && !dp) {
         tu_skip("the CPU runs neither kernel (no AMX-BF16 granted, no AVX512-BF16)");
         return tu_finish();
@@ -413,9 +440,13 @@ int main(int argc, char **argv) {
     test_products();
 
     gemm_init_from_env();
-    /* the products oneDNN's ISA selects (those whose bits its own kernels give) */
+    /* the products oneDNN's ISA selects (those whose bits its own kernels give); the emulated
+     * AMX products wherever oneDNN runs bf16 products natively */
     const char *isa = gemm_cpu_isa_name();
-    const char *products = amx && strcmp(isa, "avx512_core_amx") == 0    ? "amx"
+    const int bf16_isa =
+        strcmp(isa, "avx512_core_amx") == 0 || strcmp(isa, "avx512_core_bf16") == 0;
+    const char *products = BT_AMX_EMULATED ? (bf16_isa ? "amx" : NULL)
+                           : amx && strcmp(isa, "avx512_core_amx") == 0 ? "amx"
                            : dp && strcmp(isa, "avx512_core_bf16") == 0 ? "avx512_bf16"
                                                                          : NULL;
     if (gemm_get_backend() != GEMM_BACKEND_ONEDNN || !products ||
@@ -449,7 +480,7 @@ int main(int argc, char **argv) {
         ops_attention_threads_select("auto");
     }
 
-    if (argc > 1) { /* bt-forward: the --info line under a capped oneDNN ISA, and uncapped */
+    if (argc > 1 && !BT_AMX_EMULATED) { /* bt-forward: the --info line, capped and not */
         const char *bin = argv[1];
         if (amx) {
             check_info(bin, "-u BT_ATTENTION_PRODUCTS -u BT_CPU_ISA -u DNNL_MAX_CPU_ISA",

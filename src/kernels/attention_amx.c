@@ -16,6 +16,13 @@
  * strides multiples of 64 bytes): a row that straddles two lines made a 325 x 64 x 325
  * product 2.5x slower (docs/benchmarks.md, "Session 7: AMX attention products").
  *
+ * Emulated tiles (BT_AMX_EMULATED=1, the test build only): the tile instructions below are
+ * written as AMX_TILE_* macros, which are the instructions themselves in bt's library and
+ * attention_amx_emulated.h's C versions in the library of test_attention_amx_emulated, where
+ * attention_amx_available() says yes wherever the packing's AVX-512 runs. So the kernels and
+ * ops.c's AMX route are tested on CPUs without AMX; the instructions' own bits are tested
+ * where AMX runs (test_attention_tiles).
+ *
  * Deliberately not here: the reference (the same products run by gemm(), ops.c and
  * tests/test_attention_tiles.c's double products), anything but bf16 operands. */
 #include "kernels/attention_amx.h"
@@ -32,8 +39,25 @@
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw")))
+#if BT_AMX_EMULATED
+#include "kernels/attention_amx_emulated.h"
+#define AMX_TARGET AVX512_TARGET
+#define AMX_TILE_LOADCONFIG(cfg) amx_emulated_loadconfig(cfg)
+#define AMX_TILE_ZERO(t) amx_emulated_zero(t)
+#define AMX_TILE_LOADD(t, base, stride) amx_emulated_loadd(t, base, stride)
+#define AMX_TILE_STORED(t, base, stride) amx_emulated_stored(t, base, stride)
+#define AMX_TILE_DPBF16PS(c, a, b) amx_emulated_dpbf16ps(c, a, b)
+#define AMX_TILE_RELEASE() amx_emulated_release()
+#else
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
+#define AMX_TILE_LOADCONFIG(cfg) _tile_loadconfig(cfg)
+#define AMX_TILE_ZERO(t) _tile_zero(t)
+#define AMX_TILE_LOADD(t, base, stride) _tile_loadd(t, base, stride)
+#define AMX_TILE_STORED(t, base, stride) _tile_stored(t, base, stride)
+#define AMX_TILE_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
+#define AMX_TILE_RELEASE() _tile_release()
+#endif
 #else
 #define AMX_BUILT 0
 #endif
@@ -48,6 +72,13 @@
 static int amx_ok;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
+#if BT_AMX_EMULATED
+/* the emulated tiles need only what the packing runs */
+static void amx_probe(void) {
+    __builtin_cpu_init();
+    amx_ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+}
+#else
 static void amx_probe(void) {
     unsigned a, b, c, d;
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
@@ -66,6 +97,7 @@ static void amx_probe(void) {
     if (syscall(SYS_arch_prctl, AMX_ARCH_REQ_XCOMP_PERM, AMX_XFEATURE_XTILEDATA) != 0) return;
     amx_ok = 1;
 }
+#endif
 
 int attention_amx_available(void) {
     pthread_once(&amx_once, amx_probe);
@@ -112,22 +144,22 @@ AVX512_TARGET static void amx_store(float *c, size_t ldc, int c_trans, const flo
                                               const bt_bf16 *a, size_t lda, const bt_bf16 *b, \
                                               size_t ldb, size_t m, size_t n, size_t kp,       \
                                               size_t i0, size_t j0, float alpha, float beta) { \
-        _tile_zero(0);                                                                         \
-        if (NT > 1) _tile_zero(1);                                                             \
-        if (MT > 1) _tile_zero(2);                                                             \
-        if (MT > 1 && NT > 1) _tile_zero(3);                                                   \
+        AMX_TILE_ZERO(0);                                                                      \
+        if (NT > 1) AMX_TILE_ZERO(1);                                                          \
+        if (MT > 1) AMX_TILE_ZERO(2);                                                          \
+        if (MT > 1 && NT > 1) AMX_TILE_ZERO(3);                                                \
         const int sa = (int)(lda * sizeof(bt_bf16)), sb = (int)(ldb * sizeof(bt_bf16));       \
         for (size_t k = 0; k < kp; k += 32) {                                                  \
             const bt_bf16 *ak = a + i0 * lda + k, *bk = b + (k / 2) * ldb + 2 * j0;            \
-            _tile_loadd(4, ak, sa);                                                            \
-            _tile_loadd(6, bk, sb);                                                            \
-            if (NT > 1) _tile_loadd(7, bk + 32, sb);                                           \
-            _tile_dpbf16ps(0, 4, 6);                                                           \
-            if (NT > 1) _tile_dpbf16ps(1, 4, 7);                                               \
+            AMX_TILE_LOADD(4, ak, sa);                                                         \
+            AMX_TILE_LOADD(6, bk, sb);                                                         \
+            if (NT > 1) AMX_TILE_LOADD(7, bk + 32, sb);                                        \
+            AMX_TILE_DPBF16PS(0, 4, 6);                                                        \
+            if (NT > 1) AMX_TILE_DPBF16PS(1, 4, 7);                                            \
             if (MT > 1) {                                                                      \
-                _tile_loadd(5, ak + 16 * lda, sa);                                             \
-                _tile_dpbf16ps(2, 5, 6);                                                       \
-                if (NT > 1) _tile_dpbf16ps(3, 5, 7);                                           \
+                AMX_TILE_LOADD(5, ak + 16 * lda, sa);                                          \
+                AMX_TILE_DPBF16PS(2, 5, 6);                                                    \
+                if (NT > 1) AMX_TILE_DPBF16PS(3, 5, 7);                                        \
             }                                                                                  \
         }                                                                                      \
         float acc[16 * 16];                                                                    \
@@ -139,10 +171,10 @@ AVX512_TARGET static void amx_store(float *c, size_t ldc, int c_trans, const flo
             const int direct = AMX_DIRECT(c_trans, alpha, beta, rows, cols);                   \
             float *dst = direct ? c + i * ldc + j : acc;                                       \
             const int ld = direct ? (int)(ldc * sizeof(float)) : 64;                           \
-            if (t == 0) _tile_stored(0, dst, ld);                                              \
-            if (t == 1) _tile_stored(1, dst, ld);                                              \
-            if (t == 2) _tile_stored(2, dst, ld);                                              \
-            if (t == 3) _tile_stored(3, dst, ld);                                              \
+            if (t == 0) AMX_TILE_STORED(0, dst, ld);                                           \
+            if (t == 1) AMX_TILE_STORED(1, dst, ld);                                           \
+            if (t == 2) AMX_TILE_STORED(2, dst, ld);                                           \
+            if (t == 3) AMX_TILE_STORED(3, dst, ld);                                           \
             if (!direct)                                                                       \
                 amx_store(c_trans ? c + j * ldc + i : c + i * ldc + j, ldc, c_trans, acc,      \
                           rows, cols, alpha, beta);                                            \
@@ -159,16 +191,16 @@ AMX_TARGET static void amx_block_21(float *c, size_t ldc, int c_trans, const bt_
                                     size_t lda, const bt_bf16 *b, size_t ldb, size_t m,
                                     size_t n, size_t kp, size_t i0, size_t j0, float alpha,
                                     float beta) {
-    _tile_zero(0);
-    _tile_zero(2);
+    AMX_TILE_ZERO(0);
+    AMX_TILE_ZERO(2);
     const int sa = (int)(lda * sizeof(bt_bf16)), sb = (int)(ldb * sizeof(bt_bf16));
     for (size_t k = 0; k < kp; k += 32) {
         const bt_bf16 *ak = a + i0 * lda + k, *bk = b + (k / 2) * ldb + 2 * j0;
-        _tile_loadd(6, bk, sb);
-        _tile_loadd(4, ak, sa);
-        _tile_loadd(5, ak + 16 * lda, sa);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(2, 5, 6);
+        AMX_TILE_LOADD(6, bk, sb);
+        AMX_TILE_LOADD(4, ak, sa);
+        AMX_TILE_LOADD(5, ak + 16 * lda, sa);
+        AMX_TILE_DPBF16PS(0, 4, 6);
+        AMX_TILE_DPBF16PS(2, 5, 6);
     }
     float acc[16 * 16];
     for (size_t ti = 0; ti < 2; ti++) {
@@ -177,8 +209,8 @@ AMX_TARGET static void amx_block_21(float *c, size_t ldc, int c_trans, const bt_
         const int direct = AMX_DIRECT(c_trans, alpha, beta, rows, cols);
         float *dst = direct ? c + i * ldc + j : acc;
         const int ld = direct ? (int)(ldc * sizeof(float)) : 64;
-        if (ti == 0) _tile_stored(0, dst, ld);
-        else _tile_stored(2, dst, ld);
+        if (ti == 0) AMX_TILE_STORED(0, dst, ld);
+        else AMX_TILE_STORED(2, dst, ld);
         if (!direct)
             amx_store(c_trans ? c + j * ldc + i : c + i * ldc + j, ldc, c_trans, acc, rows, cols,
                       alpha, beta);
@@ -196,7 +228,7 @@ AMX_TARGET void attention_amx_gemm(float *c, size_t ldc, int c_trans, const bt_b
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
+    AMX_TILE_LOADCONFIG(&cfg);
     const size_t mt = (m + 15) / 16, nt = (n + 15) / 16;
     for (size_t ti = 0; ti < mt; ti += 2) {
         const int two_m = ti + 1 < mt;
@@ -213,7 +245,7 @@ AMX_TARGET void attention_amx_gemm(float *c, size_t ldc, int c_trans, const bt_b
                 amx_block_11(c, ldc, c_trans, a, lda, b, ldb, m, n, kp, i0, j0, alpha, beta);
         }
     }
-    _tile_release();
+    AMX_TILE_RELEASE();
 }
 
 /* --- packing ------------------------------------------------------------------------------- */

@@ -1,0 +1,112 @@
+/* attention_amx_emulated.h: the six AMX tile instructions attention_amx.c uses, written in C,
+ * so that its kernels and ops.c's AMX route run and are tested on CPUs without AMX.
+ *
+ * Only the test build includes this: tests/meson.build compiles attention_amx.c and ops.c a
+ * second time with BT_AMX_EMULATED=1 into the kernels library of
+ * test_attention_amx_emulated. The product's library always runs the instructions
+ * themselves; nothing here is linked into bt's programs.
+ *
+ * What it models (Intel SDM, "TILELOADD", "TILESTORED", "TILEZERO", "TDPBF16PS"): eight tiles
+ * per thread, each rows x colsb bytes as the last loaded palette-1 configuration set them;
+ * a load fills the configured rows from memory and zeroes the rest; tdpbf16ps adds, for
+ * each row m of C and each dword k of A's row, the two products of the bf16 pair with
+ * row k of B's pair at the same column, in the order k = 0, 1, ... and within a pair the
+ * even element first, each addition in fp32 with round to nearest even, denormal inputs
+ * and results flushed to zero. The products of two bf16 values are exact in fp32, so the
+ * only roundings are those additions. The hardware's order of the two additions within a
+ * pair (or a fused pair sum) is not documented in enough detail to promise its bits: the
+ * emulation stands for the instruction's arithmetic within test_attention_tiles' tolerances
+ * (k 2^-23 relative to the sum of |products|), not for its exact bits, and its test says so.
+ *
+ * Deliberately not here: palettes other than 1, the tile configuration's start_row
+ * (interrupted loads), any speed. */
+#ifndef BT_ATTENTION_AMX_EMULATED_H
+#define BT_ATTENTION_AMX_EMULATED_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "status.h"
+
+typedef struct amx_emulated_tile {
+    unsigned rows, colsb;
+    uint8_t data[16][64];
+} amx_emulated_tile;
+
+/* the calling thread's tiles (each OpenMP thread configures its own, as on the hardware) */
+static _Thread_local amx_emulated_tile amx_emulated_tiles[8];
+
+/* palette 1: byte 0 the palette, bytes 16 + 2 t the bytes of tile t's rows, 48 + t its rows */
+static inline void amx_emulated_loadconfig(const void *config) {
+    const uint8_t *c = (const uint8_t *)config;
+    BT_ASSERTF(c[0] == 1, "amx emulation: palette %u (only palette 1 is modelled)", c[0]);
+    for (int t = 0; t < 8; t++) {
+        amx_emulated_tile *x = &amx_emulated_tiles[t];
+        x->colsb = (unsigned)c[16 + 2 * t] | (unsigned)c[17 + 2 * t] << 8;
+        x->rows = c[48 + t];
+        BT_ASSERT(x->rows <= 16 && x->colsb <= 64 && x->colsb % 4 == 0);
+        memset(x->data, 0, sizeof x->data);
+    }
+}
+
+static inline void amx_emulated_zero(int t) {
+    memset(amx_emulated_tiles[t].data, 0, sizeof amx_emulated_tiles[t].data);
+}
+
+static inline void amx_emulated_loadd(int t, const void *base, long stride) {
+    amx_emulated_tile *x = &amx_emulated_tiles[t];
+    memset(x->data, 0, sizeof x->data);
+    for (unsigned r = 0; r < x->rows; r++)
+        memcpy(x->data[r], (const uint8_t *)base + (long)r * stride, x->colsb);
+}
+
+static inline void amx_emulated_stored(int t, void *base, long stride) {
+    const amx_emulated_tile *x = &amx_emulated_tiles[t];
+    for (unsigned r = 0; r < x->rows; r++)
+        memcpy((uint8_t *)base + (long)r * stride, x->data[r], x->colsb);
+}
+
+/* fp32 with a denormal flushed to a zero of the same sign */
+static inline float amx_emulated_flush(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* bf16 (the high half of an fp32) widened exactly, a denormal input taken as zero */
+static inline float amx_emulated_bf16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return amx_emulated_flush(x);
+}
+
+/* C (tile c, fp32) += A (tile a, bf16 pairs) · B (tile b, bf16 pairs in VNNI rows) */
+static inline void amx_emulated_dpbf16ps(int c, int a, int b) {
+    amx_emulated_tile *tc = &amx_emulated_tiles[c];
+    const amx_emulated_tile *ta = &amx_emulated_tiles[a], *tb = &amx_emulated_tiles[b];
+    const unsigned K = ta->colsb / 4, N = tc->colsb / 4;
+    BT_ASSERT(ta->rows == tc->rows && tb->rows == K && tb->colsb == tc->colsb);
+    for (unsigned m = 0; m < tc->rows; m++)
+        for (unsigned n = 0; n < N; n++) {
+            float acc;
+            memcpy(&acc, tc->data[m] + 4 * n, sizeof acc);
+            for (unsigned k = 0; k < K; k++)
+                for (unsigned e = 0; e < 2; e++) {
+                    const float p = amx_emulated_bf16(ta->data[m] + 4 * k + 2 * e) *
+                                    amx_emulated_bf16(tb->data[k] + 4 * n + 2 * e);
+                    acc = amx_emulated_flush(acc + p);
+                }
+            memcpy(tc->data[m] + 4 * n, &acc, sizeof acc);
+        }
+}
+
+static inline void amx_emulated_release(void) {
+    memset(amx_emulated_tiles, 0, sizeof amx_emulated_tiles);
+}
+
+#endif
