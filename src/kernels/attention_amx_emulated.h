@@ -10,13 +10,19 @@
  * per thread, each rows x colsb bytes as the last loaded palette-1 configuration set them;
  * a load fills the configured rows from memory and zeroes the rest; tdpbf16ps adds, for
  * each row m of C and each dword k of A's row, the two products of the bf16 pair with
- * row k of B's pair at the same column, in the order k = 0, 1, ... and within a pair the
- * even element first, each addition in fp32 with round to nearest even, denormal inputs
- * and results flushed to zero. The products of two bf16 values are exact in fp32, so the
- * only roundings are those additions. The hardware's order of the two additions within a
- * pair (or a fused pair sum) is not documented in enough detail to promise its bits: the
- * emulation stands for the instruction's arithmetic within test_attention_tiles' tolerances
- * (k 2^-23 relative to the sum of |products|), not for its exact bits, and its test says so.
+ * row k of B's pair at the same column, in the order k = 0, 1, ..., each addition in fp32
+ * with round to nearest even, denormal inputs and results flushed to zero. The products of
+ * two bf16 values are exact in fp32, so the only roundings are those additions.
+ *
+ * Within a pair the odd element's product is added first. That is the SDM's order for
+ * VDPBF16PS; for TDPBF16PS the intrinsics guide lists the even one first and the SDM sums
+ * the two lanes apart, so which order AMX hardware uses is not known here, and the
+ * instruction's own bits are tested only where it runs (test_attention_tiles). With this
+ * order the emulated products gave the bits of oneDNN's avx512_core_bf16 kernels (vdpbf16ps)
+ * in every case test_attention_amx_emulated runs, on the Zen 4 of session 22; with the even
+ * element first they differed by up to 6.6e-7 of outputs near 1. So where oneDNN runs at
+ * avx512_core_bf16, that test compares bitwise: the pair arithmetic is the same on both
+ * sides, and what it checks is that the AMX kernels sum K in oneDNN's order.
  *
  * Deliberately not here: palettes other than 1, the tile configuration's start_row
  * (interrupted loads), any speed. */
@@ -96,7 +102,7 @@ static inline void amx_emulated_dpbf16ps(int c, int a, int b) {
             float acc;
             memcpy(&acc, tc->data[m] + 4 * n, sizeof acc);
             for (unsigned k = 0; k < K; k++)
-                for (unsigned e = 0; e < 2; e++) {
+                for (unsigned e = 2; e-- > 0;) { /* the odd element first */
                     const float p = amx_emulated_bf16(ta->data[m] + 4 * k + 2 * e) *
                                     amx_emulated_bf16(tb->data[k] + 4 * n + 2 * e);
                     acc = amx_emulated_flush(acc + p);
