@@ -21,8 +21,9 @@
  * order the emulated products gave the bits of oneDNN's avx512_core_bf16 kernels (vdpbf16ps)
  * in every case test_attention_amx_emulated runs, on the Zen 4 of session 22; with the even
  * element first they differed by up to 6.6e-7 of outputs near 1. So where oneDNN runs at
- * avx512_core_bf16, that test compares bitwise: the pair arithmetic is the same on both
- * sides, and what it checks is that the AMX kernels sum K in oneDNN's order.
+ * avx512_core_bf16 and the CPU's vdpbf16ps adds random pairs as amx_emulated_pair does (the
+ * test checks that first), that test compares bitwise: the pair arithmetic is the same on
+ * both sides, and what it checks is that the AMX kernels sum K in oneDNN's order.
  *
  * Deliberately not here: palettes other than 1, the tile configuration's start_row
  * (interrupted loads), any speed. */
@@ -91,6 +92,13 @@ static inline float amx_emulated_bf16(const uint8_t *p) {
     return amx_emulated_flush(x);
 }
 
+/* acc + the products of the bf16 pairs at a and b (two bf16 each), the odd element first */
+static inline float amx_emulated_pair(float acc, const uint8_t *a, const uint8_t *b) {
+    for (unsigned e = 2; e-- > 0;)
+        acc = amx_emulated_flush(acc + amx_emulated_bf16(a + 2 * e) * amx_emulated_bf16(b + 2 * e));
+    return acc;
+}
+
 /* C (tile c, fp32) += A (tile a, bf16 pairs) · B (tile b, bf16 pairs in VNNI rows) */
 static inline void amx_emulated_dpbf16ps(int c, int a, int b) {
     amx_emulated_tile *tc = &amx_emulated_tiles[c];
@@ -102,11 +110,7 @@ static inline void amx_emulated_dpbf16ps(int c, int a, int b) {
             float acc;
             memcpy(&acc, tc->data[m] + 4 * n, sizeof acc);
             for (unsigned k = 0; k < K; k++)
-                for (unsigned e = 2; e-- > 0;) { /* the odd element first */
-                    const float p = amx_emulated_bf16(ta->data[m] + 4 * k + 2 * e) *
-                                    amx_emulated_bf16(tb->data[k] + 4 * n + 2 * e);
-                    acc = amx_emulated_flush(acc + p);
-                }
+                acc = amx_emulated_pair(acc, ta->data[m] + 4 * k, tb->data[k] + 4 * n);
             memcpy(tc->data[m] + 4 * n, &acc, sizeof acc);
         }
 }
