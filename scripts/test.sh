@@ -3,8 +3,8 @@
 # dependencies, builds bt (release and ASan/UBSan), runs the default test suite, runs the op,
 # reference and determinism suites again at each lower CPU ISA level, runs the training-level
 # tests again with another GEMM backend, thread count and ISA level (perturbation stage), runs the
-# bad-input suite again under the sanitizers (leaks included), runs each libFuzzer target for
-# a bounded time, and ends with 'N passed, N failed, N skipped'.
+# bad-input suite and the emulated AMX kernels again under the sanitizers (leaks included), runs
+# each libFuzzer target for a bounded time, and ends with 'N passed, N failed, N skipped'.
 # Exit status is non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +64,12 @@ if [ "${BT_SKIP_SANITIZE:-0}" != 1 ]; then
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         meson test -C build-asan --suite badinput --print-errorlogs --num-processes 2 || status=1
     logs+=(build-asan/meson-logs/testlog.json)
+    # the AMX attention kernels' tile loads and stores, which the sanitizers see only with the
+    # tiles emulated (src/kernels/attention_amx_emulated.h); about 3 minutes in this build
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        meson test -C build-asan --logbase asan-amx --timeout-multiplier 4 --print-errorlogs \
+        attention_amx_emulated || status=1
+    logs+=(build-asan/meson-logs/asan-amx.json)
 fi
 # libFuzzer targets of the input parsers (tests/fuzz), each for BT_FUZZ_SECONDS (default 30)
 # under ASan + UBSan in a clang build of their sources; registered as meson tests of suite
