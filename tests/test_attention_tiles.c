@@ -25,8 +25,8 @@
  * vdpbf16ps does (attention_amx_emulated.h), so where oneDNN runs at avx512_core_bf16 and
  * the CPU's vdpbf16ps is seen to add random pairs that way, the bitwise check against the
  * gemm route holds and checks the kernels' K order; elsewhere it is not made (on AMX it is
- * this binary's), and the output says so. 4 needs
- * bt-forward, which runs the real instructions, and is not run.
+ * this binary's), and the output says so. 4 needs bt-forward, which runs the real
+ * instructions, and is not run.
  *
  * Deliberately not here: gemm's own tests (test_gemm.c), the oneDNN route of attention
  * (test_ops_fast.c runs both routes against the reference). */
@@ -376,7 +376,7 @@ static void test_attention(const char *products, const char *label, size_t B, si
 
     /* each gradient alone (the others NULL: the row pass then skips dS, or Pd) is the same
      * bits as with all three: the products are independent of each other (on `products`
-     * again: the gemm route above gives the same bits only where the tiles are not emulated) */
+     * again: the gemm route just above need not give their bits, e.g. with emulated tiles) */
     tu_check(ops_attention_products_select(products), "products '%s' selected", products);
     {
         const size_t C = a.d.NH * a.d.D;
