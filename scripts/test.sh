@@ -61,12 +61,13 @@ if [ "${BT_SKIP_SANITIZE:-0}" != 1 ]; then
     meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debug \
         >/dev/null 2>&1 || meson setup --reconfigure build-asan >/dev/null
     ninja -C build-asan >build-asan-log.txt 2>&1 || { cat build-asan-log.txt; status=1; }
-    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    sanitizer_env=(ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
+    env "${sanitizer_env[@]}" \
         meson test -C build-asan --suite badinput --print-errorlogs --num-processes 2 || status=1
     logs+=(build-asan/meson-logs/testlog.json)
     # the AMX attention kernels' tile loads and stores, which the sanitizers see only with the
     # tiles emulated (src/kernels/attention_amx_emulated.h); about 3 minutes in this build
-    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    env "${sanitizer_env[@]}" \
         meson test -C build-asan --logbase asan-amx --timeout-multiplier 4 --print-errorlogs \
         attention_amx_emulated || status=1
     logs+=(build-asan/meson-logs/asan-amx.json)
