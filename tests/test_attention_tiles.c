@@ -1,6 +1,6 @@
 /* test_attention_tiles.c: attention's hand-written bf16 block products on the tile layouts
  * (AMX tiles, src/kernels/attention_amx.h; AVX512-BF16, attention_dpbf16.h) and the attention
- * kernels running on them (ops.c, BT_ATTENTION_PRODUCTS=amx|avx512_bf16).
+ * kernels running on them (attention.c, BT_ATTENTION_PRODUCTS=amx|avx512_bf16).
  *
  *   1. Each kernel the CPU runs, on each operand layout the attention gives it (AMX: A rows
  *      from fp32, A = xᵀ, B VNNI from fp32 and from bf16 rows, B = xᵀ VNNI, C plain or
@@ -115,7 +115,7 @@ typedef enum { K_AMX, K_DPBF16 } kernel;
 
 static const char *kernel_name(kernel kn) { return kn == K_AMX ? "amx" : "avx512_bf16"; }
 
-/* The layouts of attention (ops.c): which pack function makes A and B. */
+/* The layouts of attention (attention.c): which pack function makes A and B. */
 typedef enum {
     L_ROWS_VNNIT, /* S = q kᵀ:  A rows (pack_rows), B = kᵀ (pack_vnni_t) */
     L_ROWS_VNNI,  /* out = P v: A rows, B = v rows (pack_vnni, fp32 source) */

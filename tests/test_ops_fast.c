@@ -139,7 +139,7 @@ static void dx_modes_check_linear_native(const char *name, dx_modes *d, const fl
     for (int v = 0; v < 2; v++) free(d->add[v]), free(d->set[v]);
 }
 
-/* ops.c's ops_bf16_native: the route where linear's SET is not bitwise ADD onto zeros */
+/* ops_blocks.h's ops_bf16_native: the route where linear's SET is not bitwise ADD onto zeros */
 static int linear_native_route(gemm_compute compute) {
     return compute == GEMM_COMPUTE_BF16 && gemm_get_backend() == GEMM_BACKEND_ONEDNN &&
            gemm_bf16_route_active() == GEMM_BF16_NATIVE;
@@ -789,9 +789,9 @@ static void test_attention_partial_grads(void) {
 }
 
 /* The fast attention's block products read what gemm() itself would read: on the native
- * bf16 route ops.c rounds the operands (P, v_h, dout_h) once, to the bytes and dense layout of
- * gemm's own rounding, and hands gemm bf16 copies. So, without dropout, out_h equals
- * gemm(P_h, v_h) and dv_h equals dv0_h + gemm(P_hᵀ, dout_h) BIT FOR BIT on every route, with
+ * bf16 route attention.c rounds the operands (P, v_h, dout_h) once, to the bytes and dense
+ * layout of gemm's own rounding, and hands gemm bf16 copies. So, without dropout, out_h
+ * equals gemm(P_h, v_h) and dv_h equals dv0_h + gemm(P_hᵀ, dout_h) BIT FOR BIT on every route, with
  * P read back from probs. The check products run as attention's do: on the calling thread
  * of a parallel region that is active when the machine gives more than one thread (oneDNN
  * plans a primitive for that context). oneDNN and ref backends only (OpenBLAS may split a
@@ -1029,7 +1029,7 @@ static void test_sum_squares(size_t n) {
 
 /* zero_fill: every byte of the span zero, the bytes around it untouched (sizes below and
  * across the 2 MiB pieces the fast version threads over, and from the 64 MiB where it streams:
- * ops.c OPS_STREAM_MIN_BYTES), the span starting `off` (< 64) bytes into a line. */
+ * ops_blocks.h OPS_STREAM_MIN_BYTES), the span starting `off` (< 64) bytes into a line. */
 static void test_zero_fill(size_t bytes, size_t off) {
     unsigned char *buf = malloc(bytes + 128);
     if (!buf) abort();

@@ -20,10 +20,10 @@
  * written as AMX_TILE_* macros, which are the instructions themselves in bt's library and
  * attention_amx_emulated.h's C versions in the library of test_attention_amx_emulated, where
  * attention_amx_available() says yes wherever the packing's AVX-512 runs. So the kernels and
- * ops.c's AMX route are tested on CPUs without AMX; the instructions' own bits are tested
+ * attention.c's AMX route are tested on CPUs without AMX; the instructions' own bits are tested
  * where AMX runs (test_attention_tiles).
  *
- * Deliberately not here: the reference (the same products run by gemm(), ops.c and
+ * Deliberately not here: the reference (the same products run by gemm(), attention.c and
  * tests/test_attention_tiles.c's double products), anything but bf16 operands. */
 #include "kernels/attention_amx.h"
 

@@ -1,5 +1,5 @@
 /* attention_amx.h: bf16 block products on Intel AMX tiles (tdpbf16ps) for attention's
- * per-(batch, head) products on the native bf16 route (ops.c, "--- attention ---").
+ * per-(batch, head) products on the native bf16 route (attention.c).
  *
  * A product is C (m x n fp32) = alpha A·B + beta C with bf16 operands already laid out the
  * way the tiles load them:
@@ -17,7 +17,7 @@
  * nearest even; denormal inputs and results flushed to zero), in a fixed order for given
  * sizes: results do not depend on the thread count.
  *
- * Deliberately not here: the softmax / dropout row passes and the choice of route (ops.c),
+ * Deliberately not here: the softmax / dropout row passes and the choice of route (attention.c),
  * a general GEMM (gemm.h: oneDNN or OpenBLAS); operands other than bf16. */
 #ifndef BT_ATTENTION_AMX_H
 #define BT_ATTENTION_AMX_H
@@ -62,7 +62,7 @@ void attention_amx_pack_rows_t(bt_bf16 *a, size_t lda, const float *x, size_t ld
 void attention_amx_pack_vnni(bt_bf16 *b, size_t ldb, const float *x, size_t ldx, size_t k,
                              size_t n, size_t kp, bt_bf16 *tmp);
 /* One row of B VNNI from two bf16 rows: dst[2 j + t] = (t ? r1 : r0)[j] for j < n (r1 NULL:
- * zeros), then zeros up to 2 n16 (the row passes of ops.c call it per row pair). */
+ * zeros), then zeros up to 2 n16 (the row passes of attention.c call it per row pair). */
 void attention_amx_interleave(bt_bf16 *dst, const bt_bf16 *r0, const bt_bf16 *r1, size_t n,
                               size_t n16);
 /* The same from bf16 rows (x16: k x n at stride ldx), no rounding. */

@@ -1,9 +1,9 @@
 /* attention_amx_emulated.h: the six AMX tile instructions attention_amx.c uses, written in C,
- * so that its kernels and ops.c's AMX route run and are tested on CPUs without AMX.
+ * so that its kernels and attention.c's AMX route run and are tested on CPUs without AMX.
  *
  * Only the test build includes this: tests/meson.build compiles the kernels' sources a
- * second time with BT_AMX_EMULATED=1 (attention_amx.c then includes this header, and ops.c
- * lets the emulated tiles run beside oneDNN's avx512_core_bf16) into the library of
+ * second time with BT_AMX_EMULATED=1 (attention_amx.c then includes this header, and
+ * attention.c lets the emulated tiles run beside oneDNN's avx512_core_bf16) into the library of
  * test_attention_amx_emulated. The product's library always runs the instructions
  * themselves; nothing here is linked into bt's programs.
  *

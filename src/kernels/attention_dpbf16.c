@@ -21,7 +21,7 @@
  * Deliberately not here: the reference (the same products run by gemm(), which gives the same
  * bits, and tests/test_attention_tiles.c's double products), the operand layouts and their
  * packing (attention_amx.h, shared with the AMX products), the row passes and the choice of
- * products (ops.c). */
+ * products (attention.c). */
 #include "kernels/attention_dpbf16.h"
 
 #include <stdint.h>

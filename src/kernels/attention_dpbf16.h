@@ -1,5 +1,5 @@
 /* attention_dpbf16.h: attention's per-(batch, head) bf16 block products with AVX512-BF16
- * (vdpbf16ps), for CPUs with native bf16 and no AMX (ops.c, "--- attention ---").
+ * (vdpbf16ps), for CPUs with native bf16 and no AMX (attention.c).
  *
  * A product is C (m x n fp32, plain, row stride ldc) = alpha A·B + beta C, beta 0 or 1, with
  * bf16 operands in the layouts of the AMX products' pack functions (attention_amx.h):
@@ -18,7 +18,7 @@
  * same bits on the same operands. Results do not depend on the thread count.
  *
  * Deliberately not here: the layouts' packing (attention_amx.h), the row passes and the choice
- * of products (ops.c). */
+ * of products (attention.c). */
 #ifndef BT_ATTENTION_DPBF16_H
 #define BT_ATTENTION_DPBF16_H
 

@@ -1,8 +1,9 @@
 /* cpu.h: the instruction-set level of bt's own kernels (BT_CPU_ISA) and the run-time report
  * the tools print with --info.
  *
- * Levels, lowest first. Each is the SAME C source of the fast kernels (ops.c) compiled for
- * that instruction set (src/model/meson.build builds the variants), picked at run time:
+ * Levels, lowest first. Each is the SAME C source of the fast kernels (ops.c, attention.c)
+ * compiled for that instruction set (src/kernels/meson.build builds the variants), picked at
+ * run time:
  *   scalar       the x86-64 baseline build (SSE2, what any 64-bit x86 CPU runs): the plain C
  *                path, no AVX; on other architectures the only level.
  *   avx2         x86-64-v3 (AVX2, FMA, BMI2, F16C, MOVBE): most desktops, laptops, AMD before
@@ -21,8 +22,9 @@
  * bt's own kernels give the same bits at every level (fixed summation order, no FMA
  * contraction: docs/determinism.md, tests/test_determinism.c); the levels differ in speed.
  *
- * Deliberately not here: the kernels (ops.c), the GEMM backends (gemm*.c), argument parsing
- * of the tools (each CLI only asks bt_runtime_cli_info() whether --info was given). */
+ * Deliberately not here: the kernels (ops.c, attention.c), the GEMM backends (gemm*.c),
+ * argument parsing of the tools (each CLI only asks bt_runtime_cli_info() whether --info was
+ * given). */
 #ifndef BT_CPU_H
 #define BT_CPU_H
 

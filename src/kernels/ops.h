@@ -70,7 +70,7 @@ typedef enum {
 } bt_dx_mode;
 
 /* --- dropout --------------------------------------------------------------------------
- * keep(i) is a pure function of (seed, i) (a counter-based hash, see ops.c), so the backward
+ * keep(i) is a pure function of (seed, i) (a counter-based hash, see ops_blocks.h), so the backward
  * regenerates the mask instead of storing it, and results do not depend on thread count.
  * The mask multiplies, as in torch: m(i) = keep(i) ? 1/(1-p) : 0, so a dropped NaN or Inf
  * stays NaN (never hidden) and a dropped negative value is -0.

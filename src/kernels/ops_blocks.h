@@ -496,7 +496,7 @@ static inline void ops_stream(void *dst, const void *src, size_t bytes) {
  * of the packed rows. dst's aligned vectors are gathered from src (one load where the vector
  * lies within a row of src, element by element where it straddles two), so every line of dst
  * is written by streaming stores only (streaming row by row instead left each row's partial
- * lines to plain stores: measured slower, see attention_block_forward). */
+ * lines to plain stores: measured slower, see attention.c's attention_block_forward). */
 static inline void ops_stream_rows(float *dst, const float *src, size_t rows, size_t cols,
                                    size_t lds) {
     if (lds == cols) {
