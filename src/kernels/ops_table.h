@@ -6,9 +6,9 @@
  * cannot drift.
  *
  * Adding a kernel: one OPS_KERNEL line here, its prototype with documentation in ops.h, the
- * reference body (ops_ref.inc or ops_ref.c), the fast version (ops.c, set in OPS_FILL; a
- * kernel without one keeps the reference), and its tests (test_ops_fast.c against X_ref,
- * test_ops_grad.c for a backward).
+ * reference body (ops_ref.inc or ops_ref.c), the fast version (ops.c, or attention.c for
+ * attention; set in ops.c's OPS_FILL; a kernel without one keeps the reference), and its
+ * tests (test_ops_fast.c against X_ref, test_ops_grad.c for a backward).
  *
  * X(ret, name, (parameters), (arguments)): ret is void, float or double (OPS_KEEP_<ret>,
  * OPS_GIVE_<ret>).
