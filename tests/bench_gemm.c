@@ -28,6 +28,11 @@
  * [--passes P] [--only SUBSTRING] [--cold]: --passes repeats the whole table P times and keeps
  * the best of each cell (spreads the samples over minutes on a shared machine), --only keeps
  * the rows whose name contains SUBSTRING, --quick is one short round of the small shapes.
+ * --fused-qkv adds, at 320 and 2600 rows, the three forms of one product for Q, K and V
+ * together (out 3 x 768 = 2304), to set against three of the 768 x 768 rows: what fusing the
+ * text tower's and cross layers' separate q, k, v products would give (docs/benchmarks.md,
+ * "Session 23"). Those rows are not the model's and not in the default table, so the
+ * machine's peak the side-by-side takes from it is the same either way.
  * --cold prints, instead of the table, the Linear products as the bf16 model runs them with
  * the weight in cache and with the weight coming from memory (cold_table below).
  * Deliberately not here: correctness (test_gemm.c). */
@@ -331,7 +336,7 @@ static void cold_table(const buffers *buf) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, passes = 1, cold = 0;
+    int quick = 0, passes = 1, cold = 0, fused_qkv = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
@@ -340,11 +345,14 @@ int main(int argc, char **argv) {
             passes = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
+        } else if (strcmp(argv[i], "--fused-qkv") == 0) {
+            fused_qkv = 1;
         } else if (strcmp(argv[i], "--cold") == 0) {
             cold = 1;
         } else {
             fprintf(stderr,
-                    "usage: bench_gemm [--quick] [--passes P] [--only SUBSTRING] [--cold]\n");
+                    "usage: bench_gemm [--quick] [--passes P] [--only SUBSTRING] [--cold] "
+                    "[--fused-qkv]\n");
             return 2;
         }
     }
@@ -412,6 +420,7 @@ int main(int argc, char **argv) {
         add_linear(rows, &nrows, tokens[t], C, C, &buf, bwd);
         add_linear(rows, &nrows, tokens[t], C, FF, &buf, bwd);
         add_linear(rows, &nrows, tokens[t], FF, C, &buf, bwd);
+        if (fused_qkv && bwd) add_linear(rows, &nrows, tokens[t], C, 3 * C, &buf, 1);
     }
     if (!quick) {
         /* attention of one image (T = 325 tokens): Q, K, V are column blocks of (T, 768)
