@@ -30,7 +30,6 @@
  * fast-math. */
 #include "kernels/ops.h"
 
-#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,15 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "kernels/attention.h"
 #include "kernels/kernel_clock.h"
 #include "kernels/ops_blocks.h"
 #include "kernels/ops_ref.h"
-#include "rng.h"
 #include "settings.h"
 #include "status.h"
 
