@@ -510,8 +510,8 @@ int bt_model_act_bf16(const bt_model *m);
  * block), so gradients, losses and weights are the same bits (tests/test_ops_fast.c,
  * tests/test_model_memory.c). BT_ATTENTION_PROBS=keep at bt_model_init, or
  * bt_model_set_keep_probs(m, 1), keeps them: about 1.4% of the step faster where the
- * products run in fp32, for their memory (docs/model.md "Attention probabilities"). Changing
- * it ends the current phases. */
+ * products run in fp32 on AVX2 without checkpointing, for their memory (docs/model.md
+ * "Attention probabilities"). Changing it ends the current phases. */
 void bt_model_set_keep_probs(bt_model *m, int on);
 
 /* The last cross layer. Of its outputs X_{X-1} (text_features) and Y_{X-1} (image_features)
