@@ -274,6 +274,14 @@ static void test_set(void) {
     expect_set_error("train.max_steps=-2",
                      "--set: train.max_steps: expected -1 or an integer >= 1, got -2");
     expect_set_error("model.path=", "--set: model.path: expected a non-empty string or null, got \"\"");
+    /* a value a config file could not hold (it is stored in trainer_state.json) */
+    expect_set_error("output.dir=out/caf\xe9",
+                     "--set: output.dir: the value holds bytes that are not UTF-8 (byte 7: "
+                     "0xe9); expected UTF-8 text, as in a config file");
+    bt_run_config_init(&c);
+    s = bt_run_config_set(&c, "output.dir=out/caf\xc3\xa9");
+    tu_check(s == BT_OK && !strcmp(c.output.dir, "out/caf\xc3\xa9"), "a UTF-8 value is kept");
+    bt_run_config_free(&c);
 }
 
 /* resolved -> text -> config -> text: same bytes, and no field differs. */

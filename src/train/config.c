@@ -615,7 +615,15 @@ bt_status bt_run_config_set(bt_run_config *c, const char *assignment) {
                            key, first_key_in(key));
         return unknown_key("--set", key);
     }
-    cJSON *node = set_value_node(f, eq + 1);
+    /* the value is stored in trainer_state.json and read back by bt's JSON rule (UTF-8
+     * strings only), so a value that a config file could not hold is refused here too */
+    const char *val = eq + 1;
+    const size_t vn = strlen(val), valid = bt_utf8_valid_prefix((const unsigned char *)val, vn);
+    if (valid != vn)
+        return bt_fail(BT_ERR_CONFIG, "--set: %s: the value holds bytes that are not UTF-8 "
+                       "(byte %zu: 0x%02x); expected UTF-8 text, as in a config file",
+                       key, valid, (unsigned)(unsigned char)val[valid]);
+    cJSON *node = set_value_node(f, val);
     BT_ASSERT(node);
     bt_status s = read_leaf(c, f, node, "--set");
     cJSON_Delete(node);
