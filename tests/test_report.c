@@ -20,6 +20,7 @@
  * - ITC alone (the total loss equals ITC): the total's color still covers MIN_CURVE_PIXELS.
  * - bt-report DIR --config FILE rebuilds the page; usage and missing-metrics errors.
  * - A 20000-step run: the curve is thinned to <= 2000 points and keeps its one spike.
+ * - Extreme values (a last-bit range, the ends of the double range): a bounded page.
  * - Errors: a malformed metrics line (file:line named), no metrics.jsonl, a config that is
  *   not an object.
  * Chromium is a test dependency (scripts/install_deps.sh installs Debian's `chromium`); when
@@ -582,6 +583,52 @@ static void check_many_points(void) {
     free(html);
 }
 
+/* Values the axes must survive (found by fuzz_metrics_log): one logged step whose total and
+ * ITC loss differ in the last bit (a range a tick step cannot advance through: the page was
+ * never finished, its buffer grew past 2 GB), and values at the ends of the double range.
+ * Each page must be written with a bounded number of ticks and only finite coordinates, and
+ * a duration in summary.json too long for h:mm:ss in seconds alone. */
+static void check_extreme_values(void) {
+    const double x = 3.4114276766777039;
+    char one_ulp[512], huge[512];
+    snprintf(one_ulp, sizeof one_ulp,
+             "{\"type\":\"train\",\"step\":8,\"loss\":%.17g,\"loss_itc\":%.17g}\n", x,
+             nextafter(x, 4.0));
+    snprintf(huge, sizeof huge,
+             "{\"type\":\"train\",\"step\":1,\"loss\":-1.7e308,\"lr\":1e-320}\n"
+             "{\"type\":\"train\",\"step\":1e300,\"loss\":1.7e308,\"lr\":5e-324}\n");
+    const char *cases[2][2] = {{"one_ulp", one_ulp}, {"huge", huge}};
+    for (int k = 0; k < 2; k++) {
+        char dir[4200], path[4300];
+        snprintf(dir, sizeof dir, "%s/%s", tu_tmpdir(), cases[k][0]);
+        snprintf(path, sizeof path, "mkdir -p '%s'", dir);
+        if (system(path) != 0) return;
+        snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+        tu_setup_file(path, cases[k][1], strlen(cases[k][1]));
+        /* a duration past what h:mm:ss in an int holds (undefined behaviour before) */
+        const char *summary = "{\"train_seconds\": 3e17, \"eval_seconds\": 3725}";
+        snprintf(path, sizeof path, "%s/summary.json", dir);
+        tu_setup_file(path, summary, strlen(summary));
+        const bt_status st = bt_report_write(dir, NULL);
+        if (!tu_check(st == BT_OK, "report (%s) written%s%s", cases[k][0], st ? ": " : "",
+                      st ? bt_error_message() : ""))
+            continue;
+        snprintf(path, sizeof path, "%s/report.html", dir);
+        char *html = (char *)tu_read_file(path, NULL);
+        int ticks = 0, charts = 0;
+        for (const char *p = html; p && (p = strstr(p, "text-anchor=\"middle\">")); p++) ticks++;
+        for (const char *p = html; p && (p = strstr(p, "<svg ")); p++) charts++;
+        tu_check(html && charts > 0 && ticks <= 16 * charts && !strstr(html, "nan") &&
+                     !strstr(html, "inf\""),
+                 "report (%s): %d charts, %d x ticks and labels (at most 16 a chart), every "
+                 "coordinate finite", cases[k][0], charts, ticks);
+        tu_check(html && strstr(html, "300000000000000000.00 s<") && strstr(html, "3725.0 s (1:02:05)"),
+                 "report (%s): a duration of 3e17 s in seconds, 3725 s as 1:02:05",
+                 cases[k][0]);
+        free(html);
+    }
+}
+
 /* bt-report, run by path (the meson test's argument), on the run's directory. */
 static void check_cli(const char *exe, const char *dir) {
     char work[4300], cfg[4400], out[4096], err[4096], html[4400];
@@ -614,6 +661,7 @@ int main(int argc, char **argv) {
     }
     check_errors();
     check_many_points();
+    check_extreme_values();
     char dir[4200], html[4300], png[4300], dom_path[4300];
     snprintf(dir, sizeof dir, "%s/run", tu_tmpdir());
     if (!make_run(dir)) return tu_finish();

@@ -253,12 +253,20 @@ static bt_status read_metrics(chart_def *charts, const char *path) {
 
 typedef struct axis {
     double lo, hi, step;
+    int n; /* intervals: ticks at lo + i * step for i = 0..n, the last at hi */
 } axis;
 
+/* Values past this are drawn at the edge of the plot, so the axis arithmetic stays finite. */
+#define AXIS_MAX 1e300
+
 /* A "nice" step (1, 2, 5 x 10^k) giving about `ticks` intervals over [lo, hi], and the range
- * widened to multiples of it. */
+ * widened to multiples of it. A flat range, or one narrower than a billionth of its values
+ * (the labels show 3 digits, and a step under a value's last bit would not advance it), is
+ * widened around its value first. */
 static axis nice_axis(double lo, double hi, int ticks) {
-    if (!(hi > lo)) {
+    lo = fmin(fmax(lo, -AXIS_MAX), AXIS_MAX);
+    hi = fmin(fmax(hi, -AXIS_MAX), AXIS_MAX);
+    if (!(hi - lo > 1e-9 * fmax(fabs(lo), fabs(hi)))) {
         double pad = lo != 0 ? fabs(lo) * 0.1 : 1.0;
         lo -= pad;
         hi += pad;
@@ -267,16 +275,23 @@ static axis nice_axis(double lo, double hi, int ticks) {
     double mag = pow(10, floor(log10(raw)));
     double f = raw / mag;
     double step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
-    axis a = {floor(lo / step + 1e-9) * step, ceil(hi / step - 1e-9) * step, step};
+    axis a = {floor(lo / step + 1e-9) * step, ceil(hi / step - 1e-9) * step, step, 0};
     if (!(a.hi > a.lo)) a.hi = a.lo + step;
+    a.n = (int)lround((a.hi - a.lo) / step);
+    if (a.n < 1) a.n = 1;
     return a;
 }
 
+/* Tick i of a (i = 0..a->n). */
+static double axis_tick(const axis *a, int i) { return i == a->n ? a->hi : a->lo + i * a->step; }
+
 static double map_x(const axis *a, double v) {
+    v = fmin(fmax(v, -AXIS_MAX), AXIS_MAX);
     return PLOT_X0 + (v - a->lo) / (a->hi - a->lo) * (PLOT_X1 - PLOT_X0);
 }
 
 static double map_y(const axis *a, double v) {
+    v = fmin(fmax(v, -AXIS_MAX), AXIS_MAX);
     return PLOT_Y1 - (v - a->lo) / (a->hi - a->lo) * (PLOT_Y1 - PLOT_Y0);
 }
 
@@ -349,19 +364,21 @@ static void write_chart(sbuf *b, const chart_def *c, int *color) {
     /* grid and tick labels */
     char lab[64];
     sb_printf(b, "<g class=\"grid\" stroke=\"#e4e4e4\" stroke-width=\"1\">\n");
-    for (double v = ax.lo; v <= ax.hi + ax.step * 1e-6; v += ax.step)
-        sb_printf(b, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", map_x(&ax, v),
-                  PLOT_Y0, map_x(&ax, v), PLOT_Y1);
-    for (double v = ay.lo; v <= ay.hi + ay.step * 1e-6; v += ay.step)
+    for (int i = 0; i <= ax.n; i++)
+        sb_printf(b, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n",
+                  map_x(&ax, axis_tick(&ax, i)), PLOT_Y0, map_x(&ax, axis_tick(&ax, i)), PLOT_Y1);
+    for (int i = 0; i <= ay.n; i++)
         sb_printf(b, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", PLOT_X0,
-                  map_y(&ay, v), PLOT_X1, map_y(&ay, v));
+                  map_y(&ay, axis_tick(&ay, i)), PLOT_X1, map_y(&ay, axis_tick(&ay, i)));
     sb_printf(b, "</g>\n<g class=\"ticks\" font-size=\"11\" fill=\"#333333\">\n");
-    for (double v = ax.lo; v <= ax.hi + ax.step * 1e-6; v += ax.step) {
+    for (int i = 0; i <= ax.n; i++) {
+        const double v = axis_tick(&ax, i);
         tick_label(lab, sizeof lab, v, ax.step, 0);
         sb_printf(b, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%s</text>\n",
                   map_x(&ax, v), PLOT_Y1 + 16, lab);
     }
-    for (double v = ay.lo; v <= ay.hi + ay.step * 1e-6; v += ay.step) {
+    for (int i = 0; i <= ay.n; i++) {
+        const double v = axis_tick(&ay, i);
         tick_label(lab, sizeof lab, v, ay.step, c->percent);
         sb_printf(b, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%s</text>\n", PLOT_X0 - 6,
                   map_y(&ay, v) + 4, lab);
@@ -431,7 +448,7 @@ static void format_number(char *out, size_t cap, const char *key, double v) {
     size_t n = strlen(k);
 #define ENDS(suffix) (n >= strlen(suffix) && !strcmp(k + n - strlen(suffix), suffix))
     if (ENDS("_seconds") || !strcmp(k, "seconds")) {
-        if (v >= 60)
+        if (v >= 60 && v < 1e9) /* h:mm:ss up to ~30 years; past that (a corrupt file) in s */
             snprintf(out, cap, "%.1f s (%d:%02d:%02d)", v, (int)(v / 3600), (int)(v / 60) % 60,
                      (int)v % 60);
         else
