@@ -47,6 +47,14 @@ bt_status bt_json_read_text(const char *path, const char *what, char **text) {
     return BT_OK;
 }
 
+int bt_json_int_in(const cJSON *j, int64_t lo, int64_t hi, int64_t *out) {
+    if (!cJSON_IsNumber(j)) return 0;
+    const double v = j->valuedouble;
+    if (!(v >= (double)lo && v <= (double)hi) || v != floor(v)) return 0;
+    *out = (int64_t)v;
+    return 1;
+}
+
 const char *bt_json_number_str(char *buf, size_t cap, double v) {
     if (v == floor(v) && fabs(v) < 1e21)
         snprintf(buf, cap, "%.0f", v);

@@ -14,6 +14,9 @@
 #ifndef BT_JSON_UTIL_H
 #define BT_JSON_UTIL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "status.h"
 
 struct cJSON;
@@ -76,6 +79,13 @@ char *bt_escape_text(char *out, size_t cap, const char *s, size_t n);
  * "4.6e+18"), anything else with 17 significant digits ("0.10000000000000001"), into buf
  * (cap >= 32). Returns buf. For messages that echo a number back. */
 const char *bt_json_number_str(char *buf, size_t cap, double v);
+
+/* 1 when j is a JSON number holding an integer in [lo, hi] (bounds within +-2^53, where
+ * doubles hold every integer), with the value in *out; 0 otherwise (*out untouched). The
+ * range is checked before any conversion, so no value of a corrupt file is cast out of
+ * range. */
+int bt_json_int_in(const struct cJSON *j, int64_t lo, int64_t hi, int64_t *out);
+#define BT_JSON_INT_MAX 9007199254740992LL /* 2^53 */
 
 /* Length of the longest valid UTF-8 prefix of s[0..n) (strict: no overlong forms, no
  * surrogates, nothing above U+10FFFF); n when all of it is valid. */

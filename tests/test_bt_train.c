@@ -495,6 +495,36 @@ int main(int argc, char **argv) {
                  "malformed JSON: exit 1 naming the file: %.300s", err);
         free(err);
         unlink(errp);
+        /* a checkpoint whose trainer counters (trainer_state.json "extra") are out of any
+         * range: refused naming the file and the key, the value never converted */
+        char ck[1300], state[1400];
+        snprintf(ck, sizeof ck, "%s", out_path("bad-extra-checkpoint"));
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s/checkpoint-6' '%s'", ck, ref, ck);
+        snprintf(state, sizeof state, "%s/trainer_state.json", ck);
+        char *text = system(cmd) == 0 ? read_text(state) : strdup("");
+        char *at = strstr(text, "\"batches_done\":");
+        cJSON *js = at ? cJSON_Parse(text) : NULL;
+        cJSON *ex = js ? cJSON_GetObjectItemCaseSensitive(js, "extra") : NULL;
+        if (tu_check(ex != NULL, "checkpoint-6's trainer_state.json has extra.batches_done")) {
+            cJSON_ReplaceItemInObjectCaseSensitive(ex, "batches_done", cJSON_CreateNumber(1e300));
+            char *bad = cJSON_Print(js);
+            tu_setup_text(state, bad);
+            free(bad);
+            char set[1400];
+            snprintf(set, sizeof set, "output.resume_from=%s", ck);
+            const char *resume[] = {set};
+            rc = run_train(out, resume, 1);
+            err = read_text(errp);
+            tu_check(rc == 1 && strstr(err, state) &&
+                         strstr(err, "extra.batches_done: expected an integer in [0, 2^53], got "
+                                     "1.0000000000000001e+300"),
+                     "corrupt trainer counter: exit 1 naming the file and key (%d): %.400s", rc,
+                     err);
+            free(err);
+            unlink(errp);
+        }
+        cJSON_Delete(js);
+        free(text);
     }
     {
         /* a corrupt image in record 3 (line 3) of a copy of the manifest */

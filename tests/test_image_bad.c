@@ -9,7 +9,8 @@
  *     pixels, 12-bit precision, missing file, a directory.
  *   - preprocessor_config.json: malformed JSON, a non-object, wrong types, size without
  *     shortest_edge, size_divisor 0 or fractional, resample != 3, 2-element mean, zero std,
- *     integer crop_size, missing file.
+ *     integer crop_size, a rescale, mean or std that takes a pixel past a float's range,
+ *     missing file.
  *   - A seeded fuzz loop (a few thousand random, truncated and mutated byte strings, with and
  *     without DCT scaling) fed to the decoder: each result is either a well-formed image or
  *     an error naming the source. Meant to run under ASan/UBSan
@@ -227,6 +228,12 @@ static void test_config_bad(void) {
         {"{\"rescale_factor\": \"1/255\"}", BT_ERR_CONFIG, "rescale_factor"},
         {"{\"rescale_factor\": -1}", BT_ERR_CONFIG, "rescale_factor"},
         {"{\"crop_size\": 288}", BT_ERR_CONFIG, "crop_size"},
+        /* values whose normalized pixels leave a float's range (found by fuzzing) */
+        {"{\"rescale_factor\": 1e300}", BT_ERR_CONFIG, "takes pixel value 255 past a float"},
+        {"{\"image_std\": [0.2, 1e-40, 0.2]}", BT_ERR_CONFIG,
+         "pixel value 0 normalizes to -inf in channel 1"},
+        {"{\"image_mean\": -3e38, \"image_std\": 0.1}", BT_ERR_CONFIG,
+         "pixel value 0 normalizes to inf in channel 0"},
         /* JSON Python reads differently (src/json_util.h): refused. */
         {"{\"size\": 288, \"size\": 32}", BT_ERR_FORMAT, "\"size\" appears twice"},
         {"{\"processor_class\": \"Bridge\\u0000Tower\"}", BT_ERR_FORMAT, "\\u0000"},

@@ -27,6 +27,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -89,6 +90,14 @@ uint64_t image_work_bytes(const image_preprocess_config *cfg) {
     return bt_add_sat(bt_mul_sat(resized, 3), crop);
 }
 
+/* The normalized value of uint8 level u in channel c. The operations are HF's:
+ * float32(float64(u) * rescale_factor), then (x - mean) / std in float32. A validated config
+ * (below) keeps every step in a float's range. */
+static float normalized_level(const image_preprocess_config *cfg, int c, int u) {
+    float x = cfg->do_rescale ? (float)((double)u * cfg->rescale_factor) : (float)u;
+    return (x - cfg->mean[c]) / cfg->std[c];
+}
+
 bt_status image_preprocess_config_validate(const image_preprocess_config *cfg,
                                            const char *source) {
     const int max_side = 1 << 15;
@@ -114,6 +123,20 @@ bt_status image_preprocess_config_validate(const image_preprocess_config *cfg,
             return bt_fail(BT_ERR_CONFIG, "%s: image_std[%d] = %g, expected a positive number",
                            source, c, (double)cfg->std[c]);
     }
+    /* every level 0..255 must become a finite float (the model reads float32 pixels, as HF's
+     * processor makes them); the steps are monotone in the level, so its ends decide */
+    if (cfg->do_rescale && !(255.0 * cfg->rescale_factor <= FLT_MAX))
+        return bt_fail(BT_ERR_CONFIG, "%s: rescale_factor = %g takes pixel value 255 past a "
+                       "float's range", source, cfg->rescale_factor);
+    for (int c = 0; c < 3; c++)
+        for (int u = 0; u <= 255; u += 255) {
+            const float v = normalized_level(cfg, c, u);
+            if (!isfinite(v))
+                return bt_fail(BT_ERR_CONFIG, "%s: pixel value %d normalizes to %g in channel %d "
+                               "(rescale_factor %g, image_mean %g, image_std %g); expected "
+                               "finite values", source, u, (double)v, c, cfg->rescale_factor,
+                               (double)cfg->mean[c], (double)cfg->std[c]);
+        }
     return BT_OK;
 }
 
@@ -601,15 +624,10 @@ bt_status image_load_file(image_u8 *out, const char *path, const image_preproces
 static int floor_div2(int a) { return a >= 0 ? a / 2 : -((-a + 1) / 2); }
 
 /* Fills lut (3, 256) with the normalized value of every uint8 level: the pixel values are a
- * function of (channel, level) only, so per-pixel arithmetic reduces to a lookup. The
- * operations are HF's: float32(float64(u) * rescale_factor), then (x - mean) / std in
- * float32. */
+ * function of (channel, level) only, so per-pixel arithmetic reduces to a lookup. */
 static void build_lut(float lut[3][256], const image_preprocess_config *cfg) {
     for (int c = 0; c < 3; c++) {
-        for (int u = 0; u < 256; u++) {
-            float x = cfg->do_rescale ? (float)((double)u * cfg->rescale_factor) : (float)u;
-            lut[c][u] = (x - cfg->mean[c]) / cfg->std[c];
-        }
+        for (int u = 0; u < 256; u++) lut[c][u] = normalized_level(cfg, c, u);
     }
 }
 

@@ -106,7 +106,8 @@ bt_status image_preprocess_config_from_json(image_preprocess_config *cfg, const 
  * shortest_edge of 32768 asks for ~32 GB per image). */
 uint64_t image_work_bytes(const image_preprocess_config *cfg);
 
-/* Checks ranges (sizes >= 1, std > 0, finite numbers). `source` names the origin in the
+/* Checks ranges (sizes >= 1, std > 0, finite numbers, and every pixel level 0..255 turned
+ * into a finite float by the rescale and normalization). `source` names the origin in the
  * message (a file path or "config"). */
 bt_status image_preprocess_config_validate(const image_preprocess_config *cfg,
                                            const char *source);

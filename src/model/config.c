@@ -315,14 +315,14 @@ bt_status bt_model_config_text_length(const char *config_json, const bt_model_co
     cJSON *j = config_json ? cJSON_Parse(config_json) : NULL;
     const cJSON *mt = j ? cJSON_GetObjectItemCaseSensitive(j, "max_text_len") : NULL;
     bt_status st = BT_OK;
-    if (mt && (!cJSON_IsNumber(mt) || mt->valuedouble != (double)(int)mt->valuedouble ||
-               mt->valuedouble < 2 || mt->valuedouble > tmax))
+    int64_t v;
+    if (mt && !bt_json_int_in(mt, 2, tmax, &v))
         st = bt_fail(BT_ERR_CONFIG,
                      "%s: key 'max_text_len' must be an integer in [2, %d] "
                      "(max_position_embeddings %d - pad_token_id %d - 1)",
                      path, tmax, c->max_position_embeddings, c->pad_token_id);
     else if (mt)
-        *length = (int)mt->valuedouble;
+        *length = (int)v;
     cJSON_Delete(j);
     return st;
 }

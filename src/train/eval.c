@@ -907,12 +907,12 @@ static bt_status default_batch_size(const char *model_dir, int *bs) {
     bt_status st = bt_json_load(path, "evaluation results", &root);
     if (st != BT_OK) return st;
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "batch_size");
-    if (b && (!cJSON_IsNumber(b) || b->valuedouble != (double)(int)b->valuedouble ||
-              b->valuedouble < 1 || b->valuedouble > 65536))
+    int64_t v;
+    if (b && !bt_json_int_in(b, 1, 65536, &v))
         st = bt_fail(BT_ERR_FORMAT, "%s: key 'batch_size' must be an integer in [1, 65536] "
                      "(or pass --batch-size)", path);
     else if (b)
-        *bs = (int)b->valuedouble;
+        *bs = (int)v;
     cJSON_Delete(root);
     return st;
 }

@@ -349,6 +349,22 @@ static void print_manifest_skips(job *j, const manifest *m) {
         fprintf(stderr, "bt-train: warning: skipped: %s\n", m->problems[i]);
 }
 
+/* extra.<key> of the resumed checkpoint's trainer_state.json, the trainer's own counters:
+ * absent, dflt; an integer in [lo, 2^53], that; anything else is an error naming the file
+ * and the key (a value out of range is never converted). */
+static bt_status resume_extra_int(const job *j, const char *key, int64_t lo, int64_t dflt,
+                                  int64_t *out) {
+    const cJSON *ex = j->resume.state.extra;
+    const cJSON *v = ex ? cJSON_GetObjectItemCaseSensitive(ex, key) : NULL;
+    *out = dflt;
+    if (!v || bt_json_int_in(v, lo, BT_JSON_INT_MAX, out)) return BT_OK;
+    char got[40];
+    if (cJSON_IsNumber(v)) bt_json_number_str(got, sizeof got, v->valuedouble);
+    else snprintf(got, sizeof got, "%s", bt_json_type_name(v));
+    return bt_fail(BT_ERR_FORMAT, "%s/trainer_state.json: extra.%s: expected an integer in "
+                   "[%lld, 2^53], got %s", j->resume_dir, key, (long long)lo, got);
+}
+
 /* The saved loader cursor translated to this run's world size (a copy). The cursor counts
  * this rank's indices handed out; the ranks interleave one global order (sampler.h), so a
  * position p of W ranks is the global prefix p·W, which is position p·W / W' of W' ranks
@@ -361,10 +377,11 @@ static cJSON *cursor_for_world(const job *j, const cJSON *saved, int64_t n,
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(saved, "world_size");
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(saved, "position");
     /* Shards are split whole across ranks: another world size is another order. */
-    if (!cJSON_IsNumber(w) || !cJSON_IsNumber(p) || (int)w->valuedouble == lo->world_size ||
-        w->valuedouble < 1 || lo->drop_last || cJSON_HasObjectItem(saved, "shards"))
-        return c;
-    const int64_t w0 = (int64_t)w->valuedouble, p0 = (int64_t)p->valuedouble, W = lo->world_size;
+    int64_t w0, p0;
+    if (!bt_json_int_in(w, 1, INT32_MAX, &w0) || !bt_json_int_in(p, 0, BT_JSON_INT_MAX, &p0) ||
+        w0 == lo->world_size || lo->drop_last || cJSON_HasObjectItem(saved, "shards"))
+        return c; /* unchanged: the loader names a bad key */
+    const int64_t W = lo->world_size;
     const int64_t end0 = (n + w0 - 1) / w0, end1 = (n + W - 1) / W;
     int64_t p1;
     if (p0 >= end0) p1 = end1;
@@ -507,9 +524,8 @@ static bt_status step_setup(job *j) {
                            src_name, (unsigned long long)j->tr.opt.t, j->resume_dir,
                            (long long)j->resume.state.schedule.step);
         j->tr.step = j->resume.state.global_step;
-        const cJSON *ex = j->resume.state.extra;
-        const cJSON *sk = ex ? cJSON_GetObjectItemCaseSensitive(ex, "skipped_steps") : NULL;
-        if (cJSON_IsNumber(sk)) j->tr.n_skipped = (int64_t)sk->valuedouble;
+        st = resume_extra_int(j, "skipped_steps", 0, j->tr.n_skipped, &j->tr.n_skipped);
+        if (st != BT_OK) return st;
     }
     /* FLOPs per training sample: what the step runs per sample (step.h), × 3 for training */
     const bt_flops f = bt_model_flops(&j->model.cfg, rc->model.heads, (size_t)rc->data.max_length);
@@ -808,7 +824,10 @@ static bt_status resume_setup(job *j) {
     const cJSON *cw = j->resume.state.loader_cursor
                           ? cJSON_GetObjectItemCaseSensitive(j->resume.state.loader_cursor,
                                                              "world_size") : NULL;
-    const int64_t w0 = cJSON_IsNumber(cw) ? (int64_t)cw->valuedouble : 1;
+    int64_t w0 = 1;
+    if (cw && !bt_json_int_in(cw, 1, INT32_MAX, &w0))
+        return bt_fail(BT_ERR_FORMAT, "%s: loader_cursor.world_size: expected an integer in "
+                       "[1, %d]", source, INT32_MAX);
     if (w0 != j->dist.size) {
         const int64_t b0 = j->resume.state.run_config.train.batch_size, b1 = rc->train.batch_size;
         if (b0 * w0 != b1 * j->dist.size)
@@ -826,14 +845,11 @@ static bt_status resume_setup(job *j) {
     st = bt_run_config_check_resume(&j->resume.state.run_config, rc, source, changed,
                                     sizeof changed);
     if (st != BT_OK) return st;
-    j->batches_done = 0;
-    const cJSON *ex = j->resume.state.extra;
-    const cJSON *bd = ex ? cJSON_GetObjectItemCaseSensitive(ex, "batches_done") : NULL;
-    if (cJSON_IsNumber(bd)) j->batches_done = (int64_t)bd->valuedouble;
+    if ((st = resume_extra_int(j, "batches_done", 0, 0, &j->batches_done)) != BT_OK ||
+        (st = resume_extra_int(j, "best_step", -1, -1, &j->best_step)) != BT_OK)
+        return st;
     j->has_best = j->resume.state.has_best;
     j->best_metric = j->resume.state.best_metric;
-    const cJSON *bs = ex ? cJSON_GetObjectItemCaseSensitive(ex, "best_step") : NULL;
-    j->best_step = cJSON_IsNumber(bs) ? (int64_t)bs->valuedouble : -1;
     if (j->resume.state.best_model_checkpoint)
         snprintf(j->best_checkpoint, sizeof j->best_checkpoint, "%s",
                  j->resume.state.best_model_checkpoint);
