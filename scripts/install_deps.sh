@@ -13,7 +13,7 @@ packages=(build-essential meson ninja-build pkg-config python3
           python3-venv  # test only: scripts/check_doc_commands.sh runs the docs' venv step
           iproute2  # test only: ip netns, veth (tests/test_netns.sh)
           chromium zlib1g-dev  # test only: report.html rendered headless, PNG decoded
-          clang libclang-rt-14-dev)  # test only: libFuzzer + sanitizers of clang 14 (tests/fuzz)
+          clang libclang-rt-14-dev)  # test only: clang build, libFuzzer, sanitizers
 if [ "${1:-}" = "--python" ]; then
     packages+=(python3-torch python3-numpy python3-pil python3-regex)
 fi

@@ -2,10 +2,11 @@
 # test.sh: the test command of the README. On a fresh Debian 12 machine it installs the
 # dependencies, builds bt (release and ASan/UBSan), runs the default test suite, runs the op,
 # reference and determinism suites again at each lower CPU ISA level, runs the training-level
-# tests again with another GEMM backend, thread count and ISA level (perturbation stage), runs the
-# bad-input suite and the emulated AMX kernels again under the sanitizers (leaks included), runs
-# each libFuzzer target for a bounded time, and ends with 'N passed, N failed, N skipped'.
-# Exit status is non-zero on any failure.
+# tests again with another GEMM backend, thread count and ISA level (perturbation stage), builds
+# bt with clang and runs the op, reference, determinism and unit suites there, runs the bad-input
+# suite and the emulated AMX kernels again under the sanitizers (leaks included), runs each
+# libFuzzer target for a bounded time, and ends with 'N passed, N failed, N skipped'. Exit status
+# is non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +57,17 @@ if [ "${BT_SKIP_PERTURB:-0}" != 1 ]; then
         logs+=("build/meson-logs/perturb-$setup.json")
     done
 fi
+# The whole project built again by clang (Debian's clang, as the fuzz stage uses), with the op,
+# reference, determinism and unit suites: a user's other compiler must build bt too, and give
+# results as faithful (about a minute).
+if [ "${BT_SKIP_CLANG:-0}" != 1 ]; then
+    CC=clang meson setup build-clang --buildtype=release >/dev/null 2>&1 ||
+        meson setup --reconfigure build-clang >/dev/null
+    ninja -C build-clang >build-clang-log.txt 2>&1 || { cat build-clang-log.txt; status=1; }
+    meson test -C build-clang --suite op --suite reference --suite determinism --suite unit \
+        --print-errorlogs --num-processes 2 || status=1
+    logs+=(build-clang/meson-logs/testlog.json)
+fi
 # The malformed-input tests again under AddressSanitizer + UBSan (docs/style.md 9).
 if [ "${BT_SKIP_SANITIZE:-0}" != 1 ]; then
     meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debug \
@@ -86,7 +98,7 @@ if [ "${BT_SKIP_FUZZ:-0}" != 1 ]; then
         status=1
     logs+=(build-fuzz/meson-logs/testlog.json)
 fi
-rm -f build-log.txt build-asan-log.txt build-fuzz-log.txt
+rm -f build-log.txt build-clang-log.txt build-asan-log.txt build-fuzz-log.txt
 
 python3 scripts/test_summary.py "${logs[@]}" || status=1
 exit $status

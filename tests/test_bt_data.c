@@ -162,8 +162,8 @@ static void test_tokenize(void) {
     tokenizer tok;
     if (!tu_check(tokenizer_load(&tok, model) == BT_OK, "tokenizer %s loads", model)) return;
     const char *lines[] = {
-        "a large red circle on the left and a small blue square at the top right on a grey "
-        "background",
+        ("a large red circle on the left and a small blue square at the top right on a grey "
+         "background"),
         "words the synthetic vocabulary never saw: Zebra, 42 \xC3\xA9t\xC3\xA9!", ""};
     char in[1100];
     snprintf(in, sizeof in, "%s/lines.txt", dir);

@@ -33,7 +33,9 @@
 #include "kernels/ops.h"
 #include "status.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+/* gcc 11 and clang 14 are the first with these intrinsics and target names */
+#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 14) ||                  \
+                            (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11))
 #define AMX_BUILT 1
 #include <immintrin.h>
 #include <pthread.h>

@@ -16,6 +16,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 #include <cjson/cJSON.h>
 
@@ -49,14 +52,24 @@ bt_status bt_isa_from_name(const char *name, bt_isa *out) {
                    name ? name : "(null)");
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* F16C and MOVBE, which x86-64-v3 (bt's avx2 level) also requires: CPUID leaf 1, ECX bits 29
+ * and 22. Read here because clang before 16 has no __builtin_cpu_supports names for them;
+ * neither needs OS support (no register state). */
+static int cpu_has_f16c_movbe(void) {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+    return (ecx >> 29 & 1u) && (ecx >> 22 & 1u);
+}
+#endif
+
 int bt_isa_supported(bt_isa isa) {
     if (isa == BT_ISA_SCALAR) return 1;
 #if defined(__x86_64__) && defined(__GNUC__)
     /* libgcc's checks include the OS side (XGETBV: AVX / AVX-512 state enabled). */
     __builtin_cpu_init();
     const int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c") &&
-                   __builtin_cpu_supports("movbe");
+                   __builtin_cpu_supports("bmi2") && cpu_has_f16c_movbe();
     const int v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
                    __builtin_cpu_supports("avx512vl");
