@@ -146,11 +146,11 @@ static bt_status json_int(int *out, const cJSON *j, const char *path, const char
     if (!cJSON_IsNumber(j))
         return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected an integer, got %s", path, key,
                        bt_json_type_name(j));
-    double v = j->valuedouble;
+    int64_t v;
     char num[40];
-    if (v != floor(v) || v < lo || v > hi)
+    if (!bt_json_int_in(j, lo, hi, &v))
         return bt_fail(BT_ERR_CONFIG, "%s: key \"%s\": expected an integer in %d..%d, got %s",
-                       path, key, lo, hi, bt_json_number_str(num, sizeof num, v));
+                       path, key, lo, hi, bt_json_number_str(num, sizeof num, j->valuedouble));
     *out = (int)v;
     return BT_OK;
 }

@@ -9,11 +9,11 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_util.h"
 #include "rng.h"
 
 /* ---- sampler ----------------------------------------------------------------------------- */
@@ -218,11 +218,9 @@ cJSON *sampler_cursor_to_json(const sampler *s, sampler_cursor c) {
 static bt_status json_int(const cJSON *j, const char *what, const char *key, int64_t *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!v) return bt_fail(BT_ERR_MISSING, "%s: cursor key '%s' missing", what, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble > 9007199254740992.0)
+    if (!bt_json_int_in(v, 0, BT_JSON_INT_MAX, out))
         return bt_fail(BT_ERR_FORMAT, "%s: cursor key '%s' must be a non-negative integer", what,
                        key);
-    *out = (int64_t)v->valuedouble;
     return BT_OK;
 }
 

@@ -21,8 +21,6 @@
 
 #define STATE_FORMAT "bt-trainer-state"
 enum { STATE_FORMAT_VERSION = 1 };
-/* Integers stored in JSON numbers must be exact doubles. */
-#define INT_MAX_JSON 9007199254740992.0
 
 /* ------------------------------------------------------------------------------------------
  * The state struct */
@@ -139,15 +137,11 @@ static bt_status want(const char *source, const char *path, const char *what, co
 static bt_status get_int(const cJSON *o, const char *key, const char *path, const char *source,
                          int64_t *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble != floor(v->valuedouble) || v->valuedouble > INT_MAX_JSON) {
-        if (cJSON_IsNumber(v))
-            return bt_fail(BT_ERR_FORMAT, "%s: %s: expected an integer in [0, 2^53], got %g",
-                           source, path, v->valuedouble);
-        return want(source, path, "an integer >= 0", v);
-    }
-    *out = (int64_t)v->valuedouble;
-    return BT_OK;
+    if (bt_json_int_in(v, 0, BT_JSON_INT_MAX, out)) return BT_OK;
+    if (cJSON_IsNumber(v))
+        return bt_fail(BT_ERR_FORMAT, "%s: %s: expected an integer in [0, 2^53], got %g", source,
+                       path, v->valuedouble);
+    return want(source, path, "an integer >= 0", v);
 }
 
 static bt_status get_num(const cJSON *o, const char *key, const char *path, const char *source,

@@ -12,8 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The same bytes as "<temp>.csv.tsv" (removed after the run). */
     char tsv[600];
     snprintf(tsv, sizeof tsv, "%s.tsv", csv);
-    FILE *f = fopen(tsv, "wb");
-    if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0) abort();
+    fuzz_write_file(tsv, data, size);
     fuzz_manifest_check(tsv);
     unlink(tsv);
     return 0;

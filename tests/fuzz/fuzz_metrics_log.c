@@ -38,12 +38,10 @@ static void remove_fuzz_dir(void) {
     rmdir(fuzz_dir);
 }
 
-/* One output directory per process (under /dev/shm when there is one), made once. */
+/* One output directory per process (fuzz_temp_dir), made once. */
 static void make_fuzz_dir(void) {
     if (fuzz_dir[0]) return;
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !tmp[0]) tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    snprintf(fuzz_dir, sizeof fuzz_dir, "%s/bt-fuzz-log-XXXXXX", tmp);
+    snprintf(fuzz_dir, sizeof fuzz_dir, "%s/bt-fuzz-log-XXXXXX", fuzz_temp_dir());
     FUZZ_CHECK(mkdtemp(fuzz_dir) != NULL);
     snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", fuzz_dir);
     snprintf(summary_path, sizeof summary_path, "%s/summary.json", fuzz_dir);
@@ -51,28 +49,12 @@ static void make_fuzz_dir(void) {
     atexit(remove_fuzz_dir);
 }
 
-static void write_file(const char *path, const uint8_t *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    FUZZ_CHECK(f != NULL);
-    FUZZ_CHECK(n == 0 || fwrite(data, 1, n, f) == n);
-    FUZZ_CHECK(fclose(f) == 0);
-}
-
-/* The file's bytes, NUL-terminated (caller frees). */
+/* The file bt wrote, whole (bt_json_read_text: NUL-terminated; bt writes no NUL byte). */
 static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    FUZZ_CHECK(f != NULL);
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    for (size_t got; (got = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
-        len += got;
-        if (cap - len < 2) buf = realloc(buf, cap *= 2);
-        FUZZ_CHECK(buf != NULL);
-    }
-    fclose(f);
-    buf[len] = '\0';
-    *n = len;
-    return buf;
+    char *text = NULL;
+    FUZZ_CHECK(bt_json_read_text(path, "fuzz output", &text) == BT_OK);
+    *n = strlen(text);
+    return text;
 }
 
 /* bt_log_open as a resumed run calls it (no TensorBoard, the progress line discarded). */
@@ -123,9 +105,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *log_bytes = data + 1;
     const uint8_t *nul = memchr(log_bytes, 0, size - 1);
     const size_t log_n = nul ? (size_t)(nul - log_bytes) : size - 1;
-    write_file(metrics_path, log_bytes, log_n);
+    fuzz_write_file(metrics_path, log_bytes, log_n);
     unlink(summary_path);
-    if (nul) write_file(summary_path, nul + 1, size - 1 - log_n - 1);
+    if (nul) fuzz_write_file(summary_path, nul + 1, size - 1 - log_n - 1);
 
     resume_at(step, redo_eval, sink);
     size_t n1, n2;

@@ -23,8 +23,24 @@
         }                                                                                  \
     } while (0)
 
-/* Writes data to "<TMPDIR or /dev/shm>/bt-fuzz-<pid>.<suffix>" (the same path every call)
- * and returns the path. */
+/* The directory for temporary files: $TMPDIR, else /dev/shm when there is one (a memory file
+ * system keeps runs/s up), else /tmp. */
+static inline const char *fuzz_temp_dir(void) {
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !tmp[0]) tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    return tmp;
+}
+
+/* Writes n bytes of data to path (created or truncated); aborts when it cannot. */
+static inline void fuzz_write_file(const char *path, const uint8_t *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) abort();
+    if (n && fwrite(data, 1, n, f) != n) abort();
+    if (fclose(f) != 0) abort();
+}
+
+/* Writes data to "<fuzz_temp_dir()>/bt-fuzz-<pid>.<suffix>" (the same path every call) and
+ * returns the path. */
 static char fuzz_temp_path[512];
 
 static void fuzz_remove_temp(void) {
@@ -35,15 +51,10 @@ static inline const char *fuzz_write_temp(const uint8_t *data, size_t n, const c
     char *path = fuzz_temp_path;
     if (!path[0]) {
         atexit(fuzz_remove_temp);
-        /* /dev/shm when there is one: a memory file system keeps runs/s up. */
-        const char *tmp = getenv("TMPDIR");
-        if (!tmp || !tmp[0]) tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-        snprintf(path, sizeof fuzz_temp_path, "%s/bt-fuzz-%ld.%s", tmp, (long)getpid(), suffix);
+        snprintf(path, sizeof fuzz_temp_path, "%s/bt-fuzz-%ld.%s", fuzz_temp_dir(),
+                 (long)getpid(), suffix);
     }
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (n && fwrite(data, 1, n, f) != n) abort();
-    if (fclose(f) != 0) abort();
+    fuzz_write_file(path, data, n);
     return path;
 }
 
