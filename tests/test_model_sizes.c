@@ -293,6 +293,9 @@ static void check_config_errors(void) {
         {"more cross layers than text layers", "{\"num_hidden_layers\": 13}",
          "num_hidden_layers"},
         {"text_config not an object", "{\"text_config\": 3}", "text_config"},
+        /* pad 1 leaves one position: no room for <s> and </s> (found by fuzz_config) */
+        {"positions for one token", "{\"text_config\": {\"max_position_embeddings\": 3}}",
+         "at least <s> and </s>"},
         {"not JSON", "{\"hidden_size\": ", "not valid JSON"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

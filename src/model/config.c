@@ -265,11 +265,14 @@ bt_status bt_model_config_finish(bt_model_config *c, const char *name) {
         return bt_fail(BT_ERR_UNSUPPORTED,
                        "%s: key 'vision_config.num_channels' is %d; bt reads RGB images (3)",
                        name, c->num_channels);
-    if (c->pad_token_id >= c->vocab_size || c->pad_token_id + 1 >= c->max_position_embeddings)
+    /* RoBERTa positions start after pad_token_id: the text holds max_position_embeddings -
+     * pad_token_id - 1 tokens (bt_model_config_max_text), and it needs <s> and </s> */
+    if (c->pad_token_id >= c->vocab_size || c->pad_token_id + 2 >= c->max_position_embeddings)
         return bt_fail(BT_ERR_CONFIG,
                        "%s: key 'text_config.pad_token_id' (%d) must be below vocab_size (%d) "
-                       "and max_position_embeddings - 1 (%d)", name, c->pad_token_id,
-                       c->vocab_size, c->max_position_embeddings - 1);
+                       "and max_position_embeddings - 2 (%d), so that the text holds at least "
+                       "<s> and </s>", name, c->pad_token_id, c->vocab_size,
+                       c->max_position_embeddings - 2);
     c->split = c->text_layers - c->cross_layers + 1;
     c->grid = c->image_size / c->patch_size;
     c->num_patches = c->grid * c->grid;

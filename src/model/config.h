@@ -90,7 +90,7 @@ bt_status bt_model_config_finish(bt_model_config *c, const char *name);
 const char *bt_link_type_name(bt_link_type t);
 
 /* The longest text the model takes: max_position_embeddings - pad_token_id - 1 (RoBERTa's
- * positions start after the pad id). */
+ * positions start after the pad id); at least 2 (<s> and </s>) in a parsed config. */
 int bt_model_config_max_text(const bt_model_config *c);
 
 /* The text length a model directory is evaluated at by default: the top-level
