@@ -22,6 +22,10 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "train/step.h"
+#include "test_util.h"
+
+static const char usage_text[] =
+    "usage: mpirun -np N bench_dist [--reps N] [--max-mib M] [--wire bf16] CONFIG_DIR...\n";
 
 int main(int argc, char **argv) {
     bt_dist d;
@@ -38,16 +42,13 @@ int main(int argc, char **argv) {
             max_mib = atof(argv[++first]);
         else if (!strcmp(argv[first], "--wire") && first + 1 < argc)
             wire_bf16 = !strcmp(argv[++first], "bf16");
-        else {
-            fprintf(stderr, "usage: mpirun -np N bench_dist [--reps N] [--max-mib M] [--wire bf16] "
-                    "CONFIG_DIR...\n");
-            return 2;
-        }
+        else
+            break;
     }
-    if (first >= argc || reps < 1) {
-        fprintf(stderr, "usage: mpirun -np N bench_dist [--reps N] [--max-mib M] [--wire bf16] "
-                "CONFIG_DIR...\n");
-        return 2;
+    if (first >= argc || argv[first][0] == '-' || reps < 1) { /* every rank says it, then ends */
+        const int rc = tu_usage(first < argc ? argv[first] : NULL, usage_text);
+        bt_dist_finalize(&d);
+        return rc;
     }
     if (d.rank == 0)
         printf("ranks %d (%s), %s on the wire; mean of %d reps after 1 warm-up\n"

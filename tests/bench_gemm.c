@@ -48,6 +48,7 @@
 #include "bt_config.h"
 #include "clock.h"
 #include "kernels/gemm.h"
+#include "test_util.h"
 
 #if BT_HAVE_OPENMP
 #include <omp.h>
@@ -350,10 +351,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--cold") == 0) {
             cold = 1;
         } else {
-            fprintf(stderr,
-                    "usage: bench_gemm [--quick] [--passes P] [--only SUBSTRING] [--cold] "
-                    "[--fused-qkv]\n");
-            return 2;
+            return tu_usage(argv[i], "usage: bench_gemm [--quick] [--passes P] "
+                                     "[--only SUBSTRING] [--cold] [--fused-qkv]\n");
         }
     }
     if (passes < 1) passes = 1;

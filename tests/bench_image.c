@@ -154,7 +154,16 @@ done:
     free(grey);
 }
 
+static const char usage_text[] =
+    "usage: bench_image [--write-jpeg PATH | --write-formats DIR]\n"
+    "  (no option)            the two tables: JPEG decode + preprocessing, formats\n"
+    "  --write-jpeg PATH      the first table's JPEG, for gen_image_fixtures.py --bench\n"
+    "  --write-formats DIR    the second table's files (DIR/bench-?.*)\n";
+
 int main(int argc, char **argv) {
+    if (argc != 1 && !(argc == 3 && (!strcmp(argv[1], "--write-jpeg") ||
+                                     !strcmp(argv[1], "--write-formats"))))
+        return tu_usage(argv[1], usage_text);
     const int w = 1000, h = 800;
     uint8_t *rgb = malloc((size_t)w * h * 3);
     tu_synth_picture(rgb, w, h, 11);

@@ -239,7 +239,11 @@ static const char *configs_dir(void) {
 }
 
 int main(int argc, char **argv) {
-    int loader_only = argc > 1 && !strcmp(argv[1], "--loader-only");
+    const int loader_only = argc == 2 && !strcmp(argv[1], "--loader-only");
+    if (argc > 1 && !loader_only)
+        return tu_usage(argc == 2 ? argv[1] : NULL,
+                        "usage: bench_loader [--loader-only]\n"
+                        "  --loader-only   the loader's rows only, without the model step\n");
 #ifdef _OPENMP
     omp_set_num_threads(1);
 #endif

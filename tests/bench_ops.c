@@ -391,9 +391,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) {
             bench_rounds = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--rounds N] [--only memory|bf16|attention]\n",
-                    argv[0]);
-            return 2;
+            return tu_usage(argv[i], "usage: bench_ops [--quick] [--rounds N] "
+                                     "[--only memory|bf16|attention]\n");
         }
     }
     if (quick) bench_rounds = bench_rounds < 2 ? bench_rounds : 2, bench_round_s = 0.05;

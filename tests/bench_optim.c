@@ -106,8 +106,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--bf16") == 0) {
             bf16 = 1;
         } else {
-            fprintf(stderr, "usage: bench_optim [--config NAME|DIR] [--rounds R] [--bf16]\n");
-            return 2;
+            return tu_usage(argv[i], "usage: bench_optim [--config NAME|DIR] [--rounds R] "
+                                     "[--bf16]\n");
         }
     }
     if (rounds < 1) rounds = 1;

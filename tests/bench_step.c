@@ -245,13 +245,12 @@ static void gemm_profile_print(long steps) {
     gemm_forms_print(r, n, steps);
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: [mpirun -np N] bench_step [--config NAME|DIR] [--batch B] [--text T] "
-                    "[--image R] [--steps N] [--mode train|infer] [--precision fp32|bf16] "
-                    "[--memory full|checkpoint|forward-only] [--checkpoint] [--quick] "
-                    "[--flops-only] [--estimate] [--kernels] [--plain-weights] "
-                    "[--keep-shadow] [--cross-features]\n");
-}
+static const char usage_text[] =
+    "usage: [mpirun -np N] bench_step [--config NAME|DIR] [--batch B] [--text T] [--image R]\n"
+    "           [--steps N] [--mode train|infer] [--precision fp32|bf16]\n"
+    "           [--memory full|checkpoint|forward-only] [--checkpoint] [--quick]\n"
+    "           [--flops-only] [--estimate] [--kernels] [--plain-weights] [--keep-shadow]\n"
+    "           [--cross-features]\n";
 
 /* The benchmark proper, on the world d (one process, or mpirun's ranks: rank 0 prints). */
 static int bench_main(int argc, char **argv, const bt_dist *d) {
@@ -298,8 +297,7 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
               : strcmp(a, "--image") == 0 ? &image
                                           : &steps) = n;
         } else {
-            usage();
-            return 2;
+            return tu_usage(a, usage_text);
         }
     }
     const int train = strcmp(mode, "train") == 0, bf16 = strcmp(prec, "bf16") == 0;
@@ -314,8 +312,7 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
         if (train && act_mode == BT_ACTS_FORWARD_ONLY)
             fprintf(stderr, "bench_step: --memory forward-only has no backward: not with "
                             "--mode train\n");
-        usage();
-        return 2;
+        return tu_usage(NULL, usage_text);
     }
     const int ranks = d->size, rank = d->rank;
     if (ranks > 1 && !train) {

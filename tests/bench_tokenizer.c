@@ -91,10 +91,15 @@ int main(int argc, char **argv) {
     const char *dump = NULL;
     snprintf(dir, sizeof dir, "%s", tu_fixture_path("tokenizer"));
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--dump") && i + 1 < argc)
+        if (!strcmp(argv[i], "--dump") && i + 1 < argc) {
             dump = argv[++i];
-        else
+        } else if (argv[i][0] == '-') {
+            return tu_usage(argv[i], "usage: bench_tokenizer [--dump CAPTIONS.txt] [MODEL_DIR]\n"
+                                     "  MODEL_DIR   tokenizer directory (default: the fixture)\n"
+                                     "  --dump F    also write the captions to F, one a line\n");
+        } else {
             snprintf(dir, sizeof dir, "%s", argv[i]);
+        }
     }
     tokenizer t;
     if (tokenizer_load(&t, dir)) {

@@ -301,6 +301,12 @@ void tu_uncap_address_space(void) {
     tu_as_capped = 0;
 }
 
+int tu_usage(const char *arg, const char *usage) {
+    const int help = arg && (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0);
+    fputs(usage, help ? stdout : stderr);
+    return help ? 0 : 2;
+}
+
 double tu_clock_seconds(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);

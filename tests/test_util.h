@@ -96,6 +96,10 @@ int tu_run_env_captured(char *out, size_t out_cap, char *err, size_t err_cap,
 /* clock_gettime(id) in seconds (benchmarks: CLOCK_MONOTONIC for wall time,
  * CLOCK_PROCESS_CPUTIME_ID for CPU time). */
 double tu_clock_seconds(clockid_t id);
+/* A benchmark's answer to an argument it does not take: `usage` on stdout and 0 when the
+ * argument is --help or -h, else on stderr and 2 (the exit status; a misspelt option never
+ * runs another benchmark than the one asked for). */
+int tu_usage(const char *arg, const char *usage);
 /* Out-of-memory tests: caps this process's address space (RLIMIT_AS) at its current size
  * (/proc/self/statm) + headroom bytes, so the next large allocation fails. Returns 1 when
  * capped; tu_uncap_address_space() restores the limit. Not usable under ASan (it reserves

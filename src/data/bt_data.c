@@ -829,6 +829,7 @@ static int tool_main(int argc, char **argv) {
     if (info_rc >= 0) return info_rc;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(usage_text, argc < 2 ? stderr : stdout);
+        bt_runtime_cli_help(argc < 2 ? stderr : stdout, 15);
         return argc < 2 ? EXIT_USAGE : EXIT_OK;
     }
     args a;

@@ -376,6 +376,14 @@ int bt_runtime_cli_info(int argc, char **argv, const char *tool) {
     return 0;
 }
 
+void bt_runtime_cli_help(FILE *out, int column) {
+    const int w = column > 12 ? column - 2 : 10; /* "--version" and a space at least */
+    fprintf(out, "  %-*sprint the run-time configuration (CPU ISA, GEMM routes, threads)\n",
+            w, "--info");
+    fprintf(out, "  %-*sprint the version, git revision, build type and backends\n", w,
+            "--version");
+}
+
 void bt_runtime_prefer_passive_openmp(char **argv) {
     bt_settings_prefer_passive_openmp(argv); /* settings.h: recorded, printed by --info */
 }

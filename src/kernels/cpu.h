@@ -87,6 +87,9 @@ void bt_version_print(FILE *out, const char *tool);
  * BT_GEMM_BF16 is invalid. Returns -1 when neither is given (the tool goes on; nothing is
  * changed). */
 int bt_runtime_cli_info(int argc, char **argv, const char *tool);
+/* The two lines of --help that describe --info and --version, the descriptions starting at
+ * column `column` (each tool aligns its own options there). */
+void bt_runtime_cli_help(FILE *out, int column);
 
 /* The environment a tool runs under, checked before any work (bt_runtime_cli_info calls it
  * when --info is absent, so every tool exits 1 with the message): BT_CPU_ISA, BT_GEMM,

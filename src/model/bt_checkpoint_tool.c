@@ -45,6 +45,7 @@ static void usage(FILE *out) {
             "  --save OUT    write the loaded model to OUT (config.json, model.safetensors,\n"
             "                tokenizer/preprocessor files of DIR); atomic\n"
             "  --dtype D     f32 (default) or bf16 for --save\n");
+    bt_runtime_cli_help(out, 16);
 }
 
 /* "itc,itm" -> mask; -1 on a bad name. */

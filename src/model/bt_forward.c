@@ -68,6 +68,7 @@ static void usage(FILE *out) {
                  "  outputs: loss, logits, pooler_output (+ text_embeds, image_embeds,\n"
                  "           cross_embeds for itc); no --head: text_features, image_features,\n"
                  "           pooler_output; --backward: grad.<HF key> of every parameter\n");
+    bt_runtime_cli_help(out, 13);
 }
 
 static int parse_args(fwd_args *a, int argc, char **argv) {

@@ -25,8 +25,8 @@ static int usage(FILE *out, int rc) {
             "(Re)builds OUTPUT_DIR/report.html from the metrics.jsonl and summary.json a\n"
             "bt-train run left there (also for a run still going or killed).\n"
             "  --config FILE   add the run config (a JSON object) as a table\n"
-            "  --version       version, git revision, build type, backends\n"
             "  --help          this text\n");
+    bt_runtime_cli_help(out, 18);
     return rc;
 }
 

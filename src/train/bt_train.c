@@ -33,6 +33,7 @@ static void usage(FILE *out) {
             "  --help-config      list every config key, its type and default\n"
             "  --test-hook H=V    for bt's own tests only (tests/test_dist.c):\n"
             "                     sigterm_in_stop_check=STEP, dist_sleep=RANK:CONTEXT:SECONDS\n");
+    bt_runtime_cli_help(out, 21);
 }
 
 static void help_config(void) {

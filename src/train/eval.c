@@ -36,6 +36,7 @@
 #include "data/loader.h"
 #include "json_util.h"
 #include "mem.h"
+#include "kernels/cpu.h"
 #include "train/loss.h"
 
 void bt_eval_options_default(bt_eval_options *o) {
@@ -781,6 +782,7 @@ void bt_eval_cli_usage(FILE *out, int embed) {
                      "  --itm-rerank K       re-rank the top K both ways by the ITM head\n"
                      "  --choice-score S     5-way caption choice scored by itc (default) or itm\n"
                      "  --no-choices         skip the 5-way caption choice\n");
+    bt_runtime_cli_help(out, 23);
 }
 
 static int cli_parse(bt_eval_cli_args *a, int argc, char **argv, int embed) {
