@@ -69,27 +69,7 @@ has_torch=0
 /usr/bin/python3 -c "import torch" 2>/dev/null && has_torch=1
 
 # file:line<TAB>command, continuation lines joined, for every line of every ```sh block
-commands=$(python3 - "$ROOT" README.md docs/newyorker.md <<'EOF'
-import os, sys
-for rel in sys.argv[2:]:
-    path = os.path.join(sys.argv[1], rel)
-    lines, in_sh, cmd, start = open(path).read().split("\n"), False, "", 0
-    for i, line in enumerate(lines, 1):
-        if line.startswith("```"):
-            in_sh = not in_sh and line.strip() in ("```sh", "```bash")
-            continue
-        if not in_sh or (not cmd and not line.strip()):
-            continue
-        if not cmd:
-            start = i
-        cmd += line.rstrip()
-        if cmd.endswith("\\"):
-            cmd = cmd[:-1] + " "
-            continue
-        print(f"{rel}:{start}\t{' '.join(cmd.split())}")
-        cmd = ""
-EOF
-)
+commands=$(cd "$ROOT" && python3 scripts/lint_doc_commands.py --list README.md docs/newyorker.md)
 
 while IFS=$'\t' read -r loc cmd; do
     [ -n "$cmd" ] || continue

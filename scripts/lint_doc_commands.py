@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""lint_doc_commands.py: checks, without running them, that the commands in README.md and
+docs/*.md can run as written: the programs they name exist, and every option they pass is one
+the program accepts. scripts/check_doc_commands.sh runs the README's and docs/newyorker.md's
+commands for real; most other commands in docs/ are benchmarks and runs of minutes or hours,
+so this is what keeps them from rotting when a flag or a file changes.
+
+Convention: commands are in ```sh (or ```bash) blocks; a ``` block is output, a ```text block
+a synopsis (options in brackets, names in capitals). A ``` block whose first line reads like a
+command, or any "$ "-prompted line outside a ```sh block, is an error (put the command in a
+```sh block), so no command escapes the check by its fence.
+
+Checked for every simple command of a ```sh block (continuation lines joined, split at &&, ||,
+;, |, with leading VAR=value, env, time, sudo and `for ... do` stripped):
+  - no placeholder: a token such as [--flag], isa_<level> or ... (write the command a reader
+    can paste; say the alternatives in the text);
+  - no path of one machine (/work/..., /root/...);
+  - build/PROG, ./build-NAME/PROG: the program is one the build makes (looked up in --build);
+    a build directory other than build/ must be set up (`meson setup build-NAME`) earlier in
+    the same file;
+  - bt-* (an installed program): one the build makes;
+  - every --option given to one of bt's programs appears in that program's --help, which
+    every bt program prints (and every one refuses an option it does not know, exit 2);
+  - scripts/X (run by bash, python3 or /usr/bin/python3, or directly): the file exists, and
+    every --option given to it appears in its source;
+  - mpirun: the options before the program are mpirun's own and not checked; the program
+    after them is checked as above;
+  - ninja -C DIR: DIR is build/ or set up earlier in the same file;
+  - meson test -C DIR NAME...: every NAME is a registered test or benchmark, every --suite a
+    suite (meson introspect of --build).
+Not checked: inline `code` in prose (often notation), and what a command does when it runs.
+
+Usage: python3 scripts/lint_doc_commands.py [--build DIR] [FILE.md ...]
+         (default: README.md and docs/*.md; exit 1 with file:line and the reason per finding)
+       python3 scripts/lint_doc_commands.py --list FILE.md ...
+         (prints "file:line<TAB>command" for every command of their ```sh blocks, continuation
+          lines joined: what scripts/check_doc_commands.sh runs)
+       python3 scripts/lint_doc_commands.py --build DIR --selftest FIXTURE.md
+         (each line of FIXTURE.md that ends with "# lint: TEXT" must give a finding that
+          contains TEXT, and no other line may give one: this shows each rule can fail)
+"""
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMAND_START = re.compile(
+    r"^(\./)?(build[\w-]*/|bash |meson |ninja |python3 |/usr/bin/python3 |mpirun |bt-\w+ |"
+    r"OMP_\w+=|BT_\w+=|DNNL_\w+=|scripts/)")
+# [--flag], [--flag VALUE] (two tokens), isa_<level>, ...; not the test command's [ and ]
+PLACEHOLDER = re.compile(r"^\[(?!\[)\S|\S(?<!\])\]$|<[\w|. -]+>|^\.\.\.$")
+MACHINE_PATH = re.compile(r"^/(work|root|home)/")
+WRAPPERS = {"env", "time", "sudo", "exec", "nice"}
+SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")"}
+
+
+class Build:
+    """What the build directory makes: programs, tests and suites, each program's --help."""
+
+    def __init__(self, path):
+        self.path = path
+        self.helps = {}
+        self.tests, self.suites = set(), set()
+        for kind in ("--tests", "--benchmarks"):
+            try:
+                out = subprocess.run(["meson", "introspect", path, kind], capture_output=True,
+                                     text=True, check=True).stdout
+            except (OSError, subprocess.CalledProcessError) as e:
+                sys.exit(f"lint_doc_commands: cannot read the tests of {path}: {e}")
+            for t in json.loads(out):
+                self.tests.add(t["name"])
+                self.suites.update(s.split(":")[-1] for s in t["suite"])
+                self.suites.update(t["suite"])
+
+    def program(self, rel):
+        """rel is a path under the build directory (tests/bench_step); None if not built."""
+        p = os.path.join(self.path, rel)
+        return p if os.path.isfile(p) and os.access(p, os.X_OK) else None
+
+    def installed(self, name):
+        hits = glob.glob(os.path.join(self.path, "src", "*", name))
+        return hits[0] if hits else None
+
+    def help_text(self, prog):
+        if prog not in self.helps:
+            env = dict(os.environ, OMP_NUM_THREADS="1", BT_CONFIGS=os.path.join(ROOT, "configs"))
+            r = subprocess.run([prog, "--help"], capture_output=True, text=True, env=env,
+                               timeout=60, errors="replace")
+            self.helps[prog] = (r.returncode, r.stdout + r.stderr)
+        return self.helps[prog]
+
+
+def fenced_blocks(text):
+    """(language, [(line number, line)]) for every fenced block."""
+    blocks, lang, body = [], None, []
+    for n, line in enumerate(text.split("\n"), 1):
+        if line.startswith("```"):
+            if lang is None:
+                lang, body = line[3:].strip(), []
+            else:
+                blocks.append((lang, body))
+                lang = None
+            continue
+        if lang is not None:
+            body.append((n, line))
+    return blocks
+
+
+def joined_lines(body):
+    """Lines with their continuations joined: (first line number, text)."""
+    out, cur, start = [], "", 0
+    for n, line in body:
+        if not cur and not line.strip():
+            continue
+        if not cur:
+            start = n
+        cur += line.rstrip()
+        if cur.endswith("\\"):
+            cur = cur[:-1] + " "
+            continue
+        out.append((start, cur))
+        cur = ""
+    return out
+
+
+def simple_commands(line):
+    """Token lists of the simple commands of one shell line (comments dropped)."""
+    lex = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
+    lex.whitespace_split = True
+    lex.commenters = "#"
+    raw = shlex.shlex(line, posix=False, punctuation_chars=";&|()")
+    raw.whitespace_split = True
+    raw.commenters = "#"
+    tokens, raws = list(lex), list(raw)
+    if len(tokens) != len(raws):  # quoting the two lexers see differently: keep the posix view
+        raws = tokens
+    cmds, cur = [], []
+    for tok, r in zip(tokens, raws):
+        if tok in SEPARATORS:
+            if cur:
+                cmds.append(cur)
+            cur = []
+        else:
+            cur.append((tok, r))
+    if cur:
+        cmds.append(cur)
+    result = []
+    for c in cmds:
+        words = [t for t, _ in c]
+        if words and words[0] == "for":  # for VAR in WORDS; do CMD; done: CMD is the next one
+            continue
+        while words and words[0] in ("do", "then", "else", "done", "fi"):
+            words, c = words[1:], c[1:]
+        if words:
+            result.append(c)
+    return result
+
+
+def strip_prefix(cmd):
+    """Drops VAR=value assignments and wrappers (env, time, sudo, timeout N) in front."""
+    i = 0
+    while i < len(cmd):
+        tok = cmd[i][0]
+        if re.match(r"^[A-Za-z_]\w*=", tok) or tok in WRAPPERS:
+            i += 1
+        elif tok == "timeout" and i + 1 < len(cmd):
+            i += 2
+        elif tok.startswith("-") and i > 0 and cmd[i - 1][0] == "env":
+            i += 1
+        else:
+            break
+    return cmd[i:]
+
+
+def options_of(args):
+    """The --options among the arguments (--name=value gives --name)."""
+    return [a.split("=", 1)[0] for a in args if a.startswith("--") and len(a) > 2]
+
+
+class Linter:
+    def __init__(self, build):
+        self.build = build
+        self.findings = []
+
+    def find(self, where, msg):
+        self.findings.append((where, msg))
+
+    def lint_file(self, path):
+        rel = os.path.relpath(path, ROOT)
+        set_up = {"build"}
+        for lang, body in fenced_blocks(open(path, encoding="utf-8").read()):
+            if lang in ("sh", "bash"):
+                for n, line in joined_lines(body):
+                    self.lint_line(f"{rel}:{n}", line, set_up)
+                continue
+            lines = [(n, l) for n, l in body if l.strip()]
+            for n, l in lines:
+                if l.startswith("$ "):
+                    self.find(f"{rel}:{n}", "a prompted command in an output block: put the "
+                              "command in a ```sh block and its output in a ``` block")
+            if lang == "" and lines and not lines[0][1].startswith("$ ") and \
+                    COMMAND_START.match(lines[0][1]):
+                self.find(f"{rel}:{lines[0][0]}", "a command in a ``` block: mark the block "
+                          "```sh so that it is checked (``` blocks are output)")
+
+    def lint_line(self, where, line, set_up):
+        try:
+            cmds = simple_commands(line)
+        except ValueError as e:
+            self.find(where, f"the shell cannot read this line ({e})")
+            return
+        for cmd in cmds:
+            for tok, raw in cmd:
+                if PLACEHOLDER.search(raw) and not raw.startswith(("'", '"')):
+                    self.find(where, f"a placeholder, not a command a reader can paste: {raw}")
+                if MACHINE_PATH.match(tok):
+                    self.find(where, f"a path of one machine: {tok}")
+            words = [t for t, _ in strip_prefix(cmd)]
+            if not words:
+                continue
+            if words[:2] == ["meson", "setup"]:
+                dirs = [w for w in words[2:] if not w.startswith("-")]
+                if dirs:
+                    set_up.add(dirs[0].rstrip("/"))
+                continue
+            if words[0] == "ninja" and "-C" in words[:-1]:
+                bdir = words[words.index("-C") + 1].rstrip("/")
+                if bdir not in set_up:
+                    self.find(where, f"ninja -C {bdir}: {bdir}/ is not set up before this "
+                              f"command in this file (add `meson setup {bdir}` or use build/)")
+                continue
+            if words[:2] == ["meson", "test"]:
+                self.lint_meson_test(where, words[2:])
+                continue
+            if words[0] == "mpirun":
+                words = self.after_mpirun(words[1:])
+                if not words:
+                    self.find(where, "mpirun without a program of bt's after its options")
+                    continue
+            if words[0] in ("bash", "sh", "python3", "/usr/bin/python3") and len(words) > 1 \
+                    and words[1].startswith("scripts/"):
+                self.lint_script(where, words[1], words[2:])
+            elif words[0].startswith("scripts/"):
+                self.lint_script(where, words[0], words[1:])
+            else:
+                self.lint_program(where, words[0], words[1:], set_up)
+
+    def after_mpirun(self, words):
+        for i, w in enumerate(words):
+            if re.match(r"^(\./)?build[\w-]*/", w) or re.match(r"^bt-[\w-]+$", w):
+                return words[i:]
+        return []
+
+    def lint_program(self, where, prog, args, set_up):
+        m = re.match(r"^(\./)?(build[\w-]*)/(.+)$", prog)
+        if m:
+            bdir, rel = m.group(2), m.group(3)
+            if bdir not in set_up:
+                self.find(where, f"{bdir}/ is not set up before this command in this file "
+                          f"(add `meson setup {bdir}` or use build/)")
+            exe = self.build.program(rel)
+            if exe is None:
+                self.find(where, f"{prog}: the build makes no program {rel}")
+                return
+        elif re.match(r"^bt-[\w-]+$", prog):
+            exe = self.build.installed(prog)
+            if exe is None:
+                self.find(where, f"{prog}: not one of bt's programs")
+                return
+        else:
+            return  # a system command: only the token rules apply
+        rc, text = self.build.help_text(exe)
+        if rc != 0:
+            self.find(where, f"{prog} --help exits {rc}: every bt program prints its options")
+            return
+        for opt in options_of(args):
+            if not re.search(re.escape(opt) + r"(?![\w-])", text):
+                self.find(where, f"{prog}: option {opt} is not in its --help")
+
+    def lint_script(self, where, script, args):
+        path = os.path.join(ROOT, script)
+        if not os.path.isfile(path):
+            self.find(where, f"{script}: no such script")
+            return
+        src = open(path, encoding="utf-8").read()
+        for opt in options_of(args):
+            if not re.search(re.escape(opt) + r"(?![\w-])", src):
+                self.find(where, f"{script}: option {opt} is not in the script")
+
+    def lint_meson_test(self, where, words):
+        i = 0
+        while i < len(words):
+            w = words[i]
+            if w in ("-C", "--setup", "--num-processes", "--repeat", "--timeout-multiplier",
+                     "--test-args", "--wrapper", "--suite", "--no-suite"):
+                if w in ("--suite", "--no-suite") and i + 1 < len(words) and \
+                        words[i + 1] not in self.build.suites:
+                    self.find(where, f"meson test: no suite '{words[i + 1]}'")
+                i += 2
+                continue
+            if not w.startswith("-") and w not in self.build.tests:
+                self.find(where, f"meson test: no test '{w}'")
+            i += 1
+
+
+def selftest(linter, fixture):
+    expected = {}
+    for n, line in enumerate(open(fixture, encoding="utf-8").read().split("\n"), 1):
+        m = re.search(r"# lint: (.+)$", line)
+        if m:
+            expected[n] = m.group(1).strip()
+    linter.lint_file(fixture)
+    got = {}
+    for where, msg in linter.findings:
+        got.setdefault(int(where.rsplit(":", 1)[1]), []).append(msg)
+    bad = 0
+    for n, text in sorted(expected.items()):
+        if not any(text in msg for msg in got.get(n, [])):
+            print(f"selftest: line {n}: expected a finding with '{text}', got {got.get(n)}")
+            bad += 1
+    for n, msgs in sorted(got.items()):
+        if n not in expected:
+            print(f"selftest: line {n}: unexpected finding {msgs}")
+            bad += 1
+    print(f"lint_doc_commands selftest: {len(expected)} expected finding(s), "
+          f"{'ok' if bad == 0 else f'{bad} wrong'}")
+    return 1 if bad else 0
+
+
+def list_commands(files):
+    for path in files:
+        rel = os.path.relpath(os.path.abspath(path), ROOT)
+        for lang, body in fenced_blocks(open(path, encoding="utf-8").read()):
+            if lang in ("sh", "bash"):
+                for n, line in joined_lines(body):
+                    print(f"{rel}:{n}\t{' '.join(line.split())}")
+    return 0
+
+
+def main():
+    if sys.argv[1:2] == ["--list"]:
+        return list_commands(sys.argv[2:])
+    args, build, fixture = sys.argv[1:], os.path.join(ROOT, "build"), None
+    files = []
+    while args:
+        a = args.pop(0)
+        if a == "--build":
+            build = args.pop(0)
+        elif a == "--selftest":
+            fixture = args.pop(0)
+        else:
+            files.append(a)
+    linter = Linter(Build(os.path.abspath(build)))
+    if fixture:
+        return selftest(linter, fixture)
+    if not files:
+        files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs",
+                                                                                  "*.md")))
+    for f in files:
+        linter.lint_file(f)
+    for where, msg in linter.findings:
+        print(f"{where}: {msg}")
+    print(f"lint_doc_commands: {len(files)} file(s), {len(linter.findings)} finding(s)")
+    return 1 if linter.findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
