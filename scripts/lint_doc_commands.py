@@ -50,7 +50,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND_START = re.compile(
     r"^(\./)?(build[\w-]*/|bash |meson |ninja |python3 |/usr/bin/python3 |mpirun |bt-\w+ |"
-    r"OMP_\w+=|BT_\w+=|DNNL_\w+=|scripts/)")
+    r"[A-Z][A-Z0-9_]*=\S|scripts/|git |cd |mkdir |for \w+ in )")
 # [--flag], [--flag VALUE] (two tokens), isa_<level>, ...; not the test command's [ and ]
 PLACEHOLDER = re.compile(r"^\[(?!\[)\S|\S(?<!\])\]$|<[\w|. -]+>|^\.\.\.$")
 MACHINE_PATH = re.compile(r"^/(work|root|home)/")
