@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # check_doc_commands.sh: runs, as written, every command of the ```sh blocks of README.md and
 # docs/newyorker.md that can run offline, so that a doc command that breaks fails CI
-# (issue 23). Commands are run in order, each with bash -e from a scratch directory laid out
-# like the repository root (build/, configs/, scripts/ linked in; HOME there too, so
-# ~/.venvs is scratch). Blocks of output or JSON are fenced without "sh" and not run.
+# (issue 23). The blocks are read by scripts/lint_doc_commands.py --list; that script also
+# checks the commands of every other doc without running them (meson test doc_lint).
+# Commands are run in order, each with bash -e from a scratch directory laid out like the
+# repository root (build/, configs/, scripts/ linked in; HOME there too, so ~/.venvs is
+# scratch). Blocks of output or JSON are fenced without "sh" and not run.
 #
 # What stands in for the network (nothing else is changed):
 #   huggingface-cli download REPO --local-dir DIR
