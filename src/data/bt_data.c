@@ -828,8 +828,9 @@ static int tool_main(int argc, char **argv) {
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-data"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs(usage_text, argc < 2 ? stderr : stdout);
-        bt_runtime_cli_help(argc < 2 ? stderr : stdout, 15);
+        FILE *out = argc < 2 ? stderr : stdout; /* no command: a usage error */
+        fputs(usage_text, out);
+        bt_runtime_cli_help(out, 15);
         return argc < 2 ? EXIT_USAGE : EXIT_OK;
     }
     args a;
