@@ -1,5 +1,5 @@
 /* fuzz_util.h: what the libFuzzer targets share: the loaders under test take paths, so each
- * input is written to one per-process temp file (rewritten every run), and the committed
+ * input is written to per-process temp files (rewritten every run), and the committed
  * fixtures are found through BT_FUZZ_SOURCE (the source tree, compiled in).
  *
  * A target returns 0 for every input; a crash, an ASan/UBSan report, a leak or a failed
@@ -39,20 +39,29 @@ static inline void fuzz_write_file(const char *path, const uint8_t *data, size_t
     if (fclose(f) != 0) abort();
 }
 
-/* Writes data to "<fuzz_temp_dir()>/bt-fuzz-<pid>.<suffix>" (the same path every call) and
+/* Writes data to "<fuzz_temp_dir()>/bt-fuzz-<pid>.<suffix>" (the same path for the same suffix
+ * every call; up to FUZZ_TEMP_FILES suffixes, for loaders that read several files) and
  * returns the path. */
-static char fuzz_temp_path[512];
+#define FUZZ_TEMP_FILES 4
+static char fuzz_temp_paths[FUZZ_TEMP_FILES][512];
 
 static void fuzz_remove_temp(void) {
-    if (fuzz_temp_path[0]) unlink(fuzz_temp_path);
+    for (int i = 0; i < FUZZ_TEMP_FILES; i++)
+        if (fuzz_temp_paths[i][0]) unlink(fuzz_temp_paths[i]);
 }
 
 static inline const char *fuzz_write_temp(const uint8_t *data, size_t n, const char *suffix) {
-    char *path = fuzz_temp_path;
+    char want[512];
+    snprintf(want, sizeof want, "%s/bt-fuzz-%ld.%s", fuzz_temp_dir(), (long)getpid(), suffix);
+    int slot = 0;
+    while (slot < FUZZ_TEMP_FILES && fuzz_temp_paths[slot][0] &&
+           strcmp(fuzz_temp_paths[slot], want) != 0)
+        slot++;
+    if (slot == FUZZ_TEMP_FILES) abort(); /* more suffixes than slots: a defect of the target */
+    char *path = fuzz_temp_paths[slot];
     if (!path[0]) {
-        atexit(fuzz_remove_temp);
-        snprintf(path, sizeof fuzz_temp_path, "%s/bt-fuzz-%ld.%s", fuzz_temp_dir(),
-                 (long)getpid(), suffix);
+        if (slot == 0) atexit(fuzz_remove_temp);
+        memcpy(path, want, sizeof want);
     }
     fuzz_write_file(path, data, n);
     return path;
