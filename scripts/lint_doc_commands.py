@@ -12,8 +12,14 @@ command, or any "$ "-prompted line outside a ```sh block, is an error (put the c
 
 Checked for every simple command of a ```sh block (continuation lines joined, split at &&, ||,
 ;, |, with leading VAR=value, env, time, sudo and `for ... do` stripped):
-  - no placeholder: a token such as [--flag], isa_<level> or ... (write the command a reader
-    can paste; say the alternatives in the text);
+  - no placeholder: a token such as [--flag], isa_<level>, ... or a name in capitals
+    (MODEL_DIR) (write the command a reader can paste; say the alternatives in the text, or
+    put the general form in a ```text synopsis);
+  - the input a bt program or script is given (--config, --data, --model) is in the
+    repository (or, for --config, a name under configs/) or is made by an earlier command
+    of the same file: a path that an earlier command names (not as its input), or a path
+    inside a folder that one writes (--out, --local-dir, --save, --output, output.dir=, or
+    the output.dir of the run config given to bt-train);
   - no path of one machine (/work/..., /root/...);
   - build/PROG, ./build-NAME/PROG: the program is one the build makes (looked up in --build);
     a build directory other than build/ must be set up (`meson setup build-NAME`) earlier in
@@ -52,7 +58,11 @@ COMMAND_START = re.compile(
     r"^(\./)?(build[\w-]*/|bash |meson |ninja |python3 |/usr/bin/python3 |mpirun |bt-\w+ |"
     r"[A-Z][A-Z0-9_]*=\S|scripts/|git |cd |mkdir |for \w+ in )")
 # [--flag], [--flag VALUE] (two tokens), isa_<level>, ...; not the test command's [ and ]
-PLACEHOLDER = re.compile(r"^\[(?!\[)\S|\S(?<!\])\]$|<[\w|. -]+>|^\.\.\.$")
+PLACEHOLDER = re.compile(r"^\[(?!\[)\S|\S(?<!\])\]$|<[\w|. -]+>|^\.\.\.$|^[A-Z][A-Z0-9_]+$")
+# the options whose value is an input that must exist before the command runs
+INPUT_OPTIONS = ("--config", "--data", "--model")
+# the options whose value is a folder the command writes into
+OUTPUT_OPTIONS = ("--out", "--local-dir", "--save", "--output")
 MACHINE_PATH = re.compile(r"^/(work|root|home)/")
 WRAPPERS = {"env", "time", "sudo", "exec", "nice"}
 SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")"}
@@ -176,6 +186,33 @@ def strip_prefix(cmd):
     return cmd[i:]
 
 
+def made_by(words):
+    """What a command may make: (paths, folders). Paths: its words (and the values of
+    key=value words), except the inputs it is given. Folders, whose files it may write: the
+    values of its output options, of output.dir=, and the output.dir of a run config it is
+    given."""
+    paths, folders = set(), set()
+    for i, w in enumerate(words):
+        prev = words[i - 1] if i > 0 else ""
+        if prev in INPUT_OPTIONS:
+            if prev == "--config" and w.endswith(".json") and \
+                    os.path.isfile(os.path.join(ROOT, w)):
+                try:
+                    d = json.load(open(os.path.join(ROOT, w), encoding="utf-8"))
+                    folders.add(str(d.get("output", {}).get("dir", "")))
+                except (ValueError, AttributeError):
+                    pass
+            continue
+        paths.add(w)
+        if "=" in w:
+            paths.add(w.split("=", 1)[1])
+        if prev in OUTPUT_OPTIONS:
+            folders.add(w)
+        elif w.startswith("output.dir="):
+            folders.add(w.split("=", 1)[1])
+    return paths - {""}, {f.rstrip("/") for f in folders} - {""}
+
+
 def options_of(args):
     """The --options among the arguments (--name=value gives --name)."""
     return [a.split("=", 1)[0] for a in args if a.startswith("--") and len(a) > 2]
@@ -191,11 +228,11 @@ class Linter:
 
     def lint_file(self, path):
         rel = os.path.relpath(path, ROOT)
-        set_up = {"build"}
+        set_up, named = {"build"}, (set(), set())
         for lang, body in fenced_blocks(open(path, encoding="utf-8").read()):
             if lang in ("sh", "bash"):
                 for n, line in joined_lines(body):
-                    self.lint_line(f"{rel}:{n}", line, set_up)
+                    self.lint_line(f"{rel}:{n}", line, set_up, named)
                 continue
             lines = [(n, l) for n, l in body if l.strip()]
             for n, l in lines:
@@ -207,7 +244,9 @@ class Linter:
                 self.find(f"{rel}:{lines[0][0]}", "a command in a ``` block: mark the block "
                           "```sh so that it is checked (``` blocks are output)")
 
-    def lint_line(self, where, line, set_up):
+    def lint_line(self, where, line, set_up, named):
+        """One line; set_up: the build directories set up so far in the file, named: what its
+        earlier commands may have made (made_by: paths, folders)."""
         try:
             cmds = simple_commands(line)
         except ValueError as e:
@@ -220,6 +259,10 @@ class Linter:
                 if MACHINE_PATH.match(tok):
                     self.find(where, f"a path of one machine: {tok}")
             words = [t for t, _ in strip_prefix(cmd)]
+            self.lint_inputs(where, words, named)
+            paths, folders = made_by(words)
+            named[0].update(paths)
+            named[1].update(folders)
             if not words:
                 continue
             if words[:2] == ["meson", "setup"]:
@@ -248,6 +291,20 @@ class Linter:
                 self.lint_script(where, words[0], words[1:])
             else:
                 self.lint_program(where, words[0], words[1:], set_up)
+
+    def lint_inputs(self, where, words, named):
+        """The inputs of a bt program or script exist, or an earlier command names them."""
+        if not any(re.match(r"^((\./)?build[\w-]*/|bt-[\w-]+$|scripts/)", w) for w in words):
+            return
+        for opt, val in zip(words, words[1:]):
+            if opt not in INPUT_OPTIONS or val.startswith(("-", "$")) or "{" in val:
+                continue
+            made = val in named[0] or any(val == f or val.startswith(f + "/") for f in named[1])
+            in_repo = os.path.exists(os.path.join(ROOT, val)) or (
+                opt == "--config" and os.path.exists(os.path.join(ROOT, "configs", val)))
+            if not made and not in_repo and not os.path.isabs(val):
+                self.find(where, f"{opt} {val}: not in the repository and not made by an "
+                          "earlier command of this file")
 
     def after_mpirun(self, words):
         for i, w in enumerate(words):
