@@ -36,7 +36,9 @@ emulate: the other class's memory system, clock and core (a real AVX2-only Zen 4
 AVX512-BF16 Xeon without AMX); the capped numbers are this machine's cores running those
 instruction sets.
 
-Reported per run: first step seconds, median of the later steps, samples/s from that median,
+Reported per run: first step seconds, median of the later steps (and a note under the ratios
+when a run's last step is more than 5% under that median: it was still speeding up, and the
+ratio reads high or low by up to that), samples/s from that median,
 peak RSS, achieved GFLOP/s from the model's analytic FLOP count (src/model/flops.c, printed
 by bench_step: every GEMM and attention product of the forward, x3 for training; checked
 against the matmuls oneDNN executes: within 0.005%), the same FLOPs for both implementations; the machine's GEMM peak
@@ -178,7 +180,8 @@ def twin_worker(a):
             return 0
     res = dict(impl="twin", mode=a.mode, precision=("bf16-autocast" if bf16 else "fp32"),
                steps=len(times), steps_wanted=a.steps, first_step_s=times[0],
-               median_step_s=statistics.median(later), peak_rss_bytes=rss_sum,
+               median_step_s=statistics.median(later), last_step_s=times[-1],
+               peak_rss_bytes=rss_sum,
                torch=torch.__version__)
     if world > 1:
         res.update(ranks=world, peak_rss_rank_max_bytes=rss_max)
@@ -753,6 +756,16 @@ def main():
                 print("%s %s: bt best (%s) / twin best (%s) samples/s = %.3f [>= %.1f]"
                       % (name, mode, bt["precision"], tw["precision"], bt["samples_per_s"] / tw["samples_per_s"],
                          target))
+                # A run still speeding up (allocator and caches warming) makes its median read
+                # slow. 5%: beyond the few percent steps vary on a VM once steady.
+                for r, side in ((tw, "high"), (bt, "low")):
+                    last = r.get("last_step_s")
+                    if last and last < 0.95 * r["median_step_s"]:
+                        print("%s %s: note: %s %s was not steady: its last step (%.3f s) is %.0f%% "
+                              "under its median (%.3f s), so the ratio reads %s; rerun with more "
+                              "--steps" % (name, mode, r["impl"], r["precision"], last,
+                                           100 * (1 - last / r["median_step_s"]),
+                                           r["median_step_s"], side))
             if bt:
                 print("%s %s: bt best achieved %.1f%% of the best GEMM peak [>= 75%% for train]; first step "
                       "%.2fx a steady one [<= 1.5]" % (name, mode, 100 * bt["share_best_peak"],

@@ -508,10 +508,11 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
     const double med = steps > 1 ? median(t + 1, (size_t)steps - 1) : t[0];
     if (rank == 0) {
         printf("%s, \"steps\": %ld, \"first_step_s\": %.6f, \"median_step_s\": %.6f, "
-               "\"samples_per_s\": %.6f, \"gflops\": %.3f, \"peak_rss_bytes\": %lld, "
-               "\"peak_rss_rank_max_bytes\": %lld, "
+               "\"last_step_s\": %.6f, \"samples_per_s\": %.6f, \"gflops\": %.3f, "
+               "\"peak_rss_bytes\": %lld, \"peak_rss_rank_max_bytes\": %lld, "
                "\"first_step_cpu_s\": %.6f, \"median_step_cpu_s\": %.6f, \"reserve_s\": %.6f",
-               head, steps, t[0], med, (double)ng / med, flops / med * 1e-9, rss_sum, rss_max,
+               head, steps, t[0], med, t[steps - 1], (double)ng / med, flops / med * 1e-9,
+               rss_sum, rss_max,
                cpu[0], steps > 1 ? median(cpu + 1, (size_t)steps - 1) : cpu[0], reserve_s);
         static const char *const names[NPH] = {"towers_fwd_s", "cross_fwd_s", "losses_s",
                                                "backward_s",   "optimizer_s", "gemm_s",
