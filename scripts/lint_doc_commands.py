@@ -34,7 +34,12 @@ Checked for every simple command of a ```sh block (continuation lines joined, sp
   - ninja -C DIR: DIR is build/ or set up earlier in the same file;
   - meson test -C DIR NAME...: every NAME is a registered test or benchmark, every --suite a
     suite (meson introspect of --build).
-Not checked: inline `code` in prose (often notation), and what a command does when it runs.
+Inline `code` in prose is often notation (`bt-data synth`, `FD_EPS=<ε>`): only a span that
+names a command in full (build/src/..., build/tests/..., scripts/..., meson test, after any
+VAR=value) is checked, and only for its names: the program, script, test or suite exists and
+takes the options given. A program under build/tests/ that is not a benchmark (a test, or a
+test's helper) has no --help: its options are looked up in the C sources it is built from.
+Not checked: what a command does when it runs.
 
 Usage: python3 scripts/lint_doc_commands.py [--build DIR] [FILE.md ...]
          (default: README.md and docs/*.md; exit 1 with file:line and the reason per finding)
@@ -59,6 +64,10 @@ COMMAND_START = re.compile(
     r"[A-Z][A-Z0-9_]*=\S|scripts/|git |cd |mkdir |for \w+ in )")
 # [--flag], [--flag VALUE] (two tokens), isa_<level>, ...; not the test command's [ and ]
 PLACEHOLDER = re.compile(r"^\[(?!\[)\S|\S(?<!\])\]$|<[\w|. -]+>|^\.\.\.$|^[A-Z][A-Z0-9_]+$")
+# inline `code` that names a command in full: a program under a build directory, a script,
+# or meson test
+INLINE_COMMAND = re.compile(r"^([A-Z][A-Z0-9_]*=\S+ )*((\./)?build[\w-]*/(src|tests)/\S+|"
+                            r"(bash |python3 |/usr/bin/python3 )?scripts/\S+|meson test)( |$)")
 # the options whose value is an input that must exist before the command runs
 INPUT_OPTIONS = ("--config", "--data", "--model")
 # the options whose value is a folder the command writes into
@@ -91,6 +100,22 @@ class Build:
         p = os.path.join(self.path, rel)
         return p if os.path.isfile(p) and os.access(p, os.X_OK) else None
 
+    def sources_text(self, exe):
+        """The text of the C sources an executable is built from (meson introspect)."""
+        if not hasattr(self, "sources"):
+            self.sources = {}
+            out = subprocess.run(["meson", "introspect", self.path, "--targets"],
+                                 capture_output=True, text=True, check=True).stdout
+            for t in json.loads(out):
+                srcs = [f for ts in t.get("target_sources", []) for f in ts.get("sources", [])]
+                for f in t.get("filename", []):
+                    self.sources[os.path.realpath(f)] = srcs
+        text = ""
+        for f in self.sources.get(os.path.realpath(exe), []):
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                text += fh.read()
+        return text
+
     def installed(self, name):
         hits = glob.glob(os.path.join(self.path, "src", "*", name))
         return hits[0] if hits else None
@@ -118,6 +143,17 @@ def fenced_blocks(text):
         if lang is not None:
             body.append((n, line))
     return blocks
+
+
+def prose_lines(text):
+    """(line number, line) for every line outside the fenced blocks."""
+    out, fenced = [], False
+    for n, line in enumerate(text.split("\n"), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            out.append((n, line))
+    return out
 
 
 def joined_lines(body):
@@ -243,10 +279,19 @@ class Linter:
                     COMMAND_START.match(lines[0][1]):
                 self.find(f"{rel}:{lines[0][0]}", "a command in a ``` block: mark the block "
                           "```sh so that it is checked (``` blocks are output)")
+        # inline `code` naming a command in full (prose also uses notation such as
+        # `bt-data synth` or `FD_EPS=<ε>`: only the names are checked, see the module text)
+        for n, line in prose_lines(open(path, encoding="utf-8").read()):
+            for m in re.finditer(r"`([^`]+)`", line):
+                span = m.group(1)
+                if INLINE_COMMAND.match(span) and "*" not in span and "..." not in span:
+                    self.lint_line(f"{rel}:{n}", span, None, None)
 
     def lint_line(self, where, line, set_up, named):
         """One line; set_up: the build directories set up so far in the file, named: what its
-        earlier commands may have made (made_by: paths, folders)."""
+        earlier commands may have made (made_by: paths, folders). Both None: an inline
+        `code` span, whose names alone are checked (no placeholder, input or set-up rule)."""
+        inline = set_up is None
         try:
             cmds = simple_commands(line)
         except ValueError as e:
@@ -254,25 +299,28 @@ class Linter:
             return
         for cmd in cmds:
             for tok, raw in cmd:
+                if inline:
+                    continue
                 if PLACEHOLDER.search(raw) and not raw.startswith(("'", '"')):
                     self.find(where, f"a placeholder, not a command a reader can paste: {raw}")
                 if MACHINE_PATH.match(tok):
                     self.find(where, f"a path of one machine: {tok}")
             words = [t for t, _ in strip_prefix(cmd)]
-            self.lint_inputs(where, words, named)
-            paths, folders = made_by(words)
-            named[0].update(paths)
-            named[1].update(folders)
+            if not inline:
+                self.lint_inputs(where, words, named)
+                paths, folders = made_by(words)
+                named[0].update(paths)
+                named[1].update(folders)
             if not words:
                 continue
             if words[:2] == ["meson", "setup"]:
                 dirs = [w for w in words[2:] if not w.startswith("-")]
-                if dirs:
+                if dirs and not inline:
                     set_up.add(dirs[0].rstrip("/"))
                 continue
             if words[0] == "ninja" and "-C" in words[:-1]:
                 bdir = words[words.index("-C") + 1].rstrip("/")
-                if bdir not in set_up:
+                if not inline and bdir not in set_up:
                     self.find(where, f"ninja -C {bdir}: {bdir}/ is not set up before this "
                               f"command in this file (add `meson setup {bdir}` or use build/)")
                 continue
@@ -316,7 +364,7 @@ class Linter:
         m = re.match(r"^(\./)?(build[\w-]*)/(.+)$", prog)
         if m:
             bdir, rel = m.group(2), m.group(3)
-            if bdir not in set_up:
+            if set_up is not None and bdir not in set_up:
                 self.find(where, f"{bdir}/ is not set up before this command in this file "
                           f"(add `meson setup {bdir}` or use build/)")
             exe = self.build.program(rel)
@@ -330,6 +378,13 @@ class Linter:
                 return
         else:
             return  # a system command: only the token rules apply
+        if re.match(r"^tests/(?!bench_)", rel if m else ""):
+            # a test program (or a test's helper): no --help; its arguments are in its source
+            src = self.build.sources_text(exe)
+            for opt in options_of(args):
+                if not re.search(re.escape(opt) + r"(?![\w-])", src):
+                    self.find(where, f"{prog}: option {opt} is not in its source")
+            return
         rc, text = self.build.help_text(exe)
         if rc != 0:
             self.find(where, f"{prog} --help exits {rc}: every bt program prints its options")
