@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # check_doc_commands.sh: runs, as written, every command of the ```sh blocks of README.md and
-# docs/newyorker.md that can run offline, so that a doc command that breaks fails CI
-# (issue 23). The blocks are read by scripts/lint_doc_commands.py --list; that script also
-# checks the commands of every other doc without running them (meson test doc_lint).
-# Commands are run in order, each with bash -e from a scratch directory laid out like the
-# repository root (build/, configs/, scripts/ linked in; HOME there too, so ~/.venvs is
-# scratch). Blocks of output or JSON are fenced without "sh" and not run.
+# of the guides in docs/ (DOCS below) that can run offline, so that a doc command that breaks
+# fails CI (issue 23). The blocks are read by scripts/lint_doc_commands.py --list; that script
+# also checks the commands of every doc without running them (meson test doc_lint), which is
+# all that docs/benchmarks.md gets: its commands are benchmarks of minutes to hours.
+# Commands are run in order, file after file, each with bash -e from one scratch directory
+# laid out like the repository root (build/, configs/, scripts/ linked in; HOME there too, so
+# ~/.venvs is scratch), so a guide may use what the README's commands made (out/demo-train).
+# Blocks of output or JSON are fenced without "sh" and not run.
 #
 # What stands in for the network (nothing else is changed):
 #   huggingface-cli download REPO --local-dir DIR
@@ -18,15 +20,16 @@
 #   pip install ...        not run (network); the venv it installs into is created as written;
 #   apt-get install PKGS   not run (CI installs with scripts/install_deps.sh); each PKG must
 #         have an install candidate in apt's lists (a misspelt package fails the check);
-#   meson install          run with DESTDIR set to a scratch directory.
-#   bash scripts/demo.sh   not run (minutes; its pieces run in the install test and here):
-#         its dataset is made as its step 1 makes it (bt-data synth into data/synthetic), so
-#         the commands after it find it;
+#   git clone URL, and the two commands that use that clone (make_hf_shim.py, and
+#         verify_hf_checkpoint.py on its shim): not run (network);
+#   meson install          run with DESTDIR set to a scratch directory;
 #   mpirun ...             run with OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1,
 #         which the README says Open MPI wants as root (CI runs as root).
-# Not run, with the reason printed: scripts/test.sh (CI itself),
-# /usr/bin/python3 scripts/convert_checkpoint.py without python3-torch (run when torch
-# imports), tensorboard (not a CI dependency).
+# Not run, with the reason printed: scripts/test.sh (CI itself), `meson test` lines (CI runs
+# every suite and setup itself), scripts/check_synthetic_learnable.py (the PyTorch twin's 16
+# epochs, minutes), bench_dist (a benchmark of minutes), /usr/bin/python3
+# scripts/convert_checkpoint.py without python3-torch (run when torch imports), tensorboard
+# (not a CI dependency), and a command the same as one already run.
 #
 #   bash scripts/check_doc_commands.sh [BUILD_DIR]     (default: build; ~1 min on 2 cores)
 # Exit status: 0 when every command that runs exits 0; 1 otherwise (the failing file:line,
@@ -76,28 +79,38 @@ has_torch=0
 /usr/bin/python3 -c "import torch" 2>/dev/null && has_torch=1
 
 # file:line<TAB>command, continuation lines joined, for every line of every ```sh block
-commands=$(cd "$ROOT" && python3 scripts/lint_doc_commands.py --list README.md docs/newyorker.md)
+DOCS="README.md docs/newyorker.md docs/data.md docs/checkpoints.md docs/outputs.md docs/model.md
+      docs/determinism.md docs/distributed.md"
+# shellcheck disable=SC2086 # the file names are words
+commands=$(cd "$ROOT" && python3 scripts/lint_doc_commands.py --list $DOCS)
+declare -A done_cmds=()
 
 while IFS=$'\t' read -r loc cmd; do
-    [ -n "$cmd" ] || continue
+    [[ -n "$cmd" && "$cmd" != "#"* ]] || continue # a comment line of a block
+    if [ -n "${done_cmds[$cmd]:-}" ]; then
+        skip "$loc" "the same command ran at ${done_cmds[$cmd]}"
+        continue
+    fi
+    done_cmds[$cmd]=$loc
     case "$cmd" in
-    "bash scripts/demo.sh"*)
-        skip "$loc" "the full demo (minutes); the install test trains demo.json"
-        (cd "$WORK" && build/src/data/bt-data synth --out data/synthetic --train 512 --val 128 \
-            --test 128 --seed 0 --size 64 >/dev/null)
-        echo "stand $loc: data/synthetic = the demo's dataset (scripts/demo.sh step 1)" ;;
     "bash scripts/test.sh"*) skip "$loc" "CI runs it: this check is one of its steps" ;;
+    "meson test"*) skip "$loc" "CI runs every suite and setup itself (scripts/test.sh)" ;;
+    *scripts/check_synthetic_learnable.py*) skip "$loc" "the PyTorch twin's 16 epochs (minutes)" ;;
+    *tests/bench_dist*) skip "$loc" "a benchmark of minutes (doc_lint checks its options)" ;;
     mpirun*) run "$loc" "$cmd" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ;;
-    tensorboard*) skip "$loc" "tensorboard is not a CI dependency" ;;
+    tensorboard* | */bin/tensorboard\ *) skip "$loc" "tensorboard is not a CI dependency" ;;
     "meson install"*) run "$loc" "$cmd" DESTDIR="$WORK/destdir" ;;
     *"apt-get install"*)
-        for p in $(sed 's/.*apt-get install//' <<<"$cmd" | tr ' ' '\n' | grep -v '^-' | sed 's/#.*//'); do
+        for p in $(sed 's/#.*//; s/.*apt-get install//' <<<"$cmd" | tr ' ' '\n' | grep -v '^-'); do
             policy=$(apt-cache policy "$p" 2>/dev/null || true)
             grep -q 'Candidate: [0-9]' <<<"$policy" ||
                 { echo "check_doc_commands: FAIL at $loc: Debian has no package '$p'" >&2; exit 1; }
         done
         skip "$loc" "packages exist in apt's lists (installed by scripts/install_deps.sh in CI)" ;;
     *"pip install"*) skip "$loc" "needs the network (the venv it uses is created above)" ;;
+    "git clone"*) skip "$loc" "needs the network" ;;
+    *scripts/make_hf_shim.py* | *scripts/verify_hf_checkpoint.py*)
+        skip "$loc" "needs the clone of transformers above (the network)" ;;
     *"huggingface-cli download"*)
         dir=$(sed -n 's/.*--local-dir \([^ ]*\).*/\1/p' <<<"$cmd")
         [ -n "$dir" ] || { echo "check_doc_commands: FAIL at $loc: no --local-dir" >&2; exit 1; }
@@ -106,7 +119,7 @@ while IFS=$'\t' read -r loc cmd; do
         ;;
     *scripts/convert_checkpoint.py*)
         if [ $has_torch = 1 ]; then
-            skip "$loc" "the stand-in is already safetensors (convert is tested by its own fixtures)"
+            skip "$loc" "the stand-in is safetensors already (convert has its own fixtures)"
         else
             skip "$loc" "needs python3-torch (scripts/install_deps.sh --python)"
         fi ;;

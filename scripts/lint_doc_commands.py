@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """lint_doc_commands.py: checks, without running them, that the commands in README.md and
 docs/*.md can run as written: the programs they name exist, and every option they pass is one
-the program accepts. scripts/check_doc_commands.sh runs the README's and docs/newyorker.md's
-commands for real; most other commands in docs/ are benchmarks and runs of minutes or hours,
-so this is what keeps them from rotting when a flag or a file changes.
+the program accepts. scripts/check_doc_commands.sh runs the commands of the README and the
+guides for real; those of docs/benchmarks.md are benchmarks and runs of minutes or hours, so
+this is what keeps them from rotting when a flag or a file changes.
 
 Convention: commands are in ```sh (or ```bash) blocks; a ``` block is output, a ```text block
 a synopsis (options in brackets, names in capitals). A ``` block whose first line reads like a
