@@ -28,8 +28,9 @@
 # Not run, with the reason printed: scripts/test.sh (CI itself), `meson test` lines (CI runs
 # every suite and setup itself), scripts/check_synthetic_learnable.py (the PyTorch twin's 16
 # epochs, minutes), bench_dist (a benchmark of minutes), /usr/bin/python3
-# scripts/convert_checkpoint.py without python3-torch (run when torch imports), tensorboard
-# (not a CI dependency), and a command the same as one already run.
+# scripts/convert_checkpoint.py without python3-torch (run when torch imports), mpirun in a
+# build without MPI, tensorboard (not a CI dependency), and a command the same as one already
+# run.
 #
 #   bash scripts/check_doc_commands.sh [BUILD_DIR]     (default: build; ~1 min on 2 cores)
 # Exit status: 0 when every command that runs exits 0; 1 otherwise (the failing file:line,
@@ -77,6 +78,8 @@ standin_model() { # DIR named by --local-dir
 }
 has_torch=0
 /usr/bin/python3 -c "import torch" 2>/dev/null && has_torch=1
+has_mpi=0
+"$BUILD/src/train/bt-train" --version | grep -q '^mpi: yes' && has_mpi=1
 
 # file:line<TAB>command, continuation lines joined, for every line of every ```sh block
 DOCS="README.md docs/newyorker.md docs/data.md docs/checkpoints.md docs/outputs.md docs/model.md
@@ -97,7 +100,12 @@ while IFS=$'\t' read -r loc cmd; do
     "meson test"*) skip "$loc" "CI runs every suite and setup itself (scripts/test.sh)" ;;
     *scripts/check_synthetic_learnable.py*) skip "$loc" "the PyTorch twin's 16 epochs (minutes)" ;;
     *tests/bench_dist*) skip "$loc" "a benchmark of minutes (doc_lint checks its options)" ;;
-    mpirun*) run "$loc" "$cmd" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ;;
+    mpirun*)
+        if [ $has_mpi = 1 ]; then
+            run "$loc" "$cmd" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        else
+            skip "$loc" "this build has no MPI (meson setup -Dmpi=disabled)"
+        fi ;;
     tensorboard* | */bin/tensorboard\ *) skip "$loc" "tensorboard is not a CI dependency" ;;
     "meson install"*) run "$loc" "$cmd" DESTDIR="$WORK/destdir" ;;
     *"apt-get install"*)
