@@ -32,7 +32,7 @@
 # build without MPI, tensorboard (not a CI dependency), and a command the same as one already
 # run.
 #
-#   bash scripts/check_doc_commands.sh [BUILD_DIR]     (default: build; ~1 min on 2 cores)
+#   bash scripts/check_doc_commands.sh [BUILD_DIR]     (default: build; ~2.5 min on 2 cores)
 # Exit status: 0 when every command that runs exits 0; 1 otherwise (the failing file:line,
 # the command and its output are printed).
 set -euo pipefail

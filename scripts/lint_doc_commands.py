@@ -83,6 +83,7 @@ class Build:
     def __init__(self, path):
         self.path = path
         self.helps = {}
+        self.sources = None  # executable -> its source files, read when first needed
         self.tests, self.suites = set(), set()
         for kind in ("--tests", "--benchmarks"):
             try:
@@ -102,7 +103,7 @@ class Build:
 
     def sources_text(self, exe):
         """The text of the C sources an executable is built from (meson introspect)."""
-        if not hasattr(self, "sources"):
+        if self.sources is None:
             self.sources = {}
             out = subprocess.run(["meson", "introspect", self.path, "--targets"],
                                  capture_output=True, text=True, check=True).stdout
@@ -298,9 +299,7 @@ class Linter:
             self.find(where, f"the shell cannot read this line ({e})")
             return
         for cmd in cmds:
-            for tok, raw in cmd:
-                if inline:
-                    continue
+            for tok, raw in [] if inline else cmd:
                 if PLACEHOLDER.search(raw) and not raw.startswith(("'", '"')):
                     self.find(where, f"a placeholder, not a command a reader can paste: {raw}")
                 if MACHINE_PATH.match(tok):
@@ -341,7 +340,8 @@ class Linter:
                 self.lint_program(where, words[0], words[1:], set_up)
 
     def lint_inputs(self, where, words, named):
-        """The inputs of a bt program or script exist, or an earlier command names them."""
+        """The inputs of a bt program or script exist, or an earlier command names them
+        (an absolute path is left to the machine-path rule)."""
         if not any(re.match(r"^((\./)?build[\w-]*/|bt-[\w-]+$|scripts/)", w) for w in words):
             return
         for opt, val in zip(words, words[1:]):
