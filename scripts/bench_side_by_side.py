@@ -4,6 +4,7 @@ count, in one command (issue 9 item 1; results go to docs/benchmarks.md "Side by
 
     /usr/bin/python3 scripts/bench_side_by_side.py [--build build] [--threads N] [--quick]
         [--steps N] [--budget S] [--no-large] [--no-twin] [--isa CLASS] [--json-out FILE]
+        [--python PATH]
     /usr/bin/python3 scripts/bench_side_by_side.py --scaling [--scaling-precision best|fp32|bf16]
         [--only DIM[=N,...]] [--quick] [--threads N] [--steps N] [--budget S] [--no-twin] ...
 
@@ -20,7 +21,8 @@ Runs, each in its own process (so peak RSS is that run's):
   bf16, mixed precision with fp32 master weights; twin: eager fp32 and
   torch.autocast('cpu', dtype=torch.bfloat16)). Random weights (HF init rules) and inputs.
   --quick: the tiny config (32 px, text 16, batch 4, 3 steps): a smoke test in seconds.
-The twin runs in PyTorch's tuned environment (bt too with --same-env; otherwise bt gets only
+The twin runs under --python (default /usr/bin/python3, where Debian's python3-torch is), in
+PyTorch's tuned environment (bt too with --same-env; otherwise bt gets only
 OMP_NUM_THREADS, and bench_step sets OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000 itself as bt's
 tools do): OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=1000 (both: docs/benchmarks.md "Results
 (session 19)"),
@@ -59,8 +61,10 @@ bridgetower-base (--quick: tiny, batch 1/2, image 32/48, text 16/32). One markdo
 dimension: s/step (median, and the first step), samples/s, bt / twin, peak RSS (the ranks'
 summed), their ratio and the share of bt's step in its attention kernels; a point that does not
 fit in memory is skipped with its estimate (bt with --checkpoint when only that fits, marked), a
-twin point past --budget is shown as stopped. Points shared by two tables run once. Exit 0;
-1 when a run failed; 77 when torch is missing (bt's half ran, the twin's was not checked).
+twin point past --budget is shown as stopped. Points shared by two tables run once.
+
+Exit (both uses): 0; 1 when a run failed (without --scaling: when none ran); 77 when --python
+cannot import torch (bt's half ran, the twin's was not checked).
 
 Deliberately not here: per-kernel numbers (bench_ops, bench_gemm), the data loader
 (bench_loader), correctness (the test suite).
@@ -380,6 +384,18 @@ def run_twin_ranks(cmd, env, ranks, timeout, label):
     return res, note
 
 
+def twin_python_ready(a, notes):
+    """Whether the twin runs: not --no-twin, and --python imports torch (else a note says why)."""
+    if a.no_twin:
+        return False
+    if subprocess.run([a.python, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode == 0:
+        return True
+    notes.append("the twin did not run: %s cannot import torch " % a.python +
+                 "(Debian's python3-torch: bash scripts/install_deps.sh --python)")
+    return False
+
+
 def scaling_main(a, bench_step, info):
     grid = SCALING_GRID["quick" if a.quick else "full"]
     cdir = os.path.join(ROOT, "configs", grid["config"])
@@ -405,13 +421,8 @@ def scaling_main(a, bench_step, info):
                 "%s: %s" % (d, ", ".join(map(str, grid[d]))) for d in SCALING_DIMS)), file=sys.stderr)
         return 2
     prec_bt, prec_tw, why = scaling_precisions(a.scaling_precision, info, a.isa)
-    twin = not a.no_twin
     notes = []
-    if twin and subprocess.run(["/usr/bin/python3", "-c", "import torch"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL).returncode != 0:
-        twin = False
-        notes.append("the twin did not run: /usr/bin/python3 cannot import torch "
-                     "(Debian's python3-torch: bash scripts/install_deps.sh --python)")
+    twin = twin_python_ready(a, notes)
     mpirun = shutil.which("mpirun")
     print("# scaling: the training step (forward, ITC loss, backward, clip, AdamW) of %s; bt %s, "
           "twin %s (%s); first step and median of the later ones, %d steps a point"
@@ -501,7 +512,7 @@ def scaling_main(a, bench_step, info):
                             "them" % (per_act, twin_fit[0] / 1e9) if twin_fit else "2 x bt's activations",
                             avail / 2**30))
             continue
-        cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--twin-worker", "--config", cdir,
+        cmd = [a.python, os.path.abspath(__file__), "--twin-worker", "--config", cdir,
                "--batch", str(b), "--text", str(T), "--image", str(R), "--mode", "train",
                "--precision", prec_tw, "--steps", str(steps), "--threads", str(th),
                "--budget", str(a.budget)]
@@ -598,6 +609,8 @@ def main():
     ap.add_argument("--isa", choices=sorted(ISA_CLASSES), default="native",
                     help="run both as on a CPU of this class (capped ISA; default: this CPU's own)")
     ap.add_argument("--json-out", help="write every result here")
+    ap.add_argument("--python", default="/usr/bin/python3",
+                    help="the Python that runs the twin (default /usr/bin/python3, Debian's torch)")
     ap.add_argument("--scaling", action="store_true",
                     help="the training step against batch, image size, text length, threads and "
                          "ranks (issue 25 item 6; --quick: the tiny config's reduced grid)")
@@ -651,6 +664,7 @@ def main():
                                                    for k, v in peak["routes"].items())))
 
     results, notes = [], []
+    twin = twin_python_ready(a, notes)
     for name, B, T in setups:
         cdir = os.path.join(ROOT, "configs", name)
         est = last_json(subprocess.run([bench_step, "--config", cdir, "--batch", str(B), "--text", str(T),
@@ -685,7 +699,7 @@ def main():
                     notes.append("%s: skipped: needs about %.1f GiB, %.1f GiB available"
                                  % (label, need / 2**30, avail / 2**30))
                     continue
-                if impl == "twin" and a.no_twin:
+                if impl == "twin" and not twin:
                     continue
                 if impl == "bt":
                     cmd = [bench_step, "--config", cdir, "--batch", str(B), "--text", str(T), "--mode", mode,
@@ -693,7 +707,7 @@ def main():
                     env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=threads)
                     timeout = max(a.budget, 3600)
                 else:
-                    cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--twin-worker", "--config", cdir,
+                    cmd = [a.python, os.path.abspath(__file__), "--twin-worker", "--config", cdir,
                            "--batch", str(B), "--text", str(T), "--mode", mode, "--precision", prec,
                            "--steps", str(steps[mode]), "--threads", threads, "--budget", str(a.budget)]
                     env = dict(TWIN_ENV, OMP_NUM_THREADS=threads)
@@ -714,6 +728,9 @@ def main():
                         res["optimizer_share"] = res["optimizer_s"] / res["median_step_s"]
                     results.append(res)
 
+    versions = sorted({r["torch"] for r in results if r.get("torch")})
+    if versions:  # the twin's PyTorch: Debian's 1.13 by default, another under --python
+        print("\n# twin: PyTorch %s, run by %s" % (", ".join(versions), a.python))
     print("\n| model | path | impl | precision | first step s | step s (median) | samples/s | GFLOP/s "
           "| % fp32 peak | % best peak | optimizer+clip | peak RSS GB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -818,7 +835,9 @@ def main():
         with open(a.json_out, "w") as f:
             json.dump(dict(peak=peak, results=results, notes=notes, bt_info=info, isa=a.isa,
                            isa_env=ISA_CLASSES[a.isa]), f, indent=1)
-    return 0 if results else 1
+    if not results:
+        return 1
+    return 77 if not twin and not a.no_twin else 0  # 77: the twin's half was not run
 
 
 if __name__ == "__main__":
