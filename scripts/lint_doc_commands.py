@@ -130,6 +130,11 @@ class Build:
         return self.helps[prog]
 
 
+def read_text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def fenced_blocks(text):
     """(language, [(line number, line)]) for every fenced block."""
     blocks, lang, body = [], None, []
@@ -266,7 +271,8 @@ class Linter:
     def lint_file(self, path):
         rel = os.path.relpath(path, ROOT)
         set_up, named = {"build"}, (set(), set())
-        for lang, body in fenced_blocks(open(path, encoding="utf-8").read()):
+        text = read_text(path)
+        for lang, body in fenced_blocks(text):
             if lang in ("sh", "bash"):
                 for n, line in joined_lines(body):
                     self.lint_line(f"{rel}:{n}", line, set_up, named)
@@ -282,7 +288,7 @@ class Linter:
                           "```sh so that it is checked (``` blocks are output)")
         # inline `code` naming a command in full (prose also uses notation such as
         # `bt-data synth` or `FD_EPS=<ε>`: only the names are checked, see the module text)
-        for n, line in prose_lines(open(path, encoding="utf-8").read()):
+        for n, line in prose_lines(text):
             for m in re.finditer(r"`([^`]+)`", line):
                 span = m.group(1)
                 if INLINE_COMMAND.match(span) and "*" not in span and "..." not in span:
@@ -398,7 +404,7 @@ class Linter:
         if not os.path.isfile(path):
             self.find(where, f"{script}: no such script")
             return
-        src = open(path, encoding="utf-8").read()
+        src = read_text(path)
         for opt in options_of(args):
             if not re.search(re.escape(opt) + r"(?![\w-])", src):
                 self.find(where, f"{script}: option {opt} is not in the script")
@@ -421,7 +427,7 @@ class Linter:
 
 def selftest(linter, fixture):
     expected = {}
-    for n, line in enumerate(open(fixture, encoding="utf-8").read().split("\n"), 1):
+    for n, line in enumerate(read_text(fixture).split("\n"), 1):
         m = re.search(r"# lint: (.+)$", line)
         if m:
             expected[n] = m.group(1).strip()
@@ -446,7 +452,7 @@ def selftest(linter, fixture):
 def list_commands(files):
     for path in files:
         rel = os.path.relpath(os.path.abspath(path), ROOT)
-        for lang, body in fenced_blocks(open(path, encoding="utf-8").read()):
+        for lang, body in fenced_blocks(read_text(path)):
             if lang in ("sh", "bash"):
                 for n, line in joined_lines(body):
                     print(f"{rel}:{n}\t{' '.join(line.split())}")
@@ -460,6 +466,10 @@ def main():
     files = []
     while args:
         a = args.pop(0)
+        if a in ("--build", "--selftest") and not args:
+            print(f"lint_doc_commands: {a} needs a value (--build DIR, --selftest FIXTURE.md)",
+                  file=sys.stderr)
+            return 2
         if a == "--build":
             build = args.pop(0)
         elif a == "--selftest":
