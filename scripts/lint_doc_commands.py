@@ -240,7 +240,7 @@ def made_by(words):
             if prev == "--config" and w.endswith(".json") and \
                     os.path.isfile(os.path.join(ROOT, w)):
                 try:
-                    d = json.load(open(os.path.join(ROOT, w), encoding="utf-8"))
+                    d = json.loads(read_text(os.path.join(ROOT, w)))
                     folders.add(str(d.get("output", {}).get("dir", "")))
                 except (ValueError, AttributeError):
                     pass
@@ -386,10 +386,8 @@ class Linter:
             return  # a system command: only the token rules apply
         if re.match(r"^tests/(?!bench_)", rel if m else ""):
             # a test program (or a test's helper): no --help; its arguments are in its source
-            src = self.build.sources_text(exe)
-            for opt in options_of(args):
-                if not re.search(re.escape(opt) + r"(?![\w-])", src):
-                    self.find(where, f"{prog}: option {opt} is not in its source")
+            self.options_in_text(where, args, self.build.sources_text(exe),
+                                 f"{prog}: option {{}} is not in its source")
             return
         rc, text = self.build.help_text(exe)
         if rc != 0:
@@ -404,10 +402,15 @@ class Linter:
         if not os.path.isfile(path):
             self.find(where, f"{script}: no such script")
             return
-        src = read_text(path)
+        self.options_in_text(where, args, read_text(path),
+                             f"{script}: option {{}} is not in the script")
+
+    def options_in_text(self, where, args, text, message):
+        """Each --option among args appears in text (a script or a test's C sources) as a
+        whole word; message has {} for the option."""
         for opt in options_of(args):
-            if not re.search(re.escape(opt) + r"(?![\w-])", src):
-                self.find(where, f"{script}: option {opt} is not in the script")
+            if not re.search(re.escape(opt) + r"(?![\w-])", text):
+                self.find(where, message.format(opt))
 
     def lint_meson_test(self, where, words):
         i = 0
