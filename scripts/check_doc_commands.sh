@@ -35,15 +35,45 @@
 #   bash scripts/check_doc_commands.sh [BUILD_DIR]     (default: build; ~2.5 min on 2 cores)
 # Exit status: 0 when every command that runs exits 0; 1 otherwise (the failing file:line,
 # the command and its output are printed).
+#
+#   bash scripts/check_doc_commands.sh [BUILD_DIR] --benchmarks SECONDS
+# runs the commands of docs/benchmarks.md instead (not in CI: hours as written), each one
+# stopped after SECONDS except `meson setup` and `ninja` lines, in a scratch directory with
+# the whole source tree linked in (its `meson setup build-NAME` lines build there). A command
+# still running at the limit is counted as stopped, not as run: it started and had not
+# failed by then, which is all this shows of it. An exit of 77 is a skip (bench_side_by_side's
+# twin without a Python that has torch). `meson test` lines run here. Every command is tried;
+# the failures are listed at the end (exit 1).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=$(cd "${1:-$ROOT/build}" && pwd)
+usage() {
+    echo "usage: bash scripts/check_doc_commands.sh [BUILD_DIR] [--benchmarks SECONDS]" >&2
+    exit 2
+}
+BUILD_ARG=$ROOT/build LIMIT=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --benchmarks)
+        [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || usage
+        LIMIT=$2
+        shift 2 ;;
+    -*) usage ;;
+    *) BUILD_ARG=$1; shift ;;
+    esac
+done
+BUILD=$(cd "$BUILD_ARG" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/home" "$WORK/standins"
 ln -s "$BUILD" "$WORK/build"
-ln -s "$ROOT/configs" "$WORK/configs"
-ln -s "$ROOT/scripts" "$WORK/scripts"
+if [ -n "$LIMIT" ]; then # the source tree, for `meson setup build-NAME`
+    for f in $(git -C "$ROOT" ls-files | cut -d/ -f1 | sort -u); do
+        ln -s "$ROOT/$f" "$WORK/$f"
+    done
+else
+    ln -s "$ROOT/configs" "$WORK/configs"
+    ln -s "$ROOT/scripts" "$WORK/scripts"
+fi
 export HOME=$WORK/home OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
 # The stand-ins: a synthetic set for the dataset rows, an emulated model config.
@@ -56,17 +86,35 @@ cp "$ROOT"/configs/synthetic-model/{vocab.json,merges.txt,tokenizer.json,preproc
 python3 "$ROOT/scripts/doc_standins.py" model-config "$ROOT/configs/synthetic-model/config.json" \
     "$WORK/standins/model/config.json"
 
-ran=0 skipped=0
+ran=0 skipped=0 stopped=0 failed=()
 skip() { echo "skip  $1: $2"; skipped=$((skipped + 1)); }
 run() { # run LOC CMD [ENV...]: the command as written, in $WORK
-    local loc=$1 cmd=$2
+    local loc=$1 cmd=$2 rc=0
     shift 2
+    local limit=()
+    case "$cmd" in
+    "meson setup"* | *"ninja -C"*) ;;
+    *) [ -z "$LIMIT" ] || limit=(timeout -k 10 "$LIMIT") ;;
+    esac
     echo "run   $loc: $cmd"
     # stdin from /dev/null: mpirun (and any command) would read the list of commands below
-    if ! (cd "$WORK" && env "$@" bash -eo pipefail -c "$cmd") </dev/null >"$WORK/out.log" 2>&1; then
-        echo "check_doc_commands: FAIL at $loc: $cmd" >&2
+    (cd "$WORK" && env "$@" "${limit[@]}" bash -eo pipefail -c "$cmd") </dev/null \
+        >"$WORK/out.log" 2>&1 || rc=$?
+    if [[ -n "$LIMIT" && $rc == 124 && ${#limit[@]} -gt 0 ]]; then
+        echo "stop  $loc: still running after $LIMIT s, no error by then"
+        stopped=$((stopped + 1))
+        return
+    fi
+    if [[ -n "$LIMIT" && $rc == 77 ]]; then
+        skip "$loc" "exit 77: $(tail -n 1 "$WORK/out.log")"
+        return
+    fi
+    if [ $rc != 0 ]; then
+        echo "check_doc_commands: FAIL at $loc (exit $rc): $cmd" >&2
         tail -n 40 "$WORK/out.log" >&2
-        exit 1
+        [ -n "$LIMIT" ] || exit 1
+        failed+=("$loc")
+        return
     fi
     ran=$((ran + 1))
 }
@@ -84,6 +132,7 @@ has_mpi=0
 # file:line<TAB>command, continuation lines joined, for every line of every ```sh block
 DOCS="README.md docs/newyorker.md docs/data.md docs/checkpoints.md docs/outputs.md docs/model.md
       docs/determinism.md docs/distributed.md"
+[ -z "$LIMIT" ] || DOCS=docs/benchmarks.md
 # shellcheck disable=SC2086 # the file names are words
 commands=$(cd "$ROOT" && python3 scripts/lint_doc_commands.py --list $DOCS)
 declare -A done_cmds=()
@@ -97,7 +146,9 @@ while IFS=$'\t' read -r loc cmd; do
     done_cmds[$cmd]=$loc
     case "$cmd" in
     "bash scripts/test.sh"*) skip "$loc" "CI runs it: this check is one of its steps" ;;
-    "meson test"*) skip "$loc" "CI runs every suite and setup itself (scripts/test.sh)" ;;
+    "meson test"*)
+        if [ -n "$LIMIT" ]; then run "$loc" "$cmd"
+        else skip "$loc" "CI runs every suite and setup itself (scripts/test.sh)"; fi ;;
     *scripts/check_synthetic_learnable.py*) skip "$loc" "the PyTorch twin's 16 epochs (minutes)" ;;
     *tests/bench_dist*) skip "$loc" "a benchmark of minutes (doc_lint checks its options)" ;;
     mpirun*)
@@ -135,4 +186,11 @@ while IFS=$'\t' read -r loc cmd; do
     *) run "$loc" "$cmd" ;;
     esac
 done <<<"$commands"
+if [ -n "$LIMIT" ]; then
+    echo "check_doc_commands: $ran command(s) ran to the end, $stopped stopped at $LIMIT s with" \
+        "no error by then, $skipped not run (reasons above), ${#failed[@]} failed${failed[*]:+:}" \
+        "${failed[*]}"
+    [ ${#failed[@]} = 0 ] || exit 1
+    exit 0
+fi
 echo "check_doc_commands: ok: $ran command(s) ran, $skipped not run (reasons above)"

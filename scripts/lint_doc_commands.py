@@ -45,7 +45,8 @@ Usage: python3 scripts/lint_doc_commands.py [--build DIR] [FILE.md ...]
          (default: README.md and docs/*.md; exit 1 with file:line and the reason per finding)
        python3 scripts/lint_doc_commands.py --list FILE.md ...
          (prints "file:line<TAB>command" for every command of their ```sh blocks, continuation
-          lines joined: what scripts/check_doc_commands.sh runs)
+          lines joined, and a `for ...; do` loop over several lines as one command: what
+          scripts/check_doc_commands.sh runs)
        python3 scripts/lint_doc_commands.py --build DIR --selftest FIXTURE.md
          (each line of FIXTURE.md that ends with "# lint: TEXT" must give a finding that
           contains TEXT, and no other line may give one: this shows each rule can fail)
@@ -452,13 +453,38 @@ def selftest(linter, fixture):
     return 1 if bad else 0
 
 
+def loops_joined(lines):
+    """Lines with each `for ...; do` written over several lines, down to its `done`, joined
+    into one command (`for X in A B; do CMD1; CMD2; done`): (first line number, text)."""
+    out, parts, depth, start = [], [], 0, 0
+    for n, line in lines:
+        text = " ".join(line.split())
+        opens = text.startswith("for ") and text.endswith("do")
+        if not depth and not opens:
+            out.append((n, text))
+            continue
+        if not depth:
+            start = n
+        depth += 1 if opens else 0
+        depth -= 1 if text == "done" else 0
+        parts.append(text)
+        if not depth:
+            joined = parts[0]
+            for prev, cur in zip(parts, parts[1:]):
+                joined += (" " if prev.endswith("do") else "; ") + cur
+            out.append((start, joined))
+            parts = []
+    out.extend((start, p) for p in parts)  # a loop left open: its lines as they are
+    return out
+
+
 def list_commands(files):
     for path in files:
         rel = os.path.relpath(os.path.abspath(path), ROOT)
         for lang, body in fenced_blocks(read_text(path)):
             if lang in ("sh", "bash"):
-                for n, line in joined_lines(body):
-                    print(f"{rel}:{n}\t{' '.join(line.split())}")
+                for n, line in loops_joined(joined_lines(body)):
+                    print(f"{rel}:{n}\t{line}")
     return 0
 
 
