@@ -3,7 +3,8 @@
 # of the guides in docs/ (DOCS below) that can run offline, so that a doc command that breaks
 # fails CI (issue 23). The blocks are read by scripts/lint_doc_commands.py --list; that script
 # also checks the commands of every doc without running them (meson test doc_lint), which is
-# all that docs/benchmarks.md gets: its commands are benchmarks of minutes to hours.
+# all that docs/benchmarks.md gets in CI: its commands are benchmarks of minutes to hours
+# (--benchmarks, below, runs them under a time limit).
 # Commands are run in order, file after file, each with bash -e from one scratch directory
 # laid out like the repository root (build/, configs/, scripts/ linked in; HOME there too, so
 # ~/.venvs is scratch), so a guide may use what the README's commands made (out/demo-train).
@@ -25,9 +26,9 @@
 #   meson install          run with DESTDIR set to a scratch directory;
 #   mpirun ...             run with OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1,
 #         which the README says Open MPI wants as root (CI runs as root).
-# Not run, with the reason printed: scripts/test.sh (CI itself), `meson test` lines (CI runs
-# every suite and setup itself), scripts/check_synthetic_learnable.py (the PyTorch twin's 16
-# epochs, minutes), bench_dist (a benchmark of minutes), /usr/bin/python3
+# Not run, with the reason printed: scripts/test.sh (CI itself), this script, `meson test`
+# lines (CI runs every suite and setup itself), scripts/check_synthetic_learnable.py (the
+# PyTorch twin's 16 epochs, minutes), bench_dist (a benchmark of minutes), /usr/bin/python3
 # scripts/convert_checkpoint.py without python3-torch (run when torch imports), mpirun in a
 # build without MPI, tensorboard (not a CI dependency), and a command the same as one already
 # run.
@@ -146,6 +147,7 @@ while IFS=$'\t' read -r loc cmd; do
     done_cmds[$cmd]=$loc
     case "$cmd" in
     "bash scripts/test.sh"*) skip "$loc" "CI runs it: this check is one of its steps" ;;
+    *scripts/check_doc_commands.sh*) skip "$loc" "this check itself" ;;
     "meson test"*)
         if [ -n "$LIMIT" ]; then run "$loc" "$cmd"
         else skip "$loc" "CI runs every suite and setup itself (scripts/test.sh)"; fi ;;
@@ -187,9 +189,9 @@ while IFS=$'\t' read -r loc cmd; do
     esac
 done <<<"$commands"
 if [ -n "$LIMIT" ]; then
+    where=${failed[*]:+: ${failed[*]}}
     echo "check_doc_commands: $ran command(s) ran to the end, $stopped stopped at $LIMIT s with" \
-        "no error by then, $skipped not run (reasons above), ${#failed[@]} failed${failed[*]:+:}" \
-        "${failed[*]}"
+        "no error by then, $skipped not run (reasons above), ${#failed[@]} failed$where"
     [ ${#failed[@]} = 0 ] || exit 1
     exit 0
 fi
