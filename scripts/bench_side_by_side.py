@@ -63,6 +63,10 @@ summed), their ratio and the share of bt's step in its attention kernels; a poin
 fit in memory is skipped with its estimate (bt with --checkpoint when only that fits, marked), a
 twin point past --budget is shown as stopped. Points shared by two tables run once.
 
+--json-out FILE (both uses) is rewritten after every run, atomically, with "complete": false
+until the last one is in: a run that is stopped (a machine lent for minutes, a kill) keeps
+every result it had finished; --only (--scaling) then runs the points still missing.
+
 Exit (both uses): 0; 1 when a run failed (without --scaling: when none ran); 77 when --python
 cannot import torch (bt's half ran, the twin's was not checked).
 
@@ -198,6 +202,15 @@ def twin_worker(a):
 
 # ----------------------------------------------------------------------------------------------
 # The parent
+
+def save_json(path, record, complete):
+    """record, with "complete", written to path through a temporary file and a rename, so a
+    reader (or a stopped run) finds the last whole record, never a partial one."""
+    tmp = path + ".part"
+    with open(tmp, "w") as f:
+        json.dump(dict(record, complete=complete), f, indent=1)
+    os.replace(tmp, path)
+
 
 def last_json(text):
     for line in reversed(text.splitlines()):
@@ -430,10 +443,24 @@ def scaling_main(a, bench_step, info):
     done = {}  # (batch, image, text, threads, ranks) -> the point's results
     twin_fit = None  # (bt's fp32 activation bytes, twin RSS per such byte) of the largest twin run
     failed = False
+    tables = {}  # dimension -> [(value, key)], in the grid's order
+    for dim, v, pt in points:
+        key = tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))
+        tables.setdefault(dim, []).append((v, key))
+
+    def record():
+        return dict(mode="scaling", config=grid["config"], steps=steps, threads=a.threads,
+                    precision=dict(bt=prec_bt, twin=prec_tw, why=why), base=grid["base"],
+                    tables={d: [dict(value=v, batch=k[0], image=k[1], text=k[2], threads=k[3],
+                                     ranks=k[4]) for v, k in rows] for d, rows in tables.items()},
+                    points=list(done.values()), notes=notes, bt_info=info, isa=a.isa,
+                    isa_env=ISA_CLASSES[a.isa])
     for dim, v, pt in points:
         key = tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))
         if key in done:
             continue
+        if a.json_out:  # the points so far, before this one starts
+            save_json(a.json_out, record(), False)
         cell = done[key] = dict(point=pt)
         B, R, T, th, nr = key
         label = "%s %s (batch %d, image %d, text %d, %d x %d threads)" % (
@@ -537,10 +564,6 @@ def scaling_main(a, bench_step, info):
         if note:
             notes.append("%s: twin %s" % (label, note))
 
-    tables = {}
-    for dim, v, pt in points:
-        key = tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))
-        tables.setdefault(dim, []).append((v, key))
     for dim, rows in tables.items():
         print("\n### %s\n" % table_caption(dim, grid["base"], a.threads))
         print("| point | bt s/step | twin s/step | bt samples/s | twin samples/s | bt/twin speed ratio "
@@ -570,14 +593,7 @@ def scaling_main(a, bench_step, info):
     for n in notes:
         print("# note: " + n)
     if a.json_out:
-        with open(a.json_out, "w") as f:
-            json.dump(dict(mode="scaling", config=grid["config"], steps=steps, threads=a.threads,
-                           precision=dict(bt=prec_bt, twin=prec_tw, why=why),
-                           base=grid["base"], tables={d: [dict(value=v, batch=k[0], image=k[1], text=k[2],
-                                                               threads=k[3], ranks=k[4]) for v, k in rows]
-                                                      for d, rows in tables.items()},
-                           points=list(done.values()), notes=notes, bt_info=info, isa=a.isa,
-                           isa_env=ISA_CLASSES[a.isa]), f, indent=1)
+        save_json(a.json_out, record(), True)
     if failed:
         return 1
     if not twin and not a.no_twin:
@@ -665,6 +681,10 @@ def main():
 
     results, notes = [], []
     twin = twin_python_ready(a, notes)
+
+    def record():
+        return dict(peak=peak, results=results, notes=notes, bt_info=info, isa=a.isa,
+                    isa_env=ISA_CLASSES[a.isa])
     for name, B, T in setups:
         cdir = os.path.join(ROOT, "configs", name)
         est = last_json(subprocess.run([bench_step, "--config", cdir, "--batch", str(B), "--text", str(T),
@@ -727,6 +747,8 @@ def main():
                     if res.get("optimizer_s") is not None:
                         res["optimizer_share"] = res["optimizer_s"] / res["median_step_s"]
                     results.append(res)
+                if a.json_out:  # what is in so far
+                    save_json(a.json_out, record(), False)
 
     versions = sorted({r["torch"] for r in results if r.get("torch")})
     if versions:  # the twin's PyTorch: Debian's 1.13 by default, another under --python
@@ -832,9 +854,7 @@ def main():
     for n in notes:
         print("# note: " + n)
     if a.json_out:
-        with open(a.json_out, "w") as f:
-            json.dump(dict(peak=peak, results=results, notes=notes, bt_info=info, isa=a.isa,
-                           isa_env=ISA_CLASSES[a.isa]), f, indent=1)
+        save_json(a.json_out, record(), True)
     if not results:
         return 1
     return 77 if not twin and not a.no_twin else 0  # 77: the twin's half was not run
