@@ -65,7 +65,9 @@ twin point past --budget is shown as stopped. Points shared by two tables run on
 
 --json-out FILE (both uses) is rewritten after every run, atomically, with "complete": false
 until the last one is in: a run that is stopped (a machine lent for minutes, a kill) keeps
-every result it had finished; --only (--scaling) then runs the points still missing.
+every result it had finished. --scaling --resume then keeps the points that file holds and runs
+the rest and those that failed (it refuses a file of another grid, step count, thread count,
+precision or --isa); --only runs chosen points.
 
 Exit (both uses): 0; 1 when a run failed (without --scaling: when none ran); 77 when --python
 cannot import torch (bt's half ran, the twin's was not checked).
@@ -409,6 +411,39 @@ def twin_python_ready(a, notes):
     return False
 
 
+def record_head(a, grid, steps, prec_bt, prec_tw, why):
+    """What makes two --scaling runs' points comparable (and --resume checks)."""
+    return dict(mode="scaling", config=grid["config"], steps=steps, threads=a.threads,
+                precision=dict(bt=prec_bt, twin=prec_tw, why=why), base=grid["base"], isa=a.isa,
+                isa_env=ISA_CLASSES[a.isa])
+
+
+def resumed_points(a, head):
+    """--resume: (points, notes) of --json-out's unfinished record, or None (the reason
+    printed)."""
+    def refuse(why):
+        print("bench_side_by_side: --resume %s: %s" % (a.json_out, why), file=sys.stderr)
+    try:
+        with open(a.json_out) as f:
+            rec = json.load(f)
+    except FileNotFoundError:
+        print("# resume: %s does not exist yet: every point runs" % a.json_out)
+        return [], []
+    except ValueError as e:
+        return refuse("not JSON (%s)" % e)
+    if rec.get("complete") is not False:
+        return refuse("the record is %s, not an unfinished one (\"complete\": false)"
+                      % ("complete" if rec.get("complete") else "not a record of this script"))
+    for key, want in head.items():
+        if key != "isa_env" and rec.get(key) != want:
+            return refuse("its %s is %s, this run's %s" % (key, json.dumps(rec.get(key)),
+                                                           json.dumps(want)))
+    def ended(cell):  # a point whose runs failed (or never started) runs again
+        return (cell.get("bt") or cell.get("bt_note") not in (None, "failed")) and \
+            cell.get("twin_note") != "failed"
+    return [c for c in rec.get("points", []) if ended(c)], rec.get("notes", [])
+
+
 def scaling_main(a, bench_step, info):
     grid = SCALING_GRID["quick" if a.quick else "full"]
     cdir = os.path.join(ROOT, "configs", grid["config"])
@@ -441,6 +476,16 @@ def scaling_main(a, bench_step, info):
           "twin %s (%s); first step and median of the later ones, %d steps a point"
           % (grid["config"], prec_bt, "bf16 autocast" if prec_tw == "bf16" else prec_tw, why, steps))
     done = {}  # (batch, image, text, threads, ranks) -> the point's results
+    if a.resume:  # (the twin's memory estimate starts again from its 2x, as in a new run)
+        resumed = resumed_points(a, record_head(a, grid, steps, prec_bt, prec_tw, why))
+        if resumed is None:
+            return 2
+        kept, kept_notes = resumed
+        notes[:0] = [n for n in kept_notes if n not in notes]
+        for cell in kept:
+            pt = cell["point"]
+            done[tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))] = cell
+        print("# resumed: %d point(s) kept from %s" % (len(kept), a.json_out))
     twin_fit = None  # (bt's fp32 activation bytes, twin RSS per such byte) of the largest twin run
     failed = False
     tables = {}  # dimension -> [(value, key)], in the grid's order
@@ -449,12 +494,10 @@ def scaling_main(a, bench_step, info):
         tables.setdefault(dim, []).append((v, key))
 
     def record():
-        return dict(mode="scaling", config=grid["config"], steps=steps, threads=a.threads,
-                    precision=dict(bt=prec_bt, twin=prec_tw, why=why), base=grid["base"],
+        return dict(record_head(a, grid, steps, prec_bt, prec_tw, why),
                     tables={d: [dict(value=v, batch=k[0], image=k[1], text=k[2], threads=k[3],
                                      ranks=k[4]) for v, k in rows] for d, rows in tables.items()},
-                    points=list(done.values()), notes=notes, bt_info=info, isa=a.isa,
-                    isa_env=ISA_CLASSES[a.isa])
+                    points=list(done.values()), notes=notes, bt_info=info)
     for dim, v, pt in points:
         key = tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))
         if key in done:
@@ -632,10 +675,17 @@ def main():
                          "ranks (issue 25 item 6; --quick: the tiny config's reduced grid)")
     ap.add_argument("--scaling-precision", choices=("best", "fp32", "bf16"), default="best",
                     help="--scaling: each in its best precision here (default), or both in this one")
+    ap.add_argument("--resume", action="store_true",
+                    help="--scaling: keep the points an unfinished --json-out file holds and run "
+                         "only the rest (the same grid, steps, threads, precisions and --isa)")
     ap.add_argument("--only", action="append", metavar="DIM[=N,...]",
                     help="--scaling: only this table (batch, image, text, threads, ranks), or only "
                          "these of its points; repeatable")
     a = ap.parse_args()
+    if a.resume and not a.scaling:
+        ap.error("--resume goes with --scaling (the side by side's runs are few: run it again)")
+    if a.resume and not a.json_out:
+        ap.error("--resume needs --json-out FILE, the record to go on from")
     if a.twin_worker:
         a.steps = a.steps or 4
         return twin_worker(a)

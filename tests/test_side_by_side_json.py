@@ -8,6 +8,8 @@ Runs `--quick --no-twin --json-out F` (bt's half, tiny config) with and without 
 each twice:
   - stopped (SIGTERM to its process group) as soon as F holds one finished run: F must then
     be whole JSON with "complete": false and that run's result (a step time), with runs left;
+    --scaling --resume on that F: refused (exit 2, F unchanged) with another --steps; with
+    the same grid, F ends complete, with the finished point as it was and the rest run;
   - to the end: F must hold "complete": true and every run (each point of the scaling grid;
     the side by side's four), and no temporary file may be left beside it.
 Exit 0 pass, 1 fail (every failed check printed); 77 (skip) when the build has no bench_step.
@@ -55,11 +57,35 @@ USES = (("--scaling", ["--scaling"], scaling_runs, scaling_all),
         ("the side by side", [], lambda rec: (rec or {}).get("results", []), lambda rec: 4))
 
 
-def start(script, build, out, opts):
+def start(script, build, out, opts, stderr=subprocess.DEVNULL):
     cmd = [sys.executable, script] + opts + ["--quick", "--no-twin", "--threads", "1",
                                              "--build", build, "--json-out", out]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, text=True,
                             start_new_session=True)
+
+
+def check_resume(script, build, out, stopped):
+    """--scaling --resume on the stopped run's record: a record of another step count is
+    refused and left as it is; the same grid keeps the finished points and runs the rest."""
+    with open(out, "rb") as f:
+        before = f.read()
+    p = start(script, build, out, ["--scaling", "--resume", "--steps", "2"], subprocess.PIPE)
+    err = p.communicate(timeout=600)[1]
+    with open(out, "rb") as f:
+        after = f.read()
+    check(p.returncode == 2 and "steps is 3, this run's 2" in err and after == before,
+          "--resume refuses a record of another step count and leaves it (exit %s: %s)"
+          % (p.returncode, err.strip().splitlines()[-1:] if err else ""))
+    p = start(script, build, out, ["--scaling", "--resume"])
+    rc = p.wait(timeout=600)
+    rec = read(out)
+    check(rc == 0 and rec is not None and rec.get("complete") is True,
+          "--resume ends with a complete record (exit %s)" % rc)
+    kept = [c for c in stopped["points"] if "bt" in c]
+    check(rec is not None and all(c in rec["points"] for c in kept),
+          "--resume kept the %d finished point(s) as they were (not run again)" % len(kept))
+    check(rec is not None and len(scaling_runs(rec)) == scaling_all(rec),
+          "--resume ran the rest (%d of %d points)" % (len(scaling_runs(rec)), scaling_all(rec)))
 
 
 def check_use(script, build, out, name, opts, runs, all_runs):
@@ -85,6 +111,8 @@ def check_use(script, build, out, name, opts, runs, all_runs):
           "%s: the finished run is in it with bt's step time (%d run(s))" % (name, len(done)))
     check(len(done) < all_runs(rec), "%s: fewer runs than the whole %d (the stop came before "
           "the end)" % (name, all_runs(rec)))
+    if rec is not None and "--scaling" in opts:
+        check_resume(script, build, out, rec)
     # 2. to the end
     if os.path.exists(out):
         os.remove(out)
