@@ -292,6 +292,11 @@ SCALING_GRID = {
 }
 
 
+def point_key(pt):
+    """A grid point's (batch, image, text, threads, ranks): the same in every table it is in."""
+    return tuple(pt[d] for d in SCALING_DIMS)
+
+
 def scaling_points(grid, threads, only):
     """[(dim, value, point)] in table order; point = dict(batch, image, text, threads, ranks)
     (threads per process). only: {dim: [values] or None} (--only), empty = everything."""
@@ -435,7 +440,7 @@ def resumed_points(a, head):
         return refuse("the record is %s, not an unfinished one (\"complete\": false)"
                       % ("complete" if rec.get("complete") else "not a record of this script"))
     for key, want in head.items():
-        if key != "isa_env" and rec.get(key) != want:
+        if rec.get(key) != want:
             return refuse("its %s is %s, this run's %s" % (key, json.dumps(rec.get(key)),
                                                            json.dumps(want)))
     def ended(cell):  # a point whose runs failed (or never started) runs again
@@ -484,22 +489,22 @@ def scaling_main(a, bench_step, info):
         notes[:0] = [n for n in kept_notes if n not in notes]
         for cell in kept:
             pt = cell["point"]
-            done[tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))] = cell
+            done[point_key(pt)] = cell
         print("# resumed: %d point(s) kept from %s" % (len(kept), a.json_out))
     twin_fit = None  # (bt's fp32 activation bytes, twin RSS per such byte) of the largest twin run
     failed = False
     tables = {}  # dimension -> [(value, key)], in the grid's order
     for dim, v, pt in points:
-        key = tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))
+        key = point_key(pt)
         tables.setdefault(dim, []).append((v, key))
 
     def record():
         return dict(record_head(a, grid, steps, prec_bt, prec_tw, why),
-                    tables={d: [dict(value=v, batch=k[0], image=k[1], text=k[2], threads=k[3],
-                                     ranks=k[4]) for v, k in rows] for d, rows in tables.items()},
+                    tables={d: [dict(value=v, **dict(zip(SCALING_DIMS, k))) for v, k in rows]
+                            for d, rows in tables.items()},
                     points=list(done.values()), notes=notes, bt_info=info)
     for dim, v, pt in points:
-        key = tuple(pt[k] for k in ("batch", "image", "text", "threads", "ranks"))
+        key = point_key(pt)
         if key in done:
             continue
         if a.json_out:  # the points so far, before this one starts
