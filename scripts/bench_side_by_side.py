@@ -27,7 +27,9 @@ OMP_NUM_THREADS, and bench_step sets OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000
 tools do): OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=1000 (both: docs/benchmarks.md "Results
 (session 19)"),
 OPENBLAS_THREAD_TIMEOUT=4, MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ raised so glibc
-keeps freed memory instead of returning (and re-faulting) it, torch.set_num_threads(N).
+keeps freed memory instead of returning (and re-faulting) it, torch.set_num_threads(N). Where
+OpenBLAS does not know this CPU model and falls back to its SSE3 kernels (openblas_core_fix),
+OPENBLAS_CORETYPE names its kernels for this CPU's flags, for every run and the GEMM peak.
 A twin mode that cannot finish its steps within --budget seconds is stopped and reported as
 such (the steps it finished, if any, are shown).
 --isa avx512_bf16 | avx512 | avx2 runs everything as on a CPU of that class (ISA_CLASSES):
@@ -52,7 +54,8 @@ shapes (docs/benchmarks.md), so the shares of the peak printed before then read 
 
 --scaling (issue 25 item 6; docs/benchmarks.md "Scaling"): the training step above, bt and the
 twin each in its best precision here (bt bf16 where bt-forward --info says "gemm bf16 choice:
-native", the twin bf16 autocast where the CPU has AVX512-BF16 or AMX; else fp32), against
+native", the twin bf16 autocast where, in addition, the CPU has AVX512-BF16 or AMX; else fp32),
+against
 batch 1..32 (image 288, text 40, --threads), image side 224/288/384 and text length 40/128
 (batch 8), threads 1 and 2 (batch 8), and ranks: 1 process x 2 threads against 2 processes x
 1 thread on a global batch of 8 (bt: bench_step under mpirun, bt_train_step data-parallel; the
@@ -106,6 +109,30 @@ ISA_CLASSES = {
     "avx2": {"BT_CPU_ISA": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell",
              "ATEN_CPU_CAPABILITY": "avx2"},
 }
+
+# OpenBLAS 0.3.21 (Debian 12) falls back to its generic Prescott (SSE3) kernels on a CPU model it
+# does not know (the Xeon family 6 model 207 of session 30), which made the twin's fp32 step 6x
+# slower there: its fp32 products go to OpenBLAS (Debian's torch: BLAS_INFO=generic). Its best
+# kernels for this CPU's flags, best first (the cores ISA_CLASSES names for the same classes).
+OPENBLAS_CORE_BY_FLAG = (("avx512_bf16", "Cooperlake"), ("avx512bw", "SkylakeX"), ("avx2", "Haswell"))
+
+
+def openblas_core_fix():
+    """The OPENBLAS_CORETYPE this CPU's own kernels need when OpenBLAS (libblas.so.3, what the
+    twin's torch and bt's BT_GEMM=openblas call) fell back to Prescott here; None when it did
+    not, when OPENBLAS_CORETYPE is set already, or when libblas.so.3 is not OpenBLAS."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return None
+    probe = ("import ctypes; lib = ctypes.CDLL('libblas.so.3'); "
+             "lib.openblas_get_corename.restype = ctypes.c_char_p; "
+             "print(lib.openblas_get_corename().decode())")
+    core = subprocess.run([sys.executable, "-c", probe], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    if core != "Prescott":
+        return None
+    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    return next((c for f, c in OPENBLAS_CORE_BY_FLAG if f in flags), None)
+
 
 # ----------------------------------------------------------------------------------------------
 # The twin, run as a child process: --twin-worker
@@ -350,12 +377,19 @@ def scaling_precisions(choice, info, isa):
     if choice in ("fp32", "bf16"):
         return choice, choice, "--scaling-precision %s" % choice
     bt_native = re.search(r"^gemm bf16 choice: native\b", info, re.M) is not None
-    tw_native = cpu_has_native_bf16(isa)
+    # the twin's autocast products are oneDNN 2.6's native bf16 ones (torch 1.13 bundles it):
+    # where bt's start-up timing of the same library found them slower than fp32 (the Xeon
+    # model 207 without AMX of session 30: the twin's bf16 step 1.4x its fp32 one), fp32 is
+    # the twin's best too
+    cpu_native = cpu_has_native_bf16(isa)
+    tw_native = cpu_native and bt_native
     return ("bf16" if bt_native else "fp32", "bf16" if tw_native else "fp32",
             "best on this machine: bt %s (bt-forward --info: gemm bf16 choice %s), twin %s (%s)"
             % ("bf16" if bt_native else "fp32", "native" if bt_native else "not native",
                "bf16 autocast" if tw_native else "fp32",
-               "the CPU has AVX512-BF16/AMX" if tw_native else "no native bf16 on this CPU%s"
+               "the CPU has AVX512-BF16/AMX" if tw_native else
+               "the CPU has AVX512-BF16/AMX, but oneDNN 2.6's bf16 products run slower than "
+               "fp32 here" if cpu_native else "no native bf16 on this CPU%s"
                % (" class (--isa %s)" % isa if isa != "native" else "")))
 
 
@@ -420,7 +454,7 @@ def record_head(a, grid, steps, prec_bt, prec_tw, why):
     """What makes two --scaling runs' points comparable (and --resume checks)."""
     return dict(mode="scaling", config=grid["config"], steps=steps, threads=a.threads,
                 precision=dict(bt=prec_bt, twin=prec_tw, why=why), base=grid["base"], isa=a.isa,
-                isa_env=ISA_CLASSES[a.isa])
+                isa_env=a.run_env)
 
 
 def resumed_points(a, head):
@@ -696,6 +730,10 @@ def main():
         return twin_worker(a)
 
     os.environ.update(ISA_CLASSES[a.isa])  # every child below inherits the cap
+    a.run_env = dict(ISA_CLASSES[a.isa])
+    core = openblas_core_fix() if a.isa == "native" else None
+    if core:
+        os.environ["OPENBLAS_CORETYPE"] = a.run_env["OPENBLAS_CORETYPE"] = core
     bench_step = os.path.join(a.build, "tests", "bench_step")
     if not os.path.exists(bench_step):
         print("bench_side_by_side: %s not found: build bt first (meson setup %s && ninja -C %s)"
@@ -711,6 +749,10 @@ def main():
     if a.isa != "native":
         print("# CPU class emulated (--isa %s): %s, for bt and the twin alike"
               % (a.isa, " ".join("%s=%s" % kv for kv in ISA_CLASSES[a.isa].items())))
+    if core:
+        print("# OpenBLAS picked its Prescott (SSE3) kernels on this CPU (a model it does not "
+              "know): OPENBLAS_CORETYPE=%s, its kernels for this CPU's flags, for every run "
+              "(the twin's fp32 products and the GEMM peak's OpenBLAS column)" % core)
     for line in info.splitlines()[1:]:
         print("#   bt " + line)
     print("# twin environment: %s; bt environment: %s" % (
@@ -739,7 +781,7 @@ def main():
 
     def record():
         return dict(peak=peak, results=results, notes=notes, bt_info=info, isa=a.isa,
-                    isa_env=ISA_CLASSES[a.isa])
+                    isa_env=a.run_env)
     for name, B, T in setups:
         cdir = os.path.join(ROOT, "configs", name)
         est = last_json(subprocess.run([bench_step, "--config", cdir, "--batch", str(B), "--text", str(T),
