@@ -28,6 +28,7 @@ static const char *const setting_names[BT_SET_COUNT] = {
     [BT_SET_OMP_WAIT_POLICY] = "OMP_WAIT_POLICY",
     [BT_SET_GOMP_SPINCOUNT] = "GOMP_SPINCOUNT",
     [BT_SET_DNNL_MAX_CPU_ISA] = "DNNL_MAX_CPU_ISA",
+    [BT_SET_OPENBLAS_CORETYPE] = "OPENBLAS_CORETYPE",
     [BT_SET_OMPI_COMM_WORLD_SIZE] = "OMPI_COMM_WORLD_SIZE",
     [BT_SET_OMPI_COMM_WORLD_LOCAL_SIZE] = "OMPI_COMM_WORLD_LOCAL_SIZE",
     [BT_SET_PMI_SIZE] = "PMI_SIZE",
@@ -37,9 +38,11 @@ static const char *const setting_names[BT_SET_COUNT] = {
     [BT_SET_TERM] = "TERM",
 };
 
-/* Marks a process that bt re-executed to set OMP_WAIT_POLICY and GOMP_SPINCOUNT (removed again
- * at the snapshot). */
+/* Marks a process that bt re-executed (removed again at the snapshot); its value says what bt
+ * set: REEXEC_OPENMP (OMP_WAIT_POLICY and GOMP_SPINCOUNT) and/or REEXEC_OPENBLAS
+ * (OPENBLAS_CORETYPE), as "1", "2" or "3". */
 #define REEXEC_MARK "BT_SETTINGS_REEXEC"
+enum { REEXEC_OPENMP = 1, REEXEC_OPENBLAS = 2 };
 
 static bt_settings snapshot;
 static pthread_once_t snapshot_once = PTHREAD_ONCE_INIT;
@@ -50,8 +53,12 @@ static void snapshot_take(void) {
         const char *v = getenv(setting_names[i]);
         snapshot.value[i] = v && *v ? v : NULL;
     }
-    if (getenv(REEXEC_MARK)) {
-        snapshot.passive_reexec = 1;
+    const char *mark = getenv(REEXEC_MARK);
+    if (mark) {
+        const int set = atoi(mark);
+        snapshot.reexec = 1;
+        snapshot.passive_reexec = (set & REEXEC_OPENMP) != 0;
+        snapshot.openblas_core_reexec = (set & REEXEC_OPENBLAS) != 0;
         unsetenv(REEXEC_MARK);
     }
 }
@@ -64,9 +71,12 @@ const bt_settings *bt_settings_get(void) {
 void bt_settings_reload(void) {
     bt_settings_get();
     pthread_mutex_lock(&snapshot_lock);
-    const int passive = snapshot.passive_reexec, dnnl = snapshot.dnnl_isa_set_by_bt;
+    const int reexec = snapshot.reexec, passive = snapshot.passive_reexec,
+              openblas = snapshot.openblas_core_reexec, dnnl = snapshot.dnnl_isa_set_by_bt;
     snapshot_take();
+    snapshot.reexec |= reexec;
     snapshot.passive_reexec |= passive;
+    snapshot.openblas_core_reexec |= openblas;
     snapshot.dnnl_isa_set_by_bt = dnnl;
     pthread_mutex_unlock(&snapshot_lock);
 }
@@ -89,15 +99,21 @@ void bt_settings_set_dnnl_isa(const char *value) {
     pthread_mutex_unlock(&snapshot_lock);
 }
 
-void bt_settings_prefer_passive_openmp(char **argv) {
+void bt_settings_reexec_preferred(char **argv, const char *openblas_core) {
     const bt_settings *s = bt_settings_get();
-    if (s->value[BT_SET_OMP_WAIT_POLICY] || s->value[BT_SET_GOMP_SPINCOUNT] || s->passive_reexec)
-        return;
-    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-    if (setenv("GOMP_SPINCOUNT", BT_OPENMP_SPINCOUNT, 1) != 0) return;
-    if (setenv(REEXEC_MARK, "1", 1) != 0) return;
+    if (s->reexec) return;
+    int set = 0;
+    if (!s->value[BT_SET_OMP_WAIT_POLICY] && !s->value[BT_SET_GOMP_SPINCOUNT] &&
+        setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0 &&
+        setenv("GOMP_SPINCOUNT", BT_OPENMP_SPINCOUNT, 1) == 0)
+        set |= REEXEC_OPENMP;
+    if (openblas_core && !s->value[BT_SET_OPENBLAS_CORETYPE] &&
+        setenv("OPENBLAS_CORETYPE", openblas_core, 1) == 0)
+        set |= REEXEC_OPENBLAS;
+    char mark[2] = {(char)('0' + set), 0};
+    if (!set || setenv(REEXEC_MARK, mark, 1) != 0) return;
     execv("/proc/self/exe", argv);
-    /* exec failed: go on with libgomp's defaults */
+    /* exec failed: go on with the libraries' defaults */
     unsetenv(REEXEC_MARK);
 }
 
@@ -114,4 +130,9 @@ void bt_settings_print(FILE *out) {
         fprintf(out, "environment set by bt: OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=%s (bt "
                      "re-executed itself so that libgomp reads them; set either to choose)\n",
                 BT_OPENMP_SPINCOUNT);
+    if (s->openblas_core_reexec)
+        fprintf(out, "environment set by bt: OPENBLAS_CORETYPE=%s (OpenBLAS had picked its SSE3 "
+                     "kernels on a CPU model it does not know; bt re-executed itself so that "
+                     "OpenBLAS reads it; set it to choose)\n",
+                s->value[BT_SET_OPENBLAS_CORETYPE] ? s->value[BT_SET_OPENBLAS_CORETYPE] : "?");
 }

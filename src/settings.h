@@ -6,8 +6,9 @@
  * from there (the kernel dispatch, the GEMM backends, the model's bf16 storage, the memory
  * check, the distributed world, the progress line). `--info` prints the whole snapshot
  * (bt_settings_print), including what bt itself changed in the environment for its libraries
- * (DNNL_MAX_CPU_ISA from BT_CPU_ISA; OMP_WAIT_POLICY=PASSIVE with GOMP_SPINCOUNT=1000 and the
- * re-exec that makes libgomp read them), so nothing a user cannot see is set behind their back.
+ * (DNNL_MAX_CPU_ISA from BT_CPU_ISA; OMP_WAIT_POLICY=PASSIVE with GOMP_SPINCOUNT=1000, and
+ * OPENBLAS_CORETYPE where OpenBLAS fell back to its SSE3 kernels, with the re-exec that makes
+ * libgomp and OpenBLAS read them), so nothing a user cannot see is set behind their back.
  *
  * Values are strings here; each owner checks its own (bt_runtime_check_env at every tool's
  * start: a malformed value is an error naming the variable, never ignored). The list of
@@ -42,6 +43,7 @@ typedef enum {
     BT_SET_OMP_WAIT_POLICY,     /* OpenMP's idle policy */
     BT_SET_GOMP_SPINCOUNT,      /* libgomp's busy-wait before an idle thread sleeps */
     BT_SET_DNNL_MAX_CPU_ISA,    /* oneDNN's ISA cap */
+    BT_SET_OPENBLAS_CORETYPE,   /* OpenBLAS's kernels, read when the library loads */
     BT_SET_OMPI_COMM_WORLD_SIZE,       /* Open MPI launcher: world size */
     BT_SET_OMPI_COMM_WORLD_LOCAL_SIZE, /* ranks on this host */
     BT_SET_PMI_SIZE,            /* other PMI launchers: world size */
@@ -55,9 +57,12 @@ typedef enum {
 typedef struct bt_settings {
     const char *value[BT_SET_COUNT]; /* the variable's value, NULL when unset or empty */
     int dnnl_isa_set_by_bt;          /* DNNL_MAX_CPU_ISA was set by bt from BT_CPU_ISA */
+    int reexec;                      /* this process is bt's re-exec (never done twice) */
     int passive_reexec;              /* OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT were set by
                                         bt, which then re-executed itself for libgomp to read
                                         them */
+    int openblas_core_reexec;        /* OPENBLAS_CORETYPE was set by bt, which then
+                                        re-executed itself for OpenBLAS to read it */
 } bt_settings;
 
 /* The snapshot (taken at the first call; thread-safe). */
@@ -74,12 +79,16 @@ const char *bt_setting_name(bt_setting id);
  * recorded in the snapshot and printed by --info. Sets DNNL_MAX_CPU_ISA (oneDNN reads it at its
  * first ISA query) unless the user set it. */
 void bt_settings_set_dnnl_isa(const char *value);
-/* Sets OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT=BT_OPENMP_SPINCOUNT (unless the user set
- * either) and re-executes the program with argv so that libgomp reads them at start; marks
- * the new process's snapshot (BT_SETTINGS_REEXEC). Returns only when it did nothing or exec
- * failed. Why these values: kernels/cpu.h bt_runtime_prefer_passive_openmp. */
+/* Sets what bt prefers for the libraries that read the environment only at start-up, where
+ * the user set none of it: OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT=BT_OPENMP_SPINCOUNT
+ * (unless the user set either), and OPENBLAS_CORETYPE=openblas_core (when not NULL: the
+ * caller decided the user did not set it and OpenBLAS needs it); then re-executes the program
+ * with argv, once, so that libgomp and OpenBLAS read them, and marks the new process's
+ * snapshot (BT_SETTINGS_REEXEC: which of the two it set). Returns only when it did nothing
+ * (nothing to set, or this process is the re-exec) or exec failed. Why these values:
+ * kernels/cpu.h bt_runtime_prefer_start_environment. */
 #define BT_OPENMP_SPINCOUNT "1000"
-void bt_settings_prefer_passive_openmp(char **argv);
+void bt_settings_reexec_preferred(char **argv, const char *openblas_core);
 
 /* Prints every variable of the snapshot ("name=value" or "name unset"), one line each, and
  * what bt set itself. */

@@ -537,7 +537,7 @@ int main(int argc, char **argv) {
     /* OpenMP as bt's tools run it (cpu.h: passive waits unless OMP_WAIT_POLICY is set), so the
      * numbers are what bt-train gets, and a busy machine does not turn spinning threads into
      * seconds per step */
-    bt_runtime_prefer_passive_openmp(argv);
+    bt_runtime_prefer_start_environment(argv);
     /* the world: one process without a launcher (no MPI touched), else mpirun's ranks */
     bt_dist d;
     if (bt_dist_init(&d, NULL, NULL) != BT_OK) {

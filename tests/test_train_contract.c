@@ -22,6 +22,8 @@
  *   strict        garbage BT_* variables, thread counts far beyond the processors and numbers
  *                 Python's json refuses ("01", "08") end the run with exit 1 naming them;
  *                 gradient accumulation past 64 trains, past memory is refused in its terms;
+ *   environment   bt sets OMP_WAIT_POLICY / GOMP_SPINCOUNT, and OPENBLAS_CORETYPE where
+ *                 OpenBLAS fell back to its SSE3 kernels, only where the user set none;
  *   memory        under prlimit --as 100M..700M: exit 0 or a memory message, never a crash
  *                 or a hang.
  * Exit 1 on any failure. */
@@ -41,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/cpu.h"
 #include "test_train_setup.h"
 #include "test_util.h"
 
@@ -550,7 +553,7 @@ static void test_resume_checks(void) {
     free(err);
 }
 
-/* --- OpenMP's waits (kernels/cpu.h bt_runtime_prefer_passive_openmp) --------------------------
+/* --- OpenMP's waits (kernels/cpu.h bt_runtime_prefer_start_environment) --------------------------
  * bt-train --info (stdout), run through env(1) with `unset` the variables to drop and `set`
  * extra ones (free it). */
 static char *info_output(const char *unset, const char *set) {
@@ -581,6 +584,54 @@ static void test_openmp_waits(void) {
                  "%s set by the user: bt sets neither variable: %.400s", user[i][1], t);
         free(t);
     }
+}
+
+/* --- OpenBLAS's kernels (kernels/cpu.h bt_runtime_prefer_start_environment) -----------------
+ * The word after `key` on its --info line ("" when absent), into out. */
+static void info_word(const char *info, const char *key, char *out, size_t cap) {
+    const char *at = strstr(info, key);
+    size_t n = at ? strcspn(at + strlen(key), " \n") : 0;
+    if (n >= cap) n = cap - 1;
+    memcpy(out, at ? at + strlen(key) : "", n);
+    out[n] = 0;
+}
+
+/* The rule, then bt-train as run: with OPENBLAS_CORETYPE unset, the OpenBLAS core it runs on an
+ * AVX2-or-better level is never the SSE3 fallback, and one bt set is the rule's for that level
+ * (a CPU model OpenBLAS knows takes the first branch; the Xeon model 207 of session 30 the
+ * second); the user's OPENBLAS_CORETYPE, even Prescott, is left as it is. */
+static void test_openblas_core(void) {
+    tu_check(strcmp(bt_openblas_core_for("Prescott", BT_ISA_AVX512_BF16), "Cooperlake") == 0 &&
+                 strcmp(bt_openblas_core_for("Prescott", BT_ISA_AVX512), "SkylakeX") == 0 &&
+                 strcmp(bt_openblas_core_for("Prescott", BT_ISA_AVX2), "Haswell") == 0 &&
+                 !bt_openblas_core_for("Prescott", BT_ISA_SCALAR) &&
+                 !bt_openblas_core_for("SkylakeX", BT_ISA_AVX512_BF16) &&
+                 !bt_openblas_core_for(NULL, BT_ISA_AVX2),
+             "OPENBLAS_CORETYPE only for OpenBLAS's Prescott fallback, by the active level");
+    char core[64], isa[64], set[64];
+    char *t = info_output("-u OPENBLAS_CORETYPE", "");
+    info_word(t, "openblas core: ", core, sizeof core);
+    info_word(t, "bt kernels isa: ", isa, sizeof isa);
+    info_word(t, "environment set by bt: OPENBLAS_CORETYPE=", set, sizeof set);
+    bt_isa level = BT_ISA_SCALAR;
+    tu_check(*core && bt_isa_from_name(isa, &level) == BT_OK,
+             "--info names the OpenBLAS core (%s) and the kernels' level (%s)", core, isa);
+    if (!*set) {
+        tu_check(level == BT_ISA_SCALAR || strcmp(core, "Prescott") != 0,
+                 "OpenBLAS's own choice on level %s is not its SSE3 fallback: %s", isa, core);
+    } else {
+        const char *want = bt_openblas_core_for("Prescott", level);
+        tu_check(want && strcmp(set, want) == 0 && strcmp(core, want) == 0,
+                 "OpenBLAS fell back to Prescott: bt set OPENBLAS_CORETYPE=%s for level %s "
+                 "(rule: %s) and OpenBLAS runs %s", set, isa, want ? want : "none", core);
+    }
+    free(t);
+    t = info_output("", "OPENBLAS_CORETYPE=Prescott");
+    info_word(t, "openblas core: ", core, sizeof core);
+    tu_check(strcmp(core, "Prescott") == 0 && !strstr(t, "environment set by bt: OPENBLAS") &&
+                 strstr(t, "OPENBLAS_CORETYPE=Prescott"),
+             "the user's OPENBLAS_CORETYPE=Prescott is kept: core %s", core);
+    free(t);
 }
 
 /* --- strict environment and numbers -------------------------------------------------------- */
@@ -776,6 +827,7 @@ int main(int argc, char **argv) {
     test_resume_checks();
     test_strict();
     test_openmp_waits();
+    test_openblas_core();
     test_out_of_memory();
     return tu_finish();
 }

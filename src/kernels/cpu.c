@@ -226,6 +226,7 @@ cJSON *bt_runtime_info_json(void) {
     cJSON_AddStringToObject(o, "gemm_backend", gemm_backend_name(b));
     cJSON_AddStringToObject(o, "gemm_fp32_route", route_f32);
     cJSON_AddStringToObject(o, "gemm_bf16_route", route_bf16);
+    cJSON_AddStringToObject(o, "openblas_core", gemm_openblas_core());
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
@@ -268,6 +269,8 @@ void bt_runtime_info_print(FILE *out, const char *tool) {
             env_or(BT_SET_GEMM, "unset"));
     fprintf(out, "onednn isa: %s (DNNL_MAX_CPU_ISA=%s%s%s)\n", gemm_cpu_isa_name(),
             env_or(BT_SET_DNNL_MAX_CPU_ISA, "unset"), *isa_dnnl_note ? ", " : "", isa_dnnl_note);
+    fprintf(out, "openblas core: %s (OPENBLAS_CORETYPE=%s)\n", gemm_openblas_core(),
+            env_or(BT_SET_OPENBLAS_CORETYPE, "unset"));
     const char *route_f32, *route_bf16;
     gemm_routes(b, &route_f32, &route_bf16);
     fprintf(out, "gemm fp32 route: %s\n", route_f32);
@@ -384,6 +387,24 @@ void bt_runtime_cli_help(FILE *out, int column) {
             "--version");
 }
 
-void bt_runtime_prefer_passive_openmp(char **argv) {
-    bt_settings_prefer_passive_openmp(argv); /* settings.h: recorded, printed by --info */
+const char *bt_openblas_core_for(const char *loaded, bt_isa isa) {
+    if (!loaded || strcmp(loaded, "Prescott") != 0) return NULL;
+    switch (isa) {
+    case BT_ISA_AVX512_BF16: return "Cooperlake";
+    case BT_ISA_AVX512: return "SkylakeX";
+    case BT_ISA_AVX2: return "Haswell";
+    default: return NULL;
+    }
+}
+
+void bt_runtime_prefer_start_environment(char **argv) {
+    /* the active level without bt_cpu_isa_active(), which would set DNNL_MAX_CPU_ISA before
+     * the re-exec and so make it look set by the user in the new process */
+    bt_isa isa = bt_isa_detected(), cap;
+    const char *v = bt_setting_value(BT_SET_CPU_ISA);
+    if (v && bt_isa_from_name(v, &cap) == BT_OK && cap < isa) isa = cap;
+    const char *core = bt_setting_value(BT_SET_OPENBLAS_CORETYPE)
+                           ? NULL
+                           : bt_openblas_core_for(gemm_openblas_core(), isa);
+    bt_settings_reexec_preferred(argv, core); /* settings.h: recorded, printed by --info */
 }

@@ -115,8 +115,21 @@ bt_status bt_runtime_check_threads(long n, const char *what);
  * OMP_WAIT_POLICY or GOMP_SPINCOUNT, this sets PASSIVE with GOMP_SPINCOUNT=1000 (about 10 µs
  * of spinning before the sleep; libgomp spins none at all when it has more threads than
  * processors) and re-executes the program once (libgomp reads both only at start-up).
- * Measured: docs/benchmarks.md "Results (session 19)". Returns only when no re-exec was
- * needed or possible. */
-void bt_runtime_prefer_passive_openmp(char **argv);
+ * Measured: docs/benchmarks.md "Results (session 19)".
+ * OpenBLAS, in the same re-exec: it picks its kernels by CPU model when it loads, and on a
+ * model it does not know (Debian 12's 0.3.21 on the Xeon family 6 model 207 of session 30)
+ * it falls back to its SSE3 "Prescott" kernels, 2.6-4.4x slower than its AVX-512 ones there
+ * (docs/benchmarks.md "Session 30"): the GEMMs of a build without oneDNN, or of
+ * BT_GEMM=openblas. When it did, and the user did not set OPENBLAS_CORETYPE, this sets it to
+ * bt_openblas_core_for(that, the active ISA level). Returns only when no re-exec was needed
+ * or possible. */
+void bt_runtime_prefer_start_environment(char **argv);
+
+/* The OPENBLAS_CORETYPE that gives ISA level `isa` OpenBLAS's kernels for it, when OpenBLAS
+ * loaded `loaded` (its corename) and that is its generic fallback "Prescott": Cooperlake
+ * (avx512_bf16), SkylakeX (avx512), Haswell (avx2), as scripts/test.sh and the side-by-side
+ * script's --isa classes name them. NULL otherwise: OpenBLAS chose for this CPU, or the level
+ * is scalar. */
+const char *bt_openblas_core_for(const char *loaded, bt_isa isa);
 
 #endif

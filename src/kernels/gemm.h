@@ -233,6 +233,9 @@ void gemm_pack_weight(void *w, bt_dtype type, size_t out, size_t in);
 int gemm_cpu_has_bf16(void);
 /* Text describing the CPU ISA oneDNN dispatches to (for benchmark and log headers). */
 const char *gemm_cpu_isa_name(void);
+/* The kernel set OpenBLAS chose when it loaded ("SkylakeX", "Haswell", or its generic
+ * fallback "Prescott"; gemm_openblas.c): kernels/cpu.h bt_runtime_prefer_start_environment. */
+const char *gemm_openblas_core(void);
 
 /* Runs the product on the current backend / on a given backend. Shapes are checked by
  * BT_ASSERT (they are programming errors, not user input). */

@@ -85,3 +85,5 @@ void gemm_openblas_run(const gemm_args *g) {
         }
     }
 }
+
+const char *gemm_openblas_core(void) { return openblas_get_corename(); }

@@ -370,7 +370,7 @@ static void out_add(out_list *o, const char *name, const float *data, int ndim, 
  * locals around. */
 static int tool_main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
-    bt_runtime_prefer_passive_openmp(argv); /* cpu.h */
+    bt_runtime_prefer_start_environment(argv); /* cpu.h */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-forward"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
     fwd_args a;

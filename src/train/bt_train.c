@@ -49,7 +49,7 @@ static void help_config(void) {
 
 static int tool_main(int argc, char **argv) {
     bt_std_fds_guard(); /* fileio.h: closed 0-2 become /dev/null before any open */
-    bt_runtime_prefer_passive_openmp(argv); /* cpu.h */
+    bt_runtime_prefer_start_environment(argv); /* cpu.h */
     const int info_rc = bt_runtime_cli_info(argc, argv, "bt-train"); /* --info (cpu.h) */
     if (info_rc >= 0) return info_rc;
     const char *config = NULL;
