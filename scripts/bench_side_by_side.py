@@ -111,9 +111,9 @@ ISA_CLASSES = {
 }
 
 # OpenBLAS 0.3.21 (Debian 12) falls back to its generic Prescott (SSE3) kernels on a CPU model it
-# does not know (the Xeon family 6 model 207 of session 30), which made the twin's fp32 step 6x
-# slower there: its fp32 products go to OpenBLAS (Debian's torch: BLAS_INFO=generic). Its best
-# kernels for this CPU's flags, best first: the cores ISA_CLASSES gives the same classes.
+# does not know (the Xeon family 6 model 207 of session 30), which made the twin's fp32 step
+# 3.4x slower there: its fp32 products go to OpenBLAS (Debian's torch: BLAS_INFO=generic).
+# Its best kernels for this CPU's flags, best first: the cores ISA_CLASSES gives the same classes.
 OPENBLAS_CORE_BY_FLAG = tuple((flag, ISA_CLASSES[isa]["OPENBLAS_CORETYPE"]) for flag, isa in
                               (("avx512_bf16", "avx512_bf16"), ("avx512bw", "avx512"),
                                ("avx2", "avx2")))
