@@ -119,6 +119,11 @@ OPENBLAS_CORE_BY_FLAG = tuple((flag, ISA_CLASSES[isa]["OPENBLAS_CORETYPE"]) for 
                                ("avx2", "avx2")))
 
 
+def cpu_flags():
+    """This CPU's flags, from /proc/cpuinfo."""
+    return next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+
+
 def openblas_core_fix():
     """The OPENBLAS_CORETYPE this CPU's own kernels need when OpenBLAS (libblas.so.3, what the
     twin's torch and bt's BT_GEMM=openblas call) fell back to Prescott here; None when it did
@@ -132,7 +137,7 @@ def openblas_core_fix():
                           stderr=subprocess.DEVNULL, text=True).stdout.strip()
     if core != "Prescott":
         return None
-    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    flags = cpu_flags()
     return next((c for f, c in OPENBLAS_CORE_BY_FLAG if f in flags), None)
 
 
@@ -370,7 +375,7 @@ def cpu_has_native_bf16(isa):
     this CPU, and no --isa cap below that class."""
     if isa in ("avx512", "avx2"):
         return False
-    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    flags = cpu_flags()
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 

@@ -403,8 +403,6 @@ void bt_runtime_prefer_start_environment(char **argv) {
     bt_isa isa = bt_isa_detected(), cap;
     const char *v = bt_setting_value(BT_SET_CPU_ISA);
     if (v && bt_isa_from_name(v, &cap) == BT_OK && cap < isa) isa = cap;
-    const char *core = bt_setting_value(BT_SET_OPENBLAS_CORETYPE)
-                           ? NULL
-                           : bt_openblas_core_for(gemm_openblas_core(), isa);
-    bt_settings_reexec_preferred(argv, core); /* settings.h: recorded, printed by --info */
+    /* a user's OPENBLAS_CORETYPE wins there, as their OpenMP settings do */
+    bt_settings_reexec_preferred(argv, bt_openblas_core_for(gemm_openblas_core(), isa));
 }
