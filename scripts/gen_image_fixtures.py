@@ -83,6 +83,9 @@ IMAGES = [
     ("progressive", 256, 171, "RGB", dict(quality=85, progressive=True), ()),
     ("exif", 64, 48, "RGB", dict(quality=90), ()),
     ("panorama", 400, 100, "RGB", dict(quality=85), (288, 294)),
+    # 1:1000: the resized width floors at size_divisor (an upscale from 3 columns, fewer
+    # than the 5 taps), the height shrinks ~60x (hundreds of taps per output row).
+    ("sliver", 3, 3000, "RGB", dict(quality=90), (288,)),
 ]
 
 

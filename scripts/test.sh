@@ -86,7 +86,7 @@ if [ "${BT_SKIP_SANITIZE:-0}" != 1 ]; then
 fi
 # libFuzzer targets of the input parsers (tests/fuzz), each for BT_FUZZ_SECONDS (default 30)
 # under ASan + UBSan in a clang build of their sources; registered as meson tests of suite
-# 'fuzz', so the summary below counts them.
+# 'fuzz', so the summary below counts them. A libFuzzer run uses one core, so two run at once.
 if [ "${BT_SKIP_FUZZ:-0}" != 1 ]; then
     fuzz_opts=(-Dfuzz=true -Dfuzz_seconds="${BT_FUZZ_SECONDS:-30}" -Db_lundef=false
                -Db_sanitize=address,undefined -Dc_args=-fsanitize=fuzzer-no-link
@@ -94,7 +94,7 @@ if [ "${BT_SKIP_FUZZ:-0}" != 1 ]; then
     CC=clang meson setup build-fuzz "${fuzz_opts[@]}" >/dev/null 2>&1 ||
         meson setup --reconfigure build-fuzz "${fuzz_opts[@]}" >/dev/null
     ninja -C build-fuzz fuzz >build-fuzz-log.txt 2>&1 || { cat build-fuzz-log.txt; status=1; }
-    meson test -C build-fuzz --no-rebuild --suite fuzz --print-errorlogs --num-processes 1 ||
+    meson test -C build-fuzz --no-rebuild --suite fuzz --print-errorlogs --num-processes 2 ||
         status=1
     logs+=(build-fuzz/meson-logs/testlog.json)
 fi
