@@ -39,7 +39,7 @@ typedef bt_status (*fuzz_image_decoder)(image_u8 *out, const uint8_t *bytes, siz
                                         const char *name);
 
 static inline int fuzz_image_one(fuzz_image_decoder decode, const uint8_t *data, size_t size,
-                          const char *name) {
+                                 const char *name) {
     image_u8 im;
     if (decode(&im, data, size, name) != BT_OK) {
         FUZZ_CHECK(bt_error_message()[0] != '\0' && im.data == NULL);

@@ -1,6 +1,7 @@
 /* regress_main.c: replays inputs through a libFuzzer target without libFuzzer, so the normal
  * (gcc) build runs every fuzz target on its committed seed corpus and on every input that
- * once crashed it (tests/fixtures/fuzz/<target>/): a fixed crash stays fixed.
+ * once crashed it or ran past libFuzzer's time limit (tests/fixtures/fuzz/<target>/): a fixed
+ * crash stays fixed.
  * Usage: fuzz_regress_<target> DIR... (every regular file of each DIR, in name order; a
  * missing DIR is fine, an empty total is a failure). Exit 0 when every input ran; a crash,
  * a sanitizer report or a failed property aborts (exit != 0). */
