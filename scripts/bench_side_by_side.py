@@ -770,17 +770,17 @@ def main():
 
     if a.quick:
         setups = [("tiny", 4, 16)]
-        steps = {"train": a.steps or 3, "infer": a.steps or 3}
+        steps = a.steps or 3
     else:
         setups = [("bridgetower-base", 8, 40)]
         if not a.no_large:
             setups.append(("bridgetower-large-itm-mlm-itc", 8, 40))
-        # 6 training steps: the median of the 5 after the cold first one holds while two of
-        # them are still warming up. The twin's fp32 training was still warming up in its steps
-        # 1 and 2 on the Xeon model 207 (session 31: 27.6 and 22.3 s, then 17.5-20.3 s). With
-        # 4 steps that median is the warm-up's 22.3 s; session 30's 5 steps read 22.6 s
-        # against a steady 17.7 s.
-        steps = {"train": a.steps or 6, "infer": a.steps or 6}
+        # 6 steps a run: the median of the 5 after the cold first one holds while two of them
+        # are still warming up. The twin's fp32 training was still warming up in its steps 1
+        # and 2 on the Xeon model 207 (session 31: 27.6 and 22.3 s, then 17.5-20.3 s). With 4
+        # training steps (the default before) that median is the warm-up's 22.3 s; session
+        # 30's 5 steps read 22.6 s against a steady 17.7 s.
+        steps = a.steps or 6
 
     print("# GEMM peak (tests/bench_gemm.c, best call over its products >= 1 GFLOP) ...", file=sys.stderr)
     peak = gemm_peaks(a.build, a.quick, a.threads)
@@ -832,13 +832,13 @@ def main():
                     continue
                 if impl == "bt":
                     cmd = [bench_step, "--config", cdir, "--batch", str(B), "--text", str(T), "--mode", mode,
-                           "--precision", prec, "--steps", str(steps[mode])] + (["--checkpoint"] if ckpt else [])
+                           "--precision", prec, "--steps", str(steps)] + (["--checkpoint"] if ckpt else [])
                     env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=threads)
                     timeout = max(a.budget, 3600)
                 else:
                     cmd = [a.python, os.path.abspath(__file__), "--twin-worker", "--config", cdir,
                            "--batch", str(B), "--text", str(T), "--mode", mode, "--precision", prec,
-                           "--steps", str(steps[mode]), "--threads", threads, "--budget", str(a.budget)]
+                           "--steps", str(steps), "--threads", threads, "--budget", str(a.budget)]
                     env = dict(TWIN_ENV, OMP_NUM_THREADS=threads)
                     timeout = a.budget + 300  # + model construction and init
                 print("# running %s ..." % label, file=sys.stderr, flush=True)
