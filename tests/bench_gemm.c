@@ -25,7 +25,7 @@
  * load; --passes repeats everything and keeps the best.
  *
  * Run: meson test -C build --benchmark --suite bench, or build/tests/bench_gemm [--quick]
- * [--passes P] [--only SUBSTRING] [--cold]: --passes repeats the whole table P times and keeps
+ * [--passes P] [--only SUBSTRING] [--cold] [--median]: --passes repeats the whole table P times and keeps
  * the best of each cell (spreads the samples over minutes on a shared machine), --only keeps
  * the rows whose name contains SUBSTRING, --quick is one short round of the small shapes.
  * --fused-qkv adds, at 320 and 2600 rows, the three forms of one product for Q, K and V
@@ -33,6 +33,9 @@
  * text tower's and cross layers' separate q, k, v products would give (docs/benchmarks.md,
  * "Session 23"). Those rows are not the model's and not in the default table, so the
  * machine's peak the side-by-side takes from it is the same either way.
+ * --median makes each cell the median call instead of the fastest: the rate a product
+ * typically runs at here, the one to set beside the per-shape rates of a training step
+ * (bench_step --kernels), which are means over every call (docs/benchmarks.md "Session 32").
  * --cold prints, instead of the table, the Linear products as the bf16 model runs them with
  * the weight in cache and with the weight coming from memory (cold_table below).
  * Deliberately not here: correctness (test_gemm.c). */
@@ -167,17 +170,34 @@ static double flops_of(const gemm_args *g) {
     return 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)(g->batch ? g->batch : 1);
 }
 
-/* GFLOP/s of the fastest call among those made in about `seconds` (at least 3). */
+static int cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* --median: each cell is the median call instead of the fastest */
+static int bench_median = 0;
+
+/* GFLOP/s of the fastest call among those made in about `seconds` (at least 3), or of the
+ * median call under --median (the rate a product typically runs at on a shared machine, the
+ * one to set beside the step's per-shape rates from bench_step --kernels). */
 static double measure_for(gemm_backend be, const gemm_args *g, int per_item_omp, double seconds) {
     run_once(be, g, per_item_omp); /* warm-up: primitive creation, scratch allocation */
+    enum { MAX_CALLS = 1 << 16 };
+    static double dts[MAX_CALLS];
+    int calls = 0;
     double start = bt_now_s(), best = INFINITY;
-    for (int calls = 0; calls < 3 || bt_now_s() - start < seconds; calls++) {
+    for (; calls < 3 || bt_now_s() - start < seconds; calls++) {
         double t0 = bt_now_s();
         run_once(be, g, per_item_omp);
         double dt = bt_now_s() - t0;
         if (dt < best) best = dt;
+        if (calls < MAX_CALLS) dts[calls] = dt;
     }
-    return flops_of(g) / best * 1e-9;
+    if (!bench_median) return flops_of(g) / best * 1e-9;
+    const int kept = calls < MAX_CALLS ? calls : MAX_CALLS;
+    qsort(dts, (size_t)kept, sizeof(double), cmp_double);
+    return flops_of(g) / dts[kept / 2] * 1e-9;
 }
 
 static double measure(gemm_backend be, const gemm_args *g, int per_item_omp) {
@@ -261,28 +281,77 @@ static void add_linear(row *rows, int *nrows, size_t n_tok, size_t c_in, size_t 
  * ratio is what the weight's trip from memory costs a product of that shape, the part of the
  * gap between this benchmark's rates and the step's (bench_step --kernels) that no kernel
  * choice removes. */
-static int cmp_double(const void *x, const void *y) {
-    const double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
+/* --cold: the Linear products as the model runs them, at the text batch's 320 rows and the
+ * image batch's 2600, in fp32 (the fp32 model, and the bf16 model where BT_GEMM_BF16=auto
+ * chose fp32 products) and in bf16 (fp32 activations rounded per call, bf16 weights), each
+ * timed three ways, interleaved call by call so that a shared machine's drift falls on all
+ * three alike:
+ *   hot      one weight, one input, one output, called again and again: in cache, as the table
+ *            above (and any benchmark of a single product) measures it;
+ *   cold W   distinct weights, four times the L3 in all (at least 256 MB), used in turn: each
+ *            call reads its weight from memory, as a training step does (a pass over the model
+ *            reads each weight once per product, and the model's weights are ~20x the cache);
+ *   cold all distinct weights, inputs and outputs (each set four times the L3): every operand
+ *            read from memory and the output written to lines no cache holds, as each product
+ *            of a step writes a fresh activation.
+ * The median call of each (a cold call is the common case, so the fastest would hide it). The
+ * ratios are what the operands' trips from memory cost a product of that shape, the part of
+ * the gap between this benchmark's rates and the step's (bench_step --kernels) that no kernel
+ * choice removes. */
+typedef struct cold_sets {
+    const void **w, **a; /* nw weights, na inputs */
+    float **c;           /* na outputs */
+    size_t nw, na;
+} cold_sets;
+
+/* Median seconds of the three ways (hot, cold W, cold all), `rounds` calls of each in turn. */
+static void cold_medians(const gemm_args *g, const cold_sets *cs, int rounds, double med[3]) {
+    double *t = malloc(3 * (size_t)rounds * sizeof(double));
+    gemm_args one = *g;
+    for (size_t i = 0; i < cs->nw || i < cs->na; i++) { /* warm-up: primitive creation */
+        one.b = cs->w[i % cs->nw];
+        one.a = cs->a[i % cs->na];
+        one.c = cs->c[i % cs->na];
+        gemm(&one);
+    }
+    for (int r = 0; r < rounds; r++) {
+        for (int way = 0; way < 3; way++) {
+            const size_t iw = way == 0 ? 0 : (size_t)r % cs->nw;
+            const size_t ia = way == 2 ? (size_t)r % cs->na : 0;
+            one.b = cs->w[iw];
+            one.a = cs->a[ia];
+            one.c = cs->c[ia];
+            const double t0 = bt_now_s();
+            gemm(&one);
+            t[way * rounds + r] = bt_now_s() - t0;
+        }
+    }
+    for (int way = 0; way < 3; way++) {
+        qsort(t + way * rounds, (size_t)rounds, sizeof(double), cmp_double);
+        med[way] = t[way * rounds + rounds / 2];
+    }
+    free(t);
 }
 
-static double median_call_s(const gemm_args *g, const bt_bf16 *const *w, size_t nw, int calls) {
-    double *t = malloc((size_t)calls * sizeof(double));
-    gemm_args one = *g;
-    for (size_t i = 0; i < nw; i++) { /* warm-up: primitive creation, first touch */
-        one.b = w[i];
-        gemm(&one);
+/* n buffers of `bytes`, each a copy of src (bytes of it, from a rotating offset so that no two
+ * are equal), or zeros where src is NULL; written here, so every page is faulted in. */
+static void **cold_buffers(size_t n, size_t bytes, const void *src, size_t src_bytes) {
+    void **v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = malloc(bytes);
+        if (!src) {
+            memset(v[i], 0, bytes);
+            continue;
+        }
+        const size_t off = (i * 4096) % (src_bytes - bytes + 1);
+        memcpy(v[i], (const char *)src + off, bytes);
     }
-    for (int c = 0; c < calls; c++) {
-        one.b = w[(size_t)c % nw];
-        const double t0 = bt_now_s();
-        gemm(&one);
-        t[c] = bt_now_s() - t0;
-    }
-    qsort(t, (size_t)calls, sizeof(double), cmp_double);
-    const double med = t[calls / 2];
-    free(t);
-    return med;
+    return v;
+}
+
+static void cold_buffers_free(void **v, size_t n) {
+    for (size_t i = 0; i < n; i++) free(v[i]);
+    free(v);
 }
 
 static void cold_table(const buffers *buf) {
@@ -294,43 +363,54 @@ static void cold_table(const buffers *buf) {
      * least 256 MB (more than any L3 it has been run on), at most 2 GB */
     const size_t cache = l3 > 0 ? (size_t)l3 : 0, lo = (size_t)256 << 20, hi = (size_t)2 << 30;
     const size_t cold_bytes = 4 * cache < lo ? lo : 4 * cache > hi ? hi : 4 * cache;
-    printf("# cold weights: L3 %.1f MB (sysconf%s); cold = distinct weights of %.0f MB in all, "
-           "used in turn; median call\n",
+    printf("# cold operands: L3 %.1f MB (sysconf%s); each cold set (weights; inputs and "
+           "outputs) %.0f MB in all, used in turn; median call, the three ways interleaved\n",
            (double)cache / 1e6, l3 > 0 ? "" : ": not reported", (double)cold_bytes / 1e6);
-    printf("\n%-26s %10s %10s %9s\n", "product (bf16, as trained)", "hot GF/s", "cold GF/s",
-           "cold/hot");
+    printf("\n%-26s %10s %10s %10s %9s %9s\n", "product (as trained)", "hot GF/s", "cold W",
+           "cold all", "W/hot", "all/hot");
     static const size_t tokens[] = {8 * 40, 8 * 325};
     static const size_t io[][2] = {{768, 768}, {768, 3072}, {3072, 768}}; /* in, out */
-    for (int t = 0; t < 2; t++) {
-        for (int s = 0; s < 3; s++) {
-            for (int form = 0; form < 2; form++) { /* fwd: x Wᵀ, dX: dout W */
-                const size_t n_tok = tokens[t], in = io[s][0], out = io[s][1];
-                const size_t wn = in * out, nw = cold_bytes / (wn * sizeof(bt_bf16)) + 1;
-                gemm_args g = {.m = n_tok, .a_type = BT_DTYPE_F32, .b_type = BT_DTYPE_BF16,
-                               .a = buf->a, .c = buf->c, .alpha = 1,
-                               .compute = GEMM_COMPUTE_BF16};
-                if (form == 0) {
-                    g.trans_b = 1, g.n = out, g.k = in, g.lda = in, g.ldb = in, g.ldc = out;
-                    g.bias = buf->bias;
-                } else {
-                    g.n = in, g.k = out, g.lda = out, g.ldb = in, g.ldc = in;
+    for (int prec = 0; prec < 2; prec++) { /* fp32, bf16 */
+        const bt_dtype wt = prec ? BT_DTYPE_BF16 : BT_DTYPE_F32;
+        for (int t = 0; t < 2; t++) {
+            for (int s = 0; s < 3; s++) {
+                for (int form = 0; form < 2; form++) { /* fwd: x Wᵀ, dX: dout W */
+                    const size_t n_tok = tokens[t], in = io[s][0], out = io[s][1];
+                    gemm_args g = {.m = n_tok, .a_type = BT_DTYPE_F32, .b_type = wt,
+                                   .alpha = 1,
+                                   .compute = prec ? GEMM_COMPUTE_BF16 : GEMM_COMPUTE_F32};
+                    if (form == 0) {
+                        g.trans_b = 1, g.n = out, g.k = in, g.lda = in, g.ldb = in,
+                        g.ldc = out;
+                        g.bias = buf->bias;
+                    } else {
+                        g.n = in, g.k = out, g.lda = out, g.ldb = in, g.ldc = in;
+                    }
+                    const size_t w_bytes = in * out * bt_dtype_size(wt);
+                    const size_t a_bytes = g.m * g.k * sizeof(float);
+                    const size_t c_bytes = g.m * g.n * sizeof(float);
+                    cold_sets cs = {.nw = cold_bytes / w_bytes + 1,
+                                    .na = cold_bytes / (a_bytes + c_bytes) + 1};
+                    cs.w = (const void **)cold_buffers(cs.nw, w_bytes, prec ? (void *)buf->b16
+                                                                           : (void *)buf->b,
+                                                       buf->n * bt_dtype_size(wt));
+                    cs.a = (const void **)cold_buffers(cs.na, a_bytes, buf->a,
+                                                       buf->n * sizeof(float));
+                    cs.c = (float **)cold_buffers(cs.na, c_bytes, NULL, 0);
+                    const size_t most = cs.nw > cs.na ? cs.nw : cs.na;
+                    double med[3];
+                    cold_medians(&g, &cs, (int)(2 * most > 21 ? 2 * most : 21), med);
+                    char name[40];
+                    snprintf(name, sizeof name, "%s %s %zux%zux%zu", prec ? "bf16" : "fp32",
+                             form ? "dX " : "fwd", g.m, g.n, g.k);
+                    printf("%-26s %10.1f %10.1f %10.1f %9.2f %9.2f\n", name,
+                           flops_of(&g) / med[0] * 1e-9, flops_of(&g) / med[1] * 1e-9,
+                           flops_of(&g) / med[2] * 1e-9, med[0] / med[1], med[0] / med[2]);
+                    fflush(stdout);
+                    cold_buffers_free((void **)cs.w, cs.nw);
+                    cold_buffers_free((void **)cs.a, cs.na);
+                    cold_buffers_free((void **)cs.c, cs.na);
                 }
-                bt_bf16 **w = malloc(nw * sizeof *w);
-                for (size_t i = 0; i < nw; i++) {
-                    w[i] = malloc(wn * sizeof(bt_bf16));
-                    for (size_t j = 0; j < wn; j++) w[i][j] = buf->b16[(j + i * 97) % buf->n];
-                }
-                const double hot = median_call_s(&g, (const bt_bf16 *const *)w, 1, 21);
-                const double cold = median_call_s(&g, (const bt_bf16 *const *)w, nw,
-                                                  (int)(2 * nw > 21 ? 2 * nw : 21));
-                char name[40];
-                snprintf(name, sizeof name, "%s %zux%zux%zu", form ? "dX " : "fwd", g.m, g.n,
-                         g.k);
-                printf("%-26s %10.1f %10.1f %9.2f\n", name, flops_of(&g) / hot * 1e-9,
-                       flops_of(&g) / cold * 1e-9, hot / cold);
-                fflush(stdout);
-                for (size_t i = 0; i < nw; i++) free(w[i]);
-                free(w);
             }
         }
     }
@@ -350,9 +430,11 @@ int main(int argc, char **argv) {
             fused_qkv = 1;
         } else if (strcmp(argv[i], "--cold") == 0) {
             cold = 1;
+        } else if (strcmp(argv[i], "--median") == 0) {
+            bench_median = 1;
         } else {
             return tu_usage(argv[i], "usage: bench_gemm [--quick] [--passes P] "
-                                     "[--only SUBSTRING] [--cold] [--fused-qkv]\n");
+                                     "[--only SUBSTRING] [--cold] [--fused-qkv] [--median]\n");
         }
     }
     if (passes < 1) passes = 1;
@@ -366,9 +448,9 @@ int main(int argc, char **argv) {
 #if BT_HAVE_OPENMP
     omp_threads = omp_get_max_threads();
 #endif
-    printf("# bench_gemm: GEMM GFLOP/s of the fastest call in ~%.2f s of calls, best of %d "
+    printf("# bench_gemm: GEMM GFLOP/s of the %s call in ~%.2f s of calls, best of %d "
            "pass(es)\n",
-           bench_seconds, passes);
+           bench_median ? "median" : "fastest", bench_seconds, passes);
     printf("# CPU ISA (oneDNN dispatch): %s; native bf16: %s; DNNL_MAX_CPU_ISA=%s\n",
            gemm_cpu_isa_name(), gemm_cpu_has_bf16() ? "yes" : "no",
            getenv("DNNL_MAX_CPU_ISA") ? getenv("DNNL_MAX_CPU_ISA") : "(unset)");
@@ -521,7 +603,8 @@ int main(int argc, char **argv) {
     }
     static const char *const pname[4] = {"openblas fp32", "onednn fp32", "onednn bf16 (mixed)",
                                           "onednn bf16 (bf16 operands)"};
-    printf("\n# machine GEMM peak (best over shapes >= 1 GFLOP):\n");
+    printf("\n# machine GEMM peak (best over shapes >= 1 GFLOP%s):\n",
+           bench_median ? "; of median calls, so not the peak the side-by-side takes" : "");
     for (int p = 0; p < 4; p++)
         if (peak[p] > 0) printf("#   %-28s %8.1f GFLOP/s  (%s)\n", pname[p], peak[p], peak_at[p]);
 
