@@ -25,9 +25,10 @@
  * load; --passes repeats everything and keeps the best.
  *
  * Run: meson test -C build --benchmark --suite bench, or build/tests/bench_gemm [--quick]
- * [--passes P] [--only SUBSTRING] [--cold] [--median]: --passes repeats the whole table P times and keeps
- * the best of each cell (spreads the samples over minutes on a shared machine), --only keeps
- * the rows whose name contains SUBSTRING, --quick is one short round of the small shapes.
+ * [--passes P] [--only SUBSTRING] [--cold] [--median]: --passes repeats the whole table P
+ * times and keeps the best of each cell (spreads the samples over minutes on a shared
+ * machine), --only keeps the rows whose name contains SUBSTRING, --quick is one short round
+ * of the small shapes.
  * --fused-qkv adds, at 320 and 2600 rows, the three forms of one product for Q, K and V
  * together (out 3 x 768 = 2304), to set against three of the 768 x 768 rows: what fusing the
  * text tower's and cross layers' separate q, k, v products would give (docs/benchmarks.md,
@@ -36,8 +37,8 @@
  * --median makes each cell the median call instead of the fastest: the rate a product
  * typically runs at here, the one to set beside the per-shape rates of a training step
  * (bench_step --kernels), which are means over every call (docs/benchmarks.md "Session 32").
- * --cold prints, instead of the table, the Linear products as the bf16 model runs them with
- * the weight in cache and with the weight coming from memory (cold_table below).
+ * --cold prints, instead of the table, the Linear products as the model runs them with their
+ * operands in cache and coming from memory (cold_table below).
  * Deliberately not here: correctness (test_gemm.c). */
 #include <math.h>
 #include <stdio.h>
@@ -270,17 +271,6 @@ static void add_linear(row *rows, int *nrows, size_t n_tok, size_t c_in, size_t 
                        .ldb = c_in, .c = buf->c, .ldc = c_in, .alpha = 1, .beta = 1};
 }
 
-/* --cold: the Linear products as the bf16 model runs them (fp32 activations rounded per call,
- * bf16 weights), at the text batch's 320 rows and the image batch's 2600, each timed two ways:
- *   hot   one weight, called again and again: in cache, as the table above (and any benchmark
- *         of a single product) measures it;
- *   cold  distinct weights, four times the L3 in all (at least 256 MB), used in turn: each
- *         call reads its weight from memory, as a training step does (a pass over the model
- *         reads each weight once per product, and the model's weights are ~20x the cache).
- * The median call of each (a cold call is the common case, so the fastest would hide it). The
- * ratio is what the weight's trip from memory costs a product of that shape, the part of the
- * gap between this benchmark's rates and the step's (bench_step --kernels) that no kernel
- * choice removes. */
 /* --cold: the Linear products as the model runs them, at the text batch's 320 rows and the
  * image batch's 2600, in fp32 (the fp32 model, and the bf16 model where BT_GEMM_BF16=auto
  * chose fp32 products) and in bf16 (fp32 activations rounded per call, bf16 weights), each
@@ -333,8 +323,8 @@ static void cold_medians(const gemm_args *g, const cold_sets *cs, int rounds, do
     free(t);
 }
 
-/* n buffers of `bytes`, each a copy of src (bytes of it, from a rotating offset so that no two
- * are equal), or zeros where src is NULL; written here, so every page is faulted in. */
+/* n buffers of `bytes`, each a copy of `bytes` of src (from an offset that rotates where src is
+ * longer), or zeros where src is NULL; written here, so every page is faulted in. */
 static void **cold_buffers(size_t n, size_t bytes, const void *src, size_t src_bytes) {
     void **v = malloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++) {
