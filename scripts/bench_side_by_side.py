@@ -6,7 +6,8 @@ count, in one command (issue 9 item 1; results go to docs/benchmarks.md "Side by
         [--steps N] [--budget S] [--no-large] [--no-twin] [--isa CLASS] [--json-out FILE]
         [--python PATH]
     /usr/bin/python3 scripts/bench_side_by_side.py --scaling [--scaling-precision best|fp32|bf16]
-        [--only DIM[=N,...]] [--quick] [--threads N] [--steps N] [--budget S] [--no-twin] ...
+        [--only DIM[=N,...]] [--jobs J] [--quick] [--threads N] [--steps N] [--budget S]
+        [--no-twin] ...
 
 Runs, each in its own process (so peak RSS is that run's):
   train  the full training step: forward, ITC loss (HF's three contrastive cross entropies),
@@ -65,6 +66,11 @@ dimension: s/step (median, and the first step), samples/s, bt / twin, peak RSS (
 summed), their ratio and the share of bt's step in its attention kernels; a point that does not
 fit in memory is skipped with its estimate (bt with --checkpoint when only that fits, marked), a
 twin point past --budget is shown as stopped. Points shared by two tables run once.
+--jobs J runs J points at a time, each on its own threads x ranks cores (taskset), when their
+memory estimates fit together: for a machine with many more cores than a point uses and little
+time (a lent machine's minutes). The points then share the caches and the memory bandwidth, so
+the base point runs first alone and then once more among the others, and a note gives both
+steps (the tables hold the run alone); a record made with --jobs resumes only with the same J.
 
 --json-out FILE (both uses) is rewritten after every run, atomically, with "complete": false
 until the last one is in: a run that is stopped (a machine lent for minutes, a kill) keeps
@@ -86,6 +92,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -255,8 +262,15 @@ def last_json(text):
     return None
 
 
-def run(cmd, env, timeout, label):
-    """Runs cmd; returns (json result or None, a note)."""
+def pinned(cmd, cores):
+    """cmd on these cores only (taskset; --jobs), or as it is (cores None): its children, the
+    threads of bench_step or torch and mpirun's ranks, inherit the mask."""
+    return cmd if cores is None else ["taskset", "-c", ",".join(map(str, cores))] + cmd
+
+
+def run(cmd, env, timeout, label, cores=None):
+    """Runs cmd (on `cores` when given); returns (json result or None, a note)."""
+    cmd = pinned(cmd, cores)
     full_env = dict(os.environ)
     full_env.update(env)
     t0 = time.time()
@@ -407,10 +421,12 @@ def free_port():
         return sk.getsockname()[1]
 
 
-def run_twin_ranks(cmd, env, ranks, timeout, label):
+def run_twin_ranks(cmd, env, ranks, timeout, label, cores=None):
     """The twin's DistributedDataParallel job: `ranks` local processes of cmd with torchrun's
     environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) over gloo on the
-    loopback; rank 0's JSON line is the job's. Returns (result or None, a note), as run()."""
+    loopback (all on `cores` when given, as torchrun binds none); rank 0's JSON line is the
+    job's. Returns (result or None, a note), as run()."""
+    cmd = pinned(cmd, cores)
     port = str(free_port())
     procs = []
     for r in range(ranks):
@@ -461,7 +477,7 @@ def record_head(a, grid, steps, prec_bt, prec_tw, why):
     """What makes two --scaling runs' points comparable (and --resume checks)."""
     return dict(mode="scaling", config=grid["config"], steps=steps, threads=a.threads,
                 precision=dict(bt=prec_bt, twin=prec_tw, why=why), base=grid["base"], isa=a.isa,
-                isa_env=a.run_env)
+                isa_env=a.run_env, jobs=a.jobs)
 
 
 def resumed_points(a, head):
@@ -488,6 +504,109 @@ def resumed_points(a, head):
         return (cell.get("bt") or cell.get("bt_note") not in (None, "failed")) and \
             cell.get("twin_note") != "failed"
     return [c for c in rec.get("points", []) if ended(c)], rec.get("notes", [])
+
+
+def run_points_concurrently(a, todo, base_key, plan, run_point, record, lock, notes):
+    """--jobs J > 1: the points of `todo` (in order) J at a time, each on its own cores
+    (threads x ranks of them, taskset) while its memory estimate fits beside those running.
+    Each point's plan is what it would be alone: decided against the MemAvailable at the
+    start. Sharing the machine's caches and memory bandwidth slows a point down; to measure by
+    how much, the base point (base_key, when it is in todo) runs first alone, then once more
+    among the others (the first of them to start), and a note gives both: the tables hold the
+    run alone."""
+    cpus = sorted(os.sched_getaffinity(0))
+    avail = mem_available()
+    cond = threading.Condition(lock)
+    held = dict(cores=list(cpus), bytes=0, running=0)
+    workers = []
+
+    def start(pl, body):
+        """Waits for a free one of the J places, the plan's cores and its memory (whatever
+        there is, when it needs more than the machine has and nothing else runs), then runs
+        body(cores) in a thread."""
+        with cond:
+            want = min(pl["cores"], len(cpus))
+            while held["running"] and (held["running"] >= a.jobs or len(held["cores"]) < want
+                                       or held["bytes"] + pl["need"] > 0.9 * avail):
+                cond.wait()
+            cores, held["cores"] = held["cores"][:want], held["cores"][want:]
+            held["bytes"] += pl["need"]
+            held["running"] += 1
+
+        def work():
+            try:
+                body(cores)
+            finally:
+                with cond:
+                    held["cores"] = sorted(held["cores"] + cores)
+                    held["bytes"] -= pl["need"]
+                    held["running"] -= 1
+                    if a.json_out:
+                        save_json(a.json_out, record(), False)
+                    cond.notify_all()
+        w = threading.Thread(target=work)
+        w.start()
+        workers.append(w)
+
+    base = [t for t in todo if point_key(t[2]) == base_key][:1]
+    probe = None
+    if base:
+        with lock:
+            probe = plan(*base[0], avail)
+        if probe:
+            start(probe, lambda cores: run_point(probe, cores))
+            workers.pop().join()  # alone
+    else:
+        notes.append("no contention probe: the base point did not run in this invocation")
+    if probe:
+        among = {}
+
+        def probe_again(cores):
+            threads = dict(OMP_NUM_THREADS=str(probe["key"][3]))
+            for who, cmd, env in (("bt", probe["bt"], dict(TWIN_ENV if a.same_env else {},
+                                                           **threads)),
+                                  ("twin", probe["twin"], dict(TWIN_ENV, **threads))):
+                if not cmd:
+                    continue
+                if who == "twin" and probe["key"][4] > 1:
+                    res, _ = run_twin_ranks(cmd, env, probe["key"][4], a.budget + 300,
+                                            probe["label"] + " (again, among others)", cores)
+                else:
+                    res, _ = run(cmd, env, max(a.budget, 3600),
+                                 probe["label"] + " (again, among others)", cores)
+                if res:
+                    among[who] = res["median_step_s"]
+        start(probe, probe_again)
+    for dim, v, pt in todo:
+        with lock:
+            if point_key(pt) in record_keys(record()):
+                continue
+            if a.json_out:
+                save_json(a.json_out, record(), False)
+            pl = plan(dim, v, pt, avail)
+        if pl:
+            start(pl, lambda cores, pl=pl: run_point(pl, cores))
+    for w in workers:
+        w.join()
+    if probe:
+        cell = record_cell(record(), probe["key"])
+        for who in ("bt", "twin"):
+            alone = cell.get(who, {}).get("median_step_s")
+            if alone and who in among:
+                notes.append("contention (--jobs %d): the base point's %s took %.3f s/step alone "
+                             "and %.3f s/step among the other points (%+.0f%%)" % (
+                                 a.jobs, who, alone, among[who], 100 * (among[who] / alone - 1)))
+            elif probe[who]:
+                notes.append("contention (--jobs %d): the base point's %s did not finish both "
+                             "runs: not measured" % (a.jobs, who))
+
+
+def record_keys(rec):
+    return {point_key(c["point"]) for c in rec["points"]}
+
+
+def record_cell(rec, key):
+    return next(c for c in rec["points"] if point_key(c["point"]) == key)
 
 
 def scaling_main(a, bench_step, info):
@@ -521,6 +640,10 @@ def scaling_main(a, bench_step, info):
     print("# scaling: the training step (forward, ITC loss, backward, clip, AdamW) of %s; bt %s, "
           "twin %s (%s); first step and median of the later ones, %d steps a point"
           % (grid["config"], prec_bt, "bf16 autocast" if prec_tw == "bf16" else prec_tw, why, steps))
+    if a.jobs > 1:
+        print("# --jobs %d: up to %d points at a time, each on its own cores (taskset), the base "
+              "point first alone and once more among the others (the note \"contention\")"
+              % (a.jobs, a.jobs))
     done = {}  # (batch, image, text, threads, ranks) -> the point's results
     if a.resume:  # (the twin's memory estimate starts again from its 2x, as in a new run)
         resumed = resumed_points(a, record_head(a, grid, steps, prec_bt, prec_tw, why))
@@ -538,18 +661,21 @@ def scaling_main(a, bench_step, info):
     for dim, v, pt in points:
         key = point_key(pt)
         tables.setdefault(dim, []).append((v, key))
+    lock = threading.RLock()  # --jobs: done, notes, twin_fit, failed and the JSON file
 
     def record():
         return dict(record_head(a, grid, steps, prec_bt, prec_tw, why),
                     tables={d: [dict(value=v, **dict(zip(SCALING_DIMS, k))) for v, k in rows]
                             for d, rows in tables.items()},
                     points=list(done.values()), notes=notes, bt_info=info)
-    for dim, v, pt in points:
+
+    def plan(dim, v, pt, avail):
+        """What one point runs, decided from the memory estimates against `avail` bytes: a
+        dict with the point's label, cores (threads x ranks), the bytes it needs at most, its
+        bt command (None: not run) and its twin command (None: not run), or None when neither
+        runs; the skips are in the point's cell and the notes. Under the lock."""
+        nonlocal failed
         key = point_key(pt)
-        if key in done:
-            continue
-        if a.json_out:  # the points so far, before this one starts
-            save_json(a.json_out, record(), False)
         cell = done[key] = dict(point=pt)
         B, R, T, th, nr = key
         label = "%s %s (batch %d, image %d, text %d, %d x %d threads)" % (
@@ -557,7 +683,7 @@ def scaling_main(a, bench_step, info):
         if B % nr:
             cell["bt_note"] = cell["twin_note"] = "skipped (batch %d over %d ranks)" % (B, nr)
             notes.append("%s: skipped: batch %d does not split over %d ranks" % (label, B, nr))
-            continue
+            return None
         b = B // nr
         geo = ["--config", cdir, "--batch", str(b), "--text", str(T), "--image", str(R)]
 
@@ -574,7 +700,7 @@ def scaling_main(a, bench_step, info):
         except RuntimeError as err:
             notes.append("%s: bench_step --estimate failed: %s" % (label, err))
             failed = True
-            continue
+            return None
         params = e_bt["param_count"]
         # bt per process as in the plain mode (main): fp32 weights, gradients, two AdamW
         # moments and a bf16 shadow, plus bench_step's activation bytes
@@ -586,12 +712,13 @@ def scaling_main(a, bench_step, info):
         # probabilities growing as R^4); the plain mode's 2x until a twin point has run
         per_act = 1.25 * twin_fit[1] if twin_fit else 2.0
         need_tw = nr * (16 * params + per_act * e_tw["activation_bytes"])
-        avail = mem_available()
         ckpt = need_bt > 0.9 * avail and need_ck <= 0.9 * avail
         if ckpt:
             notes.append("%s: bt with gradient checkpointing (--checkpoint): the full activations "
                          "need about %.1f GiB, %.1f GiB available" % (label, need_bt / 2**30, avail / 2**30))
         cell["bt_checkpoint"] = ckpt
+        pl = dict(key=key, label=label, cores=th * nr, need=0, bt=None, twin=None, e_tw=e_tw,
+                  params=params)
         # bt
         need = need_ck if ckpt else need_bt
         if need > 0.9 * avail:
@@ -607,51 +734,82 @@ def scaling_main(a, bench_step, info):
             if nr > 1:  # as tests/test_dist.c starts bt: root allowed, no binding, threads set
                 cmd = [mpirun, "-np", str(nr), "--allow-run-as-root", "--oversubscribe",
                        "--bind-to", "none", "-x", "OMP_NUM_THREADS=%d" % th] + cmd
-            env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=str(th))
-            print("# running %s bt %s ..." % (label, prec_bt), file=sys.stderr, flush=True)
-            res, note = run(cmd, env, max(a.budget, 3600), label)
-            if res:
-                cell["bt"] = res
-            else:
-                cell["bt_note"] = "failed"
-                failed = True
-            if note:
-                notes.append("%s: bt %s" % (label, note))
+            pl["bt"] = cmd
+            pl["need"] = need
         # the twin
         if not twin:
             cell["twin_note"] = "not run"
-            continue
-        if need_tw > 0.9 * avail:
+        elif need_tw > 0.9 * avail:
             cell["twin_note"] = "skipped (memory)"
             notes.append("%s: twin skipped: needs about %.1f GiB (%s), %.1f GiB available"
                          % (label, need_tw / 2**30, "%.2f x bt's activations, from its run at %.1f GB of "
                             "them" % (per_act, twin_fit[0] / 1e9) if twin_fit else "2 x bt's activations",
                             avail / 2**30))
-            continue
-        cmd = [a.python, os.path.abspath(__file__), "--twin-worker", "--config", cdir,
-               "--batch", str(b), "--text", str(T), "--image", str(R), "--mode", "train",
-               "--precision", prec_tw, "--steps", str(steps), "--threads", str(th),
-               "--budget", str(a.budget)]
+        else:
+            pl["twin"] = [a.python, os.path.abspath(__file__), "--twin-worker", "--config", cdir,
+                          "--batch", str(b), "--text", str(T), "--image", str(R), "--mode", "train",
+                          "--precision", prec_tw, "--steps", str(steps), "--threads", str(th),
+                          "--budget", str(a.budget)]
+            pl["need"] = max(pl["need"], need_tw)
+        return pl if pl["bt"] or pl["twin"] else None
+
+    def run_point(pl, cores):
+        """Runs a plan's bt, then its twin (on `cores` when given), and records both."""
+        nonlocal failed, twin_fit
+        key, label = pl["key"], pl["label"]
+        cell = done[key]
+        B, R, T, th, nr = key
+        if pl["bt"]:
+            env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=str(th))
+            print("# running %s bt %s ..." % (label, prec_bt), file=sys.stderr, flush=True)
+            res, note = run(pl["bt"], env, max(a.budget, 3600), label, cores)
+            with lock:
+                if res:
+                    cell["bt"] = res
+                else:
+                    cell["bt_note"] = "failed"
+                    failed = True
+                if note:
+                    notes.append("%s: bt %s" % (label, note))
+        if not pl["twin"]:
+            return
         env = dict(TWIN_ENV, OMP_NUM_THREADS=str(th))
         print("# running %s twin %s ..." % (label, prec_tw), file=sys.stderr, flush=True)
         if nr > 1:
-            res, note = run_twin_ranks(cmd, env, nr, a.budget + 300, label)
+            res, note = run_twin_ranks(pl["twin"], env, nr, a.budget + 300, label, cores)
         else:
-            res, note = run(cmd, env, a.budget + 300, label)
-        if res and res["steps"] != res["steps_wanted"]:
-            cell["twin_stopped"] = res  # a stopped twin is reported as stopped, not as a number
-            cell["twin_note"] = "stopped after %d of %d steps (budget %d s)" % (res["steps"], steps, a.budget)
-        elif res:
-            cell["twin"] = res
-            act = e_tw["activation_bytes"]
-            if not twin_fit or act > twin_fit[0]:
-                rank_rss = res.get("peak_rss_rank_max_bytes", res["peak_rss_bytes"])
-                twin_fit = (act, max(0.0, (rank_rss - 16 * params) / act))
-        else:
-            cell["twin_note"] = "failed" if not note.startswith("did not finish") else "stopped (killed)"
-            failed = failed or cell["twin_note"] == "failed"
-        if note:
-            notes.append("%s: twin %s" % (label, note))
+            res, note = run(pl["twin"], env, a.budget + 300, label, cores)
+        with lock:
+            if res and res["steps"] != res["steps_wanted"]:
+                cell["twin_stopped"] = res  # a stopped twin is reported as stopped, not as a number
+                cell["twin_note"] = "stopped after %d of %d steps (budget %d s)" % (
+                    res["steps"], steps, a.budget)
+            elif res:
+                cell["twin"] = res
+                act = pl["e_tw"]["activation_bytes"]
+                if not twin_fit or act > twin_fit[0]:
+                    rank_rss = res.get("peak_rss_rank_max_bytes", res["peak_rss_bytes"])
+                    twin_fit = (act, max(0.0, (rank_rss - 16 * pl["params"]) / act))
+            else:
+                cell["twin_note"] = ("failed" if not note.startswith("did not finish")
+                                     else "stopped (killed)")
+                failed = failed or cell["twin_note"] == "failed"
+            if note:
+                notes.append("%s: twin %s" % (label, note))
+
+    todo = [(dim, v, pt) for dim, v, pt in points if point_key(pt) not in done]
+    if a.jobs == 1:
+        for dim, v, pt in todo:
+            if point_key(pt) in done:  # a point shared by two tables runs once
+                continue
+            if a.json_out:  # the points so far, before this one starts
+                save_json(a.json_out, record(), False)
+            pl = plan(dim, v, pt, mem_available())
+            if pl:
+                run_point(pl, None)
+    else:
+        run_points_concurrently(a, todo, point_key(dict(grid["base"], threads=a.threads, ranks=1)),
+                                plan, run_point, record, lock, notes)
 
     for dim, rows in tables.items():
         print("\n### %s\n" % table_caption(dim, grid["base"], a.threads))
@@ -724,6 +882,8 @@ def main():
     ap.add_argument("--resume", action="store_true",
                     help="--scaling: keep the points an unfinished --json-out file holds and run "
                          "only the rest (the same grid, steps, threads, precisions and --isa)")
+    ap.add_argument("--jobs", type=int, default=1, metavar="J",
+                    help="--scaling: run J points at a time, each on its own cores (default 1)")
     ap.add_argument("--only", action="append", metavar="DIM[=N,...]",
                     help="--scaling: only this table (batch, image, text, threads, ranks), or only "
                          "these of its points; repeatable")
@@ -732,6 +892,13 @@ def main():
         ap.error("--resume goes with --scaling (the side by side's runs are few: run it again)")
     if a.resume and not a.json_out:
         ap.error("--resume needs --json-out FILE, the record to go on from")
+    if a.jobs < 1:
+        ap.error("--jobs %d: expected 1 or more" % a.jobs)
+    if a.jobs > 1 and not a.scaling:
+        ap.error("--jobs goes with --scaling (the side by side compares runs on a quiet machine)")
+    if a.jobs > 1 and not shutil.which("taskset"):
+        ap.error("--jobs %d needs taskset (Debian's util-linux) to give each point its cores"
+                 % a.jobs)
     if a.twin_worker:
         a.steps = a.steps or 4
         return twin_worker(a)

@@ -12,6 +12,9 @@ each twice:
     the same grid, F ends complete, with the finished point as it was and the rest run;
   - to the end: F must hold "complete": true and every run (each point of the scaling grid;
     the side by side's four), and no temporary file may be left beside it.
+And --scaling --jobs 2 (two points at a time, each on its own core) to the end: every point in
+F, which records "jobs": 2, with the note that compares the base point run alone and among the
+others; --jobs without --scaling is refused.
 Exit 0 pass, 1 fail (every failed check printed); 77 (skip) when the build has no bench_step.
 """
 import json
@@ -127,6 +130,31 @@ def check_use(script, build, out, name, opts, runs, all_runs):
     check(not os.path.exists(out + ".part"), "%s: no temporary file is left" % name)
 
 
+def check_jobs(script, build, out):
+    """--scaling --jobs 2: the grid's points two at a time, each on its own core."""
+    if os.path.exists(out):
+        os.remove(out)
+    p = start(script, build, out, ["--scaling", "--jobs", "2"], subprocess.PIPE)
+    err = p.communicate(timeout=600)[1]
+    rec = read(out)
+    check(p.returncode == 0 and rec is not None and rec.get("complete") is True,
+          "--jobs 2: the whole run exits 0 with a complete record (exit %s: %s)"
+          % (p.returncode, err.strip().splitlines()[-1:] if err else ""))
+    check(rec is not None and len(scaling_runs(rec)) == scaling_all(rec) > 1,
+          "--jobs 2: every point is in it (%d of %d)" % (len(scaling_runs(rec)), scaling_all(rec)))
+    check(rec is not None and rec.get("jobs") == 2, "--jobs 2: the record says \"jobs\": 2")
+    probe = [n for n in (rec or {}).get("notes", []) if n.startswith("contention (--jobs 2): the "
+                                                                    "base point's bt took")]
+    check(len(probe) == 1, "--jobs 2: one note compares the base point alone and among the "
+          "others (%s)" % (probe or "none"))
+    check(not os.path.exists(out + ".part"), "--jobs 2: no temporary file is left")
+    p = subprocess.run([sys.executable, script, "--jobs", "2", "--quick", "--no-twin",
+                        "--build", build], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True)
+    check(p.returncode == 2 and "--jobs goes with --scaling" in p.stderr,
+          "--jobs without --scaling is refused (exit %s)" % p.returncode)
+
+
 def main():
     script, build = sys.argv[1], sys.argv[2]
     if not os.path.exists(os.path.join(build, "tests", "bench_step")):
@@ -135,6 +163,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, opts, runs, all_runs in USES:
             check_use(script, build, os.path.join(tmp, "out.json"), name, opts, runs, all_runs)
+        check_jobs(script, build, os.path.join(tmp, "out.json"))
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")
     return 1 if failures else 0
 
