@@ -76,7 +76,7 @@ steps (the tables hold the run alone); a record made with --jobs resumes only wi
 until the last one is in: a run that is stopped (a machine lent for minutes, a kill) keeps
 every result it had finished. --scaling --resume then keeps the points that file holds and runs
 the rest and those that failed (it refuses a file of another grid, step count, thread count,
-precision or --isa); --only runs chosen points.
+precision, --isa or --jobs); --only runs chosen points.
 
 Exit (both uses): 0; 1 when a run failed (without --scaling: when none ran); 77 when --python
 cannot import torch (bt's half ran, the twin's was not checked).
@@ -881,7 +881,7 @@ def main():
                     help="--scaling: each in its best precision here (default), or both in this one")
     ap.add_argument("--resume", action="store_true",
                     help="--scaling: keep the points an unfinished --json-out file holds and run "
-                         "only the rest (the same grid, steps, threads, precisions and --isa)")
+                         "only the rest (the same grid, steps, threads, precisions, --isa and --jobs)")
     ap.add_argument("--jobs", type=int, default=1, metavar="J",
                     help="--scaling: run J points at a time, each on its own cores (default 1)")
     ap.add_argument("--only", action="append", metavar="DIM[=N,...]",
