@@ -506,7 +506,8 @@ def resumed_points(a, head):
     return [c for c in rec.get("points", []) if ended(c)], rec.get("notes", [])
 
 
-def run_points_concurrently(a, todo, base_key, plan, run_point, record, lock, notes):
+def run_points_concurrently(a, todo, base_key, plan, run_point, run_impl, done, record, lock,
+                            notes):
     """--jobs J > 1: the points of `todo` (in order) J at a time, each on its own cores
     (threads x ranks of them, taskset) while its memory estimate fits beside those running.
     Each point's plan is what it would be alone: decided against the MemAvailable at the
@@ -562,24 +563,15 @@ def run_points_concurrently(a, todo, base_key, plan, run_point, record, lock, no
         among = {}
 
         def probe_again(cores):
-            threads = dict(OMP_NUM_THREADS=str(probe["key"][3]))
-            for who, cmd, env in (("bt", probe["bt"], dict(TWIN_ENV if a.same_env else {},
-                                                           **threads)),
-                                  ("twin", probe["twin"], dict(TWIN_ENV, **threads))):
-                if not cmd:
-                    continue
-                if who == "twin" and probe["key"][4] > 1:
-                    res, _ = run_twin_ranks(cmd, env, probe["key"][4], a.budget + 300,
-                                            probe["label"] + " (again, among others)", cores)
-                else:
-                    res, _ = run(cmd, env, max(a.budget, 3600),
-                                 probe["label"] + " (again, among others)", cores)
-                if res:
-                    among[who] = res["median_step_s"]
+            for who in ("bt", "twin"):
+                if probe[who]:
+                    res, _ = run_impl(probe, who, cores, probe["label"] + " (again, among others)")
+                    if res:
+                        among[who] = res["median_step_s"]
         start(probe, probe_again)
     for dim, v, pt in todo:
         with lock:
-            if point_key(pt) in record_keys(record()):
+            if point_key(pt) in done:  # a point shared by two tables runs once
                 continue
             if a.json_out:
                 save_json(a.json_out, record(), False)
@@ -589,7 +581,7 @@ def run_points_concurrently(a, todo, base_key, plan, run_point, record, lock, no
     for w in workers:
         w.join()
     if probe:
-        cell = record_cell(record(), probe["key"])
+        cell = done[probe["key"]]
         for who in ("bt", "twin"):
             alone = cell.get(who, {}).get("median_step_s")
             if alone and who in among:
@@ -599,14 +591,6 @@ def run_points_concurrently(a, todo, base_key, plan, run_point, record, lock, no
             elif probe[who]:
                 notes.append("contention (--jobs %d): the base point's %s did not finish both "
                              "runs: not measured" % (a.jobs, who))
-
-
-def record_keys(rec):
-    return {point_key(c["point"]) for c in rec["points"]}
-
-
-def record_cell(rec, key):
-    return next(c for c in rec["points"] if point_key(c["point"]) == key)
 
 
 def scaling_main(a, bench_step, info):
@@ -753,16 +737,26 @@ def scaling_main(a, bench_step, info):
             pl["need"] = max(pl["need"], need_tw)
         return pl if pl["bt"] or pl["twin"] else None
 
+    def run_impl(pl, who, cores, label):
+        """A plan's bt or twin run (who), on `cores` when given: (result or None, a note)."""
+        th, nr = pl["key"][3], pl["key"][4]
+        print("# running %s %s %s ..." % (label, who, prec_bt if who == "bt" else prec_tw),
+              file=sys.stderr, flush=True)
+        if who == "bt":
+            env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=str(th))
+            return run(pl["bt"], env, max(a.budget, 3600), label, cores)
+        env = dict(TWIN_ENV, OMP_NUM_THREADS=str(th))
+        if nr > 1:
+            return run_twin_ranks(pl["twin"], env, nr, a.budget + 300, label, cores)
+        return run(pl["twin"], env, a.budget + 300, label, cores)
+
     def run_point(pl, cores):
         """Runs a plan's bt, then its twin (on `cores` when given), and records both."""
         nonlocal failed, twin_fit
         key, label = pl["key"], pl["label"]
         cell = done[key]
-        B, R, T, th, nr = key
         if pl["bt"]:
-            env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=str(th))
-            print("# running %s bt %s ..." % (label, prec_bt), file=sys.stderr, flush=True)
-            res, note = run(pl["bt"], env, max(a.budget, 3600), label, cores)
+            res, note = run_impl(pl, "bt", cores, label)
             with lock:
                 if res:
                     cell["bt"] = res
@@ -773,12 +767,7 @@ def scaling_main(a, bench_step, info):
                     notes.append("%s: bt %s" % (label, note))
         if not pl["twin"]:
             return
-        env = dict(TWIN_ENV, OMP_NUM_THREADS=str(th))
-        print("# running %s twin %s ..." % (label, prec_tw), file=sys.stderr, flush=True)
-        if nr > 1:
-            res, note = run_twin_ranks(pl["twin"], env, nr, a.budget + 300, label, cores)
-        else:
-            res, note = run(pl["twin"], env, a.budget + 300, label, cores)
+        res, note = run_impl(pl, "twin", cores, label)
         with lock:
             if res and res["steps"] != res["steps_wanted"]:
                 cell["twin_stopped"] = res  # a stopped twin is reported as stopped, not as a number
@@ -809,7 +798,7 @@ def scaling_main(a, bench_step, info):
                 run_point(pl, None)
     else:
         run_points_concurrently(a, todo, point_key(dict(grid["base"], threads=a.threads, ranks=1)),
-                                plan, run_point, record, lock, notes)
+                                plan, run_point, run_impl, done, record, lock, notes)
 
     for dim, rows in tables.items():
         print("\n### %s\n" % table_caption(dim, grid["base"], a.threads))
