@@ -1,14 +1,16 @@
-/* mem.c: available memory and the pre-allocation check; see mem.h. */
+/* mem.c: available memory, the pre-allocation check and huge-page allocations; see mem.h. */
 #include "mem.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include "settings.h"
+#include "status.h"
 
 uint64_t bt_mul_sat(uint64_t a, uint64_t b) {
     uint64_t r;
@@ -218,7 +220,69 @@ bt_status bt_mem_env_check(void) {
     if (c && strcmp(c, "0") != 0 && strcmp(c, "1") != 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_MEM_CHECK: '%s' is unknown; expected "
                        "0 (no memory check) or 1, or unset", c);
+    const char *h = bt_setting_value(BT_SET_HUGE_PAGES);
+    if (h && strcmp(h, "0") != 0 && strcmp(h, "1") != 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_HUGE_PAGES: '%s' is unknown; "
+                       "expected 0 (4 KiB pages) or 1 (transparent huge pages), or unset (the "
+                       "machine's THP setting decides)", h);
     return BT_OK;
+}
+
+/* --- huge pages -------------------------------------------------------------------------- */
+
+/* Buffers under one huge page gain nothing from the advice, and one would cost a whole 2 MiB
+ * page of memory for a few bytes: they are allocated as before (64-byte aligned, 4 KiB pages). */
+static int wants_huge(size_t bytes) { return bytes >= BT_HUGE_PAGE_BYTES; }
+
+static size_t round_up_huge(size_t bytes) {
+    return (bytes + BT_HUGE_PAGE_BYTES - 1) & ~(BT_HUGE_PAGE_BYTES - 1);
+}
+
+/* BT_HUGE_PAGES's advice (mem.h) over [p, p + bytes) (p 2 MiB-aligned, bytes whole 2 MiB
+ * pages); none when unset. Its failure (EINVAL: THP never, or a kernel without it) is not an
+ * error: the pages stay 4 KiB. */
+static void advise_huge(void *p, size_t bytes) {
+    const char *v = bt_setting_value(BT_SET_HUGE_PAGES);
+    if (v) (void)madvise(p, bytes, strcmp(v, "0") == 0 ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+}
+
+void *bt_mem_alloc_huge(size_t bytes) {
+    if (bytes > SIZE_MAX - BT_HUGE_PAGE_BYTES) return NULL;
+    if (!wants_huge(bytes)) return aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
+    const size_t rounded = round_up_huge(bytes);
+    void *p = aligned_alloc(BT_HUGE_PAGE_BYTES, rounded);
+    if (p) advise_huge(p, rounded);
+    return p;
+}
+
+void *bt_mem_calloc_huge_at(size_t bytes, const char *file, int line) {
+    void *p = bt_mem_alloc_huge(bytes);
+    if (!p) bt_abort_at(file, line, "out of memory allocating %zu bytes", bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+void *bt_mem_map_huge(size_t bytes) {
+    if (bytes > SIZE_MAX - 2 * BT_HUGE_PAGE_BYTES) return NULL;
+    if (!wants_huge(bytes)) {
+        void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    const size_t rounded = round_up_huge(bytes), span = rounded + BT_HUGE_PAGE_BYTES;
+    char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    /* mmap is page-aligned only: keep the 2 MiB-aligned `rounded` bytes inside the span and
+     * give back what lies before and after them */
+    char *p = (char *)(((uintptr_t)m + BT_HUGE_PAGE_BYTES - 1) & ~(BT_HUGE_PAGE_BYTES - 1));
+    if (p > m) munmap(m, (size_t)(p - m));
+    if (m + span > p + rounded) munmap(p + rounded, (size_t)(m + span - (p + rounded)));
+    advise_huge(p, rounded);
+    return p;
+}
+
+void bt_mem_unmap_huge(void *p, size_t bytes) {
+    if (p) munmap(p, wants_huge(bytes) ? round_up_huge(bytes) : (bytes ? bytes : 1));
 }
 
 bt_status bt_mem_check(uint64_t bytes, const char *what, const char *hint) {

@@ -43,10 +43,37 @@ int bt_mem_address_space_limited(void);
  * starts its threads when it loads); otherwise returns code. */
 int bt_mem_exit(int code);
 
-/* BT_MEM_AVAILABLE and BT_MEM_CHECK, when set, are well-formed (a byte count such as 40000000
- * or 8G; "0" or "1"): a garbage value is an error naming it (BT_ERR_ARG), never silently
+/* BT_MEM_AVAILABLE, BT_MEM_CHECK and BT_HUGE_PAGES, when set, are well-formed (a byte count
+ * such as 40000000 or 8G; "0" or "1"): a garbage value is an error naming it (BT_ERR_ARG), never silently
  * ignored. The tools check it at start (cpu.h bt_runtime_cli_info). */
 bt_status bt_mem_env_check(void);
+
+/* Huge pages, on request, for the buffers a training step streams over every step: the fp32
+ * weights and their bf16 copy, the gradients, AdamW's two moments and the activation arenas
+ * (gigabytes on the base model, walked by every GEMM, the optimizer and the memory-bound
+ * passes). They are allocated 2 MiB-aligned in whole 2 MiB pages, and BT_HUGE_PAGES says what
+ * to ask the kernel: 1 asks for transparent huge pages (madvise MADV_HUGEPAGE), which Debian's
+ * default THP setting ("madvise") grants only to memory that asks; 0 asks for 4 KiB pages
+ * (MADV_NOHUGEPAGE, also under THP "always"); unset asks nothing, so the machine's setting
+ * decides, as PyTorch's CPU allocator leaves it. Unset is the default because on the machines
+ * measured huge pages did not move the training step (docs/benchmarks.md, "Session 35":
+ * within the run-to-run spread; only fresh memory's first touch got faster). Under THP
+ * "never" or a kernel without THP the advice is refused and ignored. Only where the bytes
+ * live changes, never their contents: results are the same bits either way. */
+#define BT_HUGE_PAGE_BYTES ((size_t)2 << 20)
+/* aligned_alloc's contract (NULL on failure, freed with free), 2 MiB-aligned, rounded up to
+ * whole 2 MiB pages and advised as above; under 2 MiB, 64-byte aligned without advice (a few
+ * bytes would cost a whole huge page). Not zeroed. */
+void *bt_mem_alloc_huge(size_t bytes);
+/* bt_mem_alloc_huge, zero-filled, aborting with file:line when the allocation fails (as
+ * bt_calloc; for buffers whose size the program has already checked, bt_mem_check). */
+void *bt_mem_calloc_huge_at(size_t bytes, const char *file, int line);
+#define bt_calloc_huge(bytes) bt_mem_calloc_huge_at((bytes), __FILE__, __LINE__)
+/* An anonymous private mapping of `bytes`: zero, backed only where first written, 2 MiB-aligned
+ * and advised as above (under 2 MiB: a plain mapping). NULL when mmap fails; released with
+ * bt_mem_unmap_huge(p, bytes). */
+void *bt_mem_map_huge(size_t bytes);
+void bt_mem_unmap_huge(void *p, size_t bytes);
 
 /* Formats a byte count for people: "512 B", "3.4 MB", "104.2 GB" (decimal units). */
 const char *bt_mem_format(char *buf, int cap, uint64_t bytes);

@@ -37,6 +37,7 @@ typedef enum {
     BT_SET_ACT_BF16,            /* BT_ACT_BF16: 1 | 0 (bf16 activation storage) */
     BT_SET_MEM_AVAILABLE,       /* BT_MEM_AVAILABLE: bytes the memory check assumes */
     BT_SET_MEM_CHECK,           /* BT_MEM_CHECK: 1 | 0 */
+    BT_SET_HUGE_PAGES,          /* BT_HUGE_PAGES: 1 | 0 (transparent huge pages, mem.h) */
     BT_SET_DIST_NO_PROGRESS_THREAD, /* BT_DIST_NO_PROGRESS_THREAD: set = MPI without threads */
     /* read, owned by others */
     BT_SET_OMP_NUM_THREADS,     /* OpenMP's thread count */

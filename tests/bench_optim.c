@@ -36,6 +36,7 @@
 #include <immintrin.h>
 #endif
 
+#include "mem.h"
 #include "model/config.h"
 #include "kernels/ops.h"
 #include "train/optim.h"
@@ -126,7 +127,10 @@ int main(int argc, char **argv) {
 
     /* fresh memory: the first write of each page faults (and the kernel zeroes it) */
     timing t0 = now();
-    float *params = bt_alloc(n * sizeof *params), *grads = bt_alloc(n * sizeof *grads);
+    /* in huge pages like the model's and the moments (mem.h; BT_HUGE_PAGES=0: 4 KiB pages) */
+    float *params = bt_mem_alloc_huge(n * sizeof *params);
+    float *grads = bt_mem_alloc_huge(n * sizeof *grads);
+    BT_ASSERT(params && grads);
     memset(params, 0, n * sizeof *params);
     const timing first_touch = since(t0);
     memset(grads, 0, n * sizeof *grads);
@@ -138,14 +142,16 @@ int main(int argc, char **argv) {
     tu_rng_seed(&rng, 9);
     tu_fill_uniform_f32(&rng, params, n, -0.05f, 0.05f);
     tu_fill_uniform_f32(&rng, grads, n, -1e-3f, 1e-3f);
-    bt_bf16 *shadow = bf16 ? bt_alloc(n * sizeof *shadow) : NULL;
+    bt_bf16 *shadow = bf16 ? bt_mem_alloc_huge(n * sizeof *shadow) : NULL;
+    BT_ASSERT(shadow || !bf16);
     bt_adamw opt;
     bt_adamw_init(&opt, &table);
     const bt_adamw_hparams h = {.lr = 1e-5, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
                                 .weight_decay = 0.01};
     /* warm-up: first touch of m, v (and the shadow) */
     bt_adamw_step(&opt, params, grads, 1.0f, &h, shadow);
-    float *g0 = bt_alloc(n * sizeof *g0), *copy = bt_alloc(n * sizeof *copy);
+    float *g0 = bt_mem_alloc_huge(n * sizeof *g0), *copy = bt_mem_alloc_huge(n * sizeof *copy);
+    BT_ASSERT(g0 && copy);
     memcpy(g0, grads, n * sizeof *g0); /* the gradients each round starts from */
     memset(copy, 1, n * sizeof *copy);
 
@@ -218,11 +224,11 @@ int main(int argc, char **argv) {
                    bpp[f][NORM] + bpp[f][STEP] + bpp[f][ZERO]);
         }
     bt_adamw_free(&opt);
-    bt_free(params);
-    bt_free(grads);
-    bt_free(g0);
-    bt_free(copy);
-    bt_free(shadow);
+    free(params);
+    free(grads);
+    free(g0);
+    free(copy);
+    free(shadow);
     bt_param_table_free(&table);
     return norm[0] > 0.0 ? 0 : 1;
 }

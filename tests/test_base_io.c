@@ -3,7 +3,8 @@
  *   value strtoull/strtod give for a plain decimal (known by construction), each refused one
  *   for the flag name and the range in the message;
  * - mem.h: BT_MEM_AVAILABLE overrides the measurement, bt_mem_check's message names what is
- *   needed, what is available, where that number comes from and what to reduce;
+ *   needed, what is available, where that number comes from and what to reduce; the
+ *   huge-page allocations' alignment, zero fill and BT_HUGE_PAGES values;
  * - fileio.h: regular-file inputs (a FIFO, a directory, a symlink loop, a missing directory
  *   refused with their own messages), atomic outputs (a symlink to a regular file is
  *   replaced by a file and its target left alone; the new file has the umask's mode like
@@ -78,6 +79,50 @@ static void test_args(void) {
     tu_check(bt_parse_int("--x", "\x1b[2J", 0, 1, &n) == BT_ERR_ARG &&
                  strstr(bt_error_message(), "\\x1b[2J") && !strchr(bt_error_message(), '\x1b'),
              "escape sequences in a value are not echoed raw");
+}
+
+/* mem.h's huge-page allocations: 2 MiB-aligned above one huge page, 64-byte aligned below it;
+ * the mapping zero and writable; BT_HUGE_PAGES takes 0 or 1 only. (Whether the kernel grants
+ * the advice, and that results keep their bits, is test_model_memory.c section 12.) */
+static void test_huge_pages(void) {
+    const size_t big = 5 * BT_HUGE_PAGE_BYTES / 2 + 3, small = 1000;
+    unsigned char *a = bt_mem_alloc_huge(big), *b = bt_mem_alloc_huge(small);
+    tu_check(a && (uintptr_t)a % BT_HUGE_PAGE_BYTES == 0, "alloc above 2 MiB: 2 MiB-aligned");
+    tu_check(b && (uintptr_t)b % 64 == 0, "alloc below 2 MiB: 64-byte aligned");
+    if (a) memset(a, 1, big);
+    if (b) memset(b, 1, small);
+    free(a);
+    free(b);
+    unsigned char *z = bt_calloc_huge(big);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < big; i++) nonzero += z[i] != 0;
+    tu_check(nonzero == 0, "calloc_huge: %zu of %zu bytes nonzero", nonzero, big);
+    free(z);
+    const size_t sizes[] = {big, small};
+    for (int i = 0; i < 2; i++) {
+        unsigned char *m = bt_mem_map_huge(sizes[i]);
+        const size_t align = sizes[i] >= BT_HUGE_PAGE_BYTES ? BT_HUGE_PAGE_BYTES : 4096;
+        nonzero = 0;
+        if (m) {
+            for (size_t j = 0; j < sizes[i]; j++) nonzero += m[j] != 0;
+            memset(m, 7, sizes[i]);
+        }
+        tu_check(m && (uintptr_t)m % align == 0 && nonzero == 0,
+                 "map_huge(%zu): aligned to %zu, zero (%zu nonzero), writable", sizes[i], align,
+                 nonzero);
+        bt_mem_unmap_huge(m, sizes[i]);
+    }
+    static const char *const values[] = {"0", "1", "yes", "2", " 1"};
+    for (int i = 0; i < 5; i++) {
+        tu_setenv("BT_HUGE_PAGES", values[i], 1);
+        const bt_status st = bt_mem_env_check();
+        if (i < 2) tu_check(st == BT_OK, "BT_HUGE_PAGES=%s accepted", values[i]);
+        else
+            tu_check(st == BT_ERR_ARG && strstr(bt_error_message(), "BT_HUGE_PAGES") &&
+                         strstr(bt_error_message(), "expected 0"),
+                     "BT_HUGE_PAGES='%s' refused naming it: %s", values[i], bt_error_message());
+    }
+    tu_unsetenv("BT_HUGE_PAGES");
 }
 
 static void test_mem(void) {
@@ -204,6 +249,7 @@ static void test_fileio(const char *dir) {
 int main(void) {
     test_args();
     test_mem();
+    test_huge_pages();
     test_fileio(tu_tmpdir());
     return tu_finish();
 }

@@ -65,6 +65,17 @@
  *      there the two agree within twice the parity tolerance of test_model_parity.c (each is
  *      within it of the float64 truth: fp32 rtol 1e-5 + 1e-5 max|b|, bf16 4e-2 max|b|); the
  *      gradients of both are checked against PyTorch there;
+ *  12. huge pages (mem.h) change where the bytes live, never the bits: two bf16 models of the
+ *      synthetic-model config with its vocabulary widened to 16384 tokens, so that the
+ *      weights, their bf16 copy, the gradients, AdamW's moments and the pair arena each span
+ *      at least one 2 MiB page (checked: below that mem.h gives no advice and the section
+ *      would compare nothing), one built and trained under BT_HUGE_PAGES=0, one under
+ *      BT_HUGE_PAGES=1: three bt_train_step steps, the same losses and weights bit for bit.
+ *      The control: each of those buffers' mapping in /proc/self/smaps says THPeligible 1
+ *      under BT_HUGE_PAGES=1 and 0 under BT_HUGE_PAGES=0 where the machine's THP setting is
+ *      "madvise" (Debian's default) or "always", 0 for both under "never" (printed; the
+ *      advice ignored, a deliberately wrong setting tried while this was written, fails the
+ *      six checks of one side);
  *
  * Bitwise: the modes run the same kernels on the same numbers in the same order; only where
  * the slots live differs. That holds under the reference GEMM (each output a double dot
@@ -77,12 +88,14 @@
  * finite differences (test_model_grad.c, test_model_phases.c). */
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mem.h"
 #include "model/config.h"
 #include "model/cross.h"
 #include "kernels/gemm.h"
@@ -441,6 +454,11 @@ static void check_checkpoint_grads(cfg_kind k, bt_precision prec) {
     bt_model_free(&ck);
 }
 
+/* Section 12's hooks into compare_steps (NULL elsewhere): before model v's trainer starts, and
+ * after its steps while its trainer and arenas are alive. */
+static void (*compare_before)(int v);
+static void (*compare_after)(int v, const bt_model *m, const bt_trainer *tr);
+
 /* Three training steps (ITC + ITM + MLM, hard negatives, masking, dropout, two micro-batches)
  * on m[0] and m[1] (same weights): the same losses and weights, bit for bit. Frees both. */
 static void compare_steps(bt_model m[2], const char *what) {
@@ -464,6 +482,7 @@ static void compare_steps(bt_model m[2], const char *what) {
         bt_schedule_init(&sc.schedule, "linear", 1e-3, 10, 1, 0.0);
         sc.seed = 4321;
         bt_trainer tr;
+        if (compare_before) compare_before(v);
         ok = tu_check(bt_trainer_init(&tr, &m[v], &sc) == BT_OK, "%s: trainer: %s", what,
                       bt_error_message());
         for (int s = 0; s < STEPS && ok; s++) {
@@ -472,6 +491,7 @@ static void compare_steps(bt_model m[2], const char *what) {
                           "%s: model %d step %d: %s", what, v, s, bt_error_message());
             loss[v][s] = r.loss;
         }
+        if (ok && compare_after) compare_after(v, &m[v], &tr);
         if (ok) bt_trainer_free(&tr);
     }
     if (ok) {
@@ -1173,6 +1193,110 @@ static void check_packed_weights(cfg_kind k, bt_precision prec) {
     bt_model_free(&packed);
 }
 
+/* --- 12: huge pages change the backing, never the bits ------------------------------------ */
+
+/* The machine's THP setting (the bracketed word of /sys/kernel/mm/transparent_hugepage/enabled:
+ * "always", "madvise" or "never"), or "absent" on a kernel without THP. */
+static const char *thp_setting(char *buf, size_t cap) {
+    snprintf(buf, cap, "absent");
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+    if (!f) return buf;
+    char line[128] = {0};
+    if (fgets(line, sizeof line, f)) {
+        const char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+        if (a && b) snprintf(buf, cap, "%.*s", (int)(b - a - 1), a + 1);
+    }
+    fclose(f);
+    return buf;
+}
+
+/* THPeligible of the mapping that holds p (/proc/self/smaps): 1, 0, or -1 when not found. */
+static int thp_eligible(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "re");
+    if (!f) return -1;
+    const unsigned long a = (unsigned long)(uintptr_t)p;
+    char line[512];
+    int in = 0, r = -1;
+    while (r < 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        int v;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) in = a >= lo && a < hi;
+        else if (in && sscanf(line, "THPeligible: %d", &v) == 1) r = v;
+    }
+    fclose(f);
+    return r;
+}
+
+static int huge_granted; /* the machine's THP setting grants the advice */
+
+static void huge_env(int v) { tu_setenv("BT_HUGE_PAGES", v ? "1" : "0", 1); }
+
+/* Each buffer mem.h advises, above one huge page, in a mapping whose eligibility is what the
+ * advice of model v (BT_HUGE_PAGES=v) and the machine's setting say. */
+static void huge_check(int v, const bt_model *m, const bt_trainer *tr) {
+    const size_t n = m->table.numel;
+    const struct {
+        const char *name;
+        const void *p;
+        size_t bytes;
+    } bufs[] = {{"weights", m->params, n * 4},         {"bf16 weights", m->params_bf16, n * 2},
+                {"gradients", m->grads, n * 4},        {"first moment", tr->opt.m, n * 4},
+                {"second moment", tr->opt.v, n * 4},   {"pair arena", m->pair_act.mem,
+                                                        m->pair_act.bytes}};
+    const int want = v == 1 && huge_granted;
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (!tu_check(bufs[i].p && bufs[i].bytes >= BT_HUGE_PAGE_BYTES,
+                      "12: %s: %zu bytes, at least one huge page (else nothing is compared)",
+                      bufs[i].name, bufs[i].bytes))
+            continue;
+        tu_check(thp_eligible(bufs[i].p) == want, "12: model %s: %s THPeligible %d (expected %d)",
+                 v ? "BT_HUGE_PAGES=1" : "BT_HUGE_PAGES=0", bufs[i].name,
+                 thp_eligible(bufs[i].p), want);
+    }
+}
+
+static void check_huge_pages(void) {
+    char setting[32];
+    thp_setting(setting, sizeof setting);
+    huge_granted = !strcmp(setting, "madvise") || !strcmp(setting, "always");
+    printf("# 12: this machine's THP setting: %s (%s)\n", setting,
+           huge_granted ? "the advice is granted" : "no huge pages either way");
+    const char *const saved_env = getenv("BT_HUGE_PAGES");
+    char keep[16] = "";
+    if (saved_env) snprintf(keep, sizeof keep, "%s", saved_env);
+    bt_model m[2];
+    int ok = 1;
+    for (int v = 0; v < 2 && ok; v++) {
+        bt_model_config c;
+        char path[1200];
+        const char *root = getenv("BT_CONFIGS");
+        snprintf(path, sizeof path, "%s/synthetic-model/config.json",
+                 root ? root : tu_fixture_path("../../configs"));
+        huge_env(v);
+        ok = tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s: %s", path,
+                      bt_error_message());
+        c.vocab_size = 16384; /* the word embedding and the MLM decoder: 4 MiB each in fp32 */
+        ok = ok && tu_check(bt_model_init(&m[v], &c, BT_HEADS_ALL, BT_PRECISION_BF16) == BT_OK,
+                            "12: init: %s", bt_error_message());
+        if (!ok) {
+            if (v) bt_model_free(&m[0]);
+            break;
+        }
+        bt_model_init_params(&m[v], 11);
+        bt_model_refresh_bf16(&m[v]);
+        bt_model_set_act_mode(&m[v], BT_ACTS_FULL);
+    }
+    if (ok) {
+        compare_before = huge_env;
+        compare_after = huge_check;
+        compare_steps(m, "12: BT_HUGE_PAGES=1 vs 0");
+        compare_before = NULL;
+        compare_after = NULL;
+    }
+    if (saved_env) tu_setenv("BT_HUGE_PAGES", keep, 1);
+    else tu_unsetenv("BT_HUGE_PAGES");
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--refuse") == 0) return refuse_child(atoi(argv[2]));
     const gemm_backend be = gemm_get_backend();
@@ -1223,5 +1347,6 @@ int main(int argc, char **argv) {
         check_cross_features(CFG_TINY, BT_PRECISION_BF16, no_mlm);
     }
     gemm_set_backend(be);
+    check_huge_pages();
     return tu_finish();
 }

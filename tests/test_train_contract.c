@@ -646,6 +646,7 @@ static void test_strict(void) {
         {"BT_GEMM_PACK_B", "maybe", "BT_GEMM_PACK_B"},
         {"BT_GEMM_SPLIT_M", "maybe", "BT_GEMM_SPLIT_M"},
         {"BT_MEM_AVAILABLE", "lots", "BT_MEM_AVAILABLE"},
+        {"BT_HUGE_PAGES", "yes", "BT_HUGE_PAGES"},
         {"OMP_NUM_THREADS", "100000", "processor"},
     };
     for (size_t i = 0; i < sizeof env / sizeof *env; i++) {

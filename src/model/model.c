@@ -206,15 +206,14 @@ static void arena_free(bt_arena *ar) {
  * model that never trains (bt_model_free_grads) never holds them (peak RSS of inference);
  * bt_model_reserve_phases backs them before a training step (arena_prefault). */
 static float *grads_alloc(size_t n) {
-    void *p = mmap(NULL, n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
-    if (p == MAP_FAILED) bt_abort_at(__FILE__, __LINE__, "out of memory mapping %zu bytes of "
-                                     "parameter gradients", n * sizeof(float));
+    void *p = bt_mem_map_huge(n * sizeof(float)); /* huge pages on request (mem.h) */
+    if (!p) bt_abort_at(__FILE__, __LINE__, "out of memory mapping %zu bytes of parameter "
+                        "gradients", n * sizeof(float));
     return p;
 }
 
 static void grads_free(bt_model *m) {
-    if (m->grads) munmap(m->grads, m->table.numel * sizeof *m->grads);
+    if (m->grads) bt_mem_unmap_huge(m->grads, m->table.numel * sizeof *m->grads);
     m->grads = NULL;
 }
 
@@ -262,13 +261,14 @@ bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
         return s;
     }
     const size_t n = m->table.numel;
-    m->params = bt_calloc(n * sizeof *m->params);
+    /* what every step streams over: in 2 MiB pages, huge on request (mem.h); bt_free frees */
+    m->params = bt_calloc_huge(n * sizeof *m->params);
     m->grads = grads_alloc(n);
     /* the bf16 GEMM route (gemm.h: measured once under BT_GEMM_BF16=auto) is chosen here,
      * outside any parallel region and before the first step's clock starts; the bf16 weight
      * copy exists only where bf16 mode computes in bf16 (route FP32: fp32 products) */
     if (precision == BT_PRECISION_BF16 && gemm_bf16_mode_compute() == GEMM_COMPUTE_BF16)
-        m->params_bf16 = bt_calloc(n * sizeof *m->params_bf16);
+        m->params_bf16 = bt_calloc_huge(n * sizeof *m->params_bf16);
     bt_param_views_bind(&m->p, &m->table, m->params);
     bt_param_views_bind(&m->g, &m->table, m->grads);
     m->hidden_dropout = c->hidden_dropout_prob;
@@ -751,7 +751,7 @@ static bt_status arenas_grow(const bt_model *m, bt_arena **ars, const double *ne
         if (need[i] <= (double)ars[i]->bytes) continue;
         const size_t bytes = (size_t)need[i];
         free(ars[i]->mem);
-        ars[i]->mem = aligned_alloc(64, bytes);
+        ars[i]->mem = bt_mem_alloc_huge(bytes); /* huge pages on request (mem.h) */
         ars[i]->bytes = ars[i]->mem ? bytes : 0;
         ars[i]->used = ars[i]->head = ars[i]->acc_end = 0;
         if (!ars[i]->mem)

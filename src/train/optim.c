@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/ops.h"
+#include "mem.h"
 #include "status.h"
 
 enum { NORM_CHUNK = 1 << 16 };
@@ -78,8 +79,9 @@ static void finish_init(bt_adamw *o) {
         o->mnumel += seg->numel;
         nchunks += (seg->numel + NORM_CHUNK - 1) / NORM_CHUNK;
     }
-    o->m = bt_calloc((o->mnumel ? o->mnumel : 1) * sizeof *o->m);
-    o->v = bt_calloc((o->mnumel ? o->mnumel : 1) * sizeof *o->v);
+    /* huge pages on request (mem.h): the optimizer streams over both every step */
+    o->m = bt_calloc_huge((o->mnumel ? o->mnumel : 1) * sizeof *o->m);
+    o->v = bt_calloc_huge((o->mnumel ? o->mnumel : 1) * sizeof *o->v);
     o->chunk_off = calloc(nchunks ? nchunks : 1, sizeof *o->chunk_off);
     o->chunk_len = calloc(nchunks ? nchunks : 1, sizeof *o->chunk_len);
     o->chunk_sum = calloc(nchunks ? nchunks : 1, sizeof *o->chunk_sum);
