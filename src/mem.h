@@ -44,8 +44,8 @@ int bt_mem_address_space_limited(void);
 int bt_mem_exit(int code);
 
 /* BT_MEM_AVAILABLE, BT_MEM_CHECK and BT_HUGE_PAGES, when set, are well-formed (a byte count
- * such as 40000000 or 8G; "0" or "1"): a garbage value is an error naming it (BT_ERR_ARG), never silently
- * ignored. The tools check it at start (cpu.h bt_runtime_cli_info). */
+ * such as 40000000 or 8G; "0" or "1"): a garbage value is an error naming it (BT_ERR_ARG),
+ * never silently ignored. The tools check it at start (cpu.h bt_runtime_cli_info). */
 bt_status bt_mem_env_check(void);
 
 /* Huge pages, on request, for the buffers a training step streams over every step: the fp32

@@ -117,28 +117,27 @@ typedef enum { CFG_TINY, CFG_SYNTHETIC, CFG_FIXTURE, CFG_FIXTURE_SCALED } cfg_ki
 static const char *const cfg_names[] = {"tiny", "synthetic-model", "fixture tiny",
                                         "fixture tiny_scaled_add"};
 
-/* A model of kind k with these heads (section 11 also builds models without MLM). */
-static int model_make_heads(bt_model *m, cfg_kind k, bt_precision prec, bt_act_mode mode,
-                            unsigned heads) {
-    bt_model_config c;
+/* The config of kind k. */
+static int config_of(bt_model_config *c, cfg_kind k) {
     char path[1200];
-    int ok;
-    if (k == CFG_TINY) {
-        ok = fd_tiny_config(&c);
-    } else if (k == CFG_SYNTHETIC) {
+    if (k == CFG_TINY) return fd_tiny_config(c);
+    if (k == CFG_SYNTHETIC) {
         const char *root = getenv("BT_CONFIGS");
         snprintf(path, sizeof path, "%s/synthetic-model/config.json",
                  root ? root : tu_fixture_path("../../configs"));
-        ok = tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s: %s", path,
-                      bt_error_message());
     } else {
         const char *dir = k == CFG_FIXTURE ? "tiny" : "tiny_scaled_add";
         snprintf(path, sizeof path, "%s/config.json", tu_fixture_path(dir));
-        ok = tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s: %s", path,
-                      bt_error_message());
     }
-    if (!ok) return 0;
-    if (!tu_check(bt_model_init(m, &c, heads, prec) == BT_OK, "init %s: %s",
+    return tu_check(bt_model_config_load(c, path) == BT_OK, "load %s: %s", path,
+                    bt_error_message());
+}
+
+/* A model of kind k with config c (config_of's, or a variant of it) and these heads. */
+static int model_make_config(bt_model *m, cfg_kind k, const bt_model_config *c,
+                             bt_precision prec, bt_act_mode mode, unsigned heads) {
+    char path[1200];
+    if (!tu_check(bt_model_init(m, c, heads, prec) == BT_OK, "init %s: %s",
                   cfg_names[k], bt_error_message()))
         return 0;
     if (k == CFG_FIXTURE || k == CFG_FIXTURE_SCALED) {
@@ -156,6 +155,13 @@ static int model_make_heads(bt_model *m, cfg_kind k, bt_precision prec, bt_act_m
     }
     bt_model_set_act_mode(m, mode);
     return 1;
+}
+
+/* A model of kind k with these heads (section 11 also builds models without MLM). */
+static int model_make_heads(bt_model *m, cfg_kind k, bt_precision prec, bt_act_mode mode,
+                            unsigned heads) {
+    bt_model_config c;
+    return config_of(&c, k) && model_make_config(m, k, &c, prec, mode, heads);
 }
 
 static int model_make(bt_model *m, cfg_kind k, bt_precision prec, bt_act_mode mode) {
@@ -1254,9 +1260,9 @@ static void huge_check(int v, const bt_model *m, const bt_trainer *tr) {
                       "12: %s: %zu bytes, at least one huge page (else nothing is compared)",
                       bufs[i].name, bufs[i].bytes))
             continue;
-        tu_check(thp_eligible(bufs[i].p) == want, "12: model %s: %s THPeligible %d (expected %d)",
-                 v ? "BT_HUGE_PAGES=1" : "BT_HUGE_PAGES=0", bufs[i].name,
-                 thp_eligible(bufs[i].p), want);
+        const int got = thp_eligible(bufs[i].p);
+        tu_check(got == want, "12: model %s: %s THPeligible %d (expected %d)",
+                 v ? "BT_HUGE_PAGES=1" : "BT_HUGE_PAGES=0", bufs[i].name, got, want);
     }
 }
 
@@ -1270,26 +1276,14 @@ static void check_huge_pages(void) {
     char keep[16] = "";
     if (saved_env) snprintf(keep, sizeof keep, "%s", saved_env);
     bt_model m[2];
-    int ok = 1;
+    bt_model_config c;
+    int ok = config_of(&c, CFG_SYNTHETIC);
+    c.vocab_size = 16384; /* the word embedding and the MLM decoder: 4 MiB each in fp32 */
     for (int v = 0; v < 2 && ok; v++) {
-        bt_model_config c;
-        char path[1200];
-        const char *root = getenv("BT_CONFIGS");
-        snprintf(path, sizeof path, "%s/synthetic-model/config.json",
-                 root ? root : tu_fixture_path("../../configs"));
         huge_env(v);
-        ok = tu_check(bt_model_config_load(&c, path) == BT_OK, "load %s: %s", path,
-                      bt_error_message());
-        c.vocab_size = 16384; /* the word embedding and the MLM decoder: 4 MiB each in fp32 */
-        ok = ok && tu_check(bt_model_init(&m[v], &c, BT_HEADS_ALL, BT_PRECISION_BF16) == BT_OK,
-                            "12: init: %s", bt_error_message());
-        if (!ok) {
-            if (v) bt_model_free(&m[0]);
-            break;
-        }
-        bt_model_init_params(&m[v], 11);
-        bt_model_refresh_bf16(&m[v]);
-        bt_model_set_act_mode(&m[v], BT_ACTS_FULL);
+        ok = model_make_config(&m[v], CFG_SYNTHETIC, &c, BT_PRECISION_BF16, BT_ACTS_FULL,
+                               BT_HEADS_ALL);
+        if (!ok && v) bt_model_free(&m[0]);
     }
     if (ok) {
         compare_before = huge_env;
