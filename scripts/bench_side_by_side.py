@@ -52,6 +52,12 @@ least 1 GFLOP: the model's own Linear shapes and two squares; fp32: OpenBLAS and
 oneDNN as the model calls it and with bf16 operands), and the ratios issue 9 sets targets for.
 Until session 6 the peak came from the squares alone, which on AMX run well below the Linear
 shapes (docs/benchmarks.md), so the shares of the peak printed before then read too high.
+Around every run (both uses), the machine probe: bench_gemm's 1024 square on the run's threads
+(its median call in 0.5 s of calls; --quick 0.05 s) before and after it, and this guest's steal
+seconds during it (/proc/stat), in the run's JSON as "machine" and listed in the "# machine:"
+lines. Two runs compared whose probes differ did not see the same machine: on a shared VM a
+neighbour can halve the products' speed without any steal time (docs/benchmarks.md "Session
+37"), and the ratio of the two runs is then uncertain by about that much.
 
 --scaling (issue 25 item 6; docs/benchmarks.md "Scaling"): the training step above, bt and the
 twin each in its best precision here (bt bf16 where bt-forward --info says "gemm bf16 choice:
@@ -266,6 +272,64 @@ def pinned(cmd, cores):
     """cmd on these cores only (taskset; --jobs), or as it is (cores None): its children, the
     threads of bench_step or torch and mpirun's ranks, inherit the mask."""
     return cmd if cores is None else ["taskset", "-c", ",".join(map(str, cores))] + cmd
+
+
+def steal_seconds():
+    """This whole guest's stolen time so far, in seconds: the 8th value of /proc/stat's cpu
+    line, time the hypervisor ran something else while a vCPU here wanted to run. None where
+    /proc/stat has no such value."""
+    try:
+        with open("/proc/stat") as f:
+            return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def machine_probe(build, threads, quick, cores=None):
+    """How fast this machine's cores are right now: the fp32 GFLOP/s of bench_gemm's 1024 square,
+    its median call over 0.5 s (--quick: 0.05 s) for each fp32 route, the better route's, on
+    `threads` threads (on `cores` when given), under the --isa cap. On a quiet machine it reads
+    the same before and after a run; a neighbour on the host (a busy SMT sibling, two vCPUs
+    moved onto one core) reads lower, often without any steal time. None when bench_gemm
+    fails."""
+    cmd = pinned([os.path.join(build, "tests", "bench_gemm"), "--only", "square 1024", "--median",
+                  "--seconds", "0.05" if quick else "0.5"], cores)
+    p = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got = [float(m.group(1)) for m in re.finditer(r"#\s+\S+ fp32\s+([0-9.]+) GFLOP/s", p.stdout)]
+    return max(got) if p.returncode == 0 and got else None
+
+
+def probed(probe, go):
+    """go()'s (result or None, a note), run between two readings of probe (a function of no
+    arguments giving machine_probe's GFLOP/s; None: go() alone): a result then holds
+    "machine", both readings and the steal seconds during go(), what a reader needs to judge
+    whether two runs compared saw the same machine."""
+    if not probe:
+        return go()
+    before, steal0 = probe(), steal_seconds()
+    res, note = go()
+    if res:
+        steal1 = steal_seconds()
+        res["machine"] = dict(probe_gflops_before=before, probe_gflops_after=probe(),
+                              steal_s=steal1 - steal0 if None not in (steal0, steal1) else None)
+    return res, note
+
+
+def machine_lines(runs):
+    """The "# machine:" lines under a table: per (label, result) run that has probed()'s
+    readings, the GEMM probe before and after it and the steal seconds during it."""
+    out = []
+    for label, res in runs:
+        m = (res or {}).get("machine")
+        if m:
+            out.append("# machine: %s: GEMM probe %s before, %s after (GFLOP/s), steal %s s" % (
+                label, fmt(m["probe_gflops_before"], "%.1f"), fmt(m["probe_gflops_after"], "%.1f"),
+                fmt(m["steal_s"], "%.1f")))
+    if out:
+        out.insert(0, "# machine during each run (scripts/bench_side_by_side.py machine_probe): "
+                      "on a quiet machine the probes read alike; lower ones mean a busy host")
+    return out
 
 
 def run(cmd, env, timeout, label, cores=None):
@@ -742,13 +806,15 @@ def scaling_main(a, bench_step, info):
         th, nr = pl["key"][3], pl["key"][4]
         print("# running %s %s %s ..." % (label, who, prec_bt if who == "bt" else prec_tw),
               file=sys.stderr, flush=True)
+        probe = lambda: machine_probe(a.build, th * nr, a.quick, cores)  # the point's cores
         if who == "bt":
             env = dict(TWIN_ENV if a.same_env else {}, OMP_NUM_THREADS=str(th))
-            return run(pl["bt"], env, max(a.budget, 3600), label, cores)
+            return probed(probe, lambda: run(pl["bt"], env, max(a.budget, 3600), label, cores))
         env = dict(TWIN_ENV, OMP_NUM_THREADS=str(th))
         if nr > 1:
-            return run_twin_ranks(pl["twin"], env, nr, a.budget + 300, label, cores)
-        return run(pl["twin"], env, a.budget + 300, label, cores)
+            return probed(probe, lambda: run_twin_ranks(pl["twin"], env, nr, a.budget + 300,
+                                                        label, cores))
+        return probed(probe, lambda: run(pl["twin"], env, a.budget + 300, label, cores))
 
     def run_point(pl, cores):
         """Runs a plan's bt, then its twin (on `cores` when given), and records both."""
@@ -828,6 +894,15 @@ def scaling_main(a, bench_step, info):
           "forward and backward; rank 0's under mpirun) over its whole step")
     for n in notes:
         print("# note: " + n)
+    runs, seen = [], set()  # each point once (the base point is in several tables)
+    for dim, rows in tables.items():
+        for v, key in rows:
+            if key not in seen:
+                seen.add(key)
+                runs += [(point_label(dim, v, done[key]["point"]) + " " + who, done[key].get(who))
+                         for who in ("bt", "twin")]
+    for line in machine_lines(runs):
+        print(line)
     if a.json_out:
         save_json(a.json_out, record(), True)
     if failed:
@@ -998,7 +1073,8 @@ def main():
                     env = dict(TWIN_ENV, OMP_NUM_THREADS=threads)
                     timeout = a.budget + 300  # + model construction and init
                 print("# running %s ..." % label, file=sys.stderr, flush=True)
-                res, note = run(cmd, env, timeout, label)
+                res, note = probed(lambda: machine_probe(a.build, int(threads), a.quick),
+                                   lambda: run(cmd, env, timeout, label))
                 if note:
                     notes.append("%s: %s" % (label, note))
                 if res:
@@ -1118,6 +1194,9 @@ def main():
                           % (name, mode, prec_bt, b["peak_rss_bytes"] / t["peak_rss_bytes"]))
     for n in notes:
         print("# note: " + n)
+    for line in machine_lines([("%s %s %s %s" % (r["config"], r["mode"], r["impl"], r["precision"]), r)
+                               for r in results]):
+        print(line)
     if a.json_out:
         save_json(a.json_out, record(), True)
     if not results:

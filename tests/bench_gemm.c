@@ -25,10 +25,11 @@
  * load; --passes repeats everything and keeps the best.
  *
  * Run: meson test -C build --benchmark --suite bench, or build/tests/bench_gemm [--quick]
- * [--passes P] [--only SUBSTRING] [--cold] [--median]: --passes repeats the whole table P
- * times and keeps the best of each cell (spreads the samples over minutes on a shared
- * machine), --only keeps the rows whose name contains SUBSTRING, --quick is one short round
- * of the small shapes.
+ * [--passes P] [--only SUBSTRING] [--cold] [--median] [--seconds S]: --passes repeats the
+ * whole table P times and keeps the best of each cell (spreads the samples over minutes on a
+ * shared machine), --only keeps the rows whose name contains SUBSTRING, --quick is one short
+ * round of the small shapes, --seconds sets the time of calls per cell (default 0.8, --quick
+ * 0.05): scripts/bench_side_by_side.py's machine probe runs the 1024 square briefly.
  * --fused-qkv adds, at 320 and 2600 rows, the three forms of one product for Q, K and V
  * together (out 3 x 768 = 2304), to set against three of the 768 x 768 rows: what fusing the
  * text tower's and cross layers' separate q, k, v products would give (docs/benchmarks.md,
@@ -409,6 +410,7 @@ static void cold_table(const buffers *buf) {
 int main(int argc, char **argv) {
     int quick = 0, passes = 1, cold = 0, fused_qkv = 0;
     const char *only = NULL;
+    double seconds = 0.0; /* --seconds: 0 = the default (or --quick's) */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -422,13 +424,23 @@ int main(int argc, char **argv) {
             cold = 1;
         } else if (strcmp(argv[i], "--median") == 0) {
             bench_median = 1;
+        } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+            char *end;
+            seconds = strtod(argv[++i], &end);
+            if (end == argv[i] || *end || !(seconds > 0.0 && seconds <= 3600.0)) {
+                fprintf(stderr, "bench_gemm: --seconds %s: expected seconds in (0, 3600]\n",
+                        argv[i]);
+                return 2;
+            }
         } else {
             return tu_usage(argv[i], "usage: bench_gemm [--quick] [--passes P] "
-                                     "[--only SUBSTRING] [--cold] [--fused-qkv] [--median]\n");
+                                     "[--only SUBSTRING] [--cold] [--fused-qkv] [--median] "
+                                     "[--seconds S]\n");
         }
     }
     if (passes < 1) passes = 1;
     if (quick) bench_seconds = 0.05;
+    if (seconds > 0.0) bench_seconds = seconds;
     if (gemm_init_from_env() != BT_OK) {
         fprintf(stderr, "bench_gemm: %s\n", bt_error_message());
         return 1;

@@ -11,7 +11,9 @@ each twice:
     --scaling --resume on that F: refused (exit 2, F unchanged) with another --steps; with
     the same grid, F ends complete, with the finished point as it was and the rest run;
   - to the end: F must hold "complete": true and every run (each point of the scaling grid;
-    the side by side's four), and no temporary file may be left beside it.
+    the side by side's four), each with the machine probe's readings around it ("machine":
+    GFLOP/s before and after, steal seconds during), and no temporary file may be left beside
+    it.
 And --scaling --jobs 2 (two points at a time, each on its own core) to the end: every point in
 F, which records "jobs": 2, with the note that compares the base point run alone and among the
 others; --jobs without --scaling is refused.
@@ -128,6 +130,12 @@ def check_use(script, build, out, name, opts, runs, all_runs):
     check(rec is not None and len(runs(rec)) == all_runs(rec) > 1,
           "%s: every run is in it (%d of %d)" % (name, len(runs(rec)), all_runs(rec)))
     check(not os.path.exists(out + ".part"), "%s: no temporary file is left" % name)
+    probes = [r.get("machine", {}) for r in runs(rec)]
+    check(probes and all(m.get("probe_gflops_before", 0) > 0 and m.get("probe_gflops_after", 0) > 0
+                         and isinstance(m.get("steal_s"), float) and m["steal_s"] >= 0
+                         for m in probes),
+          "%s: every run has the machine probe's GFLOP/s before and after it and the steal "
+          "seconds during it (%s)" % (name, probes[:1]))
 
 
 def check_jobs(script, build, out):
