@@ -5,6 +5,7 @@
  *              [--mode train|infer] [--precision fp32|bf16]
  *              [--memory full|checkpoint|forward-only] [--checkpoint] [--quick] [--flops-only]
  *              [--estimate] [--kernels] [--plain-weights] [--keep-shadow] [--cross-features]
+ *              [--beside-train]
  *   mpirun -np N [--bind-to none -x OMP_NUM_THREADS=K] bench_step ... (train: data parallel)
  *
  * train: the project's one training step, bt_train_step (src/train/step.h): ITC loss only
@@ -22,6 +23,12 @@
  *   checkpointing with the copy kept, to measure what dropping it costs and saves.
  *   --cross-features: the last cross layer on every row, not only the CLS rows the heads read
  *   (model.h bt_model_set_cross_features), to measure what that saves.
+ *   --beside-train (infer only): a second model in the same process, built for training (full
+ *   memory mode, its own trainer), runs one training step on the same batch after each
+ *   inference step, and the JSON adds the medians of its forward phases (towers + cross:
+ *   train_forward_s) and of its whole step: the inference forward and the training forward
+ *   compared on the same machine minute, which two processes on a busy VM do not give
+ *   (docs/benchmarks.md "Session 37"). peak RSS then holds both models; not with --kernels.
  * Inputs: token ids uniform over the vocabulary (not the 3 special ids), all-ones mask,
  * pixels N(0, 1); weights by HF's init rules (seed 1). Defaults: bridgetower-base, B 8, T 40,
  * 4 steps. --quick: the tiny config (32 px), B 4, T 16, 3 steps (a smoke test in seconds).
@@ -101,6 +108,11 @@ static double median(const double *x, size_t n) {
     const double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
     free(s);
     return m;
+}
+
+/* The median of the steps after the first (the first alone when it is the only one). */
+static double steady_median(const double *x, long steps) {
+    return steps > 1 ? median(x + 1, (size_t)steps - 1) : x[0];
 }
 
 static const char *config_path(const char *name) {
@@ -245,19 +257,40 @@ static void gemm_profile_print(long steps) {
     gemm_forms_print(r, n, steps);
 }
 
+/* tr on m as bt-train sets a trainer up for this step (ITC only, seed 7, constant lr 1e-5, its
+ * dist defaults, the arenas sized and backed for B x T before the first step): the reserve's
+ * seconds, or -1 after printing the error. */
+static double trainer_setup(bt_trainer *tr, bt_model *m, const bt_dist *d, size_t nb,
+                            size_t nt) {
+    bt_step_config sc = bt_step_config_default();
+    sc.w_itc = 1.0f, sc.w_itm = 0.0f, sc.w_mlm = 0.0f;
+    sc.seed = 7;
+    if (bt_schedule_init(&sc.schedule, "constant", 1e-5, 1000000, 0, 0.0) != BT_OK ||
+        bt_trainer_init(tr, m, &sc) != BT_OK) {
+        fprintf(stderr, "bench_step: %s\n", bt_error_message());
+        return -1.0;
+    }
+    /* bt-train's defaults (train/config.c): dist.bucket_mb 25, fp32 wire, ZeRO off */
+    bt_trainer_set_dist(tr, d, (size_t)25 * 1048576, 0, 0);
+    const double r0 = bt_now_s();
+    if (bt_trainer_reserve(tr, nb, nt) != BT_OK)
+        bt_dist_abort(d, "bench_step", bt_error_message(), 1);
+    return bt_now_s() - r0;
+}
+
 static const char usage_text[] =
     "usage: [mpirun -np N] bench_step [--config NAME|DIR] [--batch B] [--text T] [--image R]\n"
     "           [--steps N] [--mode train|infer] [--precision fp32|bf16]\n"
     "           [--memory full|checkpoint|forward-only] [--checkpoint] [--quick]\n"
     "           [--flops-only] [--estimate] [--kernels] [--plain-weights] [--keep-shadow]\n"
-    "           [--cross-features]\n";
+    "           [--cross-features] [--beside-train]\n";
 
 /* The benchmark proper, on the world d (one process, or mpirun's ranks: rank 0 prints). */
 static int bench_main(int argc, char **argv, const bt_dist *d) {
     const char *config = "bridgetower-base", *mode = "train", *prec = "fp32", *memory = NULL;
     long B = 8, T = 40, steps = 4, image = 0;
     int flops_only = 0, estimate = 0, kernels = 0, plain_weights = 0, keep_shadow = 0;
-    int cross_features = 0;
+    int cross_features = 0, beside_train = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) {
@@ -274,6 +307,8 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
             keep_shadow = 1;
         } else if (strcmp(a, "--cross-features") == 0) {
             cross_features = 1;
+        } else if (strcmp(a, "--beside-train") == 0) {
+            beside_train = 1;
         } else if (strcmp(a, "--checkpoint") == 0) {
             memory = "checkpoint";
         } else if (v && strcmp(a, "--memory") == 0) {
@@ -313,6 +348,10 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
             fprintf(stderr, "bench_step: --memory forward-only has no backward: not with "
                             "--mode train\n");
         return tu_usage(NULL, usage_text);
+    }
+    if (beside_train && (train || kernels)) {
+        fprintf(stderr, "bench_step: --beside-train goes with --mode infer, without --kernels\n");
+        return 2;
     }
     const int ranks = d->size, rank = d->rank;
     if (ranks > 1 && !train) {
@@ -415,27 +454,28 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
 
     bt_trainer tr;
     double reserve_s = 0.0;
-    bt_step_config sc = bt_step_config_default();
     if (train) {
-        sc.w_itc = 1.0f, sc.w_itm = 0.0f, sc.w_mlm = 0.0f;
-        sc.seed = 7;
-        if (bt_schedule_init(&sc.schedule, "constant", 1e-5, 1000000, 0, 0.0) != BT_OK ||
-            bt_trainer_init(&tr, &m, &sc) != BT_OK) {
-            fprintf(stderr, "bench_step: %s\n", bt_error_message());
-            return 1;
-        }
-        /* bt-train's defaults (train/config.c): dist.bucket_mb 25, fp32 wire, ZeRO off */
-        bt_trainer_set_dist(&tr, d, (size_t)25 * 1048576, 0, 0);
-        /* as bt-train does at start: arenas sized and backed before the first step */
-        const double r0 = bt_now_s();
-        if (bt_trainer_reserve(&tr, nb, nt) != BT_OK)
-            bt_dist_abort(d, "bench_step", bt_error_message(), 1);
-        reserve_s = bt_now_s() - r0;
+        if ((reserve_s = trainer_setup(&tr, &m, d, nb, nt)) < 0) return 1;
         if (rank == 0)
             fprintf(stderr, "bench_step: reserve (arenas for B %zu, T %zu): %.3f s\n", nb, nt,
                     reserve_s);
     } else {
         bt_model_set_dropout(&m, 0, 0, 0);
+    }
+    /* --beside-train: the training step's model and trainer, as --mode train builds them */
+    bt_model tm;
+    bt_trainer ttr;
+    double *beside_fwd = NULL, *beside_step = NULL;
+    if (beside_train) {
+        if (bt_model_init(&tm, &c, BT_HEADS_ITC, precision) != BT_OK) {
+            fprintf(stderr, "bench_step: %s\n", bt_error_message());
+            return 1;
+        }
+        bt_model_init_params(&tm, 1);
+        if (trainer_setup(&ttr, &tm, d, nb, nt) < 0) return 1;
+        beside_fwd = calloc((size_t)steps, sizeof *beside_fwd);
+        beside_step = calloc((size_t)steps, sizeof *beside_step);
+        BT_ASSERT(beside_fwd && beside_step);
     }
     double *t = calloc((size_t)steps, sizeof *t);
     enum { NPH = 8 }; /* the step's phases, then the kernel classes */
@@ -476,6 +516,16 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
             snprintf(msg, sizeof msg, "step %ld: %s", s, bt_error_message());
             bt_dist_abort(d, "bench_step", msg, 1); /* every rank ends, none waits */
         }
+        if (beside_train) { /* after the inference step's clocks, on the same batch */
+            bt_step_result res;
+            const double b0 = bt_now_s();
+            if (bt_train_step(&ttr, &sb, 1, &res) != BT_OK)
+                bt_dist_abort(d, "bench_step", bt_error_message(), 1);
+            beside_step[s] = bt_now_s() - b0;
+            beside_fwd[s] = res.t_towers_fwd + res.t_cross_fwd;
+            fprintf(stderr, "bench_step: beside it, train step %ld: %.3f s, forward %.3f s\n", s,
+                    beside_step[s], beside_fwd[s]);
+        }
         if (rank > 0) continue;
         /* CPU time and page faults: on a shared machine wall time measures the load too */
         fprintf(stderr, "bench_step: %s %s step %ld: %.3f s (cpu %.3f s, %ld minor faults)",
@@ -505,7 +555,7 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
         if (rss[r] > rss_max) rss_max = rss[r];
     }
     free(rss);
-    const double med = steps > 1 ? median(t + 1, (size_t)steps - 1) : t[0];
+    const double med = steady_median(t, steps);
     if (rank == 0) {
         printf("%s, \"steps\": %ld, \"first_step_s\": %.6f, \"median_step_s\": %.6f, "
                "\"last_step_s\": %.6f, \"samples_per_s\": %.6f, \"gflops\": %.3f, "
@@ -513,14 +563,22 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
                "\"first_step_cpu_s\": %.6f, \"median_step_cpu_s\": %.6f, \"reserve_s\": %.6f",
                head, steps, t[0], med, t[steps - 1], (double)ng / med, flops / med * 1e-9,
                rss_sum, rss_max,
-               cpu[0], steps > 1 ? median(cpu + 1, (size_t)steps - 1) : cpu[0], reserve_s);
+               cpu[0], steady_median(cpu, steps), reserve_s);
         static const char *const names[NPH] = {"towers_fwd_s", "cross_fwd_s", "losses_s",
                                                "backward_s",   "optimizer_s", "gemm_s",
                                                "attention_s",  "memory_bound_s"};
         for (int p = train ? 0 : 5; p < NPH; p++)
-            printf(", \"%s\": %.6f", names[p],
-                   steps > 1 ? median(ph[p] + 1, (size_t)steps - 1) : ph[p][0]);
+            printf(", \"%s\": %.6f", names[p], steady_median(ph[p], steps));
+        if (beside_train)
+            printf(", \"train_forward_s\": %.6f, \"train_step_s\": %.6f",
+                   steady_median(beside_fwd, steps), steady_median(beside_step, steps));
         printf("}\n");
+    }
+    if (beside_train) {
+        bt_trainer_free(&ttr);
+        bt_model_free(&tm);
+        free(beside_fwd);
+        free(beside_step);
     }
     if (train) bt_trainer_free(&tr);
     for (int p = 0; p < NPH; p++) free(ph[p]);
