@@ -257,6 +257,17 @@ static void gemm_profile_print(long steps) {
     gemm_forms_print(r, n, steps);
 }
 
+/* m built with the ITC head and initialized by HF's rules (seed 1), as every run here does:
+ * 0, or -1 after printing the error. */
+static int model_setup(bt_model *m, const bt_model_config *c, bt_precision precision) {
+    if (bt_model_init(m, c, BT_HEADS_ITC, precision) != BT_OK) {
+        fprintf(stderr, "bench_step: %s\n", bt_error_message());
+        return -1;
+    }
+    bt_model_init_params(m, 1);
+    return 0;
+}
+
 /* tr on m as bt-train sets a trainer up for this step (ITC only, seed 7, constant lr 1e-5, its
  * dist defaults, the arenas sized and backed for B x T before the first step): the reserve's
  * seconds, or -1 after printing the error. */
@@ -424,11 +435,7 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
     }
 
     bt_model m;
-    if (bt_model_init(&m, &c, BT_HEADS_ITC, precision) != BT_OK) {
-        fprintf(stderr, "bench_step: %s\n", bt_error_message());
-        return 1;
-    }
-    bt_model_init_params(&m, 1);
+    if (model_setup(&m, &c, precision) < 0) return 1;
     /* forward-only inference needs no parameter gradients either, and reads packed weights
      * (bt-embed does both: eval.c bt_eval_setup_open) */
     size_t packed_tensors = 0;
@@ -467,12 +474,8 @@ static int bench_main(int argc, char **argv, const bt_dist *d) {
     bt_trainer ttr;
     double *beside_fwd = NULL, *beside_step = NULL;
     if (beside_train) {
-        if (bt_model_init(&tm, &c, BT_HEADS_ITC, precision) != BT_OK) {
-            fprintf(stderr, "bench_step: %s\n", bt_error_message());
+        if (model_setup(&tm, &c, precision) < 0 || trainer_setup(&ttr, &tm, d, nb, nt) < 0)
             return 1;
-        }
-        bt_model_init_params(&tm, 1);
-        if (trainer_setup(&ttr, &tm, d, nb, nt) < 0) return 1;
         beside_fwd = calloc((size_t)steps, sizeof *beside_fwd);
         beside_step = calloc((size_t)steps, sizeof *beside_step);
         BT_ASSERT(beside_fwd && beside_step);
