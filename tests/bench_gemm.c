@@ -52,6 +52,7 @@
 
 #include "bt_config.h"
 #include "clock.h"
+#include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "test_util.h"
 
@@ -219,11 +220,13 @@ static void buffers_free(buffers *buf) {
 }
 
 /* One pass over a row: gf[0..4] = ref, openblas fp32, onednn fp32, onednn bf16 as the model
- * runs it, onednn bf16 on bf16 operands (NaN where not run). */
-static void measure_row(const row *r, const buffers *buf, int have_dnnl, double gf[5]) {
+ * runs it, onednn bf16 on bf16 operands (NaN where not run; openblas fp32 is not run when this
+ * CPU cannot run the kernels OPENBLAS_CORETYPE forced: cpu.h bt_openblas_core_check). */
+static void measure_row(const row *r, const buffers *buf, int have_dnnl, int openblas_runs,
+                        double gf[5]) {
     for (int c = 0; c < 5; c++) gf[c] = NAN;
     if (r->ref_ok && !r->per_item_omp) gf[0] = measure_for(GEMM_BACKEND_REF, &r->g, 0, 0.0);
-    gf[1] = measure(GEMM_BACKEND_OPENBLAS, &r->g, r->per_item_omp);
+    if (openblas_runs) gf[1] = measure(GEMM_BACKEND_OPENBLAS, &r->g, r->per_item_omp);
     if (!have_dnnl) return;
     gf[2] = measure(GEMM_BACKEND_ONEDNN, &r->g, r->per_item_omp);
     /* as the model runs bf16: activations fp32 (rounded per call); Linear weights (the B
@@ -464,9 +467,12 @@ int main(int argc, char **argv) {
            openblas_get_corename(), openblas_get_config());
 #endif
 
-    if (strcmp(openblas_get_corename(), "Prescott") == 0)
+    const char *fit = bt_openblas_core_for(openblas_get_corename(), bt_isa_detected());
+    if (fit)
         printf("# NOTE: OpenBLAS picked its Prescott (SSE3) kernels: it does not know this CPU "
-               "model; OPENBLAS_CORETYPE=SkylakeX selects its AVX-512 kernels\n");
+               "model; OPENBLAS_CORETYPE=%s selects its kernels for this CPU's level\n", fit);
+    const int openblas_runs = bt_openblas_core_check() == BT_OK;
+    if (!openblas_runs) printf("# oblas32 column not run (nan): %s\n", bt_error_message());
 
     /* largest operand: 2600 x 3072 (and the 2048^2 square); C up to 2600 x 3072 or 24 x 325^2 */
     buffers buf;
@@ -562,7 +568,7 @@ int main(int argc, char **argv) {
 #endif
         for (int i = 0; i < nrows; i++) {
             double gf[5];
-            measure_row(&rows[i], &buf, have_dnnl, gf);
+            measure_row(&rows[i], &buf, have_dnnl, openblas_runs, gf);
             for (int c = 0; c < 5; c++)
                 if (isnan(cell[i][c]) || gf[c] > cell[i][c]) cell[i][c] = gf[c];
         }

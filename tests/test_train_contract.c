@@ -598,6 +598,48 @@ static void info_word(const char *info, const char *key, char *out, size_t cap) 
 
 static int same_core(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
 
+/* What OpenBLAS's cores need (cpu.h bt_openblas_core_needs), then bt-train with BT_GEMM=openblas
+ * and OPENBLAS_CORETYPE forcing kernels this CPU cannot run: exit 1 naming the variable, the
+ * core and the one to set, before anything is written, where before it stopped on an illegal
+ * instruction (exit 132; session 40, Zen 1). Debian's OpenBLAS 0.3.21 runs a forced SkylakeX
+ * on any CPU, so the run is made where the CPU lacks AVX-512; on one that has it no listed
+ * core is out of reach (a forced Cooperlake falls back by itself), which the note says. */
+static void test_openblas_core_refused(void) {
+    int runs = 0;
+    const char *need = bt_openblas_core_needs("SkylakeX", &runs);
+    tu_check(need && strstr(need, "AVX-512") && runs == bt_isa_supported(BT_ISA_AVX512),
+             "SkylakeX needs AVX-512 (%s), run here: %d", need ? need : "NULL", runs);
+    need = bt_openblas_core_needs("Cooperlake", &runs);
+    tu_check(need && strstr(need, "BF16") && runs == bt_isa_supported(BT_ISA_AVX512_BF16),
+             "Cooperlake needs AVX512-BF16 (%s), run here: %d", need ? need : "NULL", runs);
+    need = bt_openblas_core_needs("Haswell", &runs);
+    tu_check(need && strstr(need, "AVX2") && (!bt_isa_supported(BT_ISA_AVX2) || runs),
+             "Haswell needs AVX2 (%s), run on an avx2 level: %d", need ? need : "NULL", runs);
+    need = bt_openblas_core_needs("Prescott", &runs);
+    tu_check(!need && runs == 1, "Prescott (SSE3) is not checked: %s", need ? need : "NULL");
+    tu_check(bt_openblas_core_check() == BT_OK,
+             "the core OpenBLAS loaded for this suite runs here: %s", bt_error_message());
+    if (bt_isa_supported(BT_ISA_AVX512)) {
+        printf("note: this CPU has AVX-512: no OpenBLAS core forced by name is out of its reach, "
+               "so bt-train's refusal is run only on CPUs without it\n");
+        return;
+    }
+    char out[1200];
+    snprintf(out, sizeof out, "%s", tu_tmp_path("openblas-skylakex"));
+    tu_setenv("BT_GEMM", "openblas", 1);
+    tu_setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    char *err;
+    const int rc = train(out, &err, NULL, NULL);
+    tu_unsetenv("OPENBLAS_CORETYPE");
+    tu_unsetenv("BT_GEMM");
+    const char *fit = bt_openblas_core_for("Prescott", bt_isa_detected());
+    tu_check(rc == 1 && strstr(err, "OPENBLAS_CORETYPE=SkylakeX") && strstr(err, "AVX-512") &&
+                 (!fit || strstr(err, fit)) && !exists(out),
+             "OPENBLAS_CORETYPE=SkylakeX without AVX-512: exit 1 naming it and %s before "
+             "anything is written (%d): %.400s", fit ? fit : "no core", rc, err);
+    free(err);
+}
+
 /* The rule, then bt-train as run: with OPENBLAS_CORETYPE unset, the OpenBLAS core it runs on an
  * AVX2-or-better level is never the SSE3 fallback, and one bt set is the rule's for that level
  * (a CPU model OpenBLAS knows takes the first branch; the Xeon model 207 of session 30 the
@@ -634,6 +676,7 @@ static void test_openblas_core(void) {
                  strstr(t, "OPENBLAS_CORETYPE=Prescott"),
              "the user's OPENBLAS_CORETYPE=Prescott is kept: core %s", core);
     free(t);
+    test_openblas_core_refused();
 }
 
 /* --- strict environment and numbers -------------------------------------------------------- */

@@ -387,14 +387,62 @@ void bt_runtime_cli_help(FILE *out, int column) {
             "--version");
 }
 
-const char *bt_openblas_core_for(const char *loaded, bt_isa isa) {
-    if (!loaded || strcmp(loaded, "Prescott") != 0) return NULL;
+/* OpenBLAS's kernels for level `isa` (NULL for scalar: its own choice is as good). */
+static const char *openblas_core_of_level(bt_isa isa) {
     switch (isa) {
     case BT_ISA_AVX512_BF16: return "Cooperlake";
     case BT_ISA_AVX512: return "SkylakeX";
     case BT_ISA_AVX2: return "Haswell";
     default: return NULL;
     }
+}
+
+const char *bt_openblas_core_for(const char *loaded, bt_isa isa) {
+    if (!loaded || strcmp(loaded, "Prescott") != 0) return NULL;
+    return openblas_core_of_level(isa);
+}
+
+const char *bt_openblas_core_needs(const char *core, int *runs) {
+    *runs = 1;
+    if (!core) return NULL;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init(); /* libgcc's checks include the OS side (XGETBV), as above */
+    if (strcmp(core, "Sandybridge") == 0) {
+        *runs = __builtin_cpu_supports("avx");
+        return "AVX";
+    }
+    if (strcmp(core, "Haswell") == 0 || strcmp(core, "Zen") == 0) {
+        *runs = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        return "AVX2 and FMA";
+    }
+    if (strcmp(core, "SkylakeX") == 0) {
+        *runs = bt_isa_supported(BT_ISA_AVX512);
+        return "AVX-512 (F, BW, CD, DQ and VL)";
+    }
+    if (strcmp(core, "Cooperlake") == 0) {
+        *runs = bt_isa_supported(BT_ISA_AVX512_BF16);
+        return "AVX512-BF16";
+    }
+#endif
+    return NULL;
+}
+
+bt_status bt_openblas_core_check(void) {
+    const char *core = gemm_openblas_core();
+    int runs;
+    const char *needs = bt_openblas_core_needs(core, &runs);
+    if (runs) return BT_OK;
+    const char *set = bt_setting_value(BT_SET_OPENBLAS_CORETYPE);
+    const bt_isa best = bt_isa_detected();
+    const char *fit = openblas_core_of_level(best);
+    return bt_fail(BT_ERR_UNSUPPORTED,
+                   "%s%s%sOpenBLAS runs its %s kernels, which need %s, and this CPU does not "
+                   "have it (its best level for bt: %s): OpenBLAS's first product would stop "
+                   "on an illegal instruction; unset OPENBLAS_CORETYPE%s%s%s",
+                   set ? "environment variable OPENBLAS_CORETYPE=" : "", set ? set : "",
+                   set ? ": " : "", core, needs, bt_isa_name(best),
+                   fit ? " or set it to " : "", fit ? fit : "",
+                   fit ? " (OpenBLAS's kernels for that level)" : "");
 }
 
 void bt_runtime_prefer_start_environment(char **argv) {

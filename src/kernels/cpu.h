@@ -132,4 +132,17 @@ void bt_runtime_prefer_start_environment(char **argv);
  * is scalar. */
 const char *bt_openblas_core_for(const char *loaded, bt_isa isa);
 
+/* What OpenBLAS's x86-64 kernels named `core` (its corename, e.g. gemm_openblas_core())
+ * need of the CPU, for the names above SSE4: Sandybridge (AVX), Haswell and Zen (AVX2 and
+ * FMA), SkylakeX (bt's avx512 level), Cooperlake (avx512_bf16); NULL for any other name (not
+ * checked). *runs: 1 when this CPU has it (or the name is not listed), else 0.
+ * Why: OPENBLAS_CORETYPE forces a core when OpenBLAS loads, and Debian 12's 0.3.21 runs a
+ * forced SkylakeX on any CPU (a forced Cooperlake falls back by itself): on an AVX2-only Zen 1
+ * its first product stopped on an illegal instruction (docs/guarantees.md). */
+const char *bt_openblas_core_needs(const char *core, int *runs);
+/* BT_OK when this CPU runs the kernels OpenBLAS loaded; else BT_ERR_UNSUPPORTED naming
+ * OPENBLAS_CORETYPE (when set), the core, what it needs and the core to set instead.
+ * gemm_set_backend() and gemm_init_from_env() refuse the OpenBLAS backend with it. */
+bt_status bt_openblas_core_check(void);
+
 #endif

@@ -93,6 +93,12 @@ int gemm_backend_available(gemm_backend b) {
     }
 }
 
+/* BT_OK when this CPU runs backend b's code: OpenBLAS's loaded kernels may need more than
+ * the CPU has when OPENBLAS_CORETYPE forced them (cpu.h bt_openblas_core_check). */
+static bt_status gemm_backend_runs_here(gemm_backend b) {
+    return b == GEMM_BACKEND_OPENBLAS ? bt_openblas_core_check() : BT_OK;
+}
+
 bt_status gemm_set_backend(gemm_backend b) {
     if ((int)b < 0 || b >= GEMM_BACKEND_COUNT)
         return bt_fail(BT_ERR_ARG, "GEMM backend %d is out of range", (int)b);
@@ -101,6 +107,8 @@ bt_status gemm_set_backend(gemm_backend b) {
                        "GEMM backend '%s' is not built into this binary (oneDNN was not found "
                        "at configure time; install libdnnl-dev and re-run meson setup)",
                        gemm_backend_name(b));
+    const bt_status s = gemm_backend_runs_here(b);
+    if (s != BT_OK) return s;
     atomic_store(&gemm_current, (int)b);
     return BT_OK;
 }
@@ -134,6 +142,8 @@ bt_status gemm_init_from_env(void) {
     gemm_split_m_request((gemm_split_m_mode)split_m);
     const char *v = bt_setting_value(BT_SET_GEMM);
     if (!v || !*v) {
+        const bt_status s = gemm_backend_runs_here(gemm_default_backend());
+        if (s != BT_OK) return s;
         atomic_store(&gemm_route_requested, (int)route);
         atomic_store(&gemm_current, (int)gemm_default_backend());
         return BT_OK;
@@ -222,10 +232,13 @@ int gemm_bf16_route_measure(double *native_s, double *fp32_s) {
 static void gemm_lazy_init(void) {
     if (atomic_load(&gemm_current) >= 0) return;
     if (gemm_init_from_env() != BT_OK) {
-        fprintf(stderr, "bt: warning: %s; using GEMM backend '%s'\n", bt_error_message(),
-                gemm_backend_name(gemm_default_backend()));
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bt_error_message());
+        gemm_backend b = gemm_default_backend();
+        if (gemm_backend_runs_here(b) != BT_OK) b = GEMM_BACKEND_REF; /* runs on every CPU */
+        fprintf(stderr, "bt: warning: %s; using GEMM backend '%s'\n", why, gemm_backend_name(b));
         int expected = -1;
-        atomic_compare_exchange_strong(&gemm_current, &expected, (int)gemm_default_backend());
+        atomic_compare_exchange_strong(&gemm_current, &expected, (int)b);
     }
 }
 

@@ -99,7 +99,9 @@ typedef struct gemm_args {
  * (oneDNN when built, else OpenBLAS), BT_GEMM_BF16 (auto | native | fp32, default auto;
  * see above), BT_GEMM_SPLIT_K (on | off, default on; below), BT_GEMM_PACK_B and
  * BT_GEMM_SPLIT_M (auto | on | off, default auto; below). Returns an error naming the
- * variable and value if one is not one of its names or BT_GEMM names a backend not built
+ * variable and value if one is not one of its names or BT_GEMM names a backend not built,
+ * or when the backend it would use is OpenBLAS and this CPU cannot run the kernels
+ * OPENBLAS_CORETYPE forced (cpu.h bt_openblas_core_check; gemm_set_backend refuses it too)
  * (the settings are then left unchanged). Safe to call more than once. main() should call it
  * so a bad BT_GEMM is reported as an error; a gemm() call before any selection runs this once
  * and, on a bad value, prints the message to stderr and uses the default backend. */
