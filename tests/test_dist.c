@@ -985,6 +985,25 @@ static void test_launcher_log(const char *r2) {
     free(log);
 }
 
+/* BT_DIST_NO_PROGRESS_THREAD takes 1 (no progress thread) or 0 (the default): another value
+ * ends the job with a message naming the variable, before any step (it once meant "set", so
+ * 0 turned the thread off). */
+static void test_progress_thread_setting(void) {
+    const char *out = tu_tmp_path("no-progress-thread-yes");
+    const int rc = train(out, 2, "-x BT_DIST_NO_PROGRESS_THREAD=yes", "--set save.strategy=no");
+    char p[1300];
+    snprintf(p, sizeof p, "%s.err", out);
+    char *e = read_text(p);
+    snprintf(p, sizeof p, "%s.log", out);
+    char *log = read_text(p);
+    tu_check(rc != 0 && strstr(e, "BT_DIST_NO_PROGRESS_THREAD") && strstr(e, "'yes'") &&
+                 !strstr(log, "step 1/"),
+             "mpirun -np 2 with BT_DIST_NO_PROGRESS_THREAD=yes: refused naming it, no step run "
+             "(exit %d): %.300s", rc, e);
+    free(log);
+    free(e);
+}
+
 /* dist.timeout_s 3, rank 1 stopped (SIGSTOP) mid-run: rank 0's deadline passes in a
  * collective, rank 1 does not answer its watchdog, the job ends with a message naming the
  * timeout, the step, rank 1 and its host. Expected: 3 s (the deadline) + 3 s (min(timeout,
@@ -1172,6 +1191,7 @@ int main(int argc, char **argv) {
     test_signal_rank(SIGKILL, 0, ref_opt);
     test_signal_in_stop_check();
     test_launcher_log(r2);
+    test_progress_thread_setting();
     test_timeout_stopped_rank();
     test_timeout_live_rank();
     return tu_finish();

@@ -690,6 +690,11 @@ static void test_strict(void) {
         {"BT_GEMM_SPLIT_M", "maybe", "BT_GEMM_SPLIT_M"},
         {"BT_MEM_AVAILABLE", "lots", "BT_MEM_AVAILABLE"},
         {"BT_HUGE_PAGES", "yes", "BT_HUGE_PAGES"},
+        {"BT_KERNELS", "fastest", "BT_KERNELS"},
+        {"BT_ATTENTION_THREADS", "heads", "BT_ATTENTION_THREADS"},
+        {"BT_ATTENTION_PRODUCTS", "tiles", "BT_ATTENTION_PRODUCTS"},
+        {"BT_ACT_BF16", "yes", "BT_ACT_BF16"},
+        {"BT_ATTENTION_PROBS", "kept", "BT_ATTENTION_PROBS"},
         {"OMP_NUM_THREADS", "100000", "processor"},
     };
     for (size_t i = 0; i < sizeof env / sizeof *env; i++) {

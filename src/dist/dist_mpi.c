@@ -28,12 +28,18 @@ bt_status bt_dist_init(bt_dist *d, int *argc, char ***argv) {
     d->size = 1;
     if (gethostname(d->host, sizeof d->host - 1) != 0) snprintf(d->host, sizeof d->host, "?");
     if (!bt_dist_launched()) return BT_OK;
+    /* "1" leaves the all-reduces to the caller's waits; "0" or unset: the progress thread */
+    const char *no_thread = bt_setting_value(BT_SET_DIST_NO_PROGRESS_THREAD);
+    if (no_thread && strcmp(no_thread, "0") != 0 && strcmp(no_thread, "1") != 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_DIST_NO_PROGRESS_THREAD: '%s' is "
+                       "unknown; expected 1 (no progress thread: the all-reduces progress in "
+                       "the waits) or 0 (the default: a progress thread)", no_thread);
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return bt_fail(BT_ERR_UNSUPPORTED, "MPI_Init failed (launched by mpirun?)");
     d->mpi = 1;
     d->threads_ok = provided == MPI_THREAD_MULTIPLE;
-    d->multiple = d->threads_ok && !bt_setting_value(BT_SET_DIST_NO_PROGRESS_THREAD);
+    d->multiple = d->threads_ok && !(no_thread && strcmp(no_thread, "1") == 0);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->size);

@@ -878,32 +878,52 @@ void OPS_LEVEL_NAME(attention_backward_fast)(float *dq, float *dk, float *dv,
 #ifndef OPS_VARIANT
 /* --- the settings (the library's unit) ------------------------------------------------------ */
 
+/* The names of the two settings, in their enums' order. */
+static const char *const attention_threads_names[] = {"auto", "blocks", "gemm"};
+static const char *const attention_products_names[] = {"auto", "amx", "avx512_bf16", "gemm"};
+#define ATTENTION_THREADS_ALLOWED "'auto', 'blocks' or 'gemm'"
+#define ATTENTION_PRODUCTS_ALLOWED "'auto', 'amx', 'avx512_bf16' or 'gemm'"
+
+/* The index of `name` among the n names, or -1. */
+static int attention_name_index(const char *name, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
 static int ops_attention_set(const char *name) {
-    if (strcmp(name, "auto") == 0) ops_attention_mode = OPS_ATTN_AUTO;
-    else if (strcmp(name, "blocks") == 0) ops_attention_mode = OPS_ATTN_BLOCKS;
-    else if (strcmp(name, "gemm") == 0) ops_attention_mode = OPS_ATTN_GEMM;
-    else return 0;
-    return 1;
+    const int i = attention_name_index(name, attention_threads_names, 3);
+    if (i >= 0) ops_attention_mode = (ops_attn_mode)i;
+    return i >= 0;
 }
 
 static int ops_attention_products_set(const char *name) {
-    if (strcmp(name, "auto") == 0) ops_attention_products = OPS_PROD_AUTO;
-    else if (strcmp(name, "amx") == 0) ops_attention_products = OPS_PROD_AMX;
-    else if (strcmp(name, "avx512_bf16") == 0) ops_attention_products = OPS_PROD_DPBF16;
-    else if (strcmp(name, "gemm") == 0) ops_attention_products = OPS_PROD_GEMM;
-    else return 0;
-    return 1;
+    const int i = attention_name_index(name, attention_products_names, 4);
+    if (i >= 0) ops_attention_products = (ops_prod_mode)i;
+    return i >= 0;
+}
+
+bt_status attention_settings_check(void) {
+    const char *mode = bt_setting_value(BT_SET_ATTENTION_THREADS);
+    if (mode && *mode && attention_name_index(mode, attention_threads_names, 3) < 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_ATTENTION_THREADS: '%s' is "
+                       "unknown; expected " ATTENTION_THREADS_ALLOWED, mode);
+    const char *prod = bt_setting_value(BT_SET_ATTENTION_PRODUCTS);
+    if (prod && *prod && attention_name_index(prod, attention_products_names, 4) < 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_ATTENTION_PRODUCTS: '%s' is "
+                       "unknown; expected " ATTENTION_PRODUCTS_ALLOWED, prod);
+    return BT_OK;
 }
 
 void attention_settings_init(void) {
     const char *mode = bt_setting_value(BT_SET_ATTENTION_THREADS);
     if (mode && *mode && !ops_attention_set(mode))
         fprintf(stderr, "bt: warning: environment variable BT_ATTENTION_THREADS=%s is not "
-                        "'auto', 'blocks' or 'gemm'; using 'auto'\n", mode);
+                        ATTENTION_THREADS_ALLOWED "; using 'auto'\n", mode);
     const char *prod = bt_setting_value(BT_SET_ATTENTION_PRODUCTS);
     if (prod && *prod && !ops_attention_products_set(prod))
         fprintf(stderr, "bt: warning: environment variable BT_ATTENTION_PRODUCTS=%s is not "
-                        "'auto', 'amx', 'avx512_bf16' or 'gemm'; using 'auto'\n", prod);
+                        ATTENTION_PRODUCTS_ALLOWED "; using 'auto'\n", prod);
 }
 
 int ops_attention_threads_select(const char *name) {

@@ -24,8 +24,12 @@ ops_kernel_fn_attention_backward OPS_LEVEL_NAME(attention_backward_fast);
 
 #ifndef OPS_VARIANT
 /* Reads BT_ATTENTION_THREADS and BT_ATTENTION_PRODUCTS (settings.h), warning on stderr about
- * a value it does not know and keeping "auto" then. Called once, by kernels_init. */
+ * a value it does not know and keeping "auto" then (for a library user that never calls the
+ * check below; the tools refuse such a value first). Called once, by kernels_init. */
 void attention_settings_init(void);
+/* BT_OK when both are unset or one of their names; else BT_ERR_ARG naming the variable, the
+ * value and the names (kernels_settings_check, ops.h). */
+bt_status attention_settings_check(void);
 #endif
 
 #endif /* BT_KERNELS_ATTENTION_H */

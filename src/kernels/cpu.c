@@ -343,6 +343,7 @@ bt_status bt_runtime_check_env(void) {
     bt_status st = bt_cpu_isa_init_from_env();
     if (st == BT_OK) st = gemm_init_from_env();
     if (st == BT_OK) st = bt_mem_env_check();
+    if (st == BT_OK) st = kernels_settings_check();
     const char *t = bt_setting_value(BT_SET_OMP_NUM_THREADS);
     if (st == BT_OK && t && *t) { /* libgomp's syntax: N or a list "N,M,..." per level */
         char *end;

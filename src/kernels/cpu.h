@@ -93,8 +93,8 @@ void bt_runtime_cli_help(FILE *out, int column);
 
 /* The environment a tool runs under, checked before any work (bt_runtime_cli_info calls it
  * when --info is absent, so every tool exits 1 with the message): BT_CPU_ISA, BT_GEMM,
- * BT_GEMM_BF16, BT_GEMM_SPLIT_K, BT_GEMM_PACK_B, BT_GEMM_SPLIT_M, BT_MEM_AVAILABLE, BT_MEM_CHECK
- * must be valid
+ * BT_GEMM_BF16, BT_GEMM_SPLIT_K, BT_GEMM_PACK_B, BT_GEMM_SPLIT_M, BT_MEM_AVAILABLE, BT_MEM_CHECK,
+ * BT_KERNELS, BT_ATTENTION_THREADS, BT_ATTENTION_PRODUCTS must be valid
  * when set, and
  * OMP_NUM_THREADS within bt_runtime_check_threads. Errors: BT_ERR_ARG naming the variable. */
 bt_status bt_runtime_check_env(void);

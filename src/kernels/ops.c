@@ -1265,6 +1265,14 @@ static void ops_init_once(void) {
 
 void kernels_init(void) { pthread_once(&ops_once, ops_init_once); }
 
+bt_status kernels_settings_check(void) {
+    const char *env = bt_setting_value(BT_SET_KERNELS);
+    if (env && *env && strcmp(env, "ref") != 0 && strcmp(env, "fast") != 0)
+        return bt_fail(BT_ERR_ARG, "environment variable BT_KERNELS: '%s' is unknown; expected "
+                       "'fast' (the default) or 'ref' (the reference kernels)", env);
+    return attention_settings_check();
+}
+
 void ops_use_reference(int on) {
     kernels_init();
     atomic_store(&ops_active, on ? &ops_ref_table : &ops_fast_table);

@@ -42,6 +42,11 @@
 /* Fills the kernel table (idempotent; called implicitly on first use). Honors BT_KERNELS,
  * BT_CPU_ISA (cpu.h) and BT_ATTENTION_THREADS. */
 void kernels_init(void);
+/* BT_OK when BT_KERNELS, BT_ATTENTION_THREADS and BT_ATTENTION_PRODUCTS are unset or one of
+ * their names; else BT_ERR_ARG naming the variable, the value and the names. kernels_init
+ * itself cannot fail (it warns and keeps the default); the tools call this first
+ * (cpu.h bt_runtime_check_env). */
+bt_status kernels_settings_check(void);
 /* 1: route every public kernel to its reference version; 0: fastest available. */
 void ops_use_reference(int on);
 /* "fast" or "ref": the table the public kernels call now. */

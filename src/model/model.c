@@ -231,19 +231,25 @@ static int keep_probs_env(void) {
     return strcmp(v, "keep") == 0 ? 1 : -1;
 }
 
-bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
-                        bt_precision precision) {
-    memset(m, 0, sizeof *m);
-    const int act_bf16 = act_bf16_env(), keep_probs = keep_probs_env();
-    if (act_bf16 < 0)
+bt_status bt_model_settings_check(void) {
+    if (act_bf16_env() < 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_ACT_BF16=%s: expected 0 (fp32 "
                        "activations) or 1 (bf16 storage where bf16 GEMMs read them, the "
                        "default)", bt_setting_value(BT_SET_ACT_BF16));
-    if (keep_probs < 0)
+    if (keep_probs_env() < 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_ATTENTION_PROBS=%s: expected "
                        "'recompute' (the backward recomputes attention probabilities, the "
                        "default) or 'keep' (the forward keeps them)",
                        bt_setting_value(BT_SET_ATTENTION_PROBS));
+    return BT_OK;
+}
+
+bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
+                        bt_precision precision) {
+    memset(m, 0, sizeof *m);
+    const bt_status st = bt_model_settings_check();
+    if (st != BT_OK) return st;
+    const int act_bf16 = act_bf16_env(), keep_probs = keep_probs_env();
     m->act_bf16 = act_bf16;
     m->keep_probs = keep_probs;
     m->share_layer_grads = 1;

@@ -253,6 +253,10 @@ typedef struct bt_loss_weights {
  * see "bf16 activation storage"; another value is an error naming it). */
 bt_status bt_model_init(bt_model *m, const bt_model_config *c, unsigned heads,
                         bt_precision precision);
+/* The check bt_model_init makes of BT_ACT_BF16 and BT_ATTENTION_PROBS ("bf16 activation
+ * storage" and BT_ATTENTION_PROBS below), for a tool to make before it writes anything:
+ * BT_ERR_ARG naming the variable and the values it takes. */
+bt_status bt_model_settings_check(void);
 void bt_model_free(bt_model *m);
 
 /* HF init rules from a seed (params.h), then the bf16 refresh. */
