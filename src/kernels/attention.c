@@ -884,32 +884,34 @@ static const char *const attention_products_names[] = {"auto", "amx", "avx512_bf
 #define ATTENTION_THREADS_ALLOWED "'auto', 'blocks' or 'gemm'"
 #define ATTENTION_PRODUCTS_ALLOWED "'auto', 'amx', 'avx512_bf16' or 'gemm'"
 
-/* The index of `name` among the n names, or -1. */
+/* The index of `name` among the n names, or -1; NAME_INDEX(name, array) counts the array. */
 static int attention_name_index(const char *name, const char *const *names, int n) {
     for (int i = 0; i < n; i++)
         if (strcmp(name, names[i]) == 0) return i;
     return -1;
 }
+#define NAME_INDEX(name, names) \
+    attention_name_index(name, names, (int)(sizeof names / sizeof *names))
 
 static int ops_attention_set(const char *name) {
-    const int i = attention_name_index(name, attention_threads_names, 3);
+    const int i = NAME_INDEX(name, attention_threads_names);
     if (i >= 0) ops_attention_mode = (ops_attn_mode)i;
     return i >= 0;
 }
 
 static int ops_attention_products_set(const char *name) {
-    const int i = attention_name_index(name, attention_products_names, 4);
+    const int i = NAME_INDEX(name, attention_products_names);
     if (i >= 0) ops_attention_products = (ops_prod_mode)i;
     return i >= 0;
 }
 
 bt_status attention_settings_check(void) {
     const char *mode = bt_setting_value(BT_SET_ATTENTION_THREADS);
-    if (mode && *mode && attention_name_index(mode, attention_threads_names, 3) < 0)
+    if (mode && *mode && NAME_INDEX(mode, attention_threads_names) < 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_ATTENTION_THREADS: '%s' is "
                        "unknown; expected " ATTENTION_THREADS_ALLOWED, mode);
     const char *prod = bt_setting_value(BT_SET_ATTENTION_PRODUCTS);
-    if (prod && *prod && attention_name_index(prod, attention_products_names, 4) < 0)
+    if (prod && *prod && NAME_INDEX(prod, attention_products_names) < 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_ATTENTION_PRODUCTS: '%s' is "
                        "unknown; expected " ATTENTION_PRODUCTS_ALLOWED, prod);
     return BT_OK;

@@ -1242,23 +1242,25 @@ static int ops_fast_fill(bt_isa isa) {
     return 1;
 }
 
+/* BT_KERNELS: "ref" = 1, "fast" or unset = 0, another value -1. */
+static int kernels_env_use_ref(void) {
+    const char *env = bt_setting_value(BT_SET_KERNELS);
+    if (!env || !*env || strcmp(env, "fast") == 0) return 0;
+    return strcmp(env, "ref") == 0 ? 1 : -1;
+}
+
 static void ops_init_once(void) {
     /* the active level, or the best level below it that this build has */
     for (int isa = (int)bt_cpu_isa_active(); isa >= 0; isa--)
         if (ops_fast_fill((bt_isa)isa)) break;
     attention_settings_init();
 
-    const char *env = bt_setting_value(BT_SET_KERNELS);
-    int use_ref = 0;
-    if (env && *env) {
-        if (strcmp(env, "ref") == 0) {
-            use_ref = 1;
-        } else if (strcmp(env, "fast") != 0) {
-            /* kernels_init cannot return an error: say so loudly and run the fast kernels */
-            fprintf(stderr,
-                    "bt: warning: environment variable BT_KERNELS=%s is not 'ref' or 'fast'; "
-                    "using the fast kernels\n", env);
-        }
+    int use_ref = kernels_env_use_ref();
+    if (use_ref < 0) {
+        /* kernels_init cannot return an error: say so loudly and run the fast kernels */
+        fprintf(stderr, "bt: warning: environment variable BT_KERNELS=%s is not 'ref' or 'fast'; "
+                        "using the fast kernels\n", bt_setting_value(BT_SET_KERNELS));
+        use_ref = 0;
     }
     atomic_store(&ops_active, use_ref ? &ops_ref_table : &ops_fast_table);
 }
@@ -1266,10 +1268,10 @@ static void ops_init_once(void) {
 void kernels_init(void) { pthread_once(&ops_once, ops_init_once); }
 
 bt_status kernels_settings_check(void) {
-    const char *env = bt_setting_value(BT_SET_KERNELS);
-    if (env && *env && strcmp(env, "ref") != 0 && strcmp(env, "fast") != 0)
+    if (kernels_env_use_ref() < 0)
         return bt_fail(BT_ERR_ARG, "environment variable BT_KERNELS: '%s' is unknown; expected "
-                       "'fast' (the default) or 'ref' (the reference kernels)", env);
+                       "'fast' (the default) or 'ref' (the reference kernels)",
+                       bt_setting_value(BT_SET_KERNELS));
     return attention_settings_check();
 }
 

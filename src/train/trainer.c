@@ -1396,9 +1396,8 @@ static bt_status end_of_run(job *j, bt_train_outcome *out) {
  * probe and JIT start (bt_runtime_info_print; oneDNN's JIT segfaults on a failed mmap). */
 static bt_status threads_setup(job *j) {
     const bt_run_config *rc = &j->rc;
-    bt_status st = bt_model_settings_check(); /* the model's variables, before any write */
-    if (st == BT_OK && rc->train.threads > 0)
-        st = bt_runtime_check_threads((long)rc->train.threads, "train.threads");
+    bt_status st = BT_OK;
+    if (rc->train.threads > 0) st = bt_runtime_check_threads((long)rc->train.threads, "train.threads");
     if (st != BT_OK) return st;
 #ifdef _OPENMP
     if (rc->train.threads > 0) {
@@ -1520,7 +1519,8 @@ bt_status bt_train_run(const bt_train_options *o, bt_train_outcome *out) {
         fprintf(j->out, "bt-train: resolved config:\n%s", text ? text : "");
         free(text);
     }
-    st = threads_setup(j);
+    st = bt_model_settings_check(); /* the model's variables, before anything is written */
+    if (st == BT_OK) st = threads_setup(j);
     if (st != BT_OK) goto done;
     bt_runtime_info_print(j->out, "bt-train");
     /* rank 0 alone writes into output.dir and picks the checkpoint to resume from
