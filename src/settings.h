@@ -85,7 +85,8 @@ void bt_settings_set_dnnl_isa(const char *value);
  * (unless the user set either), and OPENBLAS_CORETYPE=openblas_core (when not NULL: the
  * caller decided the user did not set it and OpenBLAS needs it); then re-executes the program
  * with argv, once, so that libgomp and OpenBLAS read them, and marks the new process's
- * snapshot (BT_SETTINGS_REEXEC: which of the two it set). Returns only when it did nothing
+ * snapshot (BT_SETTINGS_REEXEC: which of the two it set); a thread binding the user asked
+ * for keeps all its OpenMP places through the exec. Returns only when it did nothing
  * (nothing to set, or this process is the re-exec) or exec failed. Why these values:
  * kernels/cpu.h bt_runtime_prefer_start_environment. */
 #define BT_OPENMP_SPINCOUNT "1000"

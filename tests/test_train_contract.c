@@ -23,7 +23,8 @@
  *                 Python's json refuses ("01", "08") end the run with exit 1 naming them;
  *                 gradient accumulation past 64 trains, past memory is refused in its terms;
  *   environment   bt sets OMP_WAIT_POLICY / GOMP_SPINCOUNT, and OPENBLAS_CORETYPE where
- *                 OpenBLAS fell back to its SSE3 kernels, only where the user set none;
+ *                 OpenBLAS fell back to its SSE3 kernels, only where the user set none,
+ *                 and a thread binding keeps its places through bt's re-exec;
  *   memory        under prlimit --as 100M..700M: exit 0 or a memory message, never a crash
  *                 or a hang.
  * Exit 1 on any failure. */
@@ -32,6 +33,7 @@
 #include <stdint.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -586,6 +588,47 @@ static void test_openmp_waits(void) {
     }
 }
 
+/* Thread binding asked for (OMP_PROC_BIND=close OMP_PLACES=threads, OpenMP's waits unset so
+ * that bt re-executes itself): the re-executed bt keeps every place (settings.c
+ * reexec_unbind_initial_thread), so the two threads of --info's first parallel region, as
+ * libgomp itself reports them (OMP_DISPLAY_AFFINITY, on stderr), run on two CPUs. Before that
+ * fix the exec kept the initial thread's binding to the first place, and both ran there. */
+static void test_openmp_binding(void) {
+    cpu_set_t own;
+    if (sched_getaffinity(0, sizeof own, &own) != 0 || CPU_COUNT(&own) < 2) {
+        printf("note: this process may use one CPU: OpenMP binding over two places not "
+               "checked\n");
+        return;
+    }
+    char *out = calloc(1 << 16, 1), *err = calloc(1 << 16, 1);
+    if (!out || !err) {
+        tu_check(0, "test_openmp_binding: out of memory");
+        free(out), free(err);
+        return;
+    }
+    tu_run_env_captured(out, 1 << 16, err, 1 << 16,
+                        "-u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_PROC_BIND=close "
+                        "OMP_PLACES=threads OMP_NUM_THREADS=2 OMP_DISPLAY_AFFINITY=true '%s' "
+                        "--info", exe);
+    /* the level-1 lines of the first region: "level 1 thread 0x... affinity <cpus>" */
+    char cpus[2][64] = {{0}};
+    int n = 0;
+    for (const char *at = err; n < 2 && (at = strstr(at, "level 1 thread ")) != NULL; at++) {
+        const char *a = strstr(at, " affinity ");
+        const char *eol = strchr(at, '\n');
+        if (!a || (eol && a > eol)) continue;
+        a += strlen(" affinity ");
+        const size_t len = strcspn(a, "\n");
+        snprintf(cpus[n++], sizeof cpus[0], "%.*s", (int)(len < 63 ? len : 63), a);
+    }
+    tu_check(strstr(out, "environment set by bt: OMP_WAIT_POLICY=PASSIVE") != NULL,
+             "binding asked for: bt re-executed itself (the case under test): %.300s", out);
+    tu_check(n == 2 && strcmp(cpus[0], cpus[1]) != 0,
+             "OMP_PROC_BIND=close OMP_PLACES=threads, 2 threads: bound to two CPUs after bt's "
+             "re-exec (got %d threads: '%s', '%s'): %.400s", n, cpus[0], cpus[1], err);
+    free(out), free(err);
+}
+
 /* --- OpenBLAS's kernels (kernels/cpu.h bt_runtime_prefer_start_environment) -----------------
  * The word after `key` on its --info line ("" when absent), into out. */
 static void info_word(const char *info, const char *key, char *out, size_t cap) {
@@ -878,6 +921,7 @@ int main(int argc, char **argv) {
     test_resume_checks();
     test_strict();
     test_openmp_waits();
+    test_openmp_binding();
     test_openblas_core();
     test_out_of_memory();
     return tu_finish();
