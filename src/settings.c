@@ -115,30 +115,18 @@ void bt_settings_set_dnnl_isa(const char *value) {
  * user named). Nothing happens when no places are defined (binding off). */
 static void reexec_unbind_initial_thread(void) {
 #ifdef _OPENMP
-    const int places = omp_get_num_places();
-    int top = -1;
-    for (int pass = 0; pass < 2; pass++) {
-        cpu_set_t *set = pass ? CPU_ALLOC((size_t)top + 1) : NULL;
-        const size_t size = pass ? CPU_ALLOC_SIZE((size_t)top + 1) : 0;
-        if (pass && !set) return;
-        if (set) CPU_ZERO_S(size, set);
-        for (int p = 0; p < places; p++) {
-            const int n = omp_get_place_num_procs(p);
-            int *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
-            if (!ids) continue;
-            omp_get_place_proc_ids(p, ids);
-            for (int i = 0; i < n; i++) {
-                if (!pass && ids[i] > top) top = ids[i];
-                if (pass && ids[i] >= 0) CPU_SET_S((size_t)ids[i], size, set);
-            }
-            free(ids);
-        }
-        if (pass) {
-            (void)sched_setaffinity(0, size, set); /* on failure: as before */
-            CPU_FREE(set);
-        }
-        if (top < 0) return;
+    cpu_set_t all; /* CPU_SETSIZE CPUs, as kernels/cpu.c's count of usable processors */
+    CPU_ZERO(&all);
+    for (int p = 0; p < omp_get_num_places(); p++) {
+        const int n = omp_get_place_num_procs(p);
+        int *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
+        if (!ids) continue;
+        omp_get_place_proc_ids(p, ids);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0 && ids[i] < CPU_SETSIZE) CPU_SET(ids[i], &all);
+        free(ids);
     }
+    if (CPU_COUNT(&all) > 0) (void)sched_setaffinity(0, sizeof all, &all); /* failed: as before */
 #endif
 }
 
